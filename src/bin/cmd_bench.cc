@@ -1,0 +1,4 @@
+#include "bin/commands.h"
+namespace tandem::cli {
+void RegisterBench(CLI::App& app) {}
+}

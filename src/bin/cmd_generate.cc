@@ -1,0 +1,4 @@
+#include "bin/commands.h"
+namespace tandem::cli {
+void RegisterGenerate(CLI::App& app) {}
+}

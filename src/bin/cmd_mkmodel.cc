@@ -1,0 +1,4 @@
+#include "bin/commands.h"
+namespace tandem::cli {
+void RegisterMkmodel(CLI::App& app) {}
+}

@@ -1,0 +1,17 @@
+#include "bin/commands.h"
+
+namespace tandem::cli {
+namespace {
+int g_exit_code = 0;
+}  // namespace
+
+void SetExitCode(int code) { g_exit_code = code; }
+int ExitCode() { return g_exit_code; }
+
+void RegisterCommands(CLI::App& app) {
+  RegisterGenerate(app);
+  RegisterMkmodel(app);
+  RegisterBench(app);
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,17 @@
+// Subcommand registration. Each command file registers its subcommand on the
+// app and records the process exit code when it runs.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace tandem::cli {
+
+void RegisterCommands(CLI::App& app);
+void RegisterGenerate(CLI::App& app);
+void RegisterMkmodel(CLI::App& app);
+void RegisterBench(CLI::App& app);
+
+void SetExitCode(int code);
+int ExitCode();
+
+}  // namespace tandem::cli

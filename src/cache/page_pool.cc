@@ -1,0 +1,86 @@
+#include "cache/page_pool.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace tandem {
+namespace {
+
+uint8_t* AllocateArena(int64_t bytes) {
+  const size_t rounded = (size_t(bytes) + 4095) / 4096 * 4096;
+  void* p = std::aligned_alloc(4096, rounded == 0 ? 4096 : rounded);
+  TANDEM_CHECK_MSG(p != nullptr, "page pool allocation failed");
+  std::memset(p, 0, rounded == 0 ? 4096 : rounded);
+  return static_cast<uint8_t*>(p);
+}
+
+}  // namespace
+
+PagePool::PagePool(const CacheBufferRegistry& registry, int n_layers, int64_t n_pages)
+    : layout_(registry, n_layers, n_pages),
+      arena_(AllocateArena(layout_.TotalBytes()), &std::free),
+      ref_(size_t(n_pages), 0) {
+  free_list_.reserve(size_t(n_pages));
+  // Hand out low page ids first: pop from the back.
+  for (int64_t p = n_pages - 1; p >= 0; --p) free_list_.push_back(int32_t(p));
+}
+
+PagePool::~PagePool() = default;
+
+StatusOr<std::vector<int32_t>> PagePool::Allocate(int64_t n) {
+  if (n < 0 || n > free_pages()) {
+    return ResourceExhausted("need " + std::to_string(n) + " cache pages, " +
+                             std::to_string(free_pages()) + " free of " +
+                             std::to_string(total_pages()));
+  }
+  std::vector<int32_t> pages(static_cast<size_t>(n));
+  for (auto& p : pages) {
+    p = free_list_.back();
+    free_list_.pop_back();
+    ref_[size_t(p)] = 1;
+  }
+  return pages;
+}
+
+void PagePool::AddRef(std::span<const int32_t> pages) {
+  for (int32_t p : pages) {
+    TANDEM_CHECK(ref_[size_t(p)] > 0);
+    ++ref_[size_t(p)];
+  }
+}
+
+void PagePool::Release(std::span<const int32_t> pages) {
+  for (int32_t p : pages) {
+    TANDEM_CHECK_MSG(p >= 0 && p < total_pages() && ref_[size_t(p)] > 0, "double release");
+    if (--ref_[size_t(p)] == 0) free_list_.push_back(p);
+  }
+}
+
+uint8_t* PagePool::Segment(CacheBufferId b, int layer, int32_t page) {
+  return arena_.get() + layout_.SegmentBase(b, layer) + int64_t(page) * layout_.page_stride(b);
+}
+
+kernels::PagedRows PagePool::Rows(CacheBufferId b, int layer, std::span<const int32_t> pages) {
+  kernels::PagedRows rows;
+  rows.base = arena_.get() + layout_.SegmentBase(b, layer);
+  rows.pages = pages.data();
+  rows.page_stride = layout_.page_stride(b);
+  rows.row_bytes = layout_.row_bytes(b);
+  rows.page_tokens = kPageTokens;
+  return rows;
+}
+
+Status PagePool::CheckAccounting() const {
+  int64_t referenced = 0;
+  for (int32_t r : ref_) {
+    if (r < 0) return Internal("negative page reference count");
+    referenced += r > 0;
+  }
+  if (referenced + free_pages() != total_pages()) {
+    return Internal("page accounting broken: " + std::to_string(referenced) + " referenced + " +
+                    std::to_string(free_pages()) + " free != " + std::to_string(total_pages()));
+  }
+  return Status::Ok();
+}
+
+}  // namespace tandem

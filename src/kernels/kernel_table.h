@@ -1,0 +1,50 @@
+// The per-ISA kernel entry points and THE canonical reduction order.
+//
+// Canonical order (invariant 5): a dot product of length n is computed in 16
+// lanes; lane j accumulates elements k with k % 16 == j, in increasing k, each
+// step one fused multiply-add starting from +0. Elements past n are padded
+// with zeros (and still FMA'd, so signed zeros behave identically). The 16
+// lanes are then summed pairwise: lane i += lane i+8, then i += i+4, i += i+2,
+// i += i+1. Every ISA implements exactly this order, so scalar, AVX2 and
+// AVX-512 produce the same bits, and the result for one output element does
+// not depend on how many rows or tokens share the call.
+//
+// Quantized and 16-bit weights are first converted to their exact fp32 value
+// (Q8_0: fp16 scale times int8 is exact in fp32), so the order above is the
+// only rounding that happens.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tandem::kernels {
+
+enum class WeightType { kF32, kF16, kBF16, kQ8_0 };
+
+// A row-major weight matrix: `rows` rows of `cols` elements, each row
+// `row_bytes` bytes. Used as y = W x (one output per row).
+struct WeightMatrix {
+  WeightType type = WeightType::kF32;
+  const uint8_t* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  size_t row_bytes = 0;
+};
+
+constexpr int kLanes = 16;
+
+struct KernelTable {
+  // y[t * y_stride + r] = dot(W[r], x + t * x_stride) for r in [r0, r1), t in [0, n_tokens).
+  void (*matmul_rows)(const WeightMatrix& w, const float* x, int64_t x_stride, int n_tokens,
+                      float* y, int64_t y_stride, int64_t r0, int64_t r1);
+  // Canonical dot product of two fp32 vectors.
+  float (*dot)(const float* a, const float* b, int64_t n);
+  // y[i] = fma(a, x[i], y[i]) for each i (element-wise, no reduction).
+  void (*axpy)(float a, const float* x, float* y, int64_t n);
+};
+
+const KernelTable& ScalarTable();
+const KernelTable& Avx2Table();
+const KernelTable& Avx512Table();
+
+}  // namespace tandem::kernels

@@ -1,0 +1,124 @@
+// AVX-512 kernels in the canonical order (kernel_table.h): one zmm register
+// holds the 16 lanes of one output element's accumulator.
+#include <immintrin.h>
+
+#include "kernels/weight_row.h"
+
+namespace tandem::kernels {
+namespace {
+
+// 16 consecutive weights starting at k (k % 16 == 0, k + 16 <= cols) as fp32.
+template <WeightType kType>
+inline __m512 Load16(const uint8_t* row, int64_t k) {
+  if constexpr (kType == WeightType::kF32) {
+    return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + k);
+  } else if constexpr (kType == WeightType::kF16) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * k)));
+  } else if constexpr (kType == WeightType::kBF16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * k));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  } else {
+    const uint8_t* block = row + (k / kQ8Block) * kQ8BlockBytes;
+    const uint16_t d = uint16_t(block[0] | (block[1] << 8));
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2 + k % kQ8Block));
+    const __m512 qf = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
+    return _mm512_mul_ps(_mm512_set1_ps(F16ToFloat(d)), qf);
+  }
+}
+
+inline float Reduce(__m512 acc) {
+  __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+  return _mm_cvtss_f32(s1);
+}
+
+// A tile of kRows output rows times kTokens tokens; each (row, token) owns one accumulator.
+template <WeightType kType, int kRows, int kTokens>
+void Tile(const WeightMatrix& w, const float* x, int64_t x_stride, float* y, int64_t y_stride,
+          int64_t r, int t) {
+  __m512 acc[kRows][kTokens];
+  for (int i = 0; i < kRows; ++i)
+    for (int j = 0; j < kTokens; ++j) acc[i][j] = _mm512_setzero_ps();
+  const uint8_t* rows[kRows];
+  for (int i = 0; i < kRows; ++i) rows[i] = w.data + (r + i) * w.row_bytes;
+  const float* xs[kTokens];
+  for (int j = 0; j < kTokens; ++j) xs[j] = x + (t + j) * x_stride;
+  const int64_t n = w.cols;
+  const int64_t full = n / kLanes * kLanes;
+  for (int64_t k = 0; k < full; k += kLanes) {
+    __m512 wv[kRows];
+    for (int i = 0; i < kRows; ++i) wv[i] = Load16<kType>(rows[i], k);
+    for (int j = 0; j < kTokens; ++j) {
+      const __m512 xv = _mm512_loadu_ps(xs[j] + k);
+      for (int i = 0; i < kRows; ++i) acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
+    }
+  }
+  if (full < n) {
+    alignas(64) float wt[kLanes], xt[kLanes];
+    for (int i = 0; i < kRows; ++i) {
+      for (int j = 0; j < kTokens; ++j) {
+        LoadTail(kType, rows[i], xs[j], full, n, wt, xt);
+        acc[i][j] = _mm512_fmadd_ps(_mm512_load_ps(wt), _mm512_load_ps(xt), acc[i][j]);
+      }
+    }
+  }
+  for (int i = 0; i < kRows; ++i)
+    for (int j = 0; j < kTokens; ++j) y[(t + j) * y_stride + r + i] = Reduce(acc[i][j]);
+}
+
+template <WeightType kType, int kRows>
+void RowBlock(const WeightMatrix& w, const float* x, int64_t x_stride, int n_tokens, float* y,
+              int64_t y_stride, int64_t r) {
+  int t = 0;
+  for (; t + 4 <= n_tokens; t += 4) Tile<kType, kRows, 4>(w, x, x_stride, y, y_stride, r, t);
+  for (; t < n_tokens; ++t) Tile<kType, kRows, 1>(w, x, x_stride, y, y_stride, r, t);
+}
+
+template <WeightType kType>
+void MatMulTyped(const WeightMatrix& w, const float* x, int64_t x_stride, int n_tokens, float* y,
+                 int64_t y_stride, int64_t r0, int64_t r1) {
+  int64_t r = r0;
+  for (; r + 4 <= r1; r += 4) RowBlock<kType, 4>(w, x, x_stride, n_tokens, y, y_stride, r);
+  for (; r < r1; ++r) RowBlock<kType, 1>(w, x, x_stride, n_tokens, y, y_stride, r);
+}
+
+void MatMulRows(const WeightMatrix& w, const float* x, int64_t x_stride, int n_tokens, float* y,
+                int64_t y_stride, int64_t r0, int64_t r1) {
+  switch (w.type) {
+    case WeightType::kF32: return MatMulTyped<WeightType::kF32>(w, x, x_stride, n_tokens, y, y_stride, r0, r1);
+    case WeightType::kF16: return MatMulTyped<WeightType::kF16>(w, x, x_stride, n_tokens, y, y_stride, r0, r1);
+    case WeightType::kBF16: return MatMulTyped<WeightType::kBF16>(w, x, x_stride, n_tokens, y, y_stride, r0, r1);
+    case WeightType::kQ8_0: return MatMulTyped<WeightType::kQ8_0>(w, x, x_stride, n_tokens, y, y_stride, r0, r1);
+  }
+}
+
+float Dot(const float* a, const float* b, int64_t n) {
+  WeightMatrix w{WeightType::kF32, reinterpret_cast<const uint8_t*>(a), 1, n, size_t(n) * 4};
+  float y;
+  Tile<WeightType::kF32, 1, 1>(w, b, 0, &y, 0, 0, 0);
+  return y;
+}
+
+void Axpy(float a, const float* x, float* y, int64_t n) {
+  const __m512 av = _mm512_set1_ps(a);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    _mm512_storeu_ps(y + i, _mm512_fmadd_ps(av, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+  }
+  if (i < n) {
+    const __mmask16 m = __mmask16((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, x + i),
+                                                   _mm512_maskz_loadu_ps(m, y + i)));
+  }
+}
+
+}  // namespace
+
+const KernelTable& Avx512Table() {
+  static const KernelTable table{&MatMulRows, &Dot, &Axpy};
+  return table;
+}
+
+}  // namespace tandem::kernels

@@ -1,0 +1,24 @@
+#include "model/model.h"
+
+namespace tandem {
+
+StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path) {
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> gguf, GgufFile::Open(path));
+  auto model = FromGguf(std::move(gguf));
+  if (!model.ok()) return Status(model.status().code(), "'" + path + "': " + model.status().message());
+  return model;
+}
+
+StatusOr<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<GgufFile> gguf) {
+  auto m = std::unique_ptr<Model>(new Model());
+  m->gguf_ = std::move(gguf);
+  TANDEM_ASSIGN_OR_RETURN(m->config_, ReadModelConfig(*m->gguf_));
+  TANDEM_ASSIGN_OR_RETURN(m->weights_, LoadWeights(*m->gguf_, m->config_));
+  m->rope_ = std::make_unique<RopeTable>(m->config_);
+  const int64_t kv_dim = m->config_.kv_dim();
+  TANDEM_ASSIGN_OR_RETURN(m->k_buffer_, m->registry_.Register({"k", CacheDType::kF32, kv_dim}));
+  TANDEM_ASSIGN_OR_RETURN(m->v_buffer_, m->registry_.Register({"v", CacheDType::kF32, kv_dim}));
+  return m;
+}
+
+}  // namespace tandem
