@@ -1,0 +1,191 @@
+#include "model/presets.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "common/half.h"
+#include "model/default_vocab.h"
+
+namespace tandem {
+namespace {
+
+constexpr uint64_t kDefaultSeed = 20261129;
+
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t HashName(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
+  return h;
+}
+
+// Uniform values with standard deviation `std`, a pure function of (seed, name, index).
+std::vector<float> RandomValues(uint64_t seed, const std::string& name, size_t n, float std) {
+  std::vector<float> v(n);
+  const uint64_t base = Mix(seed ^ HashName(name));
+  const float half_width = std * 1.7320508f;  // uniform on [-a, a] has std a / sqrt(3)
+  for (size_t i = 0; i < n; ++i) {
+    const float u = float(Mix(base + i) >> 40) * (1.0f / 16777216.0f);
+    v[i] = (2.0f * u - 1.0f) * half_width;
+  }
+  return v;
+}
+
+void EncodeQ8(const std::vector<float>& x, std::vector<uint8_t>& out) {
+  for (size_t b = 0; b < x.size(); b += 32) {
+    float amax = 0;
+    for (size_t i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[b + i]));
+    const uint16_t d16 = FloatToF16(amax / 127.0f);
+    const float d = F16ToFloat(d16);
+    out.push_back(uint8_t(d16 & 0xff));
+    out.push_back(uint8_t(d16 >> 8));
+    for (size_t i = 0; i < 32; ++i) {
+      const float q = d == 0.0f ? 0.0f : std::nearbyint(x[b + i] / d);
+      out.push_back(uint8_t(int8_t(std::clamp(q, -127.0f, 127.0f))));
+    }
+  }
+}
+
+}  // namespace
+
+const std::vector<ModelPreset>& ModelPresets() {
+  static const std::vector<ModelPreset> presets = {
+      {"tiny", 128, 4, 4, 2, 384, 1024, 4096},
+      {"small", 384, 6, 6, 2, 1024, 4096, 4096},
+      {"100m", 768, 12, 12, 4, 3072, 4096, 4096},
+  };
+  return presets;
+}
+
+StatusOr<ModelPreset> FindPreset(const std::string& name) {
+  std::string known;
+  for (const ModelPreset& p : ModelPresets()) {
+    if (p.name == name) return p;
+    known += (known.empty() ? "" : ", ") + p.name;
+  }
+  return InvalidArgument("unknown model preset '" + name + "' (known: " + known + ")");
+}
+
+StatusOr<TensorType> ParseTensorType(const std::string& name) {
+  if (name == "f32") return TensorType::kF32;
+  if (name == "f16") return TensorType::kF16;
+  if (name == "bf16") return TensorType::kBF16;
+  if (name == "q8_0") return TensorType::kQ8_0;
+  return InvalidArgument("unknown tensor type '" + name + "' (f32, f16, bf16, q8_0)");
+}
+
+std::vector<uint8_t> EncodeTensor(const std::vector<float>& values, TensorType type) {
+  std::vector<uint8_t> out;
+  switch (type) {
+    case TensorType::kF32:
+      out.resize(values.size() * 4);
+      std::memcpy(out.data(), values.data(), out.size());
+      break;
+    case TensorType::kF16:
+    case TensorType::kBF16:
+      out.reserve(values.size() * 2);
+      for (float f : values) {
+        const uint16_t h = type == TensorType::kF16 ? FloatToF16(f) : FloatToBf16(f);
+        out.push_back(uint8_t(h & 0xff));
+        out.push_back(uint8_t(h >> 8));
+      }
+      break;
+    case TensorType::kQ8_0:
+      out.reserve(values.size() / 32 * 34);
+      EncodeQ8(values, out);
+      break;
+  }
+  return out;
+}
+
+StatusOr<GgufWriter> BuildRandomModel(const ModelPreset& p, TensorType type, uint64_t seed) {
+  GgufWriter w;
+  const std::string a = "llama";
+  w.SetString("general.architecture", a);
+  w.SetString("general.name", "tandem-" + p.name);
+  w.SetUint32(a + ".context_length", uint32_t(p.context_length));
+  w.SetUint32(a + ".embedding_length", uint32_t(p.dim));
+  w.SetUint32(a + ".block_count", uint32_t(p.n_layers));
+  w.SetUint32(a + ".feed_forward_length", uint32_t(p.ffn_dim));
+  w.SetUint32(a + ".attention.head_count", uint32_t(p.n_heads));
+  w.SetUint32(a + ".attention.head_count_kv", uint32_t(p.n_kv_heads));
+  w.SetFloat32(a + ".attention.layer_norm_rms_epsilon", 1e-5f);
+  w.SetFloat32(a + ".rope.freq_base", 10000.0f);
+  w.SetUint32(a + ".rope.dimension_count", uint32_t(p.dim / p.n_heads));
+  w.SetUint32(a + ".vocab_size", uint32_t(p.vocab_size));
+  const VocabSpec vocab = BuildDefaultVocab(int32_t(p.vocab_size));
+  w.SetString("tokenizer.ggml.model", "llama");
+  w.SetStringArray("tokenizer.ggml.tokens", vocab.tokens);
+  w.SetFloatArray("tokenizer.ggml.scores", vocab.scores);
+  w.SetInt32Array("tokenizer.ggml.token_type", vocab.types);
+  w.SetUint32("tokenizer.ggml.bos_token_id", 1);
+  w.SetUint32("tokenizer.ggml.eos_token_id", 2);
+  w.SetUint32("tokenizer.ggml.unknown_token_id", 0);
+  w.SetBool("tokenizer.ggml.add_bos_token", true);
+  w.SetBool("tokenizer.ggml.add_eos_token", false);
+  w.SetString("tokenizer.chat_template",
+              "{% for m in messages %}{% if m['role'] == 'user' %}{{ bos_token + '[INST] ' + "
+              "m['content'] + ' [/INST]' }}{% else %}{{ ' ' + m['content'] + eos_token }}"
+              "{% endif %}{% endfor %}");
+  const int64_t hd = p.dim / p.n_heads, kv = p.n_kv_heads * hd;
+  const float s = 1.0f / std::sqrt(float(p.dim));
+  auto add = [&](const std::string& name, int64_t cols, int64_t rows, float std, TensorType t) {
+    std::vector<float> v = std == 0.0f ? std::vector<float>(size_t(cols * rows), 1.0f)
+                                   : RandomValues(seed, name, size_t(cols * rows), std);
+    std::vector<uint64_t> dims = rows == 1 ? std::vector<uint64_t>{uint64_t(cols)}
+                                           : std::vector<uint64_t>{uint64_t(cols), uint64_t(rows)};
+    return w.AddTensor(name, t, dims, EncodeTensor(v, t));
+  };
+  TANDEM_RETURN_IF_ERROR(add("token_embd.weight", p.dim, p.vocab_size, 1.0f, type));
+  TANDEM_RETURN_IF_ERROR(add("output_norm.weight", p.dim, 1, 0.0f, TensorType::kF32));
+  TANDEM_RETURN_IF_ERROR(add("output.weight", p.dim, p.vocab_size, s, type));
+  for (int64_t l = 0; l < p.n_layers; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    TANDEM_RETURN_IF_ERROR(add(b + "attn_norm.weight", p.dim, 1, 0.0f, TensorType::kF32));
+    TANDEM_RETURN_IF_ERROR(add(b + "ffn_norm.weight", p.dim, 1, 0.0f, TensorType::kF32));
+    TANDEM_RETURN_IF_ERROR(add(b + "attn_q.weight", p.dim, p.n_heads * hd, s, type));
+    TANDEM_RETURN_IF_ERROR(add(b + "attn_k.weight", p.dim, kv, s, type));
+    TANDEM_RETURN_IF_ERROR(add(b + "attn_v.weight", p.dim, kv, s, type));
+    TANDEM_RETURN_IF_ERROR(add(b + "attn_output.weight", p.n_heads * hd, p.dim, s, type));
+    TANDEM_RETURN_IF_ERROR(add(b + "ffn_gate.weight", p.dim, p.ffn_dim, s, type));
+    TANDEM_RETURN_IF_ERROR(add(b + "ffn_up.weight", p.dim, p.ffn_dim, s, type));
+    TANDEM_RETURN_IF_ERROR(add(b + "ffn_down.weight", p.ffn_dim, p.dim,
+                               1.0f / std::sqrt(float(p.ffn_dim)), type));
+  }
+  return w;
+}
+
+Status WriteRandomModel(const ModelPreset& preset, TensorType type, uint64_t seed,
+                        const std::string& path) {
+  TANDEM_ASSIGN_OR_RETURN(GgufWriter w, BuildRandomModel(preset, type, seed));
+  return w.WriteFile(path);
+}
+
+StatusOr<std::string> EnsureDefaultModel() {
+  std::string home;
+  if (const char* env = std::getenv("TANDEM_HOME"); env && *env) {
+    home = env;
+  } else if (const char* h = std::getenv("HOME"); h && *h) {
+    home = std::string(h) + "/.cache/tandem";
+  } else {
+    home = "/tmp/tandem";
+  }
+  const std::string path = home + "/models/default-small-f32.gguf";
+  if (std::filesystem::exists(path)) return path;
+  std::error_code ec;
+  std::filesystem::create_directories(home + "/models", ec);
+  if (ec) return Unavailable("cannot create '" + home + "/models': " + ec.message());
+  TANDEM_ASSIGN_OR_RETURN(ModelPreset preset, FindPreset("small"));
+  TANDEM_RETURN_IF_ERROR(WriteRandomModel(preset, TensorType::kF32, kDefaultSeed, path));
+  return path;
+}
+
+}  // namespace tandem

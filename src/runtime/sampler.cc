@@ -1,0 +1,107 @@
+#include "runtime/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/ops.h"
+
+namespace tandem {
+namespace {
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+Status SamplingParams::Validate() const {
+  if (!(temperature >= 0.0f && temperature <= 100.0f)) return InvalidArgument("temperature must be in [0, 100]");
+  if (top_k < 0) return InvalidArgument("top_k must be >= 0");
+  if (!(top_p > 0.0f && top_p <= 1.0f)) return InvalidArgument("top_p must be in (0, 1]");
+  if (!(min_p >= 0.0f && min_p <= 1.0f)) return InvalidArgument("min_p must be in [0, 1]");
+  if (!(repetition_penalty > 0.0f && repetition_penalty <= 10.0f)) {
+    return InvalidArgument("repetition_penalty must be in (0, 10]");
+  }
+  if (repeat_last_n < 0) return InvalidArgument("repeat_last_n must be >= 0");
+  return Status::Ok();
+}
+
+float CounterUniform(uint64_t seed, int64_t position) {
+  const uint64_t h = SplitMix64(seed ^ SplitMix64(uint64_t(position)));
+  return float(h >> 40) * (1.0f / 16777216.0f);
+}
+
+int32_t Sampler::Sample(std::span<const float> logits, const SamplingParams& p,
+                        std::span<const int32_t> history, int64_t position) {
+  std::span<const float> row = logits;
+  if (p.repetition_penalty != 1.0f && p.repeat_last_n > 0 && !history.empty()) {
+    penalized_.assign(logits.begin(), logits.end());
+    const size_t n = std::min(history.size(), size_t(p.repeat_last_n));
+    for (int32_t id : history.subspan(history.size() - n)) {
+      if (id < 0 || size_t(id) >= penalized_.size()) continue;
+      float& l = penalized_[size_t(id)];
+      const float orig = logits[size_t(id)];  // penalize each distinct token once
+      if (l != orig) continue;
+      l = orig > 0 ? orig / p.repetition_penalty : orig * p.repetition_penalty;
+    }
+    row = penalized_;
+  }
+  // Highest logit first; equal logits by lower id, so the order is total.
+  auto better = [](const Candidate& a, const Candidate& b) {
+    return a.logit != b.logit ? a.logit > b.logit : a.id < b.id;
+  };
+  if (p.temperature <= 0.0f) {
+    Candidate best{row[0], 0};
+    for (size_t i = 1; i < row.size(); ++i) {
+      Candidate c{row[i], int32_t(i)};
+      if (better(c, best)) best = c;
+    }
+    return best.id;
+  }
+  candidates_.resize(row.size());
+  for (size_t i = 0; i < row.size(); ++i) candidates_[i] = {row[i], int32_t(i)};
+  size_t n = candidates_.size();
+  if (p.top_k > 0 && size_t(p.top_k) < n) {
+    n = size_t(p.top_k);
+    std::partial_sort(candidates_.begin(), candidates_.begin() + n, candidates_.end(), better);
+  } else {
+    std::sort(candidates_.begin(), candidates_.end(), better);
+  }
+  // Softmax over the survivors, in sorted order; probabilities reuse .logit.
+  const float max_logit = candidates_[0].logit;
+  float total = 0.0f;
+  for (size_t i = 0; i < n; ++i) {
+    candidates_[i].logit = kernels::ExpDeterministic((candidates_[i].logit - max_logit) / p.temperature);
+    total = total + candidates_[i].logit;
+  }
+  if (p.top_p < 1.0f) {
+    float cum = 0.0f;
+    for (size_t i = 0; i < n; ++i) {
+      cum = cum + candidates_[i].logit;
+      if (cum >= p.top_p * total) {
+        n = i + 1;
+        break;
+      }
+    }
+  }
+  if (p.min_p > 0.0f) {
+    const float floor = p.min_p * candidates_[0].logit;
+    size_t keep = 1;
+    while (keep < n && candidates_[keep].logit >= floor) ++keep;
+    n = keep;
+  }
+  float kept = 0.0f;
+  for (size_t i = 0; i < n; ++i) kept = kept + candidates_[i].logit;
+  const float target = CounterUniform(p.seed, position) * kept;
+  float cum = 0.0f;
+  for (size_t i = 0; i < n; ++i) {
+    cum = cum + candidates_[i].logit;
+    if (target < cum) return candidates_[i].id;
+  }
+  return candidates_[n - 1].id;
+}
+
+}  // namespace tandem

@@ -1,0 +1,136 @@
+// Every ISA's kernels against the scalar reference: bitwise equal (the
+// canonical reduction order), and close to a float64 dot product.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu.h"
+#include "kernels/ops.h"
+#include "kernels/weight_row.h"
+#include "model/presets.h"
+
+namespace tandem::kernels {
+namespace {
+
+std::vector<float> Values(size_t n, uint32_t seed) {
+  std::vector<float> v(n);
+  uint32_t s = seed * 2654435761u + 1;
+  for (auto& x : v) {
+    s = s * 1664525u + 1013904223u;
+    x = float(int32_t(s >> 8) % 20001 - 10000) / 5000.0f;
+  }
+  return v;
+}
+
+struct Case {
+  TensorType file_type;
+  WeightType kernel_type;
+};
+
+std::vector<Isa> SupportedIsas() {
+  std::vector<Isa> isas;
+  for (Isa i : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (IsaSupported(i)) isas.push_back(i);
+  }
+  return isas;
+}
+
+class IsaRestorer {
+ public:
+  ~IsaRestorer() { SetIsa(BestSupportedIsa()); }
+};
+
+TEST(MatMul, AllIsasBitwiseEqualAndAccurate) {
+  IsaRestorer restore;
+  const Case cases[] = {{TensorType::kF32, WeightType::kF32},
+                        {TensorType::kF16, WeightType::kF16},
+                        {TensorType::kBF16, WeightType::kBF16},
+                        {TensorType::kQ8_0, WeightType::kQ8_0}};
+  for (const Case& c : cases) {
+    for (int64_t cols : {16, 32, 64, 96, 17, 3, 45, 172}) {
+      if (c.kernel_type == WeightType::kQ8_0 && cols % 32 != 0) continue;
+      for (int rows : {1, 3, 4, 9}) {
+        for (int n_tok : {1, 2, 5, 8}) {
+          const auto wf = Values(size_t(rows * cols), uint32_t(cols * 31 + rows));
+          const auto bytes = EncodeTensor(wf, c.file_type);
+          WeightMatrix w{c.kernel_type, bytes.data(), rows, cols, bytes.size() / size_t(rows)};
+          const auto x = Values(size_t(n_tok * cols), uint32_t(n_tok + 7));
+          std::vector<float> ref;
+          for (Isa isa : SupportedIsas()) {
+            SetIsa(isa);
+            std::vector<float> y(size_t(n_tok * rows), -1.0f);
+            Active().matmul_rows(w, x.data(), cols, n_tok, y.data(), rows, 0, rows);
+            if (ref.empty()) {
+              ref = y;
+              // Accuracy against float64 over the exactly-decoded weights.
+              for (int t = 0; t < n_tok; ++t) {
+                for (int r = 0; r < rows; ++r) {
+                  double d = 0, mag = 0;
+                  for (int64_t k = 0; k < cols; ++k) {
+                    const double wk = WeightAt(c.kernel_type, bytes.data() + size_t(r) * w.row_bytes, k);
+                    d += wk * x[size_t(t * cols + k)];
+                    mag += std::fabs(wk * x[size_t(t * cols + k)]);
+                  }
+                  EXPECT_NEAR(y[size_t(t * rows + r)], d, 1e-6 * mag + 1e-30);
+                }
+              }
+            } else {
+              ASSERT_EQ(0, std::memcmp(ref.data(), y.data(), ref.size() * 4))
+                  << IsaName(isa) << " differs from scalar: type " << int(c.kernel_type)
+                  << " cols " << cols << " rows " << rows << " tokens " << n_tok;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(MatMul, ResultIndependentOfBatchAndRowRange) {
+  const int64_t cols = 80, rows = 12;
+  const auto wf = Values(size_t(rows * cols), 5);
+  WeightMatrix w{WeightType::kF32, reinterpret_cast<const uint8_t*>(wf.data()), rows, cols,
+                 size_t(cols) * 4};
+  const auto x = Values(size_t(9 * cols), 6);
+  std::vector<float> all(size_t(9 * rows));
+  Active().matmul_rows(w, x.data(), cols, 9, all.data(), rows, 0, rows);
+  for (int t = 0; t < 9; ++t) {
+    std::vector<float> one(static_cast<size_t>(rows));
+    Active().matmul_rows(w, x.data() + t * cols, cols, 1, one.data(), rows, 0, 5);
+    Active().matmul_rows(w, x.data() + t * cols, cols, 1, one.data(), rows, 5, rows);
+    ASSERT_EQ(0, std::memcmp(one.data(), all.data() + t * rows, size_t(rows) * 4)) << t;
+  }
+}
+
+TEST(Ops, AxpyAndDotAgreeAcrossIsas) {
+  IsaRestorer restore;
+  const auto a = Values(203, 1), b = Values(203, 2);
+  std::vector<float> dots, ys;
+  for (Isa isa : SupportedIsas()) {
+    SetIsa(isa);
+    std::vector<float> y = b;
+    Active().axpy(0.37f, a.data(), y.data(), 203);
+    const float d = Active().dot(a.data(), b.data(), 203);
+    if (dots.empty()) {
+      dots.push_back(d);
+      ys = y;
+    } else {
+      EXPECT_EQ(0, std::memcmp(&d, &dots[0], 4)) << IsaName(isa);
+      EXPECT_EQ(0, std::memcmp(ys.data(), y.data(), ys.size() * 4)) << IsaName(isa);
+    }
+  }
+}
+
+TEST(Ops, ExpDeterministicIsAccurate) {
+  for (float x = -87.0f; x < 88.0f; x += 0.0137f) {
+    const double want = std::exp(double(x));
+    EXPECT_NEAR(ExpDeterministic(x) / want, 1.0, 3e-7) << x;
+  }
+  EXPECT_EQ(ExpDeterministic(-100.0f), 0.0f);
+  EXPECT_TRUE(std::isinf(ExpDeterministic(100.0f)));
+}
+
+}  // namespace
+}  // namespace tandem::kernels

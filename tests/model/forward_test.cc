@@ -1,0 +1,151 @@
+// The optimized forward pass against the float64 reference, and its bitwise
+// invariances: chunking, batch composition and ISA never change a logit.
+#include "model/forward.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "kernels/cpu.h"
+#include "support/paths.h"
+#include "support/reference_model.h"
+#include "support/test_models.h"
+
+namespace tandem {
+namespace {
+
+using testing::MakePresetModel;
+using testing::PseudoRandomTokens;
+using testing::RunSequence;
+
+void ExpectMatchesReference(const Model& model, size_t n_tokens, double bound) {
+  ThreadPool threads(2);
+  const auto tokens = PseudoRandomTokens(n_tokens, model.config().vocab_size, 3);
+  const auto got = RunSequence(model, threads, tokens, 0);
+  const testing::ReferenceModel ref(model.gguf());
+  const auto want = ref.Forward(tokens);
+  ASSERT_EQ(got.size(), want.size());
+  const double err = testing::NormalizedError(got, want);
+  EXPECT_LT(err, bound) << model.config().name;
+  std::cout << "[ reference ] " << model.config().name << " normalized error " << err << "\n";
+}
+
+TEST(ForwardReference, TinyPresetAllTypes) {
+  for (auto type : {TensorType::kF32, TensorType::kF16, TensorType::kBF16, TensorType::kQ8_0}) {
+    auto m = MakePresetModel("tiny", type);
+    ExpectMatchesReference(*m->model, 40, 1e-5);
+  }
+}
+
+TEST(ForwardReference, SmallPreset) {
+  auto m = MakePresetModel("small", TensorType::kF32);
+  ExpectMatchesReference(*m->model, 24, 1e-5);
+}
+
+TEST(ForwardReference, Preset100m) {
+  auto m = MakePresetModel("100m", TensorType::kF16);
+  ExpectMatchesReference(*m->model, 6, 1e-5);
+}
+
+TEST(ForwardReference, Stories260K) {
+  TANDEM_REQUIRE_SHARED_MODEL(path);
+  auto model = Model::Load(path);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  ExpectMatchesReference(**model, 70, 1e-5);
+}
+
+TEST(ForwardInvariance, ChunkSizesGiveIdenticalLogits) {
+  auto m = MakePresetModel("tiny", TensorType::kF32);
+  ThreadPool threads(2);
+  const auto tokens = PseudoRandomTokens(150, m->model->config().vocab_size, 11);
+  const auto whole = RunSequence(*m->model, threads, tokens, 0);
+  for (size_t chunk : {1, 7, 64}) {
+    const auto got = RunSequence(*m->model, threads, tokens, chunk);
+    ASSERT_EQ(got.size(), whole.size());
+    EXPECT_EQ(0, std::memcmp(got.data(), whole.data(), got.size() * 4)) << "chunk " << chunk;
+  }
+}
+
+// One sequence's logits alone vs. batched with 1-31 other sequences of
+// different lengths (prefill chunks and decode tokens mixed).
+TEST(ForwardInvariance, BatchCompositionGivesIdenticalLogits) {
+  auto m = MakePresetModel("tiny", TensorType::kF16);
+  const Model& model = *m->model;
+  ThreadPool threads(2);
+  const auto target = PseudoRandomTokens(70, model.config().vocab_size, 1);
+  const auto alone = RunSequence(model, threads, target, 0);
+  const size_t vocab = size_t(model.config().vocab_size);
+  for (int others : {1, 2, 5, 13, 31}) {
+    PagePool pool(model.cache_registry(), int(model.config().n_layers), 4 * (others + 1));
+    std::vector<std::vector<int32_t>> seqs = {target};
+    for (int o = 0; o < others; ++o) {
+      seqs.push_back(PseudoRandomTokens(size_t(1 + (o * 37) % 90), model.config().vocab_size,
+                                        uint32_t(100 + o)));
+    }
+    std::vector<std::vector<int32_t>> pages;
+    for (auto& s : seqs) pages.push_back(*pool.Allocate(int64_t(s.size() + 63) / 64));
+    ForwardPass fwd(model, threads);
+    // Step 1: every sequence but the target prefills all but its last token;
+    // the target prefills its first 33. Step 2: the rest, all in one batch.
+    std::vector<float> logits;
+    std::vector<SequenceChunk> step1, step2;
+    const size_t split = 33;
+    step1.push_back({std::span<const int32_t>(seqs[0]).first(split), 0, pages[0], true});
+    step2.push_back({std::span<const int32_t>(seqs[0]).subspan(split), int64_t(split), pages[0], true});
+    for (size_t i = 1; i < seqs.size(); ++i) {
+      const size_t n = seqs[i].size();
+      if (n > 1) step1.push_back({std::span<const int32_t>(seqs[i]).first(n - 1), 0, pages[i], false});
+      step2.push_back({std::span<const int32_t>(seqs[i]).subspan(n - 1), int64_t(n - 1), pages[i], false});
+    }
+    ASSERT_TRUE(fwd.Run(step1, pool, &logits).ok());
+    std::vector<float> target_logits(logits.begin(), logits.begin() + split * vocab);
+    logits.clear();
+    ASSERT_TRUE(fwd.Run(step2, pool, &logits).ok());
+    target_logits.insert(target_logits.end(), logits.begin(),
+                         logits.begin() + (target.size() - split) * vocab);
+    ASSERT_EQ(target_logits.size(), alone.size());
+    EXPECT_EQ(0, std::memcmp(target_logits.data(), alone.data(), alone.size() * 4))
+        << "batched with " << others << " others";
+    for (auto& p : pages) pool.Release(p);
+    EXPECT_TRUE(pool.CheckAccounting().ok());
+    EXPECT_EQ(pool.free_pages(), pool.total_pages());
+  }
+}
+
+TEST(ForwardInvariance, EveryIsaGivesIdenticalLogits) {
+  auto m = MakePresetModel("tiny", TensorType::kQ8_0);
+  ThreadPool threads(2);
+  const auto tokens = PseudoRandomTokens(45, m->model->config().vocab_size, 5);
+  kernels::SetIsa(kernels::Isa::kScalar);
+  const auto scalar = RunSequence(*m->model, threads, tokens, 0);
+  for (auto isa : {kernels::Isa::kAvx2, kernels::Isa::kAvx512}) {
+    if (!kernels::IsaSupported(isa)) continue;
+    kernels::SetIsa(isa);
+    const auto got = RunSequence(*m->model, threads, tokens, 0);
+    EXPECT_EQ(0, std::memcmp(got.data(), scalar.data(), got.size() * 4)) << kernels::IsaName(isa);
+  }
+  kernels::SetIsa(kernels::BestSupportedIsa());
+}
+
+TEST(ForwardErrors, BadTokenAndShortPageTableAreRejected) {
+  auto m = MakePresetModel("tiny", TensorType::kF32);
+  ThreadPool threads(1);
+  PagePool pool(m->model->cache_registry(), 4, 2);
+  auto pages = *pool.Allocate(1);
+  ForwardPass fwd(*m->model, threads);
+  std::vector<float> logits;
+  std::vector<int32_t> bad = {5, 99999};
+  SequenceChunk c{bad, 0, pages, false};
+  Status st = fwd.Run({&c, 1}, pool, &logits);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("99999"), std::string::npos);
+  std::vector<int32_t> ok = {5, 6};
+  SequenceChunk far{ok, 63, pages, false};
+  st = fwd.Run({&far, 1}, pool, &logits);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(logits.empty());
+  pool.Release(pages);
+}
+
+}  // namespace
+}  // namespace tandem

@@ -1,0 +1,32 @@
+// An independent float64 implementation of the llama forward pass, written
+// plainly for tests: contiguous KV, libm math, its own weight decoding. The
+// optimized runtime must match it within a normalized-error bound.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/gguf.h"
+
+namespace tandem::testing {
+
+class ReferenceModel {
+ public:
+  explicit ReferenceModel(const GgufFile& gguf);
+  int64_t vocab() const { return vocab_; }
+  // Logits for every position of `tokens`, row-major [tokens.size() x vocab].
+  std::vector<double> Forward(const std::vector<int32_t>& tokens) const;
+
+ private:
+  std::vector<double> Tensor(const std::string& name) const;
+  const GgufFile& g_;
+  std::string arch_;
+  int64_t dim_, layers_, heads_, kv_heads_, head_dim_, ffn_, vocab_;
+  double eps_, theta_;
+  bool neox_;
+};
+
+// ||a - b|| / ||b|| over all elements.
+double NormalizedError(const std::vector<float>& a, const std::vector<double>& b);
+
+}  // namespace tandem::testing
