@@ -1,4 +1,38 @@
+// `tandem mkmodel`: write a deterministic random-weight llama model.
+#include <cstdio>
+#include <memory>
+
 #include "bin/commands.h"
+#include "model/presets.h"
+
 namespace tandem::cli {
-void RegisterMkmodel(CLI::App& app) {}
+
+void RegisterMkmodel(CLI::App& app) {
+  struct Args {
+    std::string preset = "small", type = "f32", out;
+    uint64_t seed = 20261129;
+  };
+  auto args = std::make_shared<Args>();
+  std::string names;
+  for (const auto& p : ModelPresets()) names += (names.empty() ? "" : ", ") + p.name;
+  CLI::App* cmd = app.add_subcommand("mkmodel", "Write a deterministic random-weight llama GGUF model");
+  cmd->add_option("--preset", args->preset, "Preset: " + names);
+  cmd->add_option("--type", args->type, "Matrix type: f32, f16, bf16, q8_0");
+  cmd->add_option("--seed", args->seed, "Weight seed");
+  cmd->add_option("-o,--out", args->out, "Output .gguf path")->required();
+  cmd->callback([args] {
+    auto preset = FindPreset(args->preset);
+    auto type = ParseTensorType(args->type);
+    Status st = !preset.ok() ? preset.status() : !type.ok() ? type.status() : Status::Ok();
+    if (st.ok()) st = WriteRandomModel(*preset, *type, args->seed, args->out);
+    if (!st.ok()) {
+      std::fprintf(stderr, "error: %s\n", st.ToString().c_str());
+      SetExitCode(1);
+      return;
+    }
+    std::fprintf(stderr, "wrote %s (preset %s, %s)\n", args->out.c_str(), args->preset.c_str(),
+                 args->type.c_str());
+  });
 }
+
+}  // namespace tandem::cli

@@ -12,14 +12,23 @@ ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
-    generation_.fetch_add(1);
   }
   wake_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::RunTasks() {
-  for (int t = next_task_.fetch_add(1); t < n_tasks_; t = next_task_.fetch_add(1)) (*fn_)(t);
+void ThreadPool::RunTasks(uint64_t round) {
+  const Round& r = rounds_[round & 1];
+  for (;;) {
+    uint64_t cur = claim_.load(std::memory_order_acquire);
+    if ((cur >> kIndexBits) != round) return;  // a later round began: ours is done
+    const int n_tasks = r.n_tasks.load(std::memory_order_relaxed);
+    const int index = int(cur & 0xffffffffu);
+    if (index >= n_tasks) return;
+    if (!claim_.compare_exchange_weak(cur, cur + 1, std::memory_order_acq_rel)) continue;
+    (*r.fn.load(std::memory_order_relaxed))(index);
+    done_.fetch_add(1, std::memory_order_acq_rel);
+  }
 }
 
 void ThreadPool::ParallelFor(int n_tasks, const std::function<void(int)>& fn) {
@@ -27,34 +36,35 @@ void ThreadPool::ParallelFor(int n_tasks, const std::function<void(int)>& fn) {
     for (int t = 0; t < n_tasks; ++t) fn(t);
     return;
   }
-  fn_ = &fn;
-  n_tasks_ = n_tasks;
-  next_task_.store(0);
-  active_workers_.store(int(workers_.size()));
+  const uint64_t round = (claim_.load(std::memory_order_relaxed) >> kIndexBits) + 1;
+  Round& r = rounds_[round & 1];
+  r.fn.store(&fn, std::memory_order_relaxed);
+  r.n_tasks.store(n_tasks, std::memory_order_relaxed);
+  done_.store(0, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    generation_.fetch_add(1);
+    claim_.store(round << kIndexBits, std::memory_order_release);
   }
   wake_.notify_all();
-  RunTasks();
-  while (active_workers_.load(std::memory_order_acquire) != 0) _mm_pause();
+  RunTasks(round);
+  while (done_.load(std::memory_order_acquire) != n_tasks) _mm_pause();
 }
 
 void ThreadPool::WorkerLoop() {
   uint64_t seen = 0;
   for (;;) {
     // Spin briefly (kernels come in quick bursts during a forward pass), then sleep.
-    for (int spin = 0; spin < 20000 && generation_.load(std::memory_order_acquire) == seen; ++spin) {
+    for (int spin = 0; spin < 4000 && (claim_.load(std::memory_order_acquire) >> kIndexBits) == seen;
+         ++spin) {
       _mm_pause();
     }
     {
       std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] { return generation_.load() != seen; });
-      seen = generation_.load();
+      wake_.wait(lock, [&] { return stop_ || (claim_.load() >> kIndexBits) != seen; });
       if (stop_) return;
+      seen = claim_.load() >> kIndexBits;
     }
-    RunTasks();
-    active_workers_.fetch_sub(1, std::memory_order_release);
+    RunTasks(seen);
   }
 }
 

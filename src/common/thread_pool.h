@@ -2,6 +2,10 @@
 // fn(task) for task in [0, n_tasks) across the workers and the calling thread
 // and returns when all are done. Work is split by task index only, so results
 // never depend on thread timing. Not reentrant: one ParallelFor at a time.
+//
+// The caller never waits for a worker that has not started: tasks are claimed
+// from a shared counter, so on a busy machine a late or descheduled worker
+// simply finds nothing left to do and the caller runs every task itself.
 #pragma once
 
 #include <atomic>
@@ -24,21 +28,28 @@ class ThreadPool {
   void ParallelFor(int n_tasks, const std::function<void(int)>& fn);
 
  private:
+  // One round's work, double-buffered by round parity: a worker that claims a
+  // task of round r reads slot r % 2, which the caller does not rewrite until
+  // round r + 2, long after round r's tasks are all done.
+  struct Round {
+    std::atomic<const std::function<void(int)>*> fn{nullptr};
+    std::atomic<int> n_tasks{0};
+  };
+  static constexpr uint64_t kIndexBits = 32;
+
   void WorkerLoop();
-  void RunTasks();
+  // Claims and runs tasks of the round encoded in `expected` while any remain.
+  void RunTasks(uint64_t round);
 
   const int n_threads_;
   std::vector<std::thread> workers_;
+  Round rounds_[2];
+  // High bits: round number; low 32 bits: next task index of that round.
+  std::atomic<uint64_t> claim_{0};
+  std::atomic<int> done_{0};
   std::mutex mu_;
   std::condition_variable wake_;
-  // Guarded by mu_ for the sleep/wake handshake; read lock-free while spinning.
-  std::atomic<uint64_t> generation_{0};
   bool stop_ = false;  // guarded by mu_
-  // Set by the caller before bumping generation_; read by workers after.
-  const std::function<void(int)>* fn_ = nullptr;
-  int n_tasks_ = 0;
-  std::atomic<int> next_task_{0};
-  std::atomic<int> active_workers_{0};
 };
 
 }  // namespace tandem

@@ -15,6 +15,12 @@ StatusOr<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<GgufFile> gguf)
   TANDEM_ASSIGN_OR_RETURN(m->config_, ReadModelConfig(*m->gguf_));
   TANDEM_ASSIGN_OR_RETURN(m->weights_, LoadWeights(*m->gguf_, m->config_));
   m->rope_ = std::make_unique<RopeTable>(m->config_);
+  TANDEM_ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::FromGguf(*m->gguf_));
+  if (m->tokenizer_->vocab_size() != m->config_.vocab_size) {
+    return DataLoss("tokenizer has " + std::to_string(m->tokenizer_->vocab_size()) +
+                    " tokens but token_embd.weight has " + std::to_string(m->config_.vocab_size) +
+                    " rows");
+  }
   const int64_t kv_dim = m->config_.kv_dim();
   TANDEM_ASSIGN_OR_RETURN(m->k_buffer_, m->registry_.Register({"k", CacheDType::kF32, kv_dim}));
   TANDEM_ASSIGN_OR_RETURN(m->v_buffer_, m->registry_.Register({"v", CacheDType::kF32, kv_dim}));

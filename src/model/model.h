@@ -10,6 +10,7 @@
 #include "model/config.h"
 #include "model/gguf.h"
 #include "model/rope.h"
+#include "model/tokenizer.h"
 #include "model/weights.h"
 
 namespace tandem {
@@ -23,6 +24,7 @@ class Model {
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
   const RopeTable& rope() const { return *rope_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
 
   // The per-token cache buffers this model's attention reads and writes.
   const CacheBufferRegistry& cache_registry() const { return registry_; }
@@ -34,6 +36,7 @@ class Model {
   ModelConfig config_;
   ModelWeights weights_;
   std::unique_ptr<RopeTable> rope_;
+  std::unique_ptr<Tokenizer> tokenizer_;
   CacheBufferRegistry registry_;
   CacheBufferId k_buffer_ = -1, v_buffer_ = -1;
 };

@@ -1,0 +1,24 @@
+// Options every model-running command shares (--model, --threads, --isa) and
+// the one place they are turned into a loaded model.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <memory>
+#include <string>
+
+#include "model/model.h"
+
+namespace tandem::cli {
+
+struct ModelOptions {
+  std::string model_path;  // empty: the embedded default model
+  int threads = 2;
+  std::string isa;  // empty: best supported
+
+  void AddTo(CLI::App* cmd);
+  // Applies --isa, then loads the model; prints what went wrong on failure.
+  StatusOr<std::unique_ptr<Model>> Load() const;
+};
+
+}  // namespace tandem::cli
