@@ -29,8 +29,8 @@ int RunGenerate(const GenerateArgs& args) {
   const Model& m = **model;
   const Tokenizer& tok = m.tokenizer();
   std::string text = args.prompt;
+  const auto kind = DetectChatTemplate(m.gguf().GetStringOr("tokenizer.chat_template", ""));
   if (args.chat) {
-    const auto kind = DetectChatTemplate(m.gguf().GetStringOr("tokenizer.chat_template", ""));
     const ChatMessage msg{"user", args.prompt};
     auto rendered = RenderChat(kind, {&msg, 1}, true, tok.bos_id() >= 0 ? tok.TokenText(tok.bos_id()) : "");
     if (!rendered.ok()) {
@@ -39,8 +39,8 @@ int RunGenerate(const GenerateArgs& args) {
     }
     text = *rendered;
   }
-  // A chat template spells BOS itself; plain prompts get it from the vocab's flag.
-  const bool add_bos = !args.no_bos && !args.chat && tok.add_bos();
+  // Some chat templates spell BOS themselves; otherwise it comes from the vocab's flag.
+  const bool add_bos = !args.no_bos && tok.add_bos() && !(args.chat && ChatTemplateIncludesBos(kind));
   std::vector<int32_t> prompt = tok.Encode(text, add_bos, args.chat);
   if (prompt.empty() && tok.bos_id() >= 0) prompt.push_back(tok.bos_id());
   const int64_t ctx = args.ctx_size > 0 ? args.ctx_size : m.config().context_length;

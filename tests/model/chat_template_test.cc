@@ -1,0 +1,105 @@
+#include "model/chat_template.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace tandem {
+namespace {
+
+const std::vector<ChatMessage> kConversation = {
+    {"system", "You are helpful."},
+    {"user", "Hi"},
+    {"assistant", "Hello!"},
+    {"user", "Tell me a story."},
+};
+
+std::string Render(ChatTemplateKind kind, const std::vector<ChatMessage>& messages,
+                   bool add_generation_prompt, std::string_view bos) {
+  auto out = RenderChat(kind, messages, add_generation_prompt, bos);
+  EXPECT_TRUE(out.ok()) << out.status().ToString();
+  return out.ok() ? *out : "";
+}
+
+TEST(ChatTemplate, Llama2) {
+  EXPECT_EQ(Render(ChatTemplateKind::kLlama2, kConversation, true, "<s>"),
+            "<s>[INST] <<SYS>>\nYou are helpful.\n<</SYS>>\n\nHi [/INST] Hello! </s>"
+            "<s>[INST] Tell me a story. [/INST]");
+  // Contents are trimmed, as the official template does with .strip().
+  EXPECT_EQ(Render(ChatTemplateKind::kLlama2, {{"user", "  Hi\n"}}, true, "<s>"),
+            "<s>[INST] Hi [/INST]");
+}
+
+TEST(ChatTemplate, Chatml) {
+  const std::string expected =
+      "<|im_start|>system\nYou are helpful.<|im_end|>\n"
+      "<|im_start|>user\nHi<|im_end|>\n"
+      "<|im_start|>assistant\nHello!<|im_end|>\n"
+      "<|im_start|>user\nTell me a story.<|im_end|>\n";
+  EXPECT_EQ(Render(ChatTemplateKind::kChatml, kConversation, true, "<s>"),
+            expected + "<|im_start|>assistant\n");
+  EXPECT_EQ(Render(ChatTemplateKind::kChatml, kConversation, false, "<s>"), expected);
+  EXPECT_EQ(Render(ChatTemplateKind::kChatml, {{"tool", "42"}}, false, ""),
+            "<|im_start|>tool\n42<|im_end|>\n");
+}
+
+TEST(ChatTemplate, Llama3) {
+  const std::string expected =
+      "<|begin_of_text|>"
+      "<|start_header_id|>system<|end_header_id|>\n\nYou are helpful.<|eot_id|>"
+      "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+      "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>"
+      "<|start_header_id|>user<|end_header_id|>\n\nTell me a story.<|eot_id|>";
+  EXPECT_EQ(Render(ChatTemplateKind::kLlama3, kConversation, true, "<|begin_of_text|>"),
+            expected + "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(Render(ChatTemplateKind::kLlama3, kConversation, false, "<|begin_of_text|>"), expected);
+  EXPECT_EQ(Render(ChatTemplateKind::kLlama3, {{"tool", " 42 "}}, false, "B"),
+            "B<|start_header_id|>ipython<|end_header_id|>\n\n42<|eot_id|>");
+}
+
+TEST(ChatTemplate, Plain) {
+  EXPECT_EQ(Render(ChatTemplateKind::kPlain, kConversation, true, "<s>"),
+            "System: You are helpful.\nUser: Hi\nAssistant: Hello!\nUser: Tell me a story.\n"
+            "Assistant: ");
+  EXPECT_EQ(Render(ChatTemplateKind::kPlain, {{"tool", "42"}}, false, "<s>"), "Tool: 42\n");
+  EXPECT_EQ(Render(ChatTemplateKind::kPlain, {}, true, "<s>"), "Assistant: ");
+}
+
+TEST(ChatTemplate, UnknownRoleIsRejected) {
+  for (ChatTemplateKind kind : {ChatTemplateKind::kLlama2, ChatTemplateKind::kChatml,
+                                ChatTemplateKind::kLlama3, ChatTemplateKind::kPlain}) {
+    const std::vector<ChatMessage> messages = {{"user", "Hi"}, {"narrator", "x"}};
+    auto out = RenderChat(kind, messages, true, "<s>");
+    ASSERT_FALSE(out.ok());
+    EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(out.status().message().find("narrator"), std::string::npos);
+  }
+}
+
+TEST(ChatTemplate, DetectsFamilyFromJinja) {
+  EXPECT_EQ(DetectChatTemplate("{% for message in messages %}{{'<|im_start|>' + message['role']"
+                               " + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}"),
+            ChatTemplateKind::kChatml);
+  EXPECT_EQ(DetectChatTemplate("{% set content = '<|start_header_id|>' + message['role'] + "
+                               "'<|end_header_id|>\\n\\n' + message['content'] | trim %}"),
+            ChatTemplateKind::kLlama3);
+  EXPECT_EQ(DetectChatTemplate("{{ bos_token + '[INST] ' + message['content'] | trim + "
+                               "' [/INST]' }}"),
+            ChatTemplateKind::kLlama2);
+  EXPECT_EQ(DetectChatTemplate(""), ChatTemplateKind::kPlain);
+  EXPECT_EQ(DetectChatTemplate("{{ messages[0]['content'] }}"), ChatTemplateKind::kPlain);
+}
+
+TEST(ChatTemplate, NamesRoundTrip) {
+  for (ChatTemplateKind kind : {ChatTemplateKind::kLlama2, ChatTemplateKind::kChatml,
+                                ChatTemplateKind::kLlama3, ChatTemplateKind::kPlain}) {
+    EXPECT_EQ(ParseChatTemplateName(ChatTemplateName(kind)), kind);
+  }
+  EXPECT_STREQ(ChatTemplateName(ChatTemplateKind::kLlama3), "llama3");
+  EXPECT_EQ(ParseChatTemplateName("vicuna"), std::nullopt);
+  EXPECT_TRUE(ChatTemplateIncludesBos(ChatTemplateKind::kLlama2));
+  EXPECT_FALSE(ChatTemplateIncludesBos(ChatTemplateKind::kChatml));
+}
+
+}  // namespace
+}  // namespace tandem
