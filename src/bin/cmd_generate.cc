@@ -56,6 +56,7 @@ int RunGenerate(const GenerateArgs& args) {
     return true;
   });
   std::printf("\n");
+  std::fflush(stdout);
   if (!result.ok()) {
     std::fprintf(stderr, "error: %s\n", result.status().ToString().c_str());
     return 1;

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs, builds and runs every test: the Release build under CTest, then the
+# unit tests again built with AddressSanitizer and UndefinedBehaviorSanitizer.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+start=$(date +%s)
+bash scripts/build.sh build
+echo "== ctest (Release)"
+ctest --test-dir build --output-on-failure -j 2 --timeout 900
+echo "== unit tests under AddressSanitizer + UndefinedBehaviorSanitizer"
+bash scripts/build.sh build-asan -DTANDEM_SANITIZE=ON -DTANDEM_BUILD_BENCH=OFF
+# The 100m reference check is the same code on a bigger model; too slow under ASan.
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ./build-asan/tests/tandem_tests --gtest_filter='-ForwardReference.Preset100m' --gtest_brief=1
+echo "== all tests done in $(( $(date +%s) - start )) s"

@@ -1,0 +1,76 @@
+// The `tandem` command as a user runs it: real processes, checked output.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "support/paths.h"
+#include "support/process.h"
+
+namespace tandem {
+namespace {
+
+using testing::MakeTempDir;
+using testing::RunTandem;
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = MakeTempDir(); }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string dir_;
+};
+
+TEST_F(Cli, MkmodelThenGenerateIsDeterministic) {
+  const std::string model = dir_ + "/tiny.gguf";
+  auto mk = RunTandem("mkmodel --preset tiny --type q8_0 --out " + model);
+  ASSERT_EQ(mk.exit_code, 0) << mk.output;
+  auto mk2 = RunTandem("mkmodel --preset tiny --type q8_0 --out " + dir_ + "/tiny2.gguf");
+  ASSERT_EQ(mk2.exit_code, 0);
+  std::ifstream a(model, std::ios::binary), b(dir_ + "/tiny2.gguf", std::ios::binary);
+  std::string sa((std::istreambuf_iterator<char>(a)), {}), sb((std::istreambuf_iterator<char>(b)), {});
+  EXPECT_GT(sa.size(), 100000u);
+  EXPECT_EQ(sa, sb) << "mkmodel must be byte-for-byte deterministic";
+  auto g1 = RunTandem("generate -m " + model + " -p 'Hello there' -n 12 --temp 0.7 --seed 5");
+  auto g2 = RunTandem("generate -m " + model + " -p 'Hello there' -n 12 --temp 0.7 --seed 5 --threads 1 --isa scalar");
+  ASSERT_EQ(g1.exit_code, 0) << g1.output;
+  ASSERT_EQ(g2.exit_code, 0) << g2.output;
+  // The text (first line) is identical across thread counts and ISAs.
+  EXPECT_EQ(g1.output.substr(0, g1.output.find('\n')), g2.output.substr(0, g2.output.find('\n')));
+  EXPECT_NE(g1.output.find("generated 12 tokens"), std::string::npos) << g1.output;
+}
+
+TEST_F(Cli, GenerateWithoutModelUsesTheEmbeddedDefault) {
+  auto g = RunTandem("generate -p 'Hi' -n 4", 300, "TANDEM_HOME=" + dir_);
+  ASSERT_EQ(g.exit_code, 0) << g.output;
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/models/default-small-f32.gguf"));
+  EXPECT_NE(g.output.find("tandem-small"), std::string::npos) << g.output;
+}
+
+TEST_F(Cli, BadInputsGiveClearErrors) {
+  auto missing = RunTandem("generate -m " + dir_ + "/nope.gguf -p x");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.output.find("nope.gguf"), std::string::npos) << missing.output;
+  {
+    std::ofstream f(dir_ + "/bad.gguf", std::ios::binary);
+    f << "GGUF\x03";  // truncated after the magic
+  }
+  auto bad = RunTandem("generate -m " + dir_ + "/bad.gguf -p x");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.output.find("header version"), std::string::npos) << bad.output;
+  auto preset = RunTandem("mkmodel --preset huge --out " + dir_ + "/x.gguf");
+  EXPECT_EQ(preset.exit_code, 1);
+  EXPECT_NE(preset.output.find("unknown model preset 'huge'"), std::string::npos) << preset.output;
+  auto isa = RunTandem("generate -m " + dir_ + "/bad.gguf --isa neon -p x");
+  EXPECT_NE(isa.exit_code, 0);
+  EXPECT_NE(isa.output.find("--isa"), std::string::npos) << isa.output;
+}
+
+TEST_F(Cli, Stories260KFromTheCommandLine) {
+  TANDEM_REQUIRE_SHARED_MODEL(path);
+  auto g = RunTandem("generate -m " + path + " -p 'Once upon a time' -n 20");
+  ASSERT_EQ(g.exit_code, 0) << g.output;
+  EXPECT_EQ(g.output.rfind(", there was a little", 0), 0u) << g.output;
+}
+
+}  // namespace
+}  // namespace tandem

@@ -1,0 +1,20 @@
+// Runs the tandem binary as a child process with a time limit and captures
+// its output (stdout and stderr together).
+#pragma once
+
+#include <string>
+
+namespace tandem::testing {
+
+struct ProcessResult {
+  int exit_code = -1;
+  std::string output;
+};
+
+// `args` is appended to the binary path and run by /bin/sh under `timeout`.
+ProcessResult RunTandem(const std::string& args, int timeout_seconds = 120,
+                        const std::string& env = "");
+
+std::string MakeTempDir();
+
+}  // namespace tandem::testing
