@@ -9,7 +9,7 @@ namespace tandem::cli {
 
 void RegisterMkmodel(CLI::App& app) {
   struct Args {
-    std::string preset = "small", type = "f32", out;
+    std::string preset = "small", type = "f32", arch = "llama", out;
     uint64_t seed = 20261129;
   };
   auto args = std::make_shared<Args>();
@@ -19,12 +19,13 @@ void RegisterMkmodel(CLI::App& app) {
   cmd->add_option("--preset", args->preset, "Preset: " + names);
   cmd->add_option("--type", args->type, "Matrix type: f32, f16, bf16, q8_0");
   cmd->add_option("--seed", args->seed, "Weight seed");
+  cmd->add_option("--arch", args->arch, "Architecture: llama or qwen2");
   cmd->add_option("-o,--out", args->out, "Output .gguf path")->required();
   cmd->callback([args] {
     auto preset = FindPreset(args->preset);
     auto type = ParseTensorType(args->type);
     Status st = !preset.ok() ? preset.status() : !type.ok() ? type.status() : Status::Ok();
-    if (st.ok()) st = WriteRandomModel(*preset, *type, args->seed, args->out);
+    if (st.ok()) st = WriteRandomModel(*preset, *type, args->seed, args->out, args->arch);
     if (!st.ok()) {
       std::fprintf(stderr, "error: %s\n", st.ToString().c_str());
       SetExitCode(1);

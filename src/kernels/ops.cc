@@ -79,7 +79,8 @@ void Attention(const float* q, const PagedRows& k, const PagedRows& v, const int
   const KernelTable& kt = Active();
   const int group = shape.n_heads / shape.n_kv_heads;
   const int hd = shape.head_dim;
-  for (int h = 0; h < shape.n_heads; ++h) {
+  const int head_end = shape.head_end < 0 ? shape.n_heads : shape.head_end;
+  for (int h = shape.head_begin; h < head_end; ++h) {
     const float* qh = q + int64_t(h) * hd;
     const int64_t kv_off = int64_t(h / group) * hd;
     float mx = -BitsToFloat(0x7f800000u);

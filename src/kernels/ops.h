@@ -45,6 +45,9 @@ struct AttentionShape {
   int n_kv_heads = 0;
   int head_dim = 0;
   float scale = 0;  // usually 1/sqrt(head_dim)
+  // Query heads [head_begin, head_end) are computed; the rest of out is untouched.
+  int head_begin = 0;
+  int head_end = -1;  // -1: n_heads
 };
 
 // Causal attention of one query token over cache positions. When positions is

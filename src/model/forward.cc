@@ -54,16 +54,46 @@ void ForwardPass::Resize(int n, int64_t max_context) {
   fit(scores_, size_t(pool_.size()) * size_t(max_context));
 }
 
-// Splits the rows across threads in blocks of 4 (the kernels' row tile). The
-// split never changes a result: each output element is computed whole by one thread.
-void ForwardPass::MatMul(const kernels::WeightMatrix& w, const float* x, int n, float* y) {
+// Splits each matrix's rows across threads in blocks of 8 (the kernels' row
+// tile). The split never changes a result: each output element is computed
+// whole by one thread, in the canonical order.
+void ForwardPass::MatMuls(std::initializer_list<MatMulJob> jobs, const float* x, int n) {
   const auto& kt = kernels::Active();
   const int tasks = pool_.size();
-  const int64_t per = (w.rows + tasks * 4 - 1) / (tasks * 4) * 4;
   pool_.ParallelFor(tasks, [&](int t) {
-    const int64_t r0 = std::min<int64_t>(w.rows, t * per);
-    const int64_t r1 = std::min<int64_t>(w.rows, r0 + per);
-    if (r0 < r1) kt.matmul_rows(w, x, w.cols, n, y, w.rows, r0, r1);
+    for (const MatMulJob& job : jobs) {
+      const kernels::WeightMatrix& w = *job.w;
+      const int64_t per = (w.rows + tasks * 8 - 1) / (tasks * 8) * 8;
+      const int64_t r0 = std::min<int64_t>(w.rows, t * per);
+      const int64_t r1 = std::min<int64_t>(w.rows, r0 + per);
+      if (r0 < r1) kt.matmul_rows(w, x, w.cols, n, job.y, w.rows, r0, r1);
+    }
+  });
+}
+
+// Attention work is split over (token, group of query heads) so that even a
+// single decode token keeps every thread busy.
+void ForwardPass::Attention(int l, std::span<const SequenceChunk> batch, PagePool& cache) {
+  const int n = int(tokens_.size());
+  const int64_t qd = c_.q_dim();
+  const int heads = int(c_.n_heads);
+  const int threads = pool_.size();
+  const int head_chunks = n >= threads ? 1 : std::min(heads, threads);
+  const int heads_per = (heads + head_chunks - 1) / head_chunks;
+  const int64_t stride = int64_t(scores_.size()) / threads;
+  const int units = n * head_chunks;
+  pool_.ParallelFor(threads, [&](int t) {
+    for (int u = t; u < units; u += threads) {
+      const int i = u / head_chunks, chunk = u % head_chunks;
+      const SequenceChunk& s = batch[size_t(tokens_[size_t(i)].chunk)];
+      const int64_t pos = tokens_[size_t(i)].pos;
+      kernels::AttentionShape shape{heads, int(c_.n_kv_heads), int(c_.head_dim),
+                                    float(1.0 / std::sqrt(double(c_.head_dim))),
+                                    chunk * heads_per, std::min(heads, (chunk + 1) * heads_per)};
+      kernels::Attention(q_.data() + i * qd, cache.Rows(model_.k_buffer(), l, s.pages),
+                         cache.Rows(model_.v_buffer(), l, s.pages), nullptr, pos + 1, shape,
+                         scores_.data() + t * stride, att_.data() + i * qd);
+    }
   });
 }
 
@@ -109,7 +139,7 @@ Status ForwardPass::Run(std::span<const SequenceChunk> batch, PagePool& cache,
   }
   const size_t base = logits->size();
   logits->resize(base + wanted.size() * size_t(c_.vocab_size));
-  MatMul(model_.weights().output, xb_.data(), int(wanted.size()), logits->data() + base);
+  MatMuls({{&model_.weights().output, logits->data() + base}}, xb_.data(), int(wanted.size()));
   return Status::Ok();
 }
 
@@ -120,9 +150,7 @@ void ForwardPass::Layer(int l, std::span<const SequenceChunk> batch, PagePool& c
   for (int i = 0; i < n; ++i) {
     kernels::RmsNorm(x_.data() + i * dim, w.attn_norm.data(), dim, c_.rms_eps, xb_.data() + i * dim);
   }
-  MatMul(w.wq, xb_.data(), n, q_.data());
-  MatMul(w.wk, xb_.data(), n, k_.data());
-  MatMul(w.wv, xb_.data(), n, v_.data());
+  MatMuls({{&w.wq, q_.data()}, {&w.wk, k_.data()}, {&w.wv, v_.data()}}, xb_.data(), n);
   const int half = int(c_.rope_dims / 2);
   for (int i = 0; i < n; ++i) {
     float* q = q_.data() + i * qd;
@@ -140,31 +168,18 @@ void ForwardPass::Layer(int l, std::span<const SequenceChunk> batch, PagePool& c
     std::memcpy(cache.Rows(model_.k_buffer(), l, s.pages).Row(pos), k, size_t(kvd) * 4);
     std::memcpy(cache.Rows(model_.v_buffer(), l, s.pages).Row(pos), v, size_t(kvd) * 4);
   }
-  const kernels::AttentionShape shape{int(c_.n_heads), int(c_.n_kv_heads), int(c_.head_dim),
-                                      float(1.0 / std::sqrt(double(c_.head_dim)))};
-  const int tasks = pool_.size();
-  const int64_t stride = int64_t(scores_.size()) / tasks;
-  pool_.ParallelFor(tasks, [&](int t) {
-    for (int i = t; i < n; i += tasks) {
-      const SequenceChunk& s = batch[size_t(tokens_[size_t(i)].chunk)];
-      const int64_t pos = tokens_[size_t(i)].pos;
-      kernels::Attention(q_.data() + i * qd, cache.Rows(model_.k_buffer(), l, s.pages),
-                         cache.Rows(model_.v_buffer(), l, s.pages), nullptr, pos + 1, shape,
-                         scores_.data() + t * stride, att_.data() + i * qd);
-    }
-  });
-  MatMul(w.wo, att_.data(), n, xb_.data());
+  Attention(l, batch, cache);
+  MatMuls({{&w.wo, xb_.data()}}, att_.data(), n);
   for (int i = 0; i < n; ++i) kernels::Add(x_.data() + i * dim, xb_.data() + i * dim, dim);
   for (int i = 0; i < n; ++i) {
     kernels::RmsNorm(x_.data() + i * dim, w.ffn_norm.data(), dim, c_.rms_eps, xb_.data() + i * dim);
   }
-  MatMul(w.w_gate, xb_.data(), n, hb_.data());
-  MatMul(w.w_up, xb_.data(), n, hb2_.data());
+  MatMuls({{&w.w_gate, hb_.data()}, {&w.w_up, hb2_.data()}}, xb_.data(), n);
   for (int i = 0; i < n; ++i) {
     kernels::SiluMul(hb_.data() + size_t(i) * c_.ffn_dim, hb2_.data() + size_t(i) * c_.ffn_dim,
                      c_.ffn_dim);
   }
-  MatMul(w.w_down, hb_.data(), n, xb_.data());
+  MatMuls({{&w.w_down, xb_.data()}}, hb_.data(), n);
   for (int i = 0; i < n; ++i) kernels::Add(x_.data() + i * dim, xb_.data() + i * dim, dim);
 }
 

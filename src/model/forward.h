@@ -39,7 +39,13 @@ class ForwardPass {
     int64_t pos;
   };
   Status Validate(std::span<const SequenceChunk> batch, const PagePool& cache) const;
-  void MatMul(const kernels::WeightMatrix& w, const float* x, int n, float* y);
+  struct MatMulJob {
+    const kernels::WeightMatrix* w;
+    float* y;
+  };
+  // Several matmuls over the same input in one parallel region (one barrier).
+  void MatMuls(std::initializer_list<MatMulJob> jobs, const float* x, int n);
+  void Attention(int l, std::span<const SequenceChunk> batch, PagePool& cache);
   void Layer(int l, std::span<const SequenceChunk> batch, PagePool& cache);
   void Resize(int n_tokens, int64_t max_context);
 

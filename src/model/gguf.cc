@@ -374,6 +374,13 @@ void GgufWriter::Set(const std::string& key, GgufValue value) {
   kv_.emplace_back(key, std::move(value));
 }
 
+const GgufValue* GgufWriter::Get(const std::string& key) const {
+  for (const auto& [k, v] : kv_) {
+    if (k == key) return &v;
+  }
+  return nullptr;
+}
+
 void GgufWriter::SetUint32(const std::string& key, uint32_t v) {
   GgufValue g; g.type = GgufType::kUint32; g.u = v; g.i = v; Set(key, std::move(g));
 }

@@ -96,6 +96,8 @@ class GgufWriter {
       : version_(version), alignment_(alignment) {}
 
   void Set(const std::string& key, GgufValue value);
+  const GgufValue* Get(const std::string& key) const;  // null if not set
+  const std::vector<std::pair<std::string, GgufValue>>& metadata() const { return kv_; }
   void SetUint32(const std::string& key, uint32_t v);
   void SetUint64(const std::string& key, uint64_t v);
   void SetInt32(const std::string& key, int32_t v);

@@ -106,9 +106,10 @@ std::vector<uint8_t> EncodeTensor(const std::vector<float>& values, TensorType t
   return out;
 }
 
-StatusOr<GgufWriter> BuildRandomModel(const ModelPreset& p, TensorType type, uint64_t seed) {
+StatusOr<GgufWriter> BuildRandomModel(const ModelPreset& p, TensorType type, uint64_t seed,
+                                      const std::string& a) {
+  if (a != "llama" && a != "qwen2") return InvalidArgument("mkmodel architecture must be llama or qwen2");
   GgufWriter w;
-  const std::string a = "llama";
   w.SetString("general.architecture", a);
   w.SetString("general.name", "tandem-" + p.name);
   w.SetUint32(a + ".context_length", uint32_t(p.context_length));
@@ -154,6 +155,11 @@ StatusOr<GgufWriter> BuildRandomModel(const ModelPreset& p, TensorType type, uin
     TANDEM_RETURN_IF_ERROR(add(b + "attn_q.weight", p.dim, p.n_heads * hd, s, type));
     TANDEM_RETURN_IF_ERROR(add(b + "attn_k.weight", p.dim, kv, s, type));
     TANDEM_RETURN_IF_ERROR(add(b + "attn_v.weight", p.dim, kv, s, type));
+    if (a == "qwen2") {
+      TANDEM_RETURN_IF_ERROR(add(b + "attn_q.bias", p.n_heads * hd, 1, 0.1f, TensorType::kF32));
+      TANDEM_RETURN_IF_ERROR(add(b + "attn_k.bias", kv, 1, 0.1f, TensorType::kF32));
+      TANDEM_RETURN_IF_ERROR(add(b + "attn_v.bias", kv, 1, 0.1f, TensorType::kF32));
+    }
     TANDEM_RETURN_IF_ERROR(add(b + "attn_output.weight", p.n_heads * hd, p.dim, s, type));
     TANDEM_RETURN_IF_ERROR(add(b + "ffn_gate.weight", p.dim, p.ffn_dim, s, type));
     TANDEM_RETURN_IF_ERROR(add(b + "ffn_up.weight", p.dim, p.ffn_dim, s, type));
@@ -164,8 +170,8 @@ StatusOr<GgufWriter> BuildRandomModel(const ModelPreset& p, TensorType type, uin
 }
 
 Status WriteRandomModel(const ModelPreset& preset, TensorType type, uint64_t seed,
-                        const std::string& path) {
-  TANDEM_ASSIGN_OR_RETURN(GgufWriter w, BuildRandomModel(preset, type, seed));
+                        const std::string& path, const std::string& architecture) {
+  TANDEM_ASSIGN_OR_RETURN(GgufWriter w, BuildRandomModel(preset, type, seed, architecture));
   return w.WriteFile(path);
 }
 

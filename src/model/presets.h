@@ -20,10 +20,12 @@ const std::vector<ModelPreset>& ModelPresets();
 StatusOr<ModelPreset> FindPreset(const std::string& name);
 StatusOr<TensorType> ParseTensorType(const std::string& name);  // f32, f16, bf16, q8_0
 
-// Matrices in `type`; norms always F32.
-StatusOr<GgufWriter> BuildRandomModel(const ModelPreset& preset, TensorType type, uint64_t seed);
+// Matrices in `type`; norms always F32. architecture: "llama" or "qwen2"
+// (qwen2 adds Q/K/V biases and uses NeoX RoPE ordering).
+StatusOr<GgufWriter> BuildRandomModel(const ModelPreset& preset, TensorType type, uint64_t seed,
+                                      const std::string& architecture = "llama");
 Status WriteRandomModel(const ModelPreset& preset, TensorType type, uint64_t seed,
-                        const std::string& path);
+                        const std::string& path, const std::string& architecture = "llama");
 
 // The embedded default model: the `small` preset in F32, generated on first
 // use under $TANDEM_HOME (default ~/.cache/tandem) and reused afterwards.

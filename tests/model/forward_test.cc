@@ -37,6 +37,35 @@ TEST(ForwardReference, TinyPresetAllTypes) {
   }
 }
 
+TEST(ForwardReference, Qwen2ShapeWithBiasesAndNeoxRope) {
+  auto m = MakePresetModel("tiny", TensorType::kF16, 7, "qwen2");
+  ASSERT_TRUE(m->model->config().rope_neox);
+  ASSERT_FALSE(m->model->weights().layers[0].q_bias.empty());
+  ExpectMatchesReference(*m->model, 40, 1e-5);
+}
+
+TEST(ForwardReference, LinearRopeScaling) {
+  auto m = MakePresetModel("tiny", TensorType::kF32, 7, "llama", [](GgufWriter& w) {
+    w.SetString("llama.rope.scaling.type", "linear");
+    w.SetFloat32("llama.rope.scaling.factor", 4.0f);
+  });
+  ASSERT_EQ(m->model->config().rope_scaling, RopeScaling::kLinear);
+  ExpectMatchesReference(*m->model, 40, 1e-5);
+}
+
+TEST(ForwardReference, MistralArchitectureName) {
+  // A mistral GGUF is a llama-shaped model whose keys live under "mistral.".
+  auto m = MakePresetModel("tiny", TensorType::kF32, 7, "llama", [](GgufWriter& w) {
+    const auto keys = w.metadata();
+    for (const auto& [k, v] : keys) {
+      if (k.rfind("llama.", 0) == 0) w.Set("mistral." + k.substr(6), v);
+    }
+    w.SetString("general.architecture", "mistral");
+  });
+  EXPECT_EQ(m->model->config().architecture, "mistral");
+  ExpectMatchesReference(*m->model, 20, 1e-5);
+}
+
 TEST(ForwardReference, SmallPreset) {
   auto m = MakePresetModel("small", TensorType::kF32);
   ExpectMatchesReference(*m->model, 24, 1e-5);

@@ -68,6 +68,9 @@ ReferenceModel::ReferenceModel(const GgufFile& g) : g_(g) {
   eps_ = g.GetFloatOr(arch_ + ".attention.layer_norm_rms_epsilon", 1e-5);
   theta_ = g.GetFloatOr(arch_ + ".rope.freq_base", 10000.0);
   neox_ = arch_ == "qwen2";
+  if (g.GetStringOr(arch_ + ".rope.scaling.type", "none") == "linear") {
+    linear_scale_ = g.GetFloatOr(arch_ + ".rope.scaling.factor", 1.0);
+  }
 }
 
 std::vector<double> ReferenceModel::Tensor(const std::string& name) const {
@@ -89,7 +92,7 @@ std::vector<double> ReferenceModel::Forward(const std::vector<int32_t>& tokens) 
   auto rope = [&](std::vector<double>& v, int64_t n_heads, size_t pos) {
     for (int64_t h = 0; h < n_heads; ++h) {
       for (int64_t i = 0; i < head_dim_ / 2; ++i) {
-        const double ang = double(pos) * std::pow(theta_, -2.0 * double(i) / double(head_dim_));
+        const double ang = double(pos) / linear_scale_ * std::pow(theta_, -2.0 * double(i) / double(head_dim_));
         const int64_t a = h * head_dim_ + (neox_ ? i : 2 * i);
         const int64_t b = h * head_dim_ + (neox_ ? i + head_dim_ / 2 : 2 * i + 1);
         const double x0 = v[size_t(a)], x1 = v[size_t(b)];
@@ -110,6 +113,11 @@ std::vector<double> ReferenceModel::Forward(const std::vector<int32_t>& tokens) 
     for (size_t t = 0; t < n; ++t) {
       RmsNorm(x[t], an, eps_, xb);
       q[t] = MatVec(wq, xb), k[t] = MatVec(wk, xb), v[t] = MatVec(wv, xb);
+      if (g_.FindTensor(p + "attn_q.bias")) {
+        const auto bq = Tensor(p + "attn_q.bias"), bk = Tensor(p + "attn_k.bias"), bv = Tensor(p + "attn_v.bias");
+        for (size_t i = 0; i < bq.size(); ++i) q[t][i] += bq[i];
+        for (size_t i = 0; i < bk.size(); ++i) k[t][i] += bk[i], v[t][i] += bv[i];
+      }
       rope(q[t], heads_, t);
       rope(k[t], kv_heads_, t);
     }

@@ -22,7 +22,7 @@ class ReferenceModel {
   const GgufFile& g_;
   std::string arch_;
   int64_t dim_, layers_, heads_, kv_heads_, head_dim_, ffn_, vocab_;
-  double eps_, theta_;
+  double eps_, theta_, linear_scale_ = 1.0;
   bool neox_;
 };
 

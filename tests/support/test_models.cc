@@ -5,11 +5,13 @@
 namespace tandem::testing {
 
 std::unique_ptr<InMemoryModel> MakePresetModel(const std::string& preset, TensorType type,
-                                               uint64_t seed) {
+                                               uint64_t seed, const std::string& arch,
+                                               const std::function<void(GgufWriter&)>& tweak) {
   auto p = FindPreset(preset);
   EXPECT_TRUE(p.ok());
-  auto writer = BuildRandomModel(*p, type, seed);
+  auto writer = BuildRandomModel(*p, type, seed, arch);
   EXPECT_TRUE(writer.ok()) << writer.status().ToString();
+  if (tweak) tweak(*writer);
   auto m = std::make_unique<InMemoryModel>();
   m->bytes = writer->Serialize();
   auto gguf = GgufFile::Parse(m->bytes);

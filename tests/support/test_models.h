@@ -2,6 +2,7 @@
 // the forward pass with a chosen chunking.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -15,8 +16,10 @@ struct InMemoryModel {
   std::unique_ptr<Model> model;
 };
 
+// tweak, when given, edits the metadata before the file is serialized.
 std::unique_ptr<InMemoryModel> MakePresetModel(const std::string& preset, TensorType type,
-                                               uint64_t seed = 7);
+                                               uint64_t seed = 7, const std::string& arch = "llama",
+                                               const std::function<void(GgufWriter&)>& tweak = {});
 
 // Logits for every position of `tokens`, computed in chunks of chunk_size
 // (0 = whole prompt at once). Uses its own page pool.
