@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/thread_pool.h"
 #include "kernels/cpu.h"
 #include "kernels/ops.h"
 #include "kernels/roofline.h"
@@ -47,6 +48,37 @@ void BM_MatMul(benchmark::State& state, TensorType file_type, kernels::WeightTyp
                                                  benchmark::Counter::kIsRate);
 }
 
+// The decode shape as the forward pass runs it: rows split across 2 threads.
+void BM_MatMulTwoThreads(benchmark::State& state) {
+  static ThreadPool pool(2);
+  static std::vector<float> w = Values(size_t(kRows * kCols * kMatrices));
+  const auto x = Values(size_t(kCols));
+  std::vector<float> y(static_cast<size_t>(kRows));
+  int64_t m = 0;
+  for (auto _ : state) {
+    kernels::WeightMatrix wm{kernels::WeightType::kF32,
+                             reinterpret_cast<const uint8_t*>(w.data() + (m++ % kMatrices) * kRows * kCols),
+                             kRows, kCols, size_t(kCols) * 4};
+    pool.ParallelFor(2, [&](int t) {
+      kernels::Active().matmul_rows(wm, x.data(), kCols, 1, y.data(), kRows, t * kRows / 2, (t + 1) * kRows / 2);
+    });
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * kRows * kCols * 4);
+}
+
+void BM_StreamReadTwoThreads(benchmark::State& state) {
+  static ThreadPool pool(2);
+  const int64_t n = int64_t(1) << 26;
+  static std::vector<float> buf(size_t(n), 1.0f);
+  for (auto _ : state) {
+    pool.ParallelFor(2, [&](int t) {
+      benchmark::DoNotOptimize(kernels::StreamReadAvx512(buf.data() + t * n / 2, n / 2));
+    });
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * n * 4);
+}
+
 void BM_StreamRead(benchmark::State& state) {
   const int64_t n = int64_t(1) << 26;  // 256 MiB
   static std::vector<float> buf(size_t(n), 1.0f);
@@ -80,6 +112,8 @@ void BM_Attention(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(BM_StreamRead)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_StreamReadTwoThreads)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_MatMulTwoThreads)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_MatMul, f32, TensorType::kF32, kernels::WeightType::kF32)->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_MatMul, f16, TensorType::kF16, kernels::WeightType::kF16)->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_MatMul, bf16, TensorType::kBF16, kernels::WeightType::kBF16)->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond);

@@ -87,8 +87,8 @@ int RunModelBench(const ModelBenchArgs& a) {
   std::printf("  DRAM read %.1f GB/s | single-thread memcpy %.1f GB/s | FMA peak %.1f GFLOP/s | kernels %s\n\n",
               roof.read_gbps, roof.memcpy_gbps, roof.fma_gflops,
               kernels::IsaName(kernels::ActiveIsa()));
-  std::printf("%-6s %-5s %9s | %10s %9s %7s | %9s %9s %9s\n", "preset", "type", "weights",
-              "prefill/s", "GFLOP/s", "of peak", "decode/s", "GB/s", "of DRAM");
+  std::printf("%-6s %-5s %9s | %10s %9s %7s | %9s %9s %8s %8s\n", "preset", "type", "weights",
+              "prefill/s", "GFLOP/s", "of peak", "decode/s", "GB/s", "DRAM", "ratio");
   for (const std::string& type_name : a.types) {
     auto type = ParseTensorType(type_name);
     if (!type.ok()) {
@@ -105,15 +105,20 @@ int RunModelBench(const ModelBenchArgs& a) {
       std::fprintf(stderr, "error: %s\n", model.status().ToString().c_str());
       return 1;
     }
+    // The machine's bandwidth drifts (shared host): measure it right around the
+    // decode run and compare against the better of the two readings.
+    const double before = kernels::MeasureReadBandwidth(threads, int64_t(512) << 20, 3);
     const ModelBenchResult r = BenchOne(**model, threads, a);
-    std::printf("%-6s %-5s %7.0fMB | %10.1f %9.1f %6.0f%% | %9.2f %9.2f %8.0f%%\n",
+    const double dram = std::max(before, kernels::MeasureReadBandwidth(threads, int64_t(512) << 20, 3));
+    std::printf("%-6s %-5s %7.0fMB | %10.1f %9.1f %6.0f%% | %9.2f %9.2f %8.1f %8.2f\n",
                 a.preset.c_str(), type_name.c_str(), r.weight_bytes / 1e6, r.prefill_tps,
                 r.prefill_gflops, 100.0 * r.prefill_gflops / roof.fma_gflops, r.decode_tps,
-                r.decode_gbps, 100.0 * r.decode_gbps / roof.read_gbps);
+                r.decode_gbps, dram, r.decode_gbps / dram);
     std::fflush(stdout);
   }
   std::printf("\nprefill: %d-token prompt in one chunk (GFLOP/s counts matmul FLOPs only);\n"
-              "decode: %d greedy steps after it; GB/s = matrix bytes streamed per token x tokens/s.\n",
+              "decode: %d greedy steps after it; GB/s = matrix bytes streamed per token x tokens/s;\n"
+              "DRAM = read bandwidth measured just before and after that decode run; ratio = GB/s / DRAM.\n",
               a.prompt_tokens, a.decode_tokens);
   return 0;
 }

@@ -33,6 +33,30 @@ struct WeightMatrix {
 
 constexpr int kLanes = 16;
 
+// Locates the cache row of a position in a paged buffer of one layer:
+// base + pages[pos / page_tokens] * page_stride + (pos % page_tokens) * row_bytes.
+struct PagedRows {
+  uint8_t* base = nullptr;
+  const int32_t* pages = nullptr;
+  int64_t page_stride = 0;
+  int64_t row_bytes = 0;
+  int page_tokens = 0;
+  float* Row(int64_t pos) const {
+    return reinterpret_cast<float*>(base + pages[pos / page_tokens] * page_stride +
+                                    (pos % page_tokens) * row_bytes);
+  }
+};
+
+struct AttentionShape {
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  float scale = 0;  // usually 1/sqrt(head_dim)
+  // Query heads [head_begin, head_end) are computed; the rest of out is untouched.
+  int head_begin = 0;
+  int head_end = -1;  // -1: n_heads
+};
+
 struct KernelTable {
   // y[t * y_stride + r] = dot(W[r], x + t * x_stride) for r in [r0, r1), t in [0, n_tokens).
   void (*matmul_rows)(const WeightMatrix& w, const float* x, int64_t x_stride, int n_tokens,
@@ -41,6 +65,12 @@ struct KernelTable {
   float (*dot)(const float* a, const float* b, int64_t n);
   // y[i] = fma(a, x[i], y[i]) for each i (element-wise, no reduction).
   void (*axpy)(float a, const float* x, float* y, int64_t n);
+  // gate[i] = gate[i] / (1 + exp(-gate[i])) * up[i], exp as in exp_inline.h.
+  void (*silu_mul)(float* gate, const float* up, int64_t n);
+  // Causal attention of one query token; see kernels::Attention in ops.h.
+  void (*attention)(const float* q, const PagedRows& k, const PagedRows& v,
+                    const int32_t* positions, int64_t n_positions, const AttentionShape& shape,
+                    float* scratch, float* out);
 };
 
 const KernelTable& ScalarTable();

@@ -2,6 +2,8 @@
 // one accumulator live in two ymm registers (lanes 0-7 and 8-15).
 #include <immintrin.h>
 
+#include "kernels/attention_impl.h"
+#include "kernels/exp_inline.h"
 #include "kernels/weight_row.h"
 
 namespace tandem::kernels {
@@ -108,14 +110,19 @@ void MatMulRows(const WeightMatrix& w, const float* x, int64_t x_stride, int n_t
   }
 }
 
-float Dot(const float* a, const float* b, int64_t n) {
-  WeightMatrix w{WeightType::kF32, reinterpret_cast<const uint8_t*>(a), 1, n, size_t(n) * 4};
-  float y;
-  Tile<WeightType::kF32, 1, 1>(w, b, 0, &y, 0, 0, 0);
-  return y;
+inline float Dot(const float* a, const float* b, int64_t n) {
+  Lanes16 acc{_mm256_setzero_ps(), _mm256_setzero_ps()};
+  int64_t k = 0;
+  for (; k + kLanes <= n; k += kLanes) Fma({_mm256_loadu_ps(a + k), _mm256_loadu_ps(a + k + 8)}, b + k, acc);
+  if (k < n) {
+    alignas(32) float at[kLanes], bt[kLanes];
+    LoadTail(WeightType::kF32, reinterpret_cast<const uint8_t*>(a), b, k, n, at, bt);
+    Fma({_mm256_load_ps(at), _mm256_load_ps(at + 8)}, bt, acc);
+  }
+  return Reduce(acc);
 }
 
-void Axpy(float a, const float* x, float* y, int64_t n) {
+inline void Axpy(float a, const float* x, float* y, int64_t n) {
   const __m256 av = _mm256_set1_ps(a);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -124,10 +131,55 @@ void Axpy(float a, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] = __builtin_fmaf(a, x[i], y[i]);
 }
 
+// ExpInline (exp_inline.h), lane by lane, the same IEEE operations in the same order.
+inline __m256 Exp8(__m256 x) {
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kExpLog2e)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kExpLn2Hi), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kExpLn2Lo), r);
+  __m256 p = _mm256_set1_ps(kExpPoly[0]);
+  for (int i = 1; i < 8; ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kExpPoly[i]));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+  y = _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_set1_ps(kExpUnderflow), _CMP_LT_OQ));
+  y = _mm256_blendv_ps(y, _mm256_set1_ps(HUGE_VALF), _mm256_cmp_ps(x, _mm256_set1_ps(kExpOverflow), _CMP_GT_OQ));
+  return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+struct Avx2Ops {
+  static float Dot(const float* a, const float* b, int64_t n) { return kernels::Dot(a, b, n); }
+  static void Axpy(float a, const float* x, float* y, int64_t n) { kernels::Axpy(a, x, y, n); }
+  static void ExpMinus(float* x, int64_t n, float m) {
+    const __m256 mv = _mm256_set1_ps(m);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, Exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv)));
+    for (; i < n; ++i) x[i] = ExpInline(x[i] - m);
+  }
+};
+
+void Attention(const float* q, const PagedRows& k, const PagedRows& v, const int32_t* positions,
+               int64_t n, const AttentionShape& shape, float* scratch, float* out) {
+  AttentionImpl<Avx2Ops>(q, k, v, positions, n, shape, scratch, out);
+}
+
+void SiluMul(float* gate, const float* up, int64_t n) {
+  const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);  // xor = exact -g
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 d = _mm256_add_ps(one, Exp8(_mm256_xor_ps(g, sign)));
+    _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_div_ps(g, d), _mm256_loadu_ps(up + i)));
+  }
+  for (; i < n; ++i) gate[i] = SiluMulInline(gate[i], up[i]);
+}
+
+float DotEntry(const float* a, const float* b, int64_t n) { return Dot(a, b, n); }
+void AxpyEntry(float a, const float* x, float* y, int64_t n) { Axpy(a, x, y, n); }
+
 }  // namespace
 
 const KernelTable& Avx2Table() {
-  static const KernelTable table{&MatMulRows, &Dot, &Axpy};
+  static const KernelTable table{&MatMulRows, &DotEntry, &AxpyEntry, &SiluMul, &Attention};
   return table;
 }
 

@@ -2,6 +2,8 @@
 // holds the 16 lanes of one output element's accumulator.
 #include <immintrin.h>
 
+#include "kernels/attention_impl.h"
+#include "kernels/exp_inline.h"
 #include "kernels/weight_row.h"
 
 namespace tandem::kernels {
@@ -106,14 +108,20 @@ void MatMulRows(const WeightMatrix& w, const float* x, int64_t x_stride, int n_t
   }
 }
 
-float Dot(const float* a, const float* b, int64_t n) {
-  WeightMatrix w{WeightType::kF32, reinterpret_cast<const uint8_t*>(a), 1, n, size_t(n) * 4};
-  float y;
-  Tile<WeightType::kF32, 1, 1>(w, b, 0, &y, 0, 0, 0);
-  return y;
+inline float Dot(const float* a, const float* b, int64_t n) {
+  __m512 acc = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + kLanes <= n; k += kLanes) {
+    acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + k), _mm512_loadu_ps(b + k), acc);
+  }
+  if (k < n) {  // zero-padded lanes: fma(0, 0, acc), exactly as the scalar path pads
+    const __mmask16 m = __mmask16((1u << (n - k)) - 1);
+    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + k), _mm512_maskz_loadu_ps(m, b + k), acc);
+  }
+  return Reduce(acc);
 }
 
-void Axpy(float a, const float* x, float* y, int64_t n) {
+inline void Axpy(float a, const float* x, float* y, int64_t n) {
   const __m512 av = _mm512_set1_ps(a);
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
@@ -126,10 +134,59 @@ void Axpy(float a, const float* x, float* y, int64_t n) {
   }
 }
 
+// ExpInline (exp_inline.h), lane by lane, the same IEEE operations in the same order.
+inline __m512 Exp16(__m512 x) {
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kExpLog2e)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kExpLn2Hi), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kExpLn2Lo), r);
+  __m512 p = _mm512_set1_ps(kExpPoly[0]);
+  for (int i = 1; i < 8; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpPoly[i]));
+  const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  __m512 y = _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+  y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(kExpUnderflow), _CMP_LT_OQ), y,
+                           _mm512_setzero_ps());
+  y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(kExpOverflow), _CMP_GT_OQ), y,
+                           _mm512_set1_ps(HUGE_VALF));
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), y, x);
+}
+
+struct Avx512Ops {
+  static float Dot(const float* a, const float* b, int64_t n) { return kernels::Dot(a, b, n); }
+  static void Axpy(float a, const float* x, float* y, int64_t n) { kernels::Axpy(a, x, y, n); }
+  static void ExpMinus(float* x, int64_t n, float m) {
+    const __m512 mv = _mm512_set1_ps(m);
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+      _mm512_storeu_ps(x + i, Exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), mv)));
+    }
+    for (; i < n; ++i) x[i] = ExpInline(x[i] - m);
+  }
+};
+
+void Attention(const float* q, const PagedRows& k, const PagedRows& v, const int32_t* positions,
+               int64_t n, const AttentionShape& shape, float* scratch, float* out) {
+  AttentionImpl<Avx512Ops>(q, k, v, positions, n, shape, scratch, out);
+}
+
+void SiluMul(float* gate, const float* up, int64_t n) {
+  const __m512 one = _mm512_set1_ps(1.0f), sign = _mm512_set1_ps(-0.0f);  // xor = exact -g
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const __m512 g = _mm512_loadu_ps(gate + i);
+    const __m512 d = _mm512_add_ps(one, Exp16(_mm512_xor_ps(g, sign)));
+    _mm512_storeu_ps(gate + i, _mm512_mul_ps(_mm512_div_ps(g, d), _mm512_loadu_ps(up + i)));
+  }
+  for (; i < n; ++i) gate[i] = SiluMulInline(gate[i], up[i]);
+}
+
+float DotEntry(const float* a, const float* b, int64_t n) { return Dot(a, b, n); }
+void AxpyEntry(float a, const float* x, float* y, int64_t n) { Axpy(a, x, y, n); }
+
 }  // namespace
 
 const KernelTable& Avx512Table() {
-  static const KernelTable table{&MatMulRows, &Dot, &Axpy};
+  static const KernelTable table{&MatMulRows, &DotEntry, &AxpyEntry, &SiluMul, &Attention};
   return table;
 }
 

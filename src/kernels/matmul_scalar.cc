@@ -1,6 +1,8 @@
 // Scalar kernels: the reference implementation of the canonical order.
 #include <cmath>
 
+#include "kernels/attention_impl.h"
+#include "kernels/exp_inline.h"
 #include "kernels/weight_row.h"
 
 namespace tandem::kernels {
@@ -33,10 +35,27 @@ void Axpy(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = std::fma(a, x[i], y[i]);
 }
 
+struct ScalarOps {
+  static float Dot(const float* a, const float* b, int64_t n) { return tandem::kernels::Dot(a, b, n); }
+  static void Axpy(float a, const float* x, float* y, int64_t n) { tandem::kernels::Axpy(a, x, y, n); }
+  static void ExpMinus(float* x, int64_t n, float m) {
+    for (int64_t i = 0; i < n; ++i) x[i] = ExpInline(x[i] - m);
+  }
+};
+
+void Attention(const float* q, const PagedRows& k, const PagedRows& v, const int32_t* positions,
+               int64_t n, const AttentionShape& shape, float* scratch, float* out) {
+  AttentionImpl<ScalarOps>(q, k, v, positions, n, shape, scratch, out);
+}
+
+void SiluMul(float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) gate[i] = SiluMulInline(gate[i], up[i]);
+}
+
 }  // namespace
 
 const KernelTable& ScalarTable() {
-  static const KernelTable table{&MatMulRows, &Dot, &Axpy};
+  static const KernelTable table{&MatMulRows, &Dot, &Axpy, &SiluMul, &Attention};
   return table;
 }
 

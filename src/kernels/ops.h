@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "kernels/kernel_table.h"
+
 namespace tandem::kernels {
 
 // exp(x) with a fixed polynomial and explicit FMAs: the same bits everywhere,
@@ -25,30 +27,6 @@ void Add(float* x, const float* y, int64_t n);
 // (i, i + rot_dims/2); otherwise (2i, 2i+1).
 void Rope(float* x, int n_heads, int head_dim, int rot_dims, const float* cos, const float* sin,
           bool neox);
-
-// Locates the cache row of a position in a paged buffer of one layer:
-// base + pages[pos / page_tokens] * page_stride + (pos % page_tokens) * row_bytes.
-struct PagedRows {
-  uint8_t* base = nullptr;
-  const int32_t* pages = nullptr;
-  int64_t page_stride = 0;
-  int64_t row_bytes = 0;
-  int page_tokens = 0;
-  float* Row(int64_t pos) const {
-    return reinterpret_cast<float*>(base + pages[pos / page_tokens] * page_stride +
-                                    (pos % page_tokens) * row_bytes);
-  }
-};
-
-struct AttentionShape {
-  int n_heads = 0;
-  int n_kv_heads = 0;
-  int head_dim = 0;
-  float scale = 0;  // usually 1/sqrt(head_dim)
-  // Query heads [head_begin, head_end) are computed; the rest of out is untouched.
-  int head_begin = 0;
-  int head_end = -1;  // -1: n_heads
-};
 
 // Causal attention of one query token over cache positions. When positions is
 // null it attends to [0, n_positions); otherwise to the listed positions

@@ -1,6 +1,8 @@
 #include "kernels/roofline.h"
 
 #include <algorithm>
+#include <atomic>
+#include <vector>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -20,38 +22,60 @@ double Seconds(std::chrono::steady_clock::time_point t0) {
 
 int64_t FmaLoopFlopsPerIter(bool avx512) { return 12 * (avx512 ? 16 : 8) * 2; }
 
-Roofline MeasureRoofline(ThreadPool& threads) {
+double MeasureReadBandwidth(ThreadPool& threads, int64_t bytes, int passes) {
   const bool wide = IsaSupported(Isa::kAvx512);
-  Roofline r;
-  const int64_t n = int64_t(1) << 28;  // 1 GiB of floats
+  const int64_t n = bytes / 4;
   std::unique_ptr<float, void (*)(void*)> buf(
       static_cast<float*>(std::aligned_alloc(64, size_t(n) * 4)), &std::free);
   std::memset(buf.get(), 1, size_t(n) * 4);
-  volatile float sink = 0;
   const int tasks = threads.size();
   const int64_t per = n / tasks / 64 * 64;
-  for (int pass = 0; pass < 4; ++pass) {
+  double best = 0;
+  std::atomic<uint32_t> sink{0};
+  for (int pass = 0; pass < passes; ++pass) {
     const auto t0 = std::chrono::steady_clock::now();
     threads.ParallelFor(tasks, [&](int t) {
       const float* p = buf.get() + t * per;
-      sink = sink + (wide ? StreamReadAvx512(p, per) : StreamReadAvx2(p, per));
+      const float s = wide ? StreamReadAvx512(p, per) : StreamReadAvx2(p, per);
+      sink.fetch_add(uint32_t(s));
     });
-    r.read_gbps = std::max(r.read_gbps, double(per * tasks) * 4 / Seconds(t0) / 1e9);
+    best = std::max(best, double(per * tasks) * 4 / Seconds(t0) / 1e9);
   }
-  // Single-threaded memcpy of 256 MiB for reference.
-  const int64_t half = n / 4;
-  for (int pass = 0; pass < 3; ++pass) {
+  return best;
+}
+
+double MeasureMemcpyBandwidth(int64_t bytes, int passes) {
+  std::vector<uint8_t> src(size_t(bytes), 1), dst(size_t(bytes), 0);
+  double best = 0;
+  for (int pass = 0; pass < passes; ++pass) {
     const auto t0 = std::chrono::steady_clock::now();
-    std::memcpy(buf.get() + half * 2, buf.get(), size_t(half) * 4);
-    r.memcpy_gbps = std::max(r.memcpy_gbps, double(half) * 4 / Seconds(t0) / 1e9);
+    std::memcpy(dst.data(), src.data(), src.size());
+    best = std::max(best, double(bytes) / Seconds(t0) / 1e9);
   }
+  return best;
+}
+
+double MeasureFmaPeak(ThreadPool& threads) {
+  const bool wide = IsaSupported(Isa::kAvx512);
   const int64_t iters = 20'000'000;
+  const int tasks = threads.size();
+  std::atomic<uint32_t> sink{0};
+  double best = 0;
   for (int pass = 0; pass < 3; ++pass) {
     const auto t0 = std::chrono::steady_clock::now();
-    threads.ParallelFor(tasks, [&](int) { sink = sink + (wide ? FmaLoopAvx512(iters) : FmaLoopAvx2(iters)); });
-    r.fma_gflops = std::max(
-        r.fma_gflops, double(iters) * double(FmaLoopFlopsPerIter(wide)) * tasks / Seconds(t0) / 1e9);
+    threads.ParallelFor(tasks, [&](int) {
+      sink.fetch_add(uint32_t(wide ? FmaLoopAvx512(iters) : FmaLoopAvx2(iters)));
+    });
+    best = std::max(best, double(iters) * double(FmaLoopFlopsPerIter(wide)) * tasks / Seconds(t0) / 1e9);
   }
+  return best;
+}
+
+Roofline MeasureRoofline(ThreadPool& threads) {
+  Roofline r;
+  r.read_gbps = MeasureReadBandwidth(threads);
+  r.memcpy_gbps = MeasureMemcpyBandwidth();
+  r.fma_gflops = MeasureFmaPeak(threads);
   return r;
 }
 

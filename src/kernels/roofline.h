@@ -25,7 +25,13 @@ struct Roofline {
   double memcpy_gbps = 0;     // single thread, for reference
 };
 
-// Takes ~1-2 s: best of several passes over a 1 GiB buffer, and an FMA loop.
+// Best of `passes` multi-threaded passes over a buffer of `bytes` (much larger
+// than the caches), in GB/s. Allocates and touches the buffer once per call.
+double MeasureReadBandwidth(ThreadPool& threads, int64_t bytes = int64_t(1) << 30, int passes = 4);
+double MeasureMemcpyBandwidth(int64_t bytes = int64_t(256) << 20, int passes = 3);
+double MeasureFmaPeak(ThreadPool& threads);
+
+// All three; takes ~1-2 s.
 Roofline MeasureRoofline(ThreadPool& threads);
 
 }  // namespace tandem::kernels
