@@ -8,6 +8,9 @@
 #include "bin/model_options.h"
 #include "kernels/cpu.h"
 #include "kernels/roofline.h"
+#include "kernels/topk.h"
+#include "common/fp8.h"
+#include "common/half.h"
 #include "model/forward.h"
 #include "model/presets.h"
 
@@ -43,9 +46,10 @@ ModelBenchResult BenchOne(const Model& m, ThreadPool& threads, const ModelBenchA
   ModelBenchResult r;
   r.weight_bytes = m.weights().matrix_bytes;
   const int64_t total = a.prompt_tokens + a.decode_tokens;
-  PagePool pool(m.cache_registry(), int(c.n_layers), (total + kPageTokens - 1) / kPageTokens);
+  const CacheSpec spec = *MakeCacheSpec(c);
+  PagePool pool(spec.registry, int(c.n_layers), (total + kPageTokens - 1) / kPageTokens);
   auto pages = *pool.Allocate(pool.total_pages());
-  ForwardPass fwd(m, threads);
+  ForwardPass fwd(m, spec, threads);
   std::vector<int32_t> tokens(size_t(a.prompt_tokens));
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 7919 + 3) % size_t(c.vocab_size));
   std::vector<float> logits;
@@ -123,6 +127,77 @@ int RunModelBench(const ModelBenchArgs& a) {
   return 0;
 }
 
+struct IndexerBenchArgs {
+  std::vector<int64_t> contexts = {2048, 16384, 81920};
+  int64_t top_k = 2048;
+  int threads = 2;
+  int heads = 4;
+};
+
+// One decode query per repetition: score every position of the context with
+// the lightning indexer (threads split positions), then select the top-k.
+void BenchIndexerOne(const IndexerBenchArgs& a, CacheDType dtype, int64_t context, ThreadPool& threads) {
+  CacheBufferRegistry registry;
+  const CacheBufferId id = *registry.Register({"index_k", dtype, 128});
+  const int64_t n_pages = (context + kPageTokens - 1) / kPageTokens;
+  PagePool pool(registry, 1, n_pages);
+  const std::vector<int32_t> pages = *pool.Allocate(n_pages);
+  const kernels::PagedRows rows = pool.Rows(id, 0, pages);
+  const bool fp8 = dtype == CacheDType::kFp8E4M3Scaled;
+  std::vector<float> key(128);
+  for (int64_t pos = 0; pos < context; ++pos) {
+    for (int i = 0; i < 128; ++i) key[size_t(i)] = float((pos * 131 + i * 17) % 97) / 48.0f - 1.0f;
+    if (fp8) {
+      QuantizeFp8Row(key.data(), 128, rows.RowBytes(pos), rows.Scale(pos));
+    } else {
+      auto* h = reinterpret_cast<uint16_t*>(rows.RowBytes(pos));
+      for (int i = 0; i < 128; ++i) h[i] = FloatToBf16(key[size_t(i)]);
+    }
+  }
+  std::vector<float> q(size_t(a.heads) * 128), w(size_t(a.heads), 1.0f / float(a.heads));
+  for (size_t i = 0; i < q.size(); ++i) q[i] = float(int(i * 37 % 101) - 50) / 50.0f;
+  const kernels::IndexerQuery query{q.data(), w.data(), a.heads, 128};
+  std::vector<float> scores(static_cast<size_t>(context)), scratch(static_cast<size_t>(threads.size()) * 128);
+  std::vector<int32_t> selected(static_cast<size_t>(context));
+  const int reps = int(std::max<int64_t>(3, 4'000'000 / context));
+  double score_s = 0, topk_s = 0;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    const int tasks = threads.size();
+    threads.ParallelFor(tasks, [&](int t) {
+      const int64_t per = (context + tasks - 1) / tasks;
+      const int64_t b = std::min(context, t * per), e = std::min(context, b + per);
+      kernels::Active().indexer_scores(query, rows, fp8, b, e, scores.data() + b, scratch.data() + t * 128);
+    });
+    score_s += Since(t0);
+    t0 = std::chrono::steady_clock::now();
+    kernels::SelectTopK(scores.data(), context, a.top_k, selected.data());
+    topk_s += Since(t0);
+  }
+  const double total = (score_s + topk_s) / reps;
+  std::printf("%-5s %8lld | %12.1f %12.1f | %9.3f %9.3f | %8.2f\n", fp8 ? "fp8" : "bf16",
+              (long long)context, context / total / 1e6, context / (score_s / reps) / 1e6,
+              score_s / reps * 1e3, topk_s / reps * 1e3,
+              double(context) * double(registry.spec(id).BytesPerToken()) / (score_s / reps) / 1e9);
+  pool.Release(pages);
+}
+
+int RunIndexerBench(const IndexerBenchArgs& a) {
+  ThreadPool threads(a.threads);
+  std::printf("lightning indexer, one decode query: %d heads x 128 dims, top-k %lld, %d threads, %s kernels\n\n",
+              a.heads, (long long)a.top_k, threads.size(), kernels::IsaName(kernels::ActiveIsa()));
+  std::printf("%-5s %8s | %12s %12s | %9s %9s | %8s\n", "dtype", "context", "Mtok/s all",
+              "Mtok/s score", "score ms", "top-k ms", "GB/s");
+  for (int64_t context : a.contexts) {
+    for (CacheDType dtype : {CacheDType::kFp8E4M3Scaled, CacheDType::kBF16}) {
+      BenchIndexerOne(a, dtype, context, threads);
+    }
+  }
+  std::printf("\nMtok/s all = context tokens scanned per second including top-k selection;\n"
+              "GB/s = index-K bytes read per second while scoring.\n");
+  return 0;
+}
+
 }  // namespace
 
 void RegisterBench(CLI::App& app) {
@@ -136,6 +211,14 @@ void RegisterBench(CLI::App& app) {
   model->add_option("--prompt-tokens", args->prompt_tokens, "Prefill length")->check(CLI::Range(8, 1 << 16));
   model->add_option("--decode-tokens", args->decode_tokens, "Decode steps")->check(CLI::Range(1, 1 << 16));
   model->callback([args] { SetExitCode(RunModelBench(*args)); });
+
+  auto iargs = std::make_shared<IndexerBenchArgs>();
+  CLI::App* indexer = bench->add_subcommand("indexer", "Sparse-attention indexer scoring + top-k throughput, fp8 vs bf16");
+  indexer->add_option("--contexts", iargs->contexts, "Context lengths")->delimiter(',');
+  indexer->add_option("--topk", iargs->top_k, "Top-k")->check(CLI::Range(1, 1 << 24));
+  indexer->add_option("-t,--threads", iargs->threads, "Threads")->check(CLI::Range(1, 256));
+  indexer->add_option("--heads", iargs->heads, "Index heads")->check(CLI::Range(1, 64));
+  indexer->callback([iargs] { SetExitCode(RunIndexerBench(*iargs)); });
 }
 
 }  // namespace tandem::cli

@@ -5,6 +5,7 @@
 #include "bin/commands.h"
 #include "bin/model_options.h"
 #include "kernels/cpu.h"
+#include "model/cache_spec.h"
 #include "model/chat_template.h"
 #include "runtime/generator.h"
 
@@ -17,6 +18,8 @@ struct GenerateArgs {
   bool chat = false;
   bool no_bos = false;
   int64_t ctx_size = 0;
+  std::string attention = "dense", index_k_dtype = "fp8";
+  int64_t top_k = 2048;
   GenerateOptions gen;
 };
 
@@ -48,8 +51,24 @@ int RunGenerate(const GenerateArgs& args) {
     std::fprintf(stderr, "warning: --ctx-size %lld exceeds the model's trained context %lld\n",
                  (long long)ctx, (long long)m.config().context_length);
   }
+  AttentionOptions attention;
+  attention.top_k = args.top_k;
+  auto attention_kind = ParseAttentionKind(args.attention);
+  auto dtype = ParseIndexKDType(args.index_k_dtype);
+  StatusOr<CacheSpec> spec = !attention_kind.ok() ? StatusOr<CacheSpec>(attention_kind.status())
+                             : !dtype.ok()        ? StatusOr<CacheSpec>(dtype.status())
+                                                  : Status();
+  if (attention_kind.ok() && dtype.ok()) {
+    attention.kind = *attention_kind;
+    attention.index_k_dtype = *dtype;
+    spec = MakeCacheSpec(m.config(), attention);
+  }
+  if (!spec.ok()) {
+    std::fprintf(stderr, "error: %s\n", spec.status().ToString().c_str());
+    return 1;
+  }
   ThreadPool threads(args.model.threads);
-  Generator generator(m, threads, ctx);
+  Generator generator(m, *spec, threads, ctx);
   auto result = generator.Run(prompt, args.gen, [](std::string_view piece) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
@@ -63,9 +82,10 @@ int RunGenerate(const GenerateArgs& args) {
   }
   const auto& r = *result;
   std::fprintf(stderr,
-               "[%s | %s kernels | %d threads] prompt %lld tokens in %.3f s (%.1f tok/s), "
+               "[%s | %s kernels | %d threads | %s attention] prompt %lld tokens in %.3f s (%.1f tok/s), "
                "generated %zu tokens in %.3f s (%.1f tok/s), finish: %s\n",
                m.config().name.c_str(), kernels::IsaName(kernels::ActiveIsa()), threads.size(),
+               args.attention.c_str(),
                (long long)r.prompt_tokens, r.prefill_seconds,
                r.prompt_tokens / std::max(r.prefill_seconds, 1e-9), r.tokens.size(),
                r.decode_seconds, r.tokens.size() / std::max(r.decode_seconds, 1e-9),
@@ -92,6 +112,9 @@ void RegisterGenerate(CLI::App& app) {
   cmd->add_flag("--ignore-eos", args->gen.ignore_eos, "Keep generating past end-of-generation tokens");
   cmd->add_option("--chunk-size", args->gen.chunk_size, "Prefill tokens per step")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--ctx-size", args->ctx_size, "Context tokens (default: the model's)")->check(CLI::Range(1, 1 << 22));
+  cmd->add_option("--attention", args->attention, "dense or sparse (lightning indexer + top-k)");
+  cmd->add_option("--topk", args->top_k, "Positions each query attends to under sparse attention")->check(CLI::Range(1, 1 << 24));
+  cmd->add_option("--index-k-dtype", args->index_k_dtype, "Index-K cache dtype: fp8 or bf16");
   cmd->add_flag("--chat", args->chat, "Wrap the prompt in the model's chat template");
   cmd->add_flag("--no-bos", args->no_bos, "Do not prepend the BOS token");
   cmd->callback([args] { SetExitCode(RunGenerate(*args)); });

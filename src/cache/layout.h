@@ -30,6 +30,10 @@ class CacheLayout {
 
   int64_t row_bytes(CacheBufferId b) const { return row_bytes_[size_t(b)]; }
   int64_t page_stride(CacheBufferId b) const { return page_stride_[size_t(b)]; }
+  // Offset of the per-token scales within a page, or -1 for dtypes without them.
+  int64_t scale_offset(CacheBufferId b) const {
+    return specs_[size_t(b)].dtype == CacheDType::kFp8E4M3Scaled ? row_bytes(b) * kPageTokens : -1;
+  }
   int64_t SegmentBase(CacheBufferId b, int layer) const {
     return base_[size_t(b) * size_t(n_layers_) + size_t(layer)];
   }

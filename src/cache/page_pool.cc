@@ -19,7 +19,8 @@ uint8_t* AllocateArena(int64_t bytes) {
 PagePool::PagePool(const CacheBufferRegistry& registry, int n_layers, int64_t n_pages)
     : layout_(registry, n_layers, n_pages),
       arena_(AllocateArena(layout_.TotalBytes()), &std::free),
-      ref_(size_t(n_pages), 0) {
+      ref_(size_t(n_pages), 0),
+      generation_(size_t(n_pages), 0) {
   free_list_.reserve(size_t(n_pages));
   // Hand out low page ids first: pop from the back.
   for (int64_t p = n_pages - 1; p >= 0; --p) free_list_.push_back(int32_t(p));
@@ -42,6 +43,31 @@ StatusOr<std::vector<int32_t>> PagePool::Allocate(int64_t n) {
   return pages;
 }
 
+StatusOr<std::vector<int32_t>> PagePool::Reserve(int64_t n) {
+  TANDEM_ASSIGN_OR_RETURN(std::vector<int32_t> pages, Allocate(n));
+  for (int32_t p : pages) ref_[size_t(p)] = kReserved;
+  reserved_ += n;
+  return pages;
+}
+
+void PagePool::CommitReservation(std::span<const int32_t> pages) {
+  for (int32_t p : pages) {
+    TANDEM_CHECK_MSG(ref_[size_t(p)] == kReserved, "commit of a page that is not reserved");
+    ref_[size_t(p)] = 1;
+    --reserved_;
+  }
+}
+
+void PagePool::CancelReservation(std::span<const int32_t> pages) {
+  for (int32_t p : pages) {
+    TANDEM_CHECK_MSG(ref_[size_t(p)] == kReserved, "cancel of a page that is not reserved");
+    ref_[size_t(p)] = 0;
+    --reserved_;
+    ++generation_[size_t(p)];
+    free_list_.push_back(p);
+  }
+}
+
 void PagePool::AddRef(std::span<const int32_t> pages) {
   for (int32_t p : pages) {
     TANDEM_CHECK(ref_[size_t(p)] > 0);
@@ -52,7 +78,10 @@ void PagePool::AddRef(std::span<const int32_t> pages) {
 void PagePool::Release(std::span<const int32_t> pages) {
   for (int32_t p : pages) {
     TANDEM_CHECK_MSG(p >= 0 && p < total_pages() && ref_[size_t(p)] > 0, "double release");
-    if (--ref_[size_t(p)] == 0) free_list_.push_back(p);
+    if (--ref_[size_t(p)] == 0) {
+      ++generation_[size_t(p)];
+      free_list_.push_back(p);
+    }
   }
 }
 
@@ -67,18 +96,23 @@ kernels::PagedRows PagePool::Rows(CacheBufferId b, int layer, std::span<const in
   rows.page_stride = layout_.page_stride(b);
   rows.row_bytes = layout_.row_bytes(b);
   rows.page_tokens = kPageTokens;
+  rows.scale_offset = layout_.scale_offset(b);
   return rows;
 }
 
 Status PagePool::CheckAccounting() const {
-  int64_t referenced = 0;
+  int64_t referenced = 0, reserved = 0, free = 0;
   for (int32_t r : ref_) {
-    if (r < 0) return Internal("negative page reference count");
+    if (r < kReserved) return Internal("negative page reference count");
     referenced += r > 0;
+    reserved += r == kReserved;
+    free += r == 0;
   }
-  if (referenced + free_pages() != total_pages()) {
-    return Internal("page accounting broken: " + std::to_string(referenced) + " referenced + " +
-                    std::to_string(free_pages()) + " free != " + std::to_string(total_pages()));
+  if (free != free_pages() || reserved != reserved_ || referenced + reserved + free != total_pages()) {
+    return Internal("page accounting broken: " + std::to_string(referenced) + " used + " +
+                    std::to_string(reserved) + " reserved + " + std::to_string(free) +
+                    " free (free list " + std::to_string(free_pages()) + ") vs total " +
+                    std::to_string(total_pages()));
   }
   return Status::Ok();
 }

@@ -1,8 +1,11 @@
 // The page pool: the memory of every cached token of one engine, handed out
-// in pages of kPageTokens tokens. Pages are reference counted so a prefix can
-// be shared; a page returns to the free list when its last reference goes.
+// in pages of kPageTokens tokens. A page is free, reserved (set aside for data
+// that will arrive, e.g. a handoff; not yet readable) or used (reference
+// counted, so a prefix can be shared). A used page returns to the free list
+// when its last reference goes. Every return to the free list bumps the
+// page's generation, so a stale (page, generation) pair is detectable.
 //
-// Accounting invariant, checked by CheckAccounting(): free + used == total.
+// Accounting invariant, checked by CheckAccounting(): free + used + reserved == total.
 // Thread safety: none; the engine's loop thread owns its pool.
 #pragma once
 
@@ -27,10 +30,24 @@ class PagePool {
   const CacheLayout& layout() const { return layout_; }
   int64_t total_pages() const { return layout_.n_pages(); }
   int64_t free_pages() const { return int64_t(free_list_.size()); }
-  int64_t used_pages() const { return total_pages() - free_pages(); }
+  int64_t reserved_pages() const { return reserved_; }
+  int64_t used_pages() const { return total_pages() - free_pages() - reserved_pages(); }
+
+  struct Accounting {
+    int64_t free = 0, used = 0, reserved = 0, total = 0;
+    bool operator==(const Accounting&) const = default;
+  };
+  Accounting accounting() const { return {free_pages(), used_pages(), reserved_pages(), total_pages()}; }
 
   // Takes n free pages (ref count 1 each), or fails leaving the pool unchanged.
   StatusOr<std::vector<int32_t>> Allocate(int64_t n);
+  // Sets n free pages aside (not readable, not referenced), or fails leaving the pool unchanged.
+  StatusOr<std::vector<int32_t>> Reserve(int64_t n);
+  // Reserved -> used with ref count 1 (the data has landed).
+  void CommitReservation(std::span<const int32_t> pages);
+  // Reserved -> free.
+  void CancelReservation(std::span<const int32_t> pages);
+  uint32_t Generation(int32_t page) const { return generation_[size_t(page)]; }
   void AddRef(std::span<const int32_t> pages);
   // Drops one reference of each page. REQUIRES: each page is referenced.
   void Release(std::span<const int32_t> pages);
@@ -47,7 +64,10 @@ class PagePool {
   CacheLayout layout_;
   std::unique_ptr<uint8_t, void (*)(void*)> arena_;
   std::vector<int32_t> free_list_;
-  std::vector<int32_t> ref_;
+  std::vector<int32_t> ref_;         // > 0 used, 0 free, kReserved reserved
+  std::vector<uint32_t> generation_;
+  int64_t reserved_ = 0;
+  static constexpr int32_t kReserved = -1;
 };
 
 }  // namespace tandem

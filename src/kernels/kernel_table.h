@@ -41,9 +41,15 @@ struct PagedRows {
   int64_t page_stride = 0;
   int64_t row_bytes = 0;
   int page_tokens = 0;
-  float* Row(int64_t pos) const {
-    return reinterpret_cast<float*>(base + pages[pos / page_tokens] * page_stride +
-                                    (pos % page_tokens) * row_bytes);
+  // Where per-token fp32 scales start within a page (after all rows); -1 if none.
+  int64_t scale_offset = -1;
+  uint8_t* RowBytes(int64_t pos) const {
+    return base + pages[pos / page_tokens] * page_stride + (pos % page_tokens) * row_bytes;
+  }
+  float* Row(int64_t pos) const { return reinterpret_cast<float*>(RowBytes(pos)); }
+  float* Scale(int64_t pos) const {
+    return reinterpret_cast<float*>(base + pages[pos / page_tokens] * page_stride + scale_offset +
+                                    (pos % page_tokens) * 4);
   }
 };
 
@@ -57,6 +63,15 @@ struct AttentionShape {
   int head_end = -1;  // -1: n_heads
 };
 
+// One query token's indexer inputs: n_heads query vectors of `dims` and a
+// weight per head.
+struct IndexerQuery {
+  const float* q = nullptr;  // n_heads x dims
+  const float* w = nullptr;  // n_heads
+  int n_heads = 0;
+  int64_t dims = 0;
+};
+
 struct KernelTable {
   // y[t * y_stride + r] = dot(W[r], x + t * x_stride) for r in [r0, r1), t in [0, n_tokens).
   void (*matmul_rows)(const WeightMatrix& w, const float* x, int64_t x_stride, int n_tokens,
@@ -67,6 +82,10 @@ struct KernelTable {
   void (*axpy)(float a, const float* x, float* y, int64_t n);
   // gate[i] = gate[i] / (1 + exp(-gate[i])) * up[i], exp as in exp_inline.h.
   void (*silu_mul)(float* gate, const float* up, int64_t n);
+  // Indexer scores of key positions [begin, end) into scores[0, end - begin);
+  // key_scratch holds query.dims floats. See indexer_impl.h for the order.
+  void (*indexer_scores)(const IndexerQuery& query, const PagedRows& keys, bool fp8,
+                         int64_t begin, int64_t end, float* scores, float* key_scratch);
   // Causal attention of one query token; see kernels::Attention in ops.h.
   void (*attention)(const float* q, const PagedRows& k, const PagedRows& v,
                     const int32_t* positions, int64_t n_positions, const AttentionShape& shape,

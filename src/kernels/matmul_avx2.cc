@@ -3,6 +3,8 @@
 #include <immintrin.h>
 
 #include "kernels/attention_impl.h"
+#include "kernels/indexer_impl.h"
+#include "common/fp8.h"
 #include "kernels/exp_inline.h"
 #include "kernels/weight_row.h"
 
@@ -147,6 +149,10 @@ inline __m256 Exp8(__m256 x) {
 }
 
 struct Avx2Ops {
+  static void DecodeFp8(const uint8_t* q, int64_t n, float* out) {
+    const float* table = Fp8E4M3Table();
+    for (int64_t i = 0; i < n; ++i) out[i] = table[q[i]];
+  }
   static float Dot(const float* a, const float* b, int64_t n) { return kernels::Dot(a, b, n); }
   static void Axpy(float a, const float* x, float* y, int64_t n) { kernels::Axpy(a, x, y, n); }
   static void ExpMinus(float* x, int64_t n, float m) {
@@ -156,6 +162,11 @@ struct Avx2Ops {
     for (; i < n; ++i) x[i] = ExpInline(x[i] - m);
   }
 };
+
+void IndexerScores(const IndexerQuery& query, const PagedRows& keys, bool fp8, int64_t begin,
+                   int64_t end, float* scores, float* key_scratch) {
+  IndexerScoresImpl<Avx2Ops>(query, keys, fp8, begin, end, scores, key_scratch);
+}
 
 void Attention(const float* q, const PagedRows& k, const PagedRows& v, const int32_t* positions,
                int64_t n, const AttentionShape& shape, float* scratch, float* out) {
@@ -179,7 +190,7 @@ void AxpyEntry(float a, const float* x, float* y, int64_t n) { Axpy(a, x, y, n);
 }  // namespace
 
 const KernelTable& Avx2Table() {
-  static const KernelTable table{&MatMulRows, &DotEntry, &AxpyEntry, &SiluMul, &Attention};
+  static const KernelTable table{&MatMulRows, &DotEntry, &AxpyEntry, &SiluMul, &IndexerScores, &Attention};
   return table;
 }
 

@@ -3,6 +3,8 @@
 #include <immintrin.h>
 
 #include "kernels/attention_impl.h"
+#include "kernels/indexer_impl.h"
+#include "common/fp8.h"
 #include "kernels/exp_inline.h"
 #include "kernels/weight_row.h"
 
@@ -152,6 +154,10 @@ inline __m512 Exp16(__m512 x) {
 }
 
 struct Avx512Ops {
+  static void DecodeFp8(const uint8_t* q, int64_t n, float* out) {
+    const float* table = Fp8E4M3Table();
+    for (int64_t i = 0; i < n; ++i) out[i] = table[q[i]];
+  }
   static float Dot(const float* a, const float* b, int64_t n) { return kernels::Dot(a, b, n); }
   static void Axpy(float a, const float* x, float* y, int64_t n) { kernels::Axpy(a, x, y, n); }
   static void ExpMinus(float* x, int64_t n, float m) {
@@ -163,6 +169,11 @@ struct Avx512Ops {
     for (; i < n; ++i) x[i] = ExpInline(x[i] - m);
   }
 };
+
+void IndexerScores(const IndexerQuery& query, const PagedRows& keys, bool fp8, int64_t begin,
+                   int64_t end, float* scores, float* key_scratch) {
+  IndexerScoresImpl<Avx512Ops>(query, keys, fp8, begin, end, scores, key_scratch);
+}
 
 void Attention(const float* q, const PagedRows& k, const PagedRows& v, const int32_t* positions,
                int64_t n, const AttentionShape& shape, float* scratch, float* out) {
@@ -186,7 +197,7 @@ void AxpyEntry(float a, const float* x, float* y, int64_t n) { Axpy(a, x, y, n);
 }  // namespace
 
 const KernelTable& Avx512Table() {
-  static const KernelTable table{&MatMulRows, &DotEntry, &AxpyEntry, &SiluMul, &Attention};
+  static const KernelTable table{&MatMulRows, &DotEntry, &AxpyEntry, &SiluMul, &IndexerScores, &Attention};
   return table;
 }
 

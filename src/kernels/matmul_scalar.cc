@@ -2,6 +2,8 @@
 #include <cmath>
 
 #include "kernels/attention_impl.h"
+#include "kernels/indexer_impl.h"
+#include "common/fp8.h"
 #include "kernels/exp_inline.h"
 #include "kernels/weight_row.h"
 
@@ -36,12 +38,21 @@ void Axpy(float a, const float* x, float* y, int64_t n) {
 }
 
 struct ScalarOps {
+  static void DecodeFp8(const uint8_t* q, int64_t n, float* out) {
+    const float* table = Fp8E4M3Table();
+    for (int64_t i = 0; i < n; ++i) out[i] = table[q[i]];
+  }
   static float Dot(const float* a, const float* b, int64_t n) { return tandem::kernels::Dot(a, b, n); }
   static void Axpy(float a, const float* x, float* y, int64_t n) { tandem::kernels::Axpy(a, x, y, n); }
   static void ExpMinus(float* x, int64_t n, float m) {
     for (int64_t i = 0; i < n; ++i) x[i] = ExpInline(x[i] - m);
   }
 };
+
+void IndexerScores(const IndexerQuery& query, const PagedRows& keys, bool fp8, int64_t begin,
+                   int64_t end, float* scores, float* key_scratch) {
+  IndexerScoresImpl<ScalarOps>(query, keys, fp8, begin, end, scores, key_scratch);
+}
 
 void Attention(const float* q, const PagedRows& k, const PagedRows& v, const int32_t* positions,
                int64_t n, const AttentionShape& shape, float* scratch, float* out) {
@@ -55,7 +66,7 @@ void SiluMul(float* gate, const float* up, int64_t n) {
 }  // namespace
 
 const KernelTable& ScalarTable() {
-  static const KernelTable table{&MatMulRows, &Dot, &Axpy, &SiluMul, &Attention};
+  static const KernelTable table{&MatMulRows, &Dot, &Axpy, &SiluMul, &IndexerScores, &Attention};
   return table;
 }
 

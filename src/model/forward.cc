@@ -4,16 +4,25 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/fp8.h"
+#include "common/half.h"
 #include "kernels/cpu.h"
 #include "kernels/ops.h"
+#include "kernels/topk.h"
 #include "kernels/weight_row.h"
 
 namespace tandem {
 
-ForwardPass::ForwardPass(const Model& model, ThreadPool& pool)
-    : model_(model), c_(model.config()), pool_(pool) {}
+ForwardPass::ForwardPass(const Model& model, const CacheSpec& spec, ThreadPool& pool)
+    : model_(model), c_(model.config()), spec_(spec), pool_(pool) {
+  if (spec_.index_k >= 0) indexer_ = std::make_unique<Indexer>(c_, spec_.attention.index_dims);
+  layout_fingerprint_ = CacheLayout(spec_.registry, int(c_.n_layers), 0).Fingerprint();
+}
 
 Status ForwardPass::Validate(std::span<const SequenceChunk> batch, const PagePool& cache) const {
+  if (cache.layout().Fingerprint() != layout_fingerprint_) {
+    return InvalidArgument("the page pool's cache layout does not match this forward pass");
+  }
   for (size_t i = 0; i < batch.size(); ++i) {
     const SequenceChunk& s = batch[i];
     if (s.tokens.empty()) return InvalidArgument("batch entry " + std::to_string(i) + " has no tokens");
@@ -38,9 +47,10 @@ Status ForwardPass::Validate(std::span<const SequenceChunk> batch, const PagePoo
 }
 
 void ForwardPass::Resize(int n, int64_t max_context) {
-  auto fit = [](std::vector<float>& v, size_t size) {
+  auto fit = [](auto& v, size_t size) {
     if (v.size() < size) v.resize(size);
   };
+  const size_t threads = size_t(pool_.size());
   fit(x_, size_t(n) * c_.dim);
   fit(xb_, size_t(n) * c_.dim);
   fit(q_, size_t(n) * c_.q_dim());
@@ -51,48 +61,29 @@ void ForwardPass::Resize(int n, int64_t max_context) {
   fit(hb2_, size_t(n) * c_.ffn_dim);
   fit(rope_cos_, size_t(n) * c_.rope_dims / 2);
   fit(rope_sin_, size_t(n) * c_.rope_dims / 2);
-  fit(scores_, size_t(pool_.size()) * size_t(max_context));
+  fit(scores_, threads * size_t(max_context));
+  if (indexer_) {
+    const size_t dims = size_t(indexer_->dims());
+    fit(index_keys_, size_t(n) * dims);
+    fit(index_queries_, size_t(n) * dims * size_t(indexer_->n_heads()));
+    fit(query_means_, size_t(n) * c_.kv_dim());
+    fit(key_scratch_, threads * dims);
+    fit(positions_, threads * size_t(max_context));
+    fit(n_positions_, threads);
+  }
+  max_context_ = max_context;
 }
 
-// Splits each matrix's rows across threads in blocks of 8 (the kernels' row
-// tile). The split never changes a result: each output element is computed
-// whole by one thread, in the canonical order.
-void ForwardPass::MatMuls(std::initializer_list<MatMulJob> jobs, const float* x, int n) {
+void ForwardPass::MatMuls(std::initializer_list<MatMulJob> jobs, int n) {
   const auto& kt = kernels::Active();
   const int tasks = pool_.size();
   pool_.ParallelFor(tasks, [&](int t) {
     for (const MatMulJob& job : jobs) {
       const kernels::WeightMatrix& w = *job.w;
-      const int64_t per = (w.rows + tasks * 8 - 1) / (tasks * 8) * 8;
+      const int64_t per = (w.rows + tasks * 8 - 1) / (tasks * 8) * 8;  // the kernels' row tile
       const int64_t r0 = std::min<int64_t>(w.rows, t * per);
       const int64_t r1 = std::min<int64_t>(w.rows, r0 + per);
-      if (r0 < r1) kt.matmul_rows(w, x, w.cols, n, job.y, w.rows, r0, r1);
-    }
-  });
-}
-
-// Attention work is split over (token, group of query heads) so that even a
-// single decode token keeps every thread busy.
-void ForwardPass::Attention(int l, std::span<const SequenceChunk> batch, PagePool& cache) {
-  const int n = int(tokens_.size());
-  const int64_t qd = c_.q_dim();
-  const int heads = int(c_.n_heads);
-  const int threads = pool_.size();
-  const int head_chunks = n >= threads ? 1 : std::min(heads, threads);
-  const int heads_per = (heads + head_chunks - 1) / head_chunks;
-  const int64_t stride = int64_t(scores_.size()) / threads;
-  const int units = n * head_chunks;
-  pool_.ParallelFor(threads, [&](int t) {
-    for (int u = t; u < units; u += threads) {
-      const int i = u / head_chunks, chunk = u % head_chunks;
-      const SequenceChunk& s = batch[size_t(tokens_[size_t(i)].chunk)];
-      const int64_t pos = tokens_[size_t(i)].pos;
-      kernels::AttentionShape shape{heads, int(c_.n_kv_heads), int(c_.head_dim),
-                                    float(1.0 / std::sqrt(double(c_.head_dim))),
-                                    chunk * heads_per, std::min(heads, (chunk + 1) * heads_per)};
-      kernels::Attention(q_.data() + i * qd, cache.Rows(model_.k_buffer(), l, s.pages),
-                         cache.Rows(model_.v_buffer(), l, s.pages), nullptr, pos + 1, shape,
-                         scores_.data() + t * stride, att_.data() + i * qd);
+      if (r0 < r1) kt.matmul_rows(w, job.x, job.x_stride, n, job.y, job.y_stride, r0, r1);
     }
   });
 }
@@ -111,23 +102,21 @@ Status ForwardPass::Run(std::span<const SequenceChunk> batch, PagePool& cache,
   const int n = int(tokens_.size());
   Resize(n, max_context);
   const auto& emb = model_.weights().token_embd;
-  int idx = 0;
   const int half = int(c_.rope_dims / 2);
-  for (const SequenceChunk& s : batch) {
-    for (int32_t tok : s.tokens) {
-      float* row = x_.data() + size_t(idx) * c_.dim;
-      const uint8_t* src = emb.data + size_t(tok) * emb.row_bytes;
-      for (int64_t d = 0; d < c_.dim; ++d) row[d] = kernels::WeightAt(emb.type, src, d);
-      model_.rope().Angles(tokens_[size_t(idx)].pos, rope_cos_.data() + size_t(idx) * half,
-                           rope_sin_.data() + size_t(idx) * half);
-      ++idx;
-    }
+  for (int i = 0; i < n; ++i) {
+    const SequenceChunk& s = ChunkOf(batch, i);
+    const int32_t tok = s.tokens[size_t(tokens_[size_t(i)].pos - s.start_pos)];
+    float* row = x_.data() + size_t(i) * c_.dim;
+    const uint8_t* src = emb.data + size_t(tok) * emb.row_bytes;
+    for (int64_t d = 0; d < c_.dim; ++d) row[d] = kernels::WeightAt(emb.type, src, d);
+    model_.rope().Angles(tokens_[size_t(i)].pos, rope_cos_.data() + size_t(i) * half,
+                         rope_sin_.data() + size_t(i) * half);
   }
   for (int l = 0; l < int(c_.n_layers); ++l) Layer(l, batch, cache);
 
   // Final norm and the output head, only for the tokens whose logits are wanted.
   std::vector<int> wanted;
-  idx = 0;
+  int idx = 0;
   for (const SequenceChunk& s : batch) {
     for (size_t j = 0; j < s.tokens.size(); ++j, ++idx) {
       if (s.all_logits || j + 1 == s.tokens.size()) wanted.push_back(idx);
@@ -139,7 +128,8 @@ Status ForwardPass::Run(std::span<const SequenceChunk> batch, PagePool& cache,
   }
   const size_t base = logits->size();
   logits->resize(base + wanted.size() * size_t(c_.vocab_size));
-  MatMuls({{&model_.weights().output, logits->data() + base}}, xb_.data(), int(wanted.size()));
+  const auto& out = model_.weights().output;
+  MatMuls({{&out, xb_.data(), c_.dim, logits->data() + base, c_.vocab_size}}, int(wanted.size()));
   return Status::Ok();
 }
 
@@ -150,7 +140,10 @@ void ForwardPass::Layer(int l, std::span<const SequenceChunk> batch, PagePool& c
   for (int i = 0; i < n; ++i) {
     kernels::RmsNorm(x_.data() + i * dim, w.attn_norm.data(), dim, c_.rms_eps, xb_.data() + i * dim);
   }
-  MatMuls({{&w.wq, q_.data()}, {&w.wk, k_.data()}, {&w.wv, v_.data()}}, xb_.data(), n);
+  MatMuls({{&w.wq, xb_.data(), dim, q_.data(), qd},
+           {&w.wk, xb_.data(), dim, k_.data(), kvd},
+           {&w.wv, xb_.data(), dim, v_.data(), kvd}},
+          n);
   const int half = int(c_.rope_dims / 2);
   for (int i = 0; i < n; ++i) {
     float* q = q_.data() + i * qd;
@@ -163,24 +156,143 @@ void ForwardPass::Layer(int l, std::span<const SequenceChunk> batch, PagePool& c
     const float* sn = rope_sin_.data() + size_t(i) * half;
     kernels::Rope(q, int(c_.n_heads), int(c_.head_dim), int(c_.rope_dims), cs, sn, c_.rope_neox);
     kernels::Rope(k, int(c_.n_kv_heads), int(c_.head_dim), int(c_.rope_dims), cs, sn, c_.rope_neox);
-    const SequenceChunk& s = batch[size_t(tokens_[size_t(i)].chunk)];
+    const SequenceChunk& s = ChunkOf(batch, i);
     const int64_t pos = tokens_[size_t(i)].pos;
-    std::memcpy(cache.Rows(model_.k_buffer(), l, s.pages).Row(pos), k, size_t(kvd) * 4);
-    std::memcpy(cache.Rows(model_.v_buffer(), l, s.pages).Row(pos), v, size_t(kvd) * 4);
+    std::memcpy(cache.Rows(spec_.k, l, s.pages).Row(pos), k, size_t(kvd) * 4);
+    std::memcpy(cache.Rows(spec_.v, l, s.pages).Row(pos), v, size_t(kvd) * 4);
   }
+  if (indexer_) WriteIndexKeys(l, batch, cache);
   Attention(l, batch, cache);
-  MatMuls({{&w.wo, xb_.data()}}, att_.data(), n);
+  MatMuls({{&w.wo, att_.data(), qd, xb_.data(), dim}}, n);
   for (int i = 0; i < n; ++i) kernels::Add(x_.data() + i * dim, xb_.data() + i * dim, dim);
   for (int i = 0; i < n; ++i) {
     kernels::RmsNorm(x_.data() + i * dim, w.ffn_norm.data(), dim, c_.rms_eps, xb_.data() + i * dim);
   }
-  MatMuls({{&w.w_gate, hb_.data()}, {&w.w_up, hb2_.data()}}, xb_.data(), n);
+  MatMuls({{&w.w_gate, xb_.data(), dim, hb_.data(), c_.ffn_dim},
+           {&w.w_up, xb_.data(), dim, hb2_.data(), c_.ffn_dim}},
+          n);
   for (int i = 0; i < n; ++i) {
     kernels::SiluMul(hb_.data() + size_t(i) * c_.ffn_dim, hb2_.data() + size_t(i) * c_.ffn_dim,
                      c_.ffn_dim);
   }
-  MatMuls({{&w.w_down, xb_.data()}}, hb_.data(), n);
+  MatMuls({{&w.w_down, hb_.data(), c_.ffn_dim, xb_.data(), dim}}, n);
   for (int i = 0; i < n; ++i) kernels::Add(x_.data() + i * dim, xb_.data() + i * dim, dim);
+}
+
+// Index keys go into the index-K buffer (quantized as the registry says);
+// index queries stay in activations for this layer's top-k selection.
+void ForwardPass::WriteIndexKeys(int l, std::span<const SequenceChunk> batch, PagePool& cache) {
+  const int n = int(tokens_.size());
+  const int64_t dims = indexer_->dims(), kvd = c_.kv_dim(), hd = c_.head_dim;
+  const int heads = indexer_->n_heads();
+  for (int i = 0; i < n; ++i) indexer_->GroupMeans(q_.data() + i * c_.q_dim(), query_means_.data() + i * kvd);
+  std::vector<MatMulJob> jobs = {
+      {&indexer_->key_projection(), k_.data(), kvd, index_keys_.data(), dims}};
+  for (int g = 0; g < heads; ++g) {
+    jobs.push_back({&indexer_->query_projection(g), query_means_.data() + g * hd, kvd,
+                    index_queries_.data() + g * dims, dims * heads});
+  }
+  const auto& kt = kernels::Active();
+  const int tasks = pool_.size();
+  pool_.ParallelFor(tasks, [&](int t) {
+    for (const MatMulJob& job : jobs) {
+      const int64_t per = (job.w->rows + tasks * 8 - 1) / (tasks * 8) * 8;
+      const int64_t r0 = std::min<int64_t>(job.w->rows, t * per);
+      const int64_t r1 = std::min<int64_t>(job.w->rows, r0 + per);
+      if (r0 < r1) kt.matmul_rows(*job.w, job.x, job.x_stride, n, job.y, job.y_stride, r0, r1);
+    }
+  });
+  const bool fp8 = spec_.attention.index_k_dtype == CacheDType::kFp8E4M3Scaled;
+  for (int i = 0; i < n; ++i) {
+    const kernels::PagedRows rows = cache.Rows(spec_.index_k, l, ChunkOf(batch, i).pages);
+    const int64_t pos = tokens_[size_t(i)].pos;
+    const float* key = index_keys_.data() + i * dims;
+    if (fp8) {
+      QuantizeFp8Row(key, dims, rows.RowBytes(pos), rows.Scale(pos));
+    } else {
+      auto* out = reinterpret_cast<uint16_t*>(rows.RowBytes(pos));
+      for (int64_t d = 0; d < dims; ++d) out[d] = FloatToBf16(key[d]);
+    }
+  }
+}
+
+void ForwardPass::SelectForFewTokens(int l, std::span<const SequenceChunk> batch, PagePool& cache) {
+  const int n = int(tokens_.size());
+  const int threads = pool_.size();
+  const bool fp8 = spec_.attention.index_k_dtype == CacheDType::kFp8E4M3Scaled;
+  const int64_t dims = indexer_->dims();
+  pool_.ParallelFor(threads, [&](int t) {
+    for (int i = 0; i < n; ++i) {
+      const int64_t context = tokens_[size_t(i)].pos + 1;
+      if (context <= spec_.attention.top_k) continue;
+      const int64_t per = (context + threads - 1) / threads;
+      const int64_t begin = std::min(context, t * per), end = std::min(context, begin + per);
+      const kernels::IndexerQuery query{index_queries_.data() + size_t(i) * dims * indexer_->n_heads(),
+                                        indexer_->head_weights(), indexer_->n_heads(), dims};
+      kernels::Active().indexer_scores(query, cache.Rows(spec_.index_k, l, ChunkOf(batch, i).pages),
+                                       fp8, begin, end,
+                                       scores_.data() + size_t(i) * size_t(max_context_) + begin,
+                                       key_scratch_.data() + size_t(t) * dims);
+    }
+  });
+  for (int i = 0; i < n; ++i) {
+    const int64_t context = tokens_[size_t(i)].pos + 1;
+    n_positions_[size_t(i)] =
+        context <= spec_.attention.top_k
+            ? -1
+            : kernels::SelectTopK(scores_.data() + size_t(i) * size_t(max_context_), context,
+                                  spec_.attention.top_k, positions_.data() + size_t(i) * max_context_);
+  }
+}
+
+int64_t ForwardPass::SelectPositions(int l, int i, std::span<const SequenceChunk> batch,
+                                     PagePool& cache, int thread, int32_t* positions) {
+  const int64_t context = tokens_[size_t(i)].pos + 1;
+  float* scores = scores_.data() + size_t(thread) * size_t(max_context_);
+  const kernels::IndexerQuery query{index_queries_.data() + size_t(i) * indexer_->dims() * indexer_->n_heads(),
+                                    indexer_->head_weights(), indexer_->n_heads(), indexer_->dims()};
+  kernels::Active().indexer_scores(query, cache.Rows(spec_.index_k, l, ChunkOf(batch, i).pages),
+                                   spec_.attention.index_k_dtype == CacheDType::kFp8E4M3Scaled, 0,
+                                   context, scores, key_scratch_.data() + size_t(thread) * indexer_->dims());
+  return kernels::SelectTopK(scores, context, spec_.attention.top_k, positions);
+}
+
+// Work is split over (token, group of query heads) so that even a single
+// decode token keeps every thread busy. Under sparse attention a token whose
+// context exceeds top-k first selects its positions.
+void ForwardPass::Attention(int l, std::span<const SequenceChunk> batch, PagePool& cache) {
+  const int n = int(tokens_.size());
+  const int64_t qd = c_.q_dim();
+  const int heads = int(c_.n_heads);
+  const int threads = pool_.size();
+  const int head_chunks = n >= threads ? 1 : std::min(heads, threads);
+  const int heads_per = (heads + head_chunks - 1) / head_chunks;
+  const int64_t top_k = indexer_ ? spec_.attention.top_k : INT64_MAX;
+  // Few tokens (decode): score each token's positions with all threads, select
+  // its top-k, then split the attention by heads.
+  if (indexer_ && head_chunks > 1) SelectForFewTokens(l, batch, cache);
+  const int units = n * head_chunks;
+  pool_.ParallelFor(threads, [&](int t) {
+    for (int u = t; u < units; u += threads) {
+      const int i = u / head_chunks, chunk = u % head_chunks;
+      const SequenceChunk& s = ChunkOf(batch, i);
+      const int64_t pos = tokens_[size_t(i)].pos;
+      const int32_t* positions = nullptr;
+      int64_t count = pos + 1;
+      if (count > top_k) {
+        const size_t slot = size_t(head_chunks > 1 ? i : t) * size_t(max_context_);
+        positions = positions_.data() + slot;
+        count = head_chunks > 1 ? n_positions_[size_t(i)]
+                                : SelectPositions(l, i, batch, cache, t, positions_.data() + slot);
+      }
+      kernels::AttentionShape shape{heads, int(c_.n_kv_heads), int(c_.head_dim),
+                                    float(1.0 / std::sqrt(double(c_.head_dim))),
+                                    chunk * heads_per, std::min(heads, (chunk + 1) * heads_per)};
+      kernels::Attention(q_.data() + i * qd, cache.Rows(spec_.k, l, s.pages),
+                         cache.Rows(spec_.v, l, s.pages), positions, count, shape,
+                         scores_.data() + size_t(t) * size_t(max_context_), att_.data() + i * qd);
+    }
+  });
 }
 
 }  // namespace tandem

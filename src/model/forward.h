@@ -2,18 +2,29 @@
 //
 // One Run() takes any mix of sequences: prompt chunks and single decode
 // tokens, each with its own start position and page table. Every token's
-// K/V rows are written into the page pool; attention of a token reads its own
-// sequence's rows at positions <= its own. Matmuls treat the batch's tokens
-// as independent columns and every output element is reduced in the canonical
+// rows of every cache buffer (K, V, and index-K under sparse attention) are
+// written into the page pool; attention of a token reads its own sequence's
+// rows at positions <= its own. Matmuls treat the batch's tokens as
+// independent columns and every output element is reduced in the canonical
 // order, so a token's logits are bitwise identical however the batch is
 // composed or the prompt chunked (invariant 5).
+//
+// Sparse attention: each query scores its earlier positions with the
+// lightning indexer over the index-K buffer and attends to the top-k
+// (ascending position order). With top-k >= its context it attends to every
+// position in the same order as dense attention, so the result is bitwise
+// identical to dense.
 #pragma once
 
+#include <initializer_list>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "cache/page_pool.h"
 #include "common/thread_pool.h"
+#include "model/cache_spec.h"
+#include "model/indexer.h"
 #include "model/model.h"
 
 namespace tandem {
@@ -27,34 +38,59 @@ struct SequenceChunk {
 
 class ForwardPass {
  public:
-  ForwardPass(const Model& model, ThreadPool& pool);
+  // REQUIRES: pools passed to Run were built from spec.registry.
+  ForwardPass(const Model& model, const CacheSpec& spec, ThreadPool& pool);
 
   // Appends to *logits one vocab-sized row per requested token, in batch order.
   // Fails without side effects on bad token ids or page tables too short.
   Status Run(std::span<const SequenceChunk> batch, PagePool& cache, std::vector<float>* logits);
+
+  const CacheSpec& spec() const { return spec_; }
 
  private:
   struct TokenRef {
     int chunk;
     int64_t pos;
   };
-  Status Validate(std::span<const SequenceChunk> batch, const PagePool& cache) const;
   struct MatMulJob {
     const kernels::WeightMatrix* w;
+    const float* x;
+    int64_t x_stride;
     float* y;
+    int64_t y_stride;
   };
-  // Several matmuls over the same input in one parallel region (one barrier).
-  void MatMuls(std::initializer_list<MatMulJob> jobs, const float* x, int n);
-  void Attention(int l, std::span<const SequenceChunk> batch, PagePool& cache);
+  Status Validate(std::span<const SequenceChunk> batch, const PagePool& cache) const;
+  // Several matmuls in one parallel region (one barrier); each output element
+  // is computed whole by one thread, so the split never changes a result.
+  void MatMuls(std::initializer_list<MatMulJob> jobs, int n);
   void Layer(int l, std::span<const SequenceChunk> batch, PagePool& cache);
+  void WriteIndexKeys(int l, std::span<const SequenceChunk> batch, PagePool& cache);
+  void Attention(int l, std::span<const SequenceChunk> batch, PagePool& cache);
+  void SelectForFewTokens(int l, std::span<const SequenceChunk> batch, PagePool& cache);
+  // Top-k positions of token i into `positions`; returns how many.
+  int64_t SelectPositions(int l, int i, std::span<const SequenceChunk> batch, PagePool& cache,
+                          int thread, int32_t* positions);
   void Resize(int n_tokens, int64_t max_context);
+  const SequenceChunk& ChunkOf(std::span<const SequenceChunk> batch, int i) const {
+    return batch[size_t(tokens_[size_t(i)].chunk)];
+  }
 
   const Model& model_;
   const ModelConfig& c_;
+  const CacheSpec spec_;
   ThreadPool& pool_;
+  std::unique_ptr<Indexer> indexer_;  // sparse attention only
+  std::string layout_fingerprint_;
   std::vector<TokenRef> tokens_;
+  int64_t max_context_ = 0;
   // Activations, [n_tokens x width] each; reused across calls.
-  std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_, rope_cos_, rope_sin_, scores_;
+  std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_, rope_cos_, rope_sin_;
+  std::vector<float> index_keys_, index_queries_, query_means_;
+  // Scratch [threads x ...]: scores and selected positions per thread (or per
+  // token, when fewer tokens than threads), and one decoded key row per thread.
+  std::vector<float> scores_, key_scratch_;
+  std::vector<int32_t> positions_;
+  std::vector<int64_t> n_positions_;
 };
 
 }  // namespace tandem

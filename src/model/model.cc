@@ -21,9 +21,6 @@ StatusOr<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<GgufFile> gguf)
                     " tokens but token_embd.weight has " + std::to_string(m->config_.vocab_size) +
                     " rows");
   }
-  const int64_t kv_dim = m->config_.kv_dim();
-  TANDEM_ASSIGN_OR_RETURN(m->k_buffer_, m->registry_.Register({"k", CacheDType::kF32, kv_dim}));
-  TANDEM_ASSIGN_OR_RETURN(m->v_buffer_, m->registry_.Register({"v", CacheDType::kF32, kv_dim}));
   return m;
 }
 

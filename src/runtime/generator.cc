@@ -13,12 +13,12 @@ double Since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-Generator::Generator(const Model& model, ThreadPool& threads, int64_t ctx_tokens)
+Generator::Generator(const Model& model, const CacheSpec& spec, ThreadPool& threads,
+                     int64_t ctx_tokens)
     : model_(model),
       ctx_tokens_(ctx_tokens),
-      pool_(model.cache_registry(), int(model.config().n_layers),
-            (ctx_tokens + kPageTokens - 1) / kPageTokens),
-      forward_(model, threads) {}
+      pool_(spec.registry, int(model.config().n_layers), (ctx_tokens + kPageTokens - 1) / kPageTokens),
+      forward_(model, spec, threads) {}
 
 StatusOr<GenerateResult> Generator::Run(std::span<const int32_t> prompt,
                                         const GenerateOptions& opt,

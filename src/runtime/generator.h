@@ -33,7 +33,7 @@ struct GenerateResult {
 class Generator {
  public:
   // ctx_tokens: the most tokens (prompt + generated) one sequence may hold.
-  Generator(const Model& model, ThreadPool& threads, int64_t ctx_tokens);
+  Generator(const Model& model, const CacheSpec& spec, ThreadPool& threads, int64_t ctx_tokens);
 
   // on_text receives text as it becomes final (valid UTF-8, stop strings cut);
   // returning false stops generation (finish_reason "stop").

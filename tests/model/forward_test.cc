@@ -105,7 +105,8 @@ TEST(ForwardInvariance, BatchCompositionGivesIdenticalLogits) {
   const auto alone = RunSequence(model, threads, target, 0);
   const size_t vocab = size_t(model.config().vocab_size);
   for (int others : {1, 2, 5, 13, 31}) {
-    PagePool pool(model.cache_registry(), int(model.config().n_layers), 4 * (others + 1));
+    const CacheSpec spec = *MakeCacheSpec(model.config());
+    PagePool pool(spec.registry, int(model.config().n_layers), 4 * (others + 1));
     std::vector<std::vector<int32_t>> seqs = {target};
     for (int o = 0; o < others; ++o) {
       seqs.push_back(PseudoRandomTokens(size_t(1 + (o * 37) % 90), model.config().vocab_size,
@@ -113,7 +114,7 @@ TEST(ForwardInvariance, BatchCompositionGivesIdenticalLogits) {
     }
     std::vector<std::vector<int32_t>> pages;
     for (auto& s : seqs) pages.push_back(*pool.Allocate(int64_t(s.size() + 63) / 64));
-    ForwardPass fwd(model, threads);
+    ForwardPass fwd(model, spec, threads);
     // Step 1: every sequence but the target prefills all but its last token;
     // the target prefills its first 33. Step 2: the rest, all in one batch.
     std::vector<float> logits;
@@ -159,9 +160,10 @@ TEST(ForwardInvariance, EveryIsaGivesIdenticalLogits) {
 TEST(ForwardErrors, BadTokenAndShortPageTableAreRejected) {
   auto m = MakePresetModel("tiny", TensorType::kF32);
   ThreadPool threads(1);
-  PagePool pool(m->model->cache_registry(), 4, 2);
+  const CacheSpec spec = *MakeCacheSpec(m->model->config());
+  PagePool pool(spec.registry, 4, 2);
   auto pages = *pool.Allocate(1);
-  ForwardPass fwd(*m->model, threads);
+  ForwardPass fwd(*m->model, spec, threads);
   std::vector<float> logits;
   std::vector<int32_t> bad = {5, 99999};
   SequenceChunk c{bad, 0, pages, false};

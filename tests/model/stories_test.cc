@@ -21,7 +21,7 @@ TEST(Stories260K, GreedyFromBosMatchesDocumentedOutput) {
   const Model& m = **model;
   for (int threads : {1, 2}) {
     ThreadPool pool(threads);
-    Generator gen(m, pool, 512);
+    Generator gen(m, *MakeCacheSpec(m.config()), pool, 512);
     GenerateOptions opt;
     opt.max_tokens = 256;
     opt.ignore_eos = true;
@@ -50,7 +50,8 @@ TEST(Stories260K, SeededSamplingIsReproducible) {
   opt.sampling.top_p = 0.95f;
   opt.sampling.seed = 42;
   const auto prompt = m.tokenizer().Encode("Once upon a time", true, false);
-  Generator a(m, pool, 256), b(m, pool, 256);
+  const CacheSpec spec = *MakeCacheSpec(m.config());
+  Generator a(m, spec, pool, 256), b(m, spec, pool, 256);
   auto r1 = a.Run(prompt, opt, nullptr);
   auto r2 = b.Run(prompt, opt, nullptr);
   ASSERT_TRUE(r1.ok() && r2.ok());
@@ -66,7 +67,7 @@ TEST(Stories260K, StopStringCutsTheText) {
   auto model = Model::Load(path);
   ASSERT_TRUE(model.ok());
   ThreadPool pool(1);
-  Generator gen(**model, pool, 512);
+  Generator gen(**model, *MakeCacheSpec((*model)->config()), pool, 512);
   GenerateOptions opt;
   opt.max_tokens = 100;
   opt.stop_strings = {"Lily"};

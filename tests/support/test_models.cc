@@ -23,12 +23,15 @@ std::unique_ptr<InMemoryModel> MakePresetModel(const std::string& preset, Tensor
 }
 
 std::vector<float> RunSequence(const Model& model, ThreadPool& threads,
-                               const std::vector<int32_t>& tokens, size_t chunk_size) {
+                               const std::vector<int32_t>& tokens, size_t chunk_size,
+                               const AttentionOptions& attention) {
   const int64_t n_pages = int64_t(tokens.size() + kPageTokens - 1) / kPageTokens;
-  PagePool pool(model.cache_registry(), int(model.config().n_layers), n_pages);
+  auto spec = MakeCacheSpec(model.config(), attention);
+  EXPECT_TRUE(spec.ok());
+  PagePool pool(spec->registry, int(model.config().n_layers), n_pages);
   auto pages = pool.Allocate(n_pages);
   EXPECT_TRUE(pages.ok());
-  ForwardPass fwd(model, threads);
+  ForwardPass fwd(model, *spec, threads);
   std::vector<float> logits;
   if (chunk_size == 0) chunk_size = tokens.size();
   for (size_t start = 0; start < tokens.size(); start += chunk_size) {

@@ -22,9 +22,11 @@ std::unique_ptr<InMemoryModel> MakePresetModel(const std::string& preset, Tensor
                                                const std::function<void(GgufWriter&)>& tweak = {});
 
 // Logits for every position of `tokens`, computed in chunks of chunk_size
-// (0 = whole prompt at once). Uses its own page pool.
+// (0 = whole prompt at once). Uses its own page pool; dense attention unless
+// `attention` says otherwise.
 std::vector<float> RunSequence(const Model& model, ThreadPool& threads,
-                               const std::vector<int32_t>& tokens, size_t chunk_size);
+                               const std::vector<int32_t>& tokens, size_t chunk_size,
+                               const AttentionOptions& attention = {});
 
 std::vector<int32_t> PseudoRandomTokens(size_t n, int64_t vocab, uint32_t seed);
 

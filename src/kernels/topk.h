@@ -1,0 +1,14 @@
+// Top-k selection for sparse attention.
+#pragma once
+
+#include <cstdint>
+
+namespace tandem::kernels {
+
+// Writes to `out` the positions of the k highest scores among [0, n), in
+// ascending position order; returns min(k, n). Ties go to the lower position
+// and NaN ranks lowest, so the selected set is unique. out holds n entries
+// (it is also the work space).
+int64_t SelectTopK(const float* scores, int64_t n, int64_t k, int32_t* out);
+
+}  // namespace tandem::kernels

@@ -1,0 +1,39 @@
+#include "model/cache_spec.h"
+
+namespace tandem {
+
+Status AttentionOptions::Validate() const {
+  if (top_k < 1) return InvalidArgument("top-k must be at least 1");
+  if (index_dims < 16 || index_dims > 1024) return InvalidArgument("index dims must be in [16, 1024]");
+  if (index_k_dtype != CacheDType::kFp8E4M3Scaled && index_k_dtype != CacheDType::kBF16) {
+    return InvalidArgument("index-K dtype must be fp8 or bf16");
+  }
+  return Status::Ok();
+}
+
+StatusOr<AttentionKind> ParseAttentionKind(const std::string& name) {
+  if (name == "dense") return AttentionKind::kDense;
+  if (name == "sparse") return AttentionKind::kSparse;
+  return InvalidArgument("attention must be dense or sparse, not '" + name + "'");
+}
+
+StatusOr<CacheDType> ParseIndexKDType(const std::string& name) {
+  if (name == "fp8") return CacheDType::kFp8E4M3Scaled;
+  if (name == "bf16") return CacheDType::kBF16;
+  return InvalidArgument("index-K dtype must be fp8 or bf16, not '" + name + "'");
+}
+
+StatusOr<CacheSpec> MakeCacheSpec(const ModelConfig& config, const AttentionOptions& attention) {
+  TANDEM_RETURN_IF_ERROR(attention.Validate());
+  CacheSpec spec;
+  spec.attention = attention;
+  TANDEM_ASSIGN_OR_RETURN(spec.k, spec.registry.Register({"k", CacheDType::kF32, config.kv_dim()}));
+  TANDEM_ASSIGN_OR_RETURN(spec.v, spec.registry.Register({"v", CacheDType::kF32, config.kv_dim()}));
+  if (attention.kind == AttentionKind::kSparse) {
+    TANDEM_ASSIGN_OR_RETURN(spec.index_k, spec.registry.Register({"index_k", attention.index_k_dtype,
+                                                                  attention.index_dims}));
+  }
+  return spec;
+}
+
+}  // namespace tandem

@@ -1,0 +1,34 @@
+// Which per-token cache buffers an engine keeps, derived from the model and
+// the attention options: K and V always; the sparse-attention index-K buffer
+// when attention is sparse. The registry built here is the only list of them.
+#pragma once
+
+#include "cache/registry.h"
+#include "model/config.h"
+
+namespace tandem {
+
+enum class AttentionKind { kDense, kSparse };
+
+struct AttentionOptions {
+  AttentionKind kind = AttentionKind::kDense;
+  int64_t top_k = 2048;  // positions each query attends to under sparse attention
+  CacheDType index_k_dtype = CacheDType::kFp8E4M3Scaled;  // or kBF16
+  int64_t index_dims = 128;
+
+  Status Validate() const;
+};
+
+StatusOr<AttentionKind> ParseAttentionKind(const std::string& name);  // dense | sparse
+StatusOr<CacheDType> ParseIndexKDType(const std::string& name);       // fp8 | bf16
+
+struct CacheSpec {
+  AttentionOptions attention;
+  CacheBufferRegistry registry;
+  CacheBufferId k = -1, v = -1;
+  CacheBufferId index_k = -1;  // -1 unless attention is sparse
+};
+
+StatusOr<CacheSpec> MakeCacheSpec(const ModelConfig& config, const AttentionOptions& attention = {});
+
+}  // namespace tandem

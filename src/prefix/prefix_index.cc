@@ -1,0 +1,190 @@
+#include "prefix/prefix_index.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <string>
+#include <unordered_set>
+
+namespace tandem {
+namespace {
+
+std::span<const int32_t> PageTokens(std::span<const int32_t> tokens, int64_t page) {
+  return tokens.subspan(size_t(page) * kPageTokens, kPageTokens);
+}
+
+}  // namespace
+
+// Hashes host-order bytes: keys never leave the process.
+uint64_t PrefixIndex::DefaultChainKey(uint64_t parent_key, std::span<const int32_t> page_tokens) {
+  return XXH3_64bits_withSeed(page_tokens.data(), page_tokens.size_bytes(), parent_key);
+}
+
+PrefixIndex::PrefixIndex(PagePool& pool, ChainKeyFn chain_key)
+    : pool_(pool), chain_key_(chain_key) {}
+
+PrefixIndex::~PrefixIndex() { Clear(); }
+
+bool PrefixIndex::Holds(const Entry& e, const Entry* parent, std::span<const int32_t> page_tokens) {
+  return e.parent == parent && std::equal(page_tokens.begin(), page_tokens.end(), e.tokens.begin());
+}
+
+PrefixIndex::Entry* PrefixIndex::FindChild(const Entry* parent,
+                                           std::span<const int32_t> page_tokens) {
+  const uint64_t key = chain_key_(parent ? parent->key : kRootSeed, page_tokens);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return nullptr;
+  // Same key but a different prefix is a collision: never a match.
+  return Holds(it->second, parent, page_tokens) ? &it->second : nullptr;
+}
+
+void PrefixIndex::TouchChain(std::span<Entry* const> chain) {
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    lru_.splice(lru_.end(), lru_, (*it)->lru);
+  }
+}
+
+void PrefixIndex::Remove(Entry* e) {
+  TANDEM_CHECK_MSG(e->children == 0, "removing a prefix entry that still has children");
+  if (e->parent != nullptr) --e->parent->children;
+  lru_.erase(e->lru);
+  const int32_t page = e->page;
+  entries_.erase(e->key);
+  pool_.Release({&page, 1});
+}
+
+PrefixIndex::Match PrefixIndex::Lookup(std::span<const int32_t> tokens, int64_t max_tokens) {
+  ++stats_.lookups;
+  stats_.lookup_tokens += int64_t(tokens.size());
+  const int64_t limit = std::clamp<int64_t>(max_tokens, 0, int64_t(tokens.size()));
+  const int64_t n_pages = limit / kPageTokens;
+
+  std::vector<Entry*> chain;
+  Entry* parent = nullptr;
+  for (int64_t i = 0; i < n_pages; ++i) {
+    Entry* e = FindChild(parent, PageTokens(tokens, i));
+    if (e == nullptr) break;
+    chain.push_back(e);
+    parent = e;
+  }
+  TouchChain(chain);
+
+  Match match;
+  match.pages.reserve(chain.size());
+  for (const Entry* e : chain) match.pages.push_back(e->page);
+  pool_.AddRef(match.pages);
+  match.tokens = int64_t(match.pages.size()) * kPageTokens;
+  stats_.hit_tokens += match.tokens;
+  return match;
+}
+
+int64_t PrefixIndex::Insert(std::span<const int32_t> tokens, std::span<const int32_t> pages) {
+  const int64_t n_pages =
+      std::min<int64_t>(int64_t(tokens.size()) / kPageTokens, int64_t(pages.size()));
+  std::vector<Entry*> chain;
+  Entry* parent = nullptr;
+  int64_t inserted = 0;
+  for (int64_t i = 0; i < n_pages; ++i) {
+    const std::span<const int32_t> page_tokens = PageTokens(tokens, i);
+    const uint64_t key = chain_key_(parent ? parent->key : kRootSeed, page_tokens);
+    auto [it, fresh] = entries_.try_emplace(key);
+    Entry& e = it->second;
+    if (!fresh) {
+      // Already indexed: keep the existing page. A different prefix under the
+      // same key (collision) ends the chain: children need this entry.
+      if (!Holds(e, parent, page_tokens)) break;
+    } else {
+      pool_.AddRef(pages.subspan(size_t(i), 1));  // CHECK-fails on an unreferenced page
+      e.key = key;
+      e.parent = parent;
+      e.page = pages[size_t(i)];
+      std::copy(page_tokens.begin(), page_tokens.end(), e.tokens.begin());
+      e.lru = lru_.insert(lru_.end(), &e);
+      if (parent != nullptr) ++parent->children;
+      ++inserted;
+    }
+    chain.push_back(&e);
+    parent = &e;
+  }
+  TouchChain(chain);
+  stats_.inserted_pages += inserted;
+  return inserted;
+}
+
+int64_t PrefixIndex::Evict(int64_t n) {
+  int64_t freed = 0;
+  // Children precede their parents in LRU order, so a parent left childless
+  // by this walk is still ahead of the cursor and is considered in turn.
+  for (auto it = lru_.begin(); it != lru_.end() && freed < n;) {
+    Entry* e = *it;
+    ++it;  // advance first: Remove erases e's node (never the parent's)
+    if (e->children > 0 || pool_.RefCount(e->page) != 1) continue;
+    Remove(e);
+    ++freed;
+  }
+  stats_.evicted_pages += freed;
+  return freed;
+}
+
+int64_t PrefixIndex::evictable_pages() const {
+  // An entry is pinned if its page or any descendant's page has an outside
+  // reference. Walk up from each outside-referenced page; stop at the first
+  // ancestor already pinned (its own ancestors are pinned too).
+  std::unordered_set<const Entry*> pinned;
+  for (const auto& [key, e] : entries_) {
+    if (pool_.RefCount(e.page) == 1) continue;
+    for (const Entry* p = &e; p != nullptr && pinned.insert(p).second; p = p->parent) {
+    }
+  }
+  return cached_pages() - int64_t(pinned.size());
+}
+
+void PrefixIndex::Clear() {
+  std::vector<int32_t> pages;
+  pages.reserve(entries_.size());
+  for (const auto& [key, e] : entries_) pages.push_back(e.page);
+  lru_.clear();
+  entries_.clear();
+  pool_.Release(pages);
+}
+
+Status PrefixIndex::CheckInvariants() const {
+  if (lru_.size() != entries_.size()) return Internal("prefix index: LRU list size mismatch");
+  std::unordered_map<const Entry*, int64_t> position;
+  int64_t pos = 0;
+  for (const Entry* e : lru_) position[e] = pos++;
+
+  std::unordered_map<const Entry*, int32_t> children;
+  std::unordered_set<int32_t> pages;
+  for (const auto& [key, e] : entries_) {
+    const std::string where = "prefix index entry for page " + std::to_string(e.page) + ": ";
+    if (e.key != key || chain_key_(e.parent ? e.parent->key : kRootSeed, e.tokens) != key) {
+      return Internal(where + "key does not match its tokens and parent");
+    }
+    if (!position.contains(&e) || *e.lru != &e) return Internal(where + "not in the LRU list");
+    if (e.page < 0 || e.page >= pool_.total_pages() || pool_.RefCount(e.page) < 1) {
+      return Internal(where + "page is not referenced");
+    }
+    if (!pages.insert(e.page).second) return Internal(where + "page indexed twice");
+    if (e.parent != nullptr) {
+      auto parent = entries_.find(e.parent->key);
+      if (parent == entries_.end() || &parent->second != e.parent) {
+        return Internal(where + "parent is not indexed");
+      }
+      if (position.at(&e) > position.at(e.parent)) {
+        return Internal(where + "more recently used than its parent");
+      }
+      ++children[e.parent];
+    }
+  }
+  for (const auto& [key, e] : entries_) {
+    auto it = children.find(&e);
+    if (e.children != (it == children.end() ? 0 : it->second)) {
+      return Internal("prefix index entry for page " + std::to_string(e.page) +
+                      ": child count is wrong");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace tandem

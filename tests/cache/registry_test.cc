@@ -1,0 +1,73 @@
+#include "cache/registry.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "cache/layout.h"
+#include "cache/page_pool.h"
+#include "model/cache_spec.h"
+
+namespace tandem {
+namespace {
+
+TEST(Registry, IndexKPageSizesComeFromTheRegistry) {
+  ModelConfig c;
+  c.n_heads = 8;
+  c.n_kv_heads = 4;
+  c.head_dim = 8;
+  AttentionOptions a;
+  a.kind = AttentionKind::kSparse;
+  a.index_k_dtype = CacheDType::kFp8E4M3Scaled;
+  auto fp8 = MakeCacheSpec(c, a);
+  ASSERT_TRUE(fp8.ok());
+  a.index_k_dtype = CacheDType::kBF16;
+  auto bf16 = MakeCacheSpec(c, a);
+  ASSERT_TRUE(bf16.ok());
+  CacheLayout l8(fp8->registry, 5, 4), l16(bf16->registry, 5, 4);
+  EXPECT_EQ(l8.page_stride(fp8->index_k), 8448);
+  EXPECT_EQ(l16.page_stride(bf16->index_k), 16384);
+  EXPECT_EQ(l8.page_stride(fp8->k), 64 * 32 * 4);
+  EXPECT_EQ(l8.scale_offset(fp8->index_k), 64 * 128);
+  EXPECT_EQ(l16.scale_offset(bf16->index_k), -1);
+  EXPECT_NE(l8.Fingerprint(), l16.Fingerprint());
+  EXPECT_NE(l8.Fingerprint().find("index_k:fp8"), std::string::npos) << l8.Fingerprint();
+  // Dense attention keeps no index-K buffer at all.
+  auto dense = MakeCacheSpec(c);
+  EXPECT_EQ(dense->index_k, -1);
+  EXPECT_EQ(dense->registry.size(), 2);
+}
+
+TEST(Registry, RejectsDuplicatesAndEmptyBuffers) {
+  CacheBufferRegistry r;
+  EXPECT_TRUE(r.Register({"k", CacheDType::kF32, 8}).ok());
+  EXPECT_FALSE(r.Register({"k", CacheDType::kF32, 8}).ok());
+  EXPECT_FALSE(r.Register({"", CacheDType::kF32, 8}).ok());
+  EXPECT_FALSE(r.Register({"z", CacheDType::kF32, 0}).ok());
+}
+
+TEST(PagePool, ReservationsAndGenerationsKeepAccounting) {
+  CacheBufferRegistry r;
+  ASSERT_TRUE(r.Register({"k", CacheDType::kF32, 4}).ok());
+  PagePool pool(r, 2, 10);
+  const auto baseline = pool.accounting();
+  auto used = *pool.Allocate(3);
+  auto reserved = *pool.Reserve(4);
+  EXPECT_EQ(pool.accounting(), (PagePool::Accounting{3, 3, 4, 10}));
+  EXPECT_TRUE(pool.CheckAccounting().ok());
+  EXPECT_FALSE(pool.Allocate(4).ok()) << "only 3 free";
+  EXPECT_EQ(pool.accounting(), (PagePool::Accounting{3, 3, 4, 10})) << "a failed allocation changes nothing";
+  const uint32_t gen = pool.Generation(reserved[0]);
+  pool.CancelReservation(std::span<const int32_t>(reserved).first(2));
+  EXPECT_EQ(pool.Generation(reserved[0]), gen + 1);
+  pool.CommitReservation(std::span<const int32_t>(reserved).subspan(2));
+  EXPECT_EQ(pool.RefCount(reserved[2]), 1);
+  EXPECT_EQ(pool.accounting(), (PagePool::Accounting{5, 5, 0, 10}));
+  pool.Release(used);
+  pool.Release(std::span<const int32_t>(reserved).subspan(2));
+  EXPECT_EQ(pool.accounting(), baseline);
+  EXPECT_TRUE(pool.CheckAccounting().ok());
+}
+
+}  // namespace
+}  // namespace tandem
