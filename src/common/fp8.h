@@ -34,7 +34,7 @@ constexpr uint8_t FloatToFp8E4M3(float f) {
   const uint32_t u = std::bit_cast<uint32_t>(f);
   const uint8_t sign = uint8_t((u >> 24) & 0x80u);
   const uint32_t abs = u & 0x7FFFFFFFu;
-  if (abs > 0x7F800000u) return 0x7F;                 // NaN
+  if (abs > 0x7F800000u) return 0x7F;                  // NaN
   if (abs > 0x43E00000u) return uint8_t(sign | 0x7E);  // beyond 448: saturate
   if (abs >= 0x3C800000u) {
     // Normal range [2^-6, 448]: drop 20 mantissa bits with round-half-even.
@@ -48,7 +48,7 @@ constexpr uint8_t FloatToFp8E4M3(float f) {
   // contiguous). |f| = full * 2^(e - 150) with full the 24-bit significand,
   // so m = round(full >> (141 - e)).
   const uint32_t e = abs >> 23;
-  if (e < 110) return sign;  // |f| < 2^-17: far below half of 2^-9
+  if (e < 110) return sign;         // |f| < 2^-17: far below half of 2^-9
   const uint32_t shift = 141u - e;  // 21..31
   const uint32_t full = 0x800000u | (abs & 0x7FFFFFu);
   uint32_t m = full >> shift;

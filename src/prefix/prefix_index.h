@@ -92,8 +92,7 @@ class PrefixIndex {
   // Monotonic counters for metrics. lookup_tokens sums tokens.size() of every
   // Lookup, so hit_tokens / lookup_tokens is the prompt hit rate.
   struct Stats {
-    int64_t lookups = 0, lookup_tokens = 0, hit_tokens = 0, inserted_pages = 0,
-            evicted_pages = 0;
+    int64_t lookups = 0, lookup_tokens = 0, hit_tokens = 0, inserted_pages = 0, evicted_pages = 0;
   };
   const Stats& stats() const { return stats_; }
 

@@ -128,8 +128,8 @@ TEST(Fp8Test, MatchesExhaustiveNearestSearch) {
   for (int i = 0; i < 50000; ++i) {
     // Magnitudes spread over 2^-20 .. 2^10 with random mantissa bits.
     const uint32_t exponent = 107 + uint32_t(rng() % 31);
-    const uint32_t bits = (uint32_t(rng()) & 0x80000000u) | (exponent << 23) |
-                          (uint32_t(rng()) & 0x7FFFFFu);
+    const uint32_t bits =
+        (uint32_t(rng()) & 0x80000000u) | (exponent << 23) | (uint32_t(rng()) & 0x7FFFFFu);
     inputs.push_back(std::bit_cast<float>(bits));
   }
   for (float f : inputs) {

@@ -2,8 +2,6 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cstring>
 #include <vector>
 
 namespace tandem {
@@ -205,8 +203,8 @@ TEST_F(PrefixIndexTest, EvictNeverFreesPagesWithOutsideReferences) {
   EXPECT_EQ(index.evictable_pages(), 0);
   EXPECT_EQ(index.Evict(10), 0);
   // A sibling branch A -> B -> D is index-only: only D may go.
-  const auto branch = Concat(std::vector<int32_t>(chain.begin(), chain.begin() + 2 * kPage),
-                             Tokens(kPage, 2));
+  const auto branch =
+      Concat(std::vector<int32_t>(chain.begin(), chain.begin() + 2 * kPage), Tokens(kPage, 2));
   const auto d = Allocate(1);
   EXPECT_EQ(index.Insert(branch, std::vector<int32_t>{pages[0], pages[1], d[0]}), 1);
   pool_.Release(d);
