@@ -74,3 +74,31 @@ TEST_F(Cli, Stories260KFromTheCommandLine) {
 
 }  // namespace
 }  // namespace tandem
+
+namespace tandem {
+namespace {
+
+TEST(CliSparse, GenerateFlagsAndBeyondContextWarning) {
+  TANDEM_REQUIRE_SHARED_MODEL(path);
+  auto dense = testing::RunTandem("generate -m " + path + " -p 'Once upon a time' -n 16 --attention dense");
+  auto sparse = testing::RunTandem("generate -m " + path +
+                                   " -p 'Once upon a time' -n 16 --attention sparse --topk 4096 --index-k-dtype bf16");
+  ASSERT_EQ(dense.exit_code, 0) << dense.output;
+  ASSERT_EQ(sparse.exit_code, 0) << sparse.output;
+  // top-k above the context: identical text.
+  EXPECT_EQ(dense.output.substr(0, dense.output.find('\n')), sparse.output.substr(0, sparse.output.find('\n')));
+  EXPECT_NE(sparse.output.find("sparse attention"), std::string::npos);
+  auto far = testing::RunTandem("generate -m " + path + " -p 'Hi' -n 2 --ctx-size 4096");
+  EXPECT_EQ(far.exit_code, 0);
+  EXPECT_NE(far.output.find("warning: --ctx-size 4096 exceeds the model's trained context 2048"),
+            std::string::npos) << far.output;
+  auto bad = testing::RunTandem("generate -m " + path + " -p 'Hi' --attention fuzzy");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.output.find("attention must be dense or sparse"), std::string::npos) << bad.output;
+  auto bad_dtype = testing::RunTandem("generate -m " + path + " -p 'Hi' --attention sparse --index-k-dtype fp4");
+  EXPECT_EQ(bad_dtype.exit_code, 1);
+  EXPECT_NE(bad_dtype.output.find("fp8 or bf16"), std::string::npos) << bad_dtype.output;
+}
+
+}  // namespace
+}  // namespace tandem
