@@ -1,0 +1,378 @@
+#include "runtime/engine.h"
+
+#include <algorithm>
+
+#include "model/tokenizer.h"
+#include "runtime/stop_strings.h"
+
+namespace tandem {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsBetween(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// One request inside the engine. tokens = prompt + generated; the cache holds
+// tokens [0, computed); a step computes [computed, tokens.size()) (a prefill
+// chunk, or the one newest token) and, once computed == tokens.size(),
+// samples the next token at position tokens.size().
+struct Engine::Sequence {
+  std::shared_ptr<RequestHandle> handle;
+  RequestSpec spec;
+  std::vector<int32_t> tokens;
+  int64_t prompt_len = 0;
+  int64_t computed = 0;
+  int64_t generated = 0;
+  int64_t cached_prompt_tokens = 0;
+  std::vector<int32_t> pages;
+  std::unique_ptr<StreamDecoder> decoder;
+  std::unique_ptr<StopStringMatcher> stops;
+  Clock::time_point arrival, deadline, last_token;
+  bool started = false;  // a token was streamed
+  bool done = false;
+};
+
+StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineOptions& options) {
+  if (options.max_running < 1 || options.max_waiting < 0 || options.chunk_size < 1 ||
+      options.max_batch_tokens < 1 || options.cache_tokens < kPageTokens) {
+    return InvalidArgument("engine options out of range (max-running, chunk-size, max-batch-tokens >= 1; cache >= one page)");
+  }
+  TANDEM_ASSIGN_OR_RETURN(CacheSpec spec, MakeCacheSpec(model.config(), options.attention));
+  auto engine = std::unique_ptr<Engine>(new Engine(model, options, std::move(spec)));
+  engine->loop_ = std::thread([e = engine.get()] { e->Loop(); });
+  return engine;
+}
+
+Engine::Engine(const Model& model, const EngineOptions& options, CacheSpec spec)
+    : model_(model),
+      options_(options),
+      spec_(std::move(spec)),
+      context_tokens_(options.context_tokens > 0 ? options.context_tokens : model.config().context_length),
+      threads_(options.threads),
+      pool_(spec_.registry, int(model.config().n_layers),
+            (options.cache_tokens + kPageTokens - 1) / kPageTokens),
+      index_(options.prefix_cache ? std::make_unique<PrefixIndex>(pool_) : nullptr),
+      forward_(model, spec_, threads_) {
+  loop_alive_ = true;
+}
+
+Engine::~Engine() { Shutdown(std::chrono::milliseconds(0)); }
+
+void Engine::Shutdown(std::chrono::milliseconds drain) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stopping_.exchange(true)) drain_deadline_ = Clock::now() + drain;
+  }
+  wake_.notify_all();
+  if (loop_.joinable()) loop_.join();
+}
+
+StatusOr<std::shared_ptr<RequestHandle>> Engine::Submit(RequestSpec spec) {
+  if (spec.prompt.empty()) return InvalidArgument("the prompt has no tokens");
+  if (int64_t(spec.prompt.size()) >= context_tokens_) {
+    return InvalidArgument("the prompt has " + std::to_string(spec.prompt.size()) +
+                           " tokens but the context holds " + std::to_string(context_tokens_));
+  }
+  const int64_t pages_needed = (int64_t(spec.prompt.size()) + kPageTokens) / kPageTokens;
+  if (pages_needed > pool_.total_pages()) {
+    return InvalidArgument("the prompt needs " + std::to_string(pages_needed) +
+                           " cache pages; the cache has " + std::to_string(pool_.total_pages()));
+  }
+  for (int32_t t : spec.prompt) {
+    if (t < 0 || t >= model_.config().vocab_size) return InvalidArgument("token id out of range");
+  }
+  TANDEM_RETURN_IF_ERROR(spec.sampling.Validate());
+  if (spec.max_tokens < 1) return InvalidArgument("max_tokens must be at least 1");
+  auto seq = std::make_unique<Sequence>();
+  seq->arrival = Clock::now();
+  seq->deadline = seq->arrival + options_.request_timeout;
+  seq->prompt_len = int64_t(spec.prompt.size());
+  seq->tokens = spec.prompt;
+  seq->decoder = std::make_unique<StreamDecoder>(model_.tokenizer());
+  seq->stops = std::make_unique<StopStringMatcher>(spec.stop);
+  seq->spec = std::move(spec);
+  std::shared_ptr<RequestHandle> handle;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return Unavailable("the server is shutting down");
+    if (int64_t(incoming_.size()) + published_.waiting >= options_.max_waiting) {
+      return ResourceExhausted("too many requests are waiting (" + std::to_string(options_.max_waiting) +
+                               "); retry later");
+    }
+    handle = std::make_shared<RequestHandle>(next_id_++);
+    seq->handle = handle;
+    incoming_.push_back(std::move(seq));
+  }
+  wake_.notify_all();
+  return handle;
+}
+
+EngineStats Engine::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  EngineStats s = published_;
+  s.healthy = Healthy();
+  return s;
+}
+
+void Engine::Loop() {
+  for (;;) {
+    TakeNewRequests();
+    bool drain_over = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      drain_over = stopping_ && Clock::now() >= drain_deadline_;
+    }
+    if (drain_over) {
+      for (auto& s : running_) s->handle->Cancel();
+      for (auto& s : waiting_) s->handle->Cancel();
+    }
+    DropCancelledAndExpired();
+    if (stopping_ && running_.empty() && waiting_.empty()) break;
+    Admit();
+    if (running_.empty()) {
+      PublishStats();
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait_for(lock, std::chrono::milliseconds(50), [&] { return !incoming_.empty() || stopping_; });
+      continue;
+    }
+    Step();
+    PublishStats();
+  }
+  PublishStats();
+  loop_alive_ = false;
+}
+
+void Engine::TakeNewRequests() {
+  std::lock_guard<std::mutex> lock(mu_);
+  while (!incoming_.empty()) {
+    waiting_.push_back(std::move(incoming_.front()));
+    incoming_.pop_front();
+  }
+}
+
+void Engine::DropCancelledAndExpired() {
+  const auto now = Clock::now();
+  auto check = [&](Sequence& s) {
+    if (s.handle->cancelled()) {
+      Finish(s, "cancelled");
+    } else if (now > s.deadline) {
+      Fail(s, Status(StatusCode::kDeadlineExceeded, "the request exceeded its deadline of " +
+                                                        std::to_string(options_.request_timeout.count()) + " ms"));
+    }
+  };
+  for (auto& s : running_) check(*s);
+  for (auto& s : waiting_) check(*s);
+  std::erase_if(running_, [](const auto& s) { return s->done; });
+  std::erase_if(waiting_, [](const auto& s) { return s->done; });
+}
+
+// Pages for tokens [0, tokens) of seq; evicts cached prefixes first, then
+// preempts other sequences. False when even that cannot make room.
+bool Engine::EnsurePages(Sequence& seq, int64_t tokens) {
+  const int64_t need = (tokens + kPageTokens - 1) / kPageTokens - int64_t(seq.pages.size());
+  if (need <= 0) return true;
+  while (pool_.free_pages() < need) {
+    if (index_ && index_->Evict(need - pool_.free_pages()) > 0) continue;
+    if (!Preempt(&seq)) return false;
+  }
+  auto pages = pool_.Allocate(need);
+  if (!pages.ok()) return false;
+  seq.pages.insert(seq.pages.end(), pages->begin(), pages->end());
+  return true;
+}
+
+// Frees the pages of the most recently admitted running sequence other than
+// `keep` and sends it back to the front of the queue, to be recomputed.
+bool Engine::Preempt(const Sequence* keep) {
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    Sequence& victim = **it;
+    if (&victim == keep || victim.pages.empty()) continue;
+    Retire(victim);
+    victim.computed = 0;
+    ++counters_.preemptions;
+    metrics_.preemptions.Increment();
+    waiting_.push_front(std::move(*it));
+    running_.erase(std::next(it).base());
+    return true;
+  }
+  return false;
+}
+
+void Engine::Admit() {
+  while (!waiting_.empty() && int32_t(running_.size()) < options_.max_running) {
+    Sequence& seq = *waiting_.front();
+    if (index_ && seq.computed == 0 && seq.pages.empty()) {
+      PrefixIndex::Match hit = index_->Lookup(seq.tokens, int64_t(seq.tokens.size()) - 1);
+      seq.pages = std::move(hit.pages);
+      seq.computed = hit.tokens;
+      if (!seq.started) {
+        seq.cached_prompt_tokens = std::min(hit.tokens, seq.prompt_len);
+        metrics_.prefix_hit_tokens.Increment(double(seq.cached_prompt_tokens));
+        counters_.prefix_hit_tokens += seq.cached_prompt_tokens;
+      }
+    }
+    // Admission needs the whole remaining prompt plus the first decode token.
+    const int64_t need = (int64_t(seq.tokens.size()) + kPageTokens) / kPageTokens - int64_t(seq.pages.size());
+    const int64_t evictable = index_ ? index_->evictable_pages() : 0;
+    if (need > pool_.free_pages() + evictable) {
+      if (running_.empty() && need > pool_.total_pages()) {
+        Fail(seq, ResourceExhausted("the request does not fit in the cache"));
+        waiting_.pop_front();
+        continue;
+      }
+      break;  // wait for running sequences to finish
+    }
+    if (!seq.started) {
+      metrics_.prompt_tokens.Increment(double(seq.prompt_len));
+      counters_.prompt_tokens += seq.prompt_len;
+    }
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+}
+
+void Engine::Step() {
+  std::vector<SequenceChunk> batch;
+  std::vector<Sequence*> members;
+  int64_t budget = options_.max_batch_tokens;
+  // Decode tokens first (one each), then prefill chunks in admission order.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+      Sequence& s = *running_[i];
+      const int64_t pending = int64_t(s.tokens.size()) - s.computed;
+      if ((pass == 0) != (pending == 1) || pending <= 0) continue;
+      const int64_t n = std::min({pending, int64_t(options_.chunk_size), budget});
+      if (!EnsurePages(s, s.computed + n)) {
+        // Nothing left to evict or preempt: this sequence alone fills the cache.
+        if (running_.size() == 1) Finish(s, "length");
+        continue;
+      }
+      budget -= n;
+      members.push_back(&s);
+    }
+  }
+  // Preemption inside EnsurePages may have moved sequences; rebuild from survivors.
+  std::erase_if(members, [&](Sequence* m) {
+    return std::none_of(running_.begin(), running_.end(), [&](const auto& r) { return r.get() == m; });
+  });
+  if (members.empty()) {
+    std::erase_if(running_, [](const auto& s) { return s->done; });
+    return;
+  }
+  for (Sequence* s : members) {
+    const int64_t pending = int64_t(s->tokens.size()) - s->computed;
+    const int64_t n = std::min<int64_t>({pending, options_.chunk_size,
+                                         int64_t(s->pages.size()) * kPageTokens - s->computed});
+    batch.push_back({std::span<const int32_t>(s->tokens).subspan(size_t(s->computed), size_t(n)),
+                     s->computed, s->pages, false});
+  }
+  logits_.clear();
+  Status st = forward_.Run(batch, pool_, &logits_);
+  if (!st.ok()) {
+    for (Sequence* s : members) Fail(*s, st);
+    std::erase_if(running_, [](const auto& s) { return s->done; });
+    return;
+  }
+  const size_t vocab = size_t(model_.config().vocab_size);
+  for (size_t b = 0; b < members.size(); ++b) {
+    Sequence& s = *members[b];
+    s.computed += int64_t(batch[b].tokens.size());
+    if (s.computed < int64_t(s.tokens.size())) continue;  // prompt not done yet
+    const int64_t pos = int64_t(s.tokens.size());
+    const int32_t token = sampler_.Sample(std::span<const float>(logits_).subspan(b * vocab, vocab),
+                                          s.spec.sampling, s.tokens, pos);
+    Emit(s, token);
+  }
+  std::erase_if(running_, [](const auto& s) { return s->done; });
+}
+
+void Engine::Emit(Sequence& s, int32_t token) {
+  const auto now = Clock::now();
+  if (!s.spec.ignore_eos && model_.tokenizer().IsEndOfGeneration(token)) return Finish(s, "stop");
+  s.tokens.push_back(token);
+  ++s.generated;
+  ++counters_.generated_tokens;
+  metrics_.generated_tokens.Increment();
+  if (!s.started) {
+    metrics_.ttft.Observe(SecondsBetween(s.arrival, now));
+    s.started = true;
+  } else {
+    metrics_.inter_token.Observe(SecondsBetween(s.last_token, now));
+  }
+  s.last_token = now;
+  StreamEvent ev;
+  ev.text = s.stops->Push(s.decoder->Push(token));
+  ev.tokens = {token};
+  s.handle->Push(std::move(ev));
+  if (s.stops->stopped()) return Finish(s, "stop");
+  if (s.generated >= s.spec.max_tokens || int64_t(s.tokens.size()) >= context_tokens_) {
+    Finish(s, "length");
+  }
+}
+
+void Engine::Finish(Sequence& s, const std::string& reason) {
+  if (s.done) return;
+  if (reason != "cancelled" && !s.stops->stopped()) {
+    StreamEvent tail;
+    tail.text = s.stops->Push(s.decoder->Flush()) + s.stops->Flush();
+    if (!tail.text.empty()) s.handle->Push(std::move(tail));
+  }
+  StreamEvent ev;
+  ev.kind = StreamEvent::Kind::kFinish;
+  ev.finish_reason = reason;
+  ev.prompt_tokens = s.prompt_len;
+  ev.completion_tokens = s.generated;
+  ev.cached_prompt_tokens = s.cached_prompt_tokens;
+  s.handle->Push(std::move(ev));
+  Retire(s);
+  s.done = true;
+  metrics_.e2e.Observe(SecondsBetween(s.arrival, Clock::now()));
+  if (reason == "cancelled") {
+    ++counters_.requests_cancelled;
+    metrics_.cancelled.Increment();
+  } else {
+    ++counters_.requests_finished;
+    metrics_.finished.Increment();
+  }
+}
+
+void Engine::Fail(Sequence& s, Status error) {
+  if (s.done) return;
+  StreamEvent ev;
+  ev.kind = StreamEvent::Kind::kError;
+  ev.error = std::move(error);
+  s.handle->Push(std::move(ev));
+  Retire(s);
+  s.done = true;
+  ++counters_.requests_failed;
+  metrics_.failed.Increment();
+}
+
+// Gives the sequence's computed full pages to the prefix index and drops its
+// own page references.
+void Engine::Retire(Sequence& s) {
+  if (index_ && !s.pages.empty()) {
+    index_->Insert(std::span<const int32_t>(s.tokens).first(size_t(s.computed)), s.pages);
+  }
+  pool_.Release(s.pages);
+  s.pages.clear();
+}
+
+void Engine::PublishStats() {
+  EngineStats s = counters_;
+  s.running = int64_t(running_.size());
+  s.waiting = int64_t(waiting_.size());
+  s.pages = pool_.accounting();
+  s.cached_pages = index_ ? index_->cached_pages() : 0;
+  metrics_.running.Set(double(s.running));
+  metrics_.waiting.Set(double(s.waiting));
+  metrics_.pages_free.Set(double(s.pages.free));
+  metrics_.pages_used.Set(double(s.pages.used));
+  metrics_.pages_reserved.Set(double(s.pages.reserved));
+  metrics_.prefix_cached_pages.Set(double(s.cached_pages));
+  std::lock_guard<std::mutex> lock(mu_);
+  published_ = s;
+}
+
+}  // namespace tandem

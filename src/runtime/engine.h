@@ -1,0 +1,119 @@
+// The engine: one loop thread that owns a model's forward pass, page pool and
+// prefix index, and serves many requests at once with continuous batching.
+//
+// Each step: take new requests, drop cancelled and expired ones, admit
+// waiting requests while pages allow (reusing cached prefixes), build one
+// ragged batch of decode tokens plus prefill chunks under a token budget, run
+// it, sample, stream text, retire finished requests (their full pages go to
+// the prefix index). When a running sequence needs a page and none can be
+// freed, the most recently admitted other sequence is preempted and later
+// recomputed; determinism (invariant 5) makes that invisible in its output.
+//
+// Thread safety: Submit, Stats, Healthy, BeginShutdown are called from any
+// thread; everything else belongs to the loop thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "model/cache_spec.h"
+#include "model/forward.h"
+#include "prefix/prefix_index.h"
+#include "runtime/engine_metrics.h"
+#include "runtime/request.h"
+
+namespace tandem {
+
+struct EngineOptions {
+  AttentionOptions attention;
+  int64_t cache_tokens = 65536;   // page pool size, in tokens
+  int64_t context_tokens = 0;     // per sequence; 0 = the model's context length
+  int32_t max_running = 32;       // sequences in the decode batch
+  int32_t max_waiting = 256;      // queued requests before Submit refuses
+  int32_t chunk_size = 8192;      // prefill tokens of one sequence per step
+  int32_t max_batch_tokens = 8192;
+  bool prefix_cache = true;
+  std::chrono::milliseconds request_timeout{600'000};
+  int threads = 2;
+};
+
+struct EngineStats {
+  int64_t running = 0, waiting = 0;
+  PagePool::Accounting pages;
+  int64_t cached_pages = 0;
+  int64_t prompt_tokens = 0, generated_tokens = 0, prefix_hit_tokens = 0;
+  int64_t preemptions = 0, requests_finished = 0, requests_cancelled = 0, requests_failed = 0;
+  bool healthy = false;
+};
+
+class Engine {
+ public:
+  static StatusOr<std::unique_ptr<Engine>> Create(const Model& model, const EngineOptions& options);
+  ~Engine();  // stops the loop, cancelling whatever is left
+
+  // Queues a request. Fails with ResourceExhausted when the waiting queue is
+  // full, Unavailable when shutting down, InvalidArgument when it cannot fit.
+  StatusOr<std::shared_ptr<RequestHandle>> Submit(RequestSpec spec);
+
+  EngineStats Stats() const;
+  bool Healthy() const { return !stopping_.load() && loop_alive_.load(); }
+  const EngineOptions& options() const { return options_; }
+  int64_t context_tokens() const { return context_tokens_; }
+  EngineMetrics& metrics() { return metrics_; }
+
+  // Stops admitting; requests already in flight finish, or are cancelled once
+  // `drain` passes. Returns when the loop has exited.
+  void Shutdown(std::chrono::milliseconds drain);
+
+ private:
+  struct Sequence;
+  Engine(const Model& model, const EngineOptions& options, CacheSpec spec);
+  void Loop();
+  void TakeNewRequests();
+  void DropCancelledAndExpired();
+  void Admit();
+  bool EnsurePages(Sequence& seq, int64_t tokens);
+  bool Preempt(const Sequence* keep);
+  void Step();
+  void Emit(Sequence& seq, int32_t token);
+  void Finish(Sequence& seq, const std::string& reason);
+  void Fail(Sequence& seq, Status error);
+  void Retire(Sequence& seq);
+  void PublishStats();
+
+  const Model& model_;
+  const EngineOptions options_;
+  const CacheSpec spec_;
+  const int64_t context_tokens_;
+  ThreadPool threads_;
+  PagePool pool_;
+  std::unique_ptr<PrefixIndex> index_;
+  ForwardPass forward_;
+  Sampler sampler_;
+  EngineMetrics metrics_;
+
+  // Loop thread only.
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  std::vector<std::unique_ptr<Sequence>> running_;
+  std::vector<float> logits_;
+  EngineStats counters_;
+
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<std::unique_ptr<Sequence>> incoming_;  // guarded by mu_
+  EngineStats published_;                           // guarded by mu_
+  uint64_t next_id_ = 1;                            // guarded by mu_
+  std::chrono::steady_clock::time_point drain_deadline_;  // guarded by mu_
+
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> loop_alive_{false};
+  std::thread loop_;
+};
+
+}  // namespace tandem

@@ -1,0 +1,45 @@
+// The engine's Prometheus metrics. prometheus-cpp metrics are thread-safe:
+// the loop thread records, the HTTP /metrics handler serializes.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+namespace tandem {
+
+class EngineMetrics {
+ private:
+  // Declared first: the metric references below are built from it.
+  std::shared_ptr<prometheus::Registry> registry_;
+
+ public:
+  EngineMetrics();
+
+  std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
+  // Prometheus text exposition format of everything registered.
+  std::string Text() const;
+
+  prometheus::Gauge& running;
+  prometheus::Gauge& waiting;
+  prometheus::Gauge& pages_free;
+  prometheus::Gauge& pages_used;
+  prometheus::Gauge& pages_reserved;
+  prometheus::Gauge& prefix_cached_pages;
+  prometheus::Counter& prompt_tokens;
+  prometheus::Counter& generated_tokens;
+  prometheus::Counter& prefix_hit_tokens;
+  prometheus::Counter& preemptions;
+  prometheus::Counter& finished;
+  prometheus::Counter& cancelled;
+  prometheus::Counter& failed;
+  prometheus::Histogram& ttft;
+  prometheus::Histogram& inter_token;
+  prometheus::Histogram& e2e;
+};
+
+}  // namespace tandem

@@ -1,0 +1,67 @@
+// What a client asks the engine for, and the stream of events it gets back.
+//
+// A RequestHandle is shared by the thread that submitted the request (an HTTP
+// handler) and the engine's loop thread: the engine pushes events, the client
+// pops them, and either side may end the request early (Cancel, or the
+// engine's deadline). All of its methods are thread-safe.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "runtime/sampler.h"
+
+namespace tandem {
+
+struct RequestSpec {
+  std::vector<int32_t> prompt;  // token ids, BOS included when wanted
+  SamplingParams sampling;
+  int32_t max_tokens = 256;
+  std::vector<std::string> stop;  // stop strings (cut from the text)
+  bool ignore_eos = false;
+};
+
+struct StreamEvent {
+  enum class Kind { kText, kFinish, kError };
+  Kind kind = Kind::kText;
+  std::string text;                  // kText: newly final text (valid UTF-8)
+  std::vector<int32_t> tokens;       // kText: the tokens that produced it
+  std::string finish_reason;         // kFinish: "stop", "length" or "cancelled"
+  Status error;                      // kError: why the request failed
+  int64_t prompt_tokens = 0;         // kFinish: usage
+  int64_t completion_tokens = 0;     // kFinish
+  int64_t cached_prompt_tokens = 0;  // kFinish: prompt tokens served from the prefix cache
+};
+
+class RequestHandle {
+ public:
+  explicit RequestHandle(uint64_t id) : id_(id) {}
+  uint64_t id() const { return id_; }
+
+  // Waits up to `timeout` for the next event. Returns false on timeout.
+  bool Next(StreamEvent* event, std::chrono::milliseconds timeout);
+  // The client is gone or no longer wants the answer. The engine frees the
+  // request's pages at its next step and ends the stream with "cancelled".
+  void Cancel();
+  bool cancelled() const;
+
+  // Engine side.
+  void Push(StreamEvent event);
+  bool finished() const;
+
+ private:
+  const uint64_t id_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<StreamEvent> events_;  // guarded by mu_
+  bool cancelled_ = false;          // guarded by mu_
+  bool finished_ = false;           // guarded by mu_: a kFinish or kError was pushed
+};
+
+}  // namespace tandem

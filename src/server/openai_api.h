@@ -1,0 +1,145 @@
+// The OpenAI-compatible API surface as pure functions: request bodies in,
+// engine requests out; engine results in, response JSON and SSE frames out.
+// Nothing here does I/O or touches the engine, so the HTTP layer stays thin
+// and every rule about the wire format is testable on its own.
+//
+// Thread safety: every function is pure; a ModelInfo's tokenizer is immutable
+// (see model/tokenizer.h), so any number of threads may call these at once.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "common/status.h"
+#include "model/chat_template.h"
+#include "model/tokenizer.h"
+#include "runtime/request.h"
+
+namespace tandem {
+
+// ---------------------------------------------------------------- errors
+
+// An error in OpenAI's shape. Empty param / code are written as JSON null.
+struct ApiError {
+  int http_status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;
+  std::string code;
+};
+
+// {"error": {"message": ..., "type": ..., "param": ..., "code": ...}}
+std::string ErrorJson(const ApiError& e);
+
+// InvalidArgument / OutOfRange -> 400 invalid_request_error, NotFound -> 404,
+// ResourceExhausted -> 429 rate_limit_error, Unavailable -> 503,
+// DeadlineExceeded -> 504, anything else -> 500 server_error.
+// REQUIRES: !s.ok().
+ApiError ApiErrorFromStatus(const Status& s);
+
+// ---------------------------------------------------------------- requests
+
+struct ModelInfo {
+  std::string id;  // the name clients send as "model"
+  int64_t context_length = 0;
+  const Tokenizer* tokenizer = nullptr;  // not owned; outlives every call
+  ChatTemplateKind chat_template = ChatTemplateKind::kPlain;
+  int64_t created = 0;  // unix seconds, for /v1/models
+};
+
+struct ParsedRequest {
+  RequestSpec spec;            // prompt tokens, sampling, max_tokens, stop, ignore_eos
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool chat = false;           // chat.completions (true) or completions (false)
+  bool tools_enabled = false;  // tools were sent and tool_choice is not "none"
+  bool has_seed = false;       // false: the caller should pick a fresh seed per request,
+                               // or every unseeded request would sample identically
+  std::string model;           // as the client sent it (the served id if absent)
+  int n = 1;                   // always 1: n > 1 is rejected
+};
+
+using ParseResult = std::variant<ParsedRequest, ApiError>;
+
+// Parse and validate a request body. Every failure names the offending field.
+// Unknown fields are ignored; fields whose meaning we cannot honour (n > 1,
+// logprobs, non-zero frequency/presence penalties, echo, suffix, logit_bias,
+// JSON response formats) are rejected rather than silently dropped.
+// Chat: the messages (and tools) are rendered through the model's chat
+// template and tokenized with special tokens parsed; BOS is added unless the
+// template writes it. Completions: "prompt" is a string, an array of one
+// string, or an array of token ids (or an array of one such array).
+ParseResult ParseChatCompletionRequest(std::string_view body, const ModelInfo& model);
+ParseResult ParseCompletionRequest(std::string_view body, const ModelInfo& model);
+
+// ---------------------------------------------------------------- tool calls
+
+struct ToolCall {
+  std::string id;              // "call_<request id>_<index>"
+  std::string name;
+  std::string arguments_json;  // a JSON text, as OpenAI sends "arguments"
+};
+
+struct ParsedOutput {
+  std::string content;  // the text outside tool-call blocks (trimmed if there were calls)
+  std::vector<ToolCall> tool_calls;
+};
+
+// Every <tool_call>{json}</tool_call> block whose JSON is an object with a
+// string "name" and an "arguments" object or string becomes a ToolCall; a
+// final block missing its closing tag counts if its JSON is complete. Blocks
+// that do not parse stay in the content verbatim.
+ParsedOutput ParseToolCalls(std::string_view text, uint64_t request_id);
+
+// ---------------------------------------------------------------- responses
+
+// What every response and chunk of one request shares.
+struct ResponseMeta {
+  std::string model;
+  uint64_t request_id = 0;     // ids are "chatcmpl-<id>" / "cmpl-<id>"
+  int64_t created = 0;         // unix seconds
+  bool include_usage = false;  // streaming: non-final chunks carry "usage": null
+};
+
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
+};
+
+// A chat.completion. finish_reason is "stop" or "length"; "stop" becomes
+// "tool_calls" when the output carries tool calls. Content is null when
+// there are tool calls and no other text.
+std::string ChatCompletionJson(const ResponseMeta& meta, const ParsedOutput& output,
+                               std::string_view finish_reason, const Usage& usage);
+// A text_completion.
+std::string CompletionJson(const ResponseMeta& meta, std::string_view text,
+                           std::string_view finish_reason, const Usage& usage);
+
+// One chat.completion.chunk's delta. A stream is: a chunk with role, chunks
+// with content, (tool calls, if any, in one chunk after the text), a chunk
+// with finish_reason and an empty delta, the usage chunk if asked, [DONE].
+struct ChatDelta {
+  bool role = false;                   // delta.role = "assistant"
+  std::optional<std::string> content;  // delta.content
+  std::vector<ToolCall> tool_calls;    // delta.tool_calls, indexed from 0
+  std::string finish_reason;           // non-empty only on the final chunk
+};
+
+// Each returns one SSE frame: "data: {json}\n\n".
+std::string ChatChunkSse(const ResponseMeta& meta, const ChatDelta& delta);
+std::string CompletionChunkSse(const ResponseMeta& meta, std::string_view text,
+                               std::string_view finish_reason);
+// The usage chunk (choices: []) sent after the final chunk when include_usage.
+std::string UsageChunkSse(const ResponseMeta& meta, bool chat, const Usage& usage);
+std::string DoneSse();  // "data: [DONE]\n\n"
+
+// GET /v1/models and GET /v1/models/{id}.
+std::string ModelsJson(const ModelInfo& model);
+std::string ModelJson(const ModelInfo& model);
+
+}  // namespace tandem

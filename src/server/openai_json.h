@@ -1,0 +1,65 @@
+// Private helpers shared by the openai_*.cc files: reading typed fields out
+// of untrusted JSON without letting nlohmann's exceptions escape, and the
+// error values those reads produce. Not part of the server's interface.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "server/openai_api.h"
+
+namespace tandem::openai_internal {
+
+using Json = nlohmann::json;
+
+// No error, or the error to send back. Helpers return this so the parse
+// functions can stop at the first problem and report the field it was in.
+using MaybeError = std::optional<ApiError>;
+
+#define TANDEM_RETURN_IF_API_ERROR(expr)           \
+  do {                                             \
+    if (auto _api_error = (expr)) return *_api_error; \
+  } while (0)
+
+// A 400 invalid_request_error about `param`.
+ApiError BadRequest(std::string param, std::string message, std::string code = "");
+
+// Requests nest only as deep as tool schemas do; a deeper body is rejected
+// before parsing because dumping it back would recurse that deep.
+constexpr int kMaxJsonDepth = 128;
+
+// Byte offset of the first byte that does not start a valid, complete UTF-8
+// sequence (overlong forms and surrogates are invalid), or nullopt.
+std::optional<size_t> FindInvalidUtf8(std::string_view text);
+// Deepest [ / { nesting outside strings; stops counting past `limit`.
+int JsonNestingDepth(std::string_view text, int limit);
+
+// Validates the raw bytes (UTF-8, nesting) and parses a JSON object.
+MaybeError ParseBody(std::string_view body, Json* out);
+
+// The member `key` of an object, or null when absent or JSON null: OpenAI
+// clients commonly send null for "use the default".
+const Json* Field(const Json& object, std::string_view key);
+
+// Typed reads. `name` is how the field is called in error messages ("stop",
+// "messages[2].content"). Out-parameters are written only on success.
+MaybeError ReadString(const Json& value, const std::string& name, std::string* out);
+MaybeError ReadOptionalInt(const Json& object, const char* key, std::optional<int64_t>* out);
+MaybeError ReadOptionalNumber(const Json& object, const char* key, std::optional<double>* out);
+MaybeError ReadOptionalBool(const Json& object, const char* key, bool* out);
+
+// Serializes output JSON. Text from the model is valid UTF-8 by construction,
+// but a stray byte must never turn into an exception, so it becomes U+FFFD.
+std::string Dump(const Json& value);
+
+// Implemented in openai_chat.cc: "messages" (+ "tools", "tool_choice") ->
+// the templated prompt's token ids, and whether tool calls are expected.
+MaybeError BuildChatPrompt(const Json& body, const ModelInfo& model,
+                           std::vector<int32_t>* tokens, bool* tools_enabled);
+
+}  // namespace tandem::openai_internal

@@ -1,0 +1,190 @@
+// The continuous-batching engine against the single-sequence generator: every
+// request's tokens are bitwise what it would get alone, under concurrency,
+// chunked prefill, preemption, prefix hits and cancellation.
+#include "runtime/engine.h"
+
+#include <gtest/gtest.h>
+
+#include "runtime/generator.h"
+#include "support/test_models.h"
+
+namespace tandem {
+namespace {
+
+using testing::MakePresetModel;
+using testing::PseudoRandomTokens;
+
+struct Outcome {
+  std::vector<int32_t> tokens;
+  std::string text, finish;
+  int64_t cached = 0;
+  bool error = false;
+};
+
+Outcome Drain(RequestHandle& h) {
+  Outcome o;
+  StreamEvent ev;
+  while (h.Next(&ev, std::chrono::seconds(60))) {
+    if (ev.kind == StreamEvent::Kind::kText) {
+      o.tokens.insert(o.tokens.end(), ev.tokens.begin(), ev.tokens.end());
+      o.text += ev.text;
+    } else {
+      o.finish = ev.finish_reason;
+      o.cached = ev.cached_prompt_tokens;
+      o.error = ev.kind == StreamEvent::Kind::kError;
+      return o;
+    }
+  }
+  o.finish = "timeout";
+  return o;
+}
+
+std::vector<int32_t> Alone(const Model& model, const std::vector<int32_t>& prompt, int max_tokens,
+                           const SamplingParams& sampling = {}) {
+  ThreadPool threads(2);
+  Generator gen(model, *MakeCacheSpec(model.config()), threads, 4096);
+  GenerateOptions opt;
+  opt.max_tokens = max_tokens;
+  opt.sampling = sampling;
+  auto r = gen.Run(prompt, opt, nullptr);
+  EXPECT_TRUE(r.ok());
+  return r->tokens;
+}
+
+RequestSpec Spec(std::vector<int32_t> prompt, int max_tokens) {
+  RequestSpec s;
+  s.prompt = std::move(prompt);
+  s.max_tokens = max_tokens;
+  return s;
+}
+
+void WaitIdle(const Engine& e) {
+  for (int i = 0; i < 200 && (e.Stats().running > 0 || e.Stats().waiting > 0); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+TEST(Engine, ConcurrentRequestsMatchSingleRequestResults) {
+  auto m = MakePresetModel("tiny", TensorType::kF32);
+  EngineOptions opt;
+  opt.cache_tokens = 64 * 200;
+  opt.chunk_size = 40;         // several prefill steps per prompt
+  opt.max_batch_tokens = 128;  // prefill chunks and decode tokens share steps
+  auto engine = Engine::Create(*m->model, opt);
+  ASSERT_TRUE(engine.ok());
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (int i = 0; i < 32; ++i) {
+    prompts.push_back(PseudoRandomTokens(size_t(5 + i * 7), m->model->config().vocab_size, uint32_t(i)));
+    auto h = (*engine)->Submit(Spec(prompts.back(), 12 + i % 5));
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    handles.push_back(*h);
+  }
+  for (int i = 0; i < 32; ++i) {
+    const Outcome o = Drain(*handles[size_t(i)]);
+    const auto alone = Alone(*m->model, prompts[size_t(i)], 12 + i % 5);
+    EXPECT_EQ(o.finish, int(alone.size()) == 12 + i % 5 ? "length" : "stop") << i;
+    EXPECT_EQ(o.tokens, alone) << "request " << i;
+  }
+  WaitIdle(**engine);
+  const EngineStats s = (*engine)->Stats();
+  EXPECT_EQ(s.requests_finished, 32);
+  EXPECT_EQ(s.pages.used, s.cached_pages) << "only the prefix index holds pages when idle";
+  EXPECT_EQ(s.pages.reserved, 0);
+}
+
+TEST(Engine, PreemptionUnderMemoryPressureKeepsResultsExact) {
+  auto m = MakePresetModel("tiny", TensorType::kF16);
+  EngineOptions opt;
+  opt.cache_tokens = 64 * 10;  // 10 pages for 6 sequences of ~2-3 pages each
+  opt.max_running = 6;
+  auto engine = Engine::Create(*m->model, opt);
+  ASSERT_TRUE(engine.ok());
+  SamplingParams sampled;
+  sampled.temperature = 0.8f;
+  sampled.seed = 5;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (int i = 0; i < 6; ++i) {
+    prompts.push_back(PseudoRandomTokens(size_t(60 + i * 10), m->model->config().vocab_size, uint32_t(50 + i)));
+    RequestSpec spec = Spec(prompts.back(), 80);
+    spec.sampling = sampled;
+    handles.push_back(*(*engine)->Submit(spec));
+  }
+  for (int i = 0; i < 6; ++i) {
+    const Outcome o = Drain(*handles[size_t(i)]);
+    EXPECT_EQ(o.tokens, Alone(*m->model, prompts[size_t(i)], 80, sampled)) << "request " << i;
+  }
+  WaitIdle(**engine);
+  EXPECT_GT((*engine)->Stats().preemptions, 0) << "the cache was sized to force preemption";
+  EXPECT_EQ((*engine)->Stats().pages.used, (*engine)->Stats().cached_pages);
+}
+
+TEST(Engine, SecondTurnHitsThePrefixCacheWithIdenticalTokens) {
+  auto m = MakePresetModel("tiny", TensorType::kF32);
+  auto engine = Engine::Create(*m->model, EngineOptions{});
+  ASSERT_TRUE(engine.ok());
+  auto turn1 = PseudoRandomTokens(150, m->model->config().vocab_size, 9);
+  const Outcome first = Drain(**(*engine)->Submit(Spec(turn1, 20)));
+  auto turn2 = turn1;
+  turn2.insert(turn2.end(), first.tokens.begin(), first.tokens.end());
+  const auto more = PseudoRandomTokens(30, m->model->config().vocab_size, 10);
+  turn2.insert(turn2.end(), more.begin(), more.end());
+  const Outcome second = Drain(**(*engine)->Submit(Spec(turn2, 20)));
+  EXPECT_EQ(second.cached, 128) << "two full pages of turn 1 (+ its answer) were reused";
+  EXPECT_EQ(second.tokens, Alone(*m->model, turn2, 20));
+  EXPECT_EQ((*engine)->Stats().prefix_hit_tokens, 128);
+}
+
+TEST(Engine, CancellingHalfLeavesNoLeaksAndTheRestComplete) {
+  auto m = MakePresetModel("tiny", TensorType::kF32);
+  EngineOptions opt;
+  opt.cache_tokens = 64 * 80;
+  auto engine = Engine::Create(*m->model, opt);
+  ASSERT_TRUE(engine.ok());
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (int i = 0; i < 32; ++i) {
+    prompts.push_back(PseudoRandomTokens(size_t(20 + i), m->model->config().vocab_size, uint32_t(300 + i)));
+    handles.push_back(*(*engine)->Submit(Spec(prompts.back(), 200)));
+  }
+  // Let every stream start, then cancel the even ones.
+  for (int i = 0; i < 32; i += 2) {
+    StreamEvent ev;
+    ASSERT_TRUE(handles[size_t(i)]->Next(&ev, std::chrono::seconds(30)));
+    handles[size_t(i)]->Cancel();
+  }
+  for (int i = 0; i < 32; ++i) {
+    const Outcome o = Drain(*handles[size_t(i)]);
+    if (i % 2 == 0) {
+      EXPECT_EQ(o.finish, "cancelled") << i;
+    } else {
+      EXPECT_EQ(o.finish, "length") << i;
+      EXPECT_EQ(o.tokens, Alone(*m->model, prompts[size_t(i)], 200)) << i;
+    }
+  }
+  WaitIdle(**engine);
+  const EngineStats s = (*engine)->Stats();
+  EXPECT_EQ(s.requests_cancelled, 16);
+  EXPECT_EQ(s.running + s.waiting, 0);
+  EXPECT_EQ(s.pages.used, s.cached_pages);
+}
+
+TEST(Engine, RejectsWhatCannotRunAndRefusesWhenFull) {
+  auto m = MakePresetModel("tiny", TensorType::kF32);
+  EngineOptions opt;
+  opt.context_tokens = 100;
+  opt.max_waiting = 0;
+  auto engine = Engine::Create(*m->model, opt);
+  ASSERT_TRUE(engine.ok());
+  auto too_long = (*engine)->Submit(Spec(PseudoRandomTokens(100, 1024, 1), 5));
+  EXPECT_EQ(too_long.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(too_long.status().message().find("context holds 100"), std::string::npos);
+  auto full = (*engine)->Submit(Spec({1, 2, 3}, 5));
+  EXPECT_EQ(full.status().code(), StatusCode::kResourceExhausted);
+  (*engine)->Shutdown(std::chrono::milliseconds(100));
+  EXPECT_FALSE((*engine)->Healthy());
+}
+
+}  // namespace
+}  // namespace tandem
