@@ -12,6 +12,7 @@ void RegisterCommands(CLI::App& app) {
   RegisterGenerate(app);
   RegisterMkmodel(app);
   RegisterBench(app);
+  RegisterServe(app);
 }
 
 }  // namespace tandem::cli

@@ -10,6 +10,7 @@ void RegisterCommands(CLI::App& app);
 void RegisterGenerate(CLI::App& app);
 void RegisterMkmodel(CLI::App& app);
 void RegisterBench(CLI::App& app);
+void RegisterServe(CLI::App& app);
 
 void SetExitCode(int code);
 int ExitCode();

@@ -68,15 +68,11 @@ MaybeError ParseBody(std::string_view body, Json* out) {
     return BadRequest("", "request body nests deeper than " + std::to_string(kMaxJsonDepth) +
                               " levels");
   }
-  Json parsed = Json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded()) {
-    // Parse again to get the parser's description of where it failed.
-    try {
-      (void)Json::parse(body);
-    } catch (const Json::exception& e) {
-      return BadRequest("", std::string("request body is not valid JSON: ") + e.what());
-    }
-    return BadRequest("", "request body is not valid JSON");
+  Json parsed;
+  try {
+    parsed = Json::parse(body);
+  } catch (const Json::exception& e) {
+    return BadRequest("", std::string("request body is not valid JSON: ") + e.what());
   }
   if (!parsed.is_object()) return BadRequest("", "request body must be a JSON object");
   *out = std::move(parsed);
@@ -138,5 +134,11 @@ MaybeError ReadOptionalBool(const Json& object, const char* key, bool* out) {
 std::string Dump(const Json& value) {
   return value.dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);
 }
+
+std::string Dump(const nlohmann::ordered_json& value) {
+  return value.dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);
+}
+
+std::string Quote(const std::string& text) { return Dump(Json(text)); }
 
 }  // namespace tandem::openai_internal

@@ -56,6 +56,9 @@ MaybeError ReadOptionalBool(const Json& object, const char* key, bool* out);
 // Serializes output JSON. Text from the model is valid UTF-8 by construction,
 // but a stray byte must never turn into an exception, so it becomes U+FFFD.
 std::string Dump(const Json& value);
+std::string Dump(const nlohmann::ordered_json& value);  // responses keep OpenAI's field order
+// A JSON string literal, quotes and escapes included.
+std::string Quote(const std::string& text);
 
 // Implemented in openai_chat.cc: "messages" (+ "tools", "tool_choice") ->
 // the templated prompt's token ids, and whether tool calls are expected.

@@ -1,0 +1,107 @@
+// `tandem serve`: the colocated OpenAI-compatible server (prefill and decode
+// in one engine). SIGTERM or SIGINT: stop admitting, let in-flight requests
+// finish (up to --shutdown-timeout), exit 0.
+#include <signal.h>
+
+#include <cstdio>
+#include <memory>
+
+#include "bin/commands.h"
+#include "bin/model_options.h"
+#include "kernels/cpu.h"
+#include "server/http_server.h"
+
+namespace tandem::cli {
+namespace {
+
+struct ServeArgs {
+  ModelOptions model;
+  ServerOptions server;
+  EngineOptions engine;
+  std::string attention = "dense", index_k_dtype = "fp8";
+  double request_timeout_s = 600, shutdown_timeout_s = 30;
+  bool no_prefix_cache = false;
+};
+
+int WaitForSignal() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  int sig = 0;
+  sigwait(&set, &sig);
+  return sig;
+}
+
+int RunServe(ServeArgs& a) {
+  // Block the signals in every thread; the main thread takes them with sigwait.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  auto model = a.model.Load();
+  if (!model.ok()) {
+    std::fprintf(stderr, "error: %s\n", model.status().ToString().c_str());
+    return 1;
+  }
+  auto kind = ParseAttentionKind(a.attention);
+  auto dtype = ParseIndexKDType(a.index_k_dtype);
+  if (!kind.ok() || !dtype.ok()) {
+    std::fprintf(stderr, "error: %s\n", (!kind.ok() ? kind.status() : dtype.status()).ToString().c_str());
+    return 1;
+  }
+  a.engine.attention.kind = *kind;
+  a.engine.attention.index_k_dtype = *dtype;
+  a.engine.threads = a.model.threads;
+  a.engine.prefix_cache = !a.no_prefix_cache;
+  a.engine.request_timeout = std::chrono::milliseconds(int64_t(a.request_timeout_s * 1000));
+  auto engine = Engine::Create(**model, a.engine);
+  if (!engine.ok()) {
+    std::fprintf(stderr, "error: %s\n", engine.status().ToString().c_str());
+    return 1;
+  }
+  HttpServer server(**engine, **model, a.server);
+  if (Status st = server.Start(); !st.ok()) {
+    std::fprintf(stderr, "error: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "tandem serve: %s on http://%s:%d (%s kernels, %d threads, %lld cache tokens, %s attention)\n",
+               (*model)->config().name.c_str(), a.server.host.c_str(), server.port(),
+               kernels::IsaName(kernels::ActiveIsa()), a.model.threads, (long long)a.engine.cache_tokens,
+               a.attention.c_str());
+  const int sig = WaitForSignal();
+  std::fprintf(stderr, "tandem serve: signal %d, draining in-flight requests\n", sig);
+  (*engine)->Shutdown(std::chrono::milliseconds(int64_t(a.shutdown_timeout_s * 1000)));
+  server.Stop();
+  std::fprintf(stderr, "tandem serve: stopped\n");
+  return 0;
+}
+
+}  // namespace
+
+void RegisterServe(CLI::App& app) {
+  auto a = std::make_shared<ServeArgs>();
+  CLI::App* cmd = app.add_subcommand("serve", "Serve the OpenAI-compatible API (colocated engine)");
+  a->model.AddTo(cmd);
+  cmd->add_option("--host", a->server.host, "Address to listen on");
+  cmd->add_option("--port", a->server.port, "Port (0: any free port)")->check(CLI::Range(0, 65535));
+  cmd->add_option("--model-id", a->server.model_id, "Model name clients use (default: the model's)");
+  cmd->add_option("--max-body-bytes", a->server.max_body_bytes, "Largest request body");
+  cmd->add_option("--ctx-size", a->engine.context_tokens, "Context tokens per sequence (default: the model's)");
+  cmd->add_option("--cache-tokens", a->engine.cache_tokens, "Page pool size in tokens")->check(CLI::Range(int64_t(64), int64_t(1) << 30));
+  cmd->add_option("--max-running", a->engine.max_running, "Sequences in the decode batch")->check(CLI::Range(1, 4096));
+  cmd->add_option("--max-waiting", a->engine.max_waiting, "Queued requests before 429")->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--chunk-size", a->engine.chunk_size, "Prefill tokens per sequence per step")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-batch-tokens", a->engine.max_batch_tokens, "Tokens per step")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--request-timeout", a->request_timeout_s, "Seconds before a request is failed")->check(CLI::PositiveNumber);
+  cmd->add_option("--shutdown-timeout", a->shutdown_timeout_s, "Seconds to drain on SIGTERM")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--attention", a->attention, "dense or sparse");
+  cmd->add_option("--topk", a->engine.attention.top_k, "Sparse attention top-k")->check(CLI::Range(1, 1 << 24));
+  cmd->add_option("--index-k-dtype", a->index_k_dtype, "fp8 or bf16");
+  cmd->add_flag("--no-prefix-cache", a->no_prefix_cache, "Disable prefix reuse");
+  cmd->callback([a] { SetExitCode(RunServe(*a)); });
+}
+
+}  // namespace tandem::cli

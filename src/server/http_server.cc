@@ -1,0 +1,215 @@
+#include "server/http_server.h"
+
+#include <httplib.h>
+
+#include <ctime>
+#include <random>
+
+namespace tandem {
+namespace {
+
+void SendError(httplib::Response& res, const ApiError& e) {
+  res.status = e.http_status;
+  if (e.http_status == 429 || e.http_status == 503) res.set_header("Retry-After", "1");
+  res.set_content(ErrorJson(e), "application/json");
+}
+
+int64_t UnixNow() { return int64_t(std::time(nullptr)); }
+
+constexpr auto kEventWait = std::chrono::milliseconds(50);
+
+}  // namespace
+
+HttpServer::HttpServer(Engine& engine, const Model& model, ServerOptions options)
+    : engine_(engine), model_(model), options_(std::move(options)) {
+  info_.id = options_.model_id.empty() ? model.config().name : options_.model_id;
+  info_.context_length = engine.context_tokens();
+  info_.tokenizer = &model.tokenizer();
+  info_.chat_template = DetectChatTemplate(model.gguf().GetStringOr("tokenizer.chat_template", ""));
+  info_.created = UnixNow();
+}
+
+HttpServer::~HttpServer() { Stop(std::chrono::milliseconds(0)); }
+
+Status HttpServer::Start() {
+  server_ = std::make_unique<httplib::Server>();
+  const int threads = options_.http_threads;
+  server_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+  server_->set_payload_max_length(options_.max_body_bytes);
+  Routes();
+  port_ = options_.port;
+  if (port_ == 0) {
+    port_ = server_->bind_to_any_port(options_.host);
+    if (port_ < 0) return Unavailable("cannot bind any port on " + options_.host);
+  } else if (!server_->bind_to_port(options_.host, port_)) {
+    return Unavailable("cannot bind " + options_.host + ":" + std::to_string(port_) +
+                       " (in use, or not an address of this host)");
+  }
+  listener_ = std::thread([this] { server_->listen_after_bind(); });
+  return Status::Ok();
+}
+
+void HttpServer::Stop(std::chrono::milliseconds grace) {
+  if (!server_) return;
+  const auto until = std::chrono::steady_clock::now() + grace;
+  while (active_streams_.load() > 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  server_->stop();
+  if (listener_.joinable()) listener_.join();
+  server_.reset();
+}
+
+void HttpServer::Routes() {
+  httplib::Server& s = *server_;
+  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    const EngineStats st = engine_.Stats();
+    res.status = st.healthy ? 200 : 503;
+    res.set_content(std::string("{\"status\":\"") + (st.healthy ? "ok" : "unavailable") + "\"}",
+                    "application/json");
+  });
+  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(engine_.metrics().Text(), "text/plain; version=0.0.4");
+  });
+  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(ModelsJson(info_), "application/json");
+  });
+  s.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    HandleCompletion(req, res, true);
+  });
+  s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    HandleCompletion(req, res, false);
+  });
+  // Errors httplib produces itself (404 route, 413 body too large) in OpenAI's shape.
+  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    ApiError e;
+    e.http_status = res.status;
+    if (res.status == 413) {
+      e.message = "request body is too large";
+    } else if (res.status == 404) {
+      e.message = "no route for " + req.method + " " + req.path;
+    } else {
+      e.message = "HTTP error " + std::to_string(res.status);
+    }
+    SendError(res, e);
+  });
+}
+
+void HttpServer::HandleCompletion(const httplib::Request& req, httplib::Response& res, bool chat) {
+  ParseResult parsed = chat ? ParseChatCompletionRequest(req.body, info_)
+                            : ParseCompletionRequest(req.body, info_);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return SendError(res, *e);
+  ParsedRequest& p = std::get<ParsedRequest>(parsed);
+  if (!p.has_seed) p.spec.sampling.seed = std::random_device{}() | (uint64_t(std::random_device{}()) << 32);
+  auto handle = engine_.Submit(p.spec);
+  if (!handle.ok()) return SendError(res, ApiErrorFromStatus(handle.status()));
+  if (p.stream) return Stream(p, *handle, res);
+  Collect(p, **handle, res);
+}
+
+void HttpServer::Collect(const ParsedRequest& p, RequestHandle& handle, httplib::Response& res) {
+  std::string text;
+  StreamEvent ev;
+  for (;;) {
+    if (!handle.Next(&ev, kEventWait)) continue;  // the engine's deadline bounds this wait
+    if (ev.kind == StreamEvent::Kind::kText) {
+      text += ev.text;
+      continue;
+    }
+    if (ev.kind == StreamEvent::Kind::kError) return SendError(res, ApiErrorFromStatus(ev.error));
+    break;
+  }
+  const ResponseMeta meta{p.model, handle.id(), UnixNow(), false};
+  const Usage usage{ev.prompt_tokens, ev.completion_tokens, ev.cached_prompt_tokens};
+  if (p.chat) {
+    const ParsedOutput out = p.tools_enabled ? ParseToolCalls(text, handle.id()) : ParsedOutput{text, {}};
+    res.set_content(ChatCompletionJson(meta, out, ev.finish_reason, usage), "application/json");
+  } else {
+    res.set_content(CompletionJson(meta, text, ev.finish_reason, usage), "application/json");
+  }
+}
+
+// Server-sent events. The provider runs on this connection's HTTP thread and
+// returns after each write; a failed write or a closed socket cancels.
+void HttpServer::Stream(const ParsedRequest& p, std::shared_ptr<RequestHandle> handle,
+                        httplib::Response& res) {
+  struct State {
+    bool started = false, done = false;
+    std::string held;  // tool-call requests: text is parsed at the end
+  };
+  auto state = std::make_shared<State>();
+  const ResponseMeta meta{p.model, handle->id(), UnixNow(), p.include_usage};
+  ++active_streams_;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, p, meta, handle, state](size_t, httplib::DataSink& sink) {
+        auto write = [&](const std::string& frame) { return sink.write(frame.data(), frame.size()); };
+        if (state->done) return false;
+        if (!sink.is_writable()) {
+          handle->Cancel();
+          return false;
+        }
+        if (p.chat && !state->started) {
+          state->started = true;
+          ChatDelta d;
+          d.role = true;
+          d.content = "";
+          if (!write(ChatChunkSse(meta, d))) return handle->Cancel(), false;
+        }
+        StreamEvent ev;
+        if (!handle->Next(&ev, kEventWait)) return true;  // nothing yet: called again
+        std::string frame;
+        if (ev.kind == StreamEvent::Kind::kText) {
+          if (ev.text.empty()) return true;
+          if (p.chat && p.tools_enabled) {
+            state->held += ev.text;
+            return true;
+          }
+          if (p.chat) {
+            ChatDelta d;
+            d.content = ev.text;
+            frame = ChatChunkSse(meta, d);
+          } else {
+            frame = CompletionChunkSse(meta, ev.text, "");
+          }
+          if (!write(frame)) return handle->Cancel(), false;
+          return true;
+        }
+        state->done = true;
+        if (ev.kind == StreamEvent::Kind::kError) {
+          const ApiError e = ApiErrorFromStatus(ev.error);
+          write("data: " + ErrorJson(e) + "\n\n");
+        } else {
+          const Usage usage{ev.prompt_tokens, ev.completion_tokens, ev.cached_prompt_tokens};
+          if (p.chat) {
+            ChatDelta d;
+            std::string reason = ev.finish_reason;
+            if (p.tools_enabled) {
+              const ParsedOutput out = ParseToolCalls(state->held, handle->id());
+              if (!out.content.empty()) d.content = out.content;
+              d.tool_calls = out.tool_calls;
+              if (!out.tool_calls.empty()) reason = "tool_calls";
+              if (d.content || !d.tool_calls.empty()) frame += ChatChunkSse(meta, d);
+              d = ChatDelta{};
+            }
+            d.finish_reason = reason;
+            frame += ChatChunkSse(meta, d);
+          } else {
+            frame += CompletionChunkSse(meta, "", ev.finish_reason);
+          }
+          if (p.include_usage) frame += UsageChunkSse(meta, p.chat, usage);
+          frame += DoneSse();
+          write(frame);
+        }
+        sink.done();
+        return true;
+      },
+      [this, handle](bool) {
+        handle->Cancel();  // a no-op if the request already finished
+        --active_streams_;
+      });
+}
+
+}  // namespace tandem

@@ -1,0 +1,264 @@
+// Chat requests: "messages", "tools" and "tool_choice" rendered into the
+// model's prompt. Tools become a system message that lists each function and
+// asks for calls as <tool_call>{"name": ..., "arguments": {...}}</tool_call>;
+// earlier calls and their results are rendered back in that same form, so
+// the model sees one consistent convention across the conversation.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "server/openai_api.h"
+#include "server/openai_json.h"
+
+namespace tandem::openai_internal {
+namespace {
+
+struct ToolSpec {
+  std::string name;
+  std::string description;
+  Json parameters;  // a JSON Schema object, or null
+};
+
+// tool_choice: "auto", "none", "required", or a named function.
+struct ToolChoice {
+  std::string mode = "auto";
+  std::string forced_name;  // set when a named function is required
+};
+
+std::string Indexed(std::string_view base, size_t i) {
+  return std::string(base) + "[" + std::to_string(i) + "]";
+}
+
+// {"name": ..., "arguments": ...} with name first, as the prompt shows it
+// (nlohmann would sort the keys).
+std::string ToolCallText(const std::string& name, const Json& arguments) {
+  return "<tool_call>{\"name\": " + Quote(name) + ", \"arguments\": " + Dump(arguments) +
+         "}</tool_call>";
+}
+
+MaybeError ReadTool(const Json& tool, const std::string& name, ToolSpec* out) {
+  if (!tool.is_object() || tool.value("type", Json()) != "function") {
+    return BadRequest(name, "'" + name + "' must be an object with \"type\": \"function\"");
+  }
+  const Json* function = Field(tool, "function");
+  if (function == nullptr || !function->is_object()) {
+    return BadRequest(name, "'" + name + ".function' must be an object");
+  }
+  const Json* fn_name = Field(*function, "name");
+  if (fn_name == nullptr || !fn_name->is_string() || fn_name->get_ref<const std::string&>().empty()) {
+    return BadRequest(name, "'" + name + ".function.name' must be a non-empty string");
+  }
+  TANDEM_RETURN_IF_API_ERROR(ReadString(*fn_name, name + ".function.name", &out->name));
+  if (const Json* d = Field(*function, "description")) {
+    TANDEM_RETURN_IF_API_ERROR(ReadString(*d, name + ".function.description", &out->description));
+  }
+  if (const Json* p = Field(*function, "parameters")) {
+    if (!p->is_object()) {
+      return BadRequest(name, "'" + name + ".function.parameters' must be a JSON Schema object");
+    }
+    out->parameters = *p;
+  }
+  return std::nullopt;
+}
+
+MaybeError ReadTools(const Json& body, std::vector<ToolSpec>* tools) {
+  const Json* v = Field(body, "tools");
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_array()) return BadRequest("tools", "'tools' must be an array");
+  for (size_t i = 0; i < v->size(); ++i) {
+    tools->emplace_back();
+    TANDEM_RETURN_IF_API_ERROR(ReadTool((*v)[i], Indexed("tools", i), &tools->back()));
+  }
+  return std::nullopt;
+}
+
+MaybeError ReadToolChoice(const Json& body, const std::vector<ToolSpec>& tools, ToolChoice* out) {
+  const Json* v = Field(body, "tool_choice");
+  if (v == nullptr) return std::nullopt;
+  if (v->is_string()) {
+    out->mode = v->get<std::string>();
+    if (out->mode != "auto" && out->mode != "none" && out->mode != "required") {
+      return BadRequest("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" "
+                                       "or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    }
+  } else {
+    const Json* function = v->is_object() ? Field(*v, "function") : nullptr;
+    const Json* name = function != nullptr && function->is_object() ? Field(*function, "name")
+                                                                    : nullptr;
+    if (name == nullptr || !name->is_string() || v->value("type", Json()) != "function") {
+      return BadRequest("tool_choice", "'tool_choice' object must be {\"type\": \"function\", "
+                                       "\"function\": {\"name\": ...}}");
+    }
+    out->mode = "function";
+    out->forced_name = name->get<std::string>();
+    const bool known = std::any_of(tools.begin(), tools.end(), [&](const ToolSpec& t) {
+      return t.name == out->forced_name;
+    });
+    if (!known && !tools.empty()) {
+      return BadRequest("tool_choice", "'tool_choice' names function '" + out->forced_name +
+                                           "', which is not in 'tools'");
+    }
+  }
+  if (tools.empty() && out->mode != "none" && out->mode != "auto") {
+    return BadRequest("tool_choice", "'tool_choice' requires 'tools'");
+  }
+  return std::nullopt;
+}
+
+std::string ToolsSystemText(const std::vector<ToolSpec>& tools, const ToolChoice& choice) {
+  std::string out =
+      "# Tools\n\nYou may call functions to help answer. The available functions, one JSON "
+      "object per line:\n";
+  for (const ToolSpec& t : tools) {
+    out += "{\"name\": " + Quote(t.name) + ", \"description\": " + Quote(t.description) +
+           ", \"parameters\": " + Dump(t.parameters.is_null() ? Json::object() : t.parameters) +
+           "}\n";
+  }
+  out +=
+      "\nTo call a function, answer with one block per call, in exactly this form:\n"
+      "<tool_call>{\"name\": \"<function name>\", \"arguments\": <arguments as a JSON "
+      "object>}</tool_call>\n";
+  if (choice.mode == "required") {
+    out += "You must call at least one function.";
+  } else if (choice.mode == "function") {
+    out += "You must call the function '" + choice.forced_name + "'.";
+  } else {
+    out += "Call a function only when it helps; otherwise answer directly.";
+  }
+  return out;
+}
+
+// A string, or an array of {"type": "text", "text": ...} parts (joined by
+// newlines, as other servers do).
+MaybeError ReadContent(const Json& content, const std::string& name, std::string* out) {
+  if (content.is_string()) return ReadString(content, name, out);
+  if (!content.is_array()) {
+    return BadRequest(name, "'" + name + "' must be a string or an array of text parts");
+  }
+  std::string joined;
+  for (size_t i = 0; i < content.size(); ++i) {
+    const Json& part = content[i];
+    const std::string part_name = Indexed(name, i);
+    if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) {
+      return BadRequest(part_name, "'" + part_name + "' must be an object with a \"type\"");
+    }
+    const std::string type = part["type"].get<std::string>();
+    if (type != "text") {
+      return BadRequest(part_name, "'" + part_name + "' has type '" + type +
+                                       "'; only \"text\" parts are supported");
+    }
+    const Json* text = Field(part, "text");
+    if (text == nullptr) {
+      return BadRequest(part_name + ".text", "'" + part_name + ".text' is required");
+    }
+    std::string piece;
+    TANDEM_RETURN_IF_API_ERROR(ReadString(*text, part_name + ".text", &piece));
+    if (i > 0) joined += "\n";
+    joined += piece;
+  }
+  *out = std::move(joined);
+  return std::nullopt;
+}
+
+// An assistant turn's earlier tool calls, appended to its content in the
+// same <tool_call> form the model is asked to produce.
+MaybeError AppendToolCalls(const Json& calls, const std::string& name, std::string* content) {
+  if (!calls.is_array()) return BadRequest(name, "'" + name + "' must be an array");
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const std::string call_name = Indexed(name, i);
+    const Json* function = calls[i].is_object() ? Field(calls[i], "function") : nullptr;
+    const Json* fn_name = function != nullptr && function->is_object() ? Field(*function, "name")
+                                                                      : nullptr;
+    if (fn_name == nullptr || !fn_name->is_string()) {
+      return BadRequest(call_name, "'" + call_name + ".function.name' must be a string");
+    }
+    Json arguments = Json::object();
+    if (const Json* a = Field(*function, "arguments")) {
+      if (!a->is_string()) {
+        return BadRequest(call_name, "'" + call_name + ".function.arguments' must be a JSON string");
+      }
+      arguments = Json::parse(a->get_ref<const std::string&>(), nullptr, false);
+      if (arguments.is_discarded() ||
+          JsonNestingDepth(a->get_ref<const std::string&>(), kMaxJsonDepth) > kMaxJsonDepth) {
+        return BadRequest(call_name, "'" + call_name + ".function.arguments' is not valid JSON");
+      }
+    }
+    if (!content->empty()) *content += "\n";
+    *content += ToolCallText(fn_name->get<std::string>(), arguments);
+  }
+  return std::nullopt;
+}
+
+MaybeError ReadMessage(const Json& m, const std::string& name, ChatMessage* out) {
+  if (!m.is_object()) return BadRequest(name, "'" + name + "' must be an object");
+  const Json* role = Field(m, "role");
+  if (role == nullptr) return BadRequest(name, "'" + name + "' must have a 'role'");
+  TANDEM_RETURN_IF_API_ERROR(ReadString(*role, name + ".role", &out->role));
+  if (out->role == "developer") out->role = "system";  // OpenAI's newer name for it
+  if (out->role != "system" && out->role != "user" && out->role != "assistant" &&
+      out->role != "tool") {
+    return BadRequest(name + ".role", "'" + name + "' has role '" + out->role +
+                                          "'; expected system, developer, user, assistant or tool");
+  }
+  const Json* calls = out->role == "assistant" ? Field(m, "tool_calls") : nullptr;
+  const Json* content = Field(m, "content");
+  if (content == nullptr && calls == nullptr) {
+    return BadRequest(name, "'" + name + "' must have 'content'");
+  }
+  if (content != nullptr) {
+    TANDEM_RETURN_IF_API_ERROR(ReadContent(*content, name + ".content", &out->content));
+  }
+  if (calls != nullptr) {
+    TANDEM_RETURN_IF_API_ERROR(AppendToolCalls(*calls, name + ".tool_calls", &out->content));
+  }
+  if (out->role == "tool") {
+    out->content = "<tool_response>\n" + out->content + "\n</tool_response>";
+  }
+  return std::nullopt;
+}
+
+MaybeError ReadMessages(const Json& body, std::vector<ChatMessage>* out) {
+  const Json* v = Field(body, "messages");
+  if (v == nullptr) return BadRequest("messages", "'messages' is required");
+  if (!v->is_array()) return BadRequest("messages", "'messages' must be an array");
+  if (v->empty()) return BadRequest("messages", "'messages' must not be empty");
+  out->resize(v->size());
+  for (size_t i = 0; i < v->size(); ++i) {
+    TANDEM_RETURN_IF_API_ERROR(ReadMessage((*v)[i], Indexed("messages", i), &(*out)[i]));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+MaybeError BuildChatPrompt(const Json& body, const ModelInfo& model,
+                           std::vector<int32_t>* tokens, bool* tools_enabled) {
+  std::vector<ChatMessage> messages;
+  TANDEM_RETURN_IF_API_ERROR(ReadMessages(body, &messages));
+  std::vector<ToolSpec> tools;
+  ToolChoice choice;
+  TANDEM_RETURN_IF_API_ERROR(ReadTools(body, &tools));
+  TANDEM_RETURN_IF_API_ERROR(ReadToolChoice(body, tools, &choice));
+  *tools_enabled = !tools.empty() && choice.mode != "none";
+  if (*tools_enabled) {
+    const std::string text = ToolsSystemText(tools, choice);
+    if (messages.front().role == "system") {
+      messages.front().content += "\n\n" + text;
+    } else {
+      messages.insert(messages.begin(), ChatMessage{"system", text});
+    }
+  }
+  const Tokenizer& tok = *model.tokenizer;
+  const std::string bos_text = tok.bos_id() >= 0 ? tok.TokenText(tok.bos_id()) : std::string();
+  StatusOr<std::string> prompt = RenderChat(model.chat_template, messages,
+                                            /*add_generation_prompt=*/true, bos_text);
+  if (!prompt.ok()) return BadRequest("messages", prompt.status().message());
+  // Templates that spell BOS themselves get none added; special tokens are
+  // parsed so the template's markers become their control tokens.
+  const bool add_bos = !ChatTemplateIncludesBos(model.chat_template) && tok.add_bos();
+  *tokens = tok.Encode(*prompt, add_bos, /*parse_special=*/true);
+  if (tokens->empty()) return BadRequest("messages", "the rendered prompt is empty");
+  return std::nullopt;
+}
+
+}  // namespace tandem::openai_internal

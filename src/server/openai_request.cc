@@ -1,0 +1,293 @@
+// Request parsing shared by /v1/chat/completions and /v1/completions: the
+// fields both carry (model, sampling, limits, streaming), the completions
+// prompt, and the context-length arithmetic.
+#include <algorithm>
+#include <limits>
+
+#include "server/openai_api.h"
+#include "server/openai_json.h"
+
+namespace tandem {
+namespace {
+
+using openai_internal::BadRequest;
+using openai_internal::Field;
+using openai_internal::Json;
+using openai_internal::MaybeError;
+
+constexpr int64_t kDefaultMaxTokens = 256;
+constexpr size_t kMaxStopStrings = 4;
+
+MaybeError ReadModel(const Json& body, const ModelInfo& model, std::string* out) {
+  const Json* v = Field(body, "model");
+  if (v == nullptr) {  // some clients omit it when a server serves one model
+    *out = model.id;
+    return std::nullopt;
+  }
+  std::string name;
+  TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadString(*v, "model", &name));
+  if (name != model.id) {
+    ApiError e = BadRequest("model",
+                            "model '" + name + "' not found; this server serves '" + model.id + "'",
+                            "model_not_found");
+    e.http_status = 404;
+    return e;
+  }
+  *out = std::move(name);
+  return std::nullopt;
+}
+
+ApiError NotSupported(const char* field, std::string why) {
+  return BadRequest(field, std::string("'") + field + "' is not supported" + why);
+}
+
+// Fields whose meaning we cannot honour. Ignoring them would hand the client
+// an answer to a question it did not ask, so each is refused by name.
+MaybeError RejectUnsupported(const Json& body) {
+  std::optional<int64_t> n;
+  TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadOptionalInt(body, "n", &n));
+  if (n && *n != 1) {
+    return BadRequest("n", "'n' must be 1; this server returns one choice per request");
+  }
+  const Json* logprobs = Field(body, "logprobs");
+  if (logprobs != nullptr && !(logprobs->is_boolean() && !logprobs->get<bool>())) {
+    return NotSupported("logprobs", " by this server");
+  }
+  if (Field(body, "top_logprobs") != nullptr) return NotSupported("top_logprobs", " by this server");
+  for (const char* key : {"frequency_penalty", "presence_penalty"}) {
+    std::optional<double> penalty;
+    TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadOptionalNumber(body, key, &penalty));
+    if (penalty && *penalty != 0.0) {
+      return NotSupported(key, " (only 0); use 'repetition_penalty' instead");
+    }
+  }
+  bool echo = false;
+  TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadOptionalBool(body, "echo", &echo));
+  if (echo) return NotSupported("echo", " by this server");
+  const Json* suffix = Field(body, "suffix");
+  if (suffix != nullptr && !(suffix->is_string() && suffix->get_ref<const std::string&>().empty())) {
+    return NotSupported("suffix", " by this server");
+  }
+  std::optional<int64_t> best_of;
+  TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadOptionalInt(body, "best_of", &best_of));
+  if (best_of && *best_of != 1) return NotSupported("best_of", " (only 1)");
+  const Json* bias = Field(body, "logit_bias");
+  if (bias != nullptr && !(bias->is_object() && bias->empty())) {
+    return NotSupported("logit_bias", " by this server");
+  }
+  const Json* format = Field(body, "response_format");
+  if (format != nullptr && !(format->is_object() && format->value("type", Json()) == "text")) {
+    return NotSupported("response_format", " except {\"type\": \"text\"}");
+  }
+  return std::nullopt;
+}
+
+MaybeError ReadSeed(const Json& body, uint64_t* seed, bool* has_seed) {
+  const Json* v = Field(body, "seed");
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_number_integer() || (!v->is_number_unsigned() && v->get<int64_t>() < 0)) {
+    return BadRequest("seed", "'seed' must be a non-negative integer");
+  }
+  *seed = v->is_number_unsigned() ? v->get<uint64_t>() : uint64_t(v->get<int64_t>());
+  *has_seed = true;
+  return std::nullopt;
+}
+
+MaybeError ReadSampling(const Json& body, SamplingParams* p, bool* has_seed) {
+  p->temperature = 1.0f;  // OpenAI's default; 0 asks for greedy decoding
+  std::optional<double> temperature, top_p, min_p, repetition_penalty;
+  std::optional<int64_t> top_k;
+  TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadOptionalNumber(body, "temperature", &temperature));
+  TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadOptionalNumber(body, "top_p", &top_p));
+  TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadOptionalNumber(body, "min_p", &min_p));
+  TANDEM_RETURN_IF_API_ERROR(
+      openai_internal::ReadOptionalNumber(body, "repetition_penalty", &repetition_penalty));
+  TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadOptionalInt(body, "top_k", &top_k));
+  if (temperature) p->temperature = float(*temperature);
+  if (top_p) p->top_p = float(*top_p);
+  if (min_p) p->min_p = float(*min_p);
+  if (repetition_penalty) p->repetition_penalty = float(*repetition_penalty);
+  if (top_k) {
+    // -1 is a common spelling of "off" (vLLM); the sampler spells it 0.
+    if (*top_k == -1) *top_k = 0;
+    if (*top_k < 0 || *top_k > std::numeric_limits<int32_t>::max()) {
+      return BadRequest("top_k", "'top_k' must be >= 0 (0 or -1: off)");
+    }
+    p->top_k = int32_t(*top_k);
+  }
+  TANDEM_RETURN_IF_API_ERROR(ReadSeed(body, &p->seed, has_seed));
+  if (Status s = p->Validate(); !s.ok()) {
+    // Validate's messages start with the parameter's name.
+    const std::string& m = s.message();
+    return BadRequest(m.substr(0, m.find(' ')), m);
+  }
+  return std::nullopt;
+}
+
+MaybeError ReadStop(const Json& body, std::vector<std::string>* stop) {
+  const Json* v = Field(body, "stop");
+  if (v == nullptr) return std::nullopt;
+  const std::string kShape = "'stop' must be a string or an array of at most 4 strings";
+  std::vector<std::string> strings;
+  if (v->is_string()) {
+    strings.emplace_back();
+    TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadString(*v, "stop", &strings.back()));
+  } else if (v->is_array() && v->size() <= kMaxStopStrings) {
+    for (size_t i = 0; i < v->size(); ++i) {
+      if (!(*v)[i].is_string()) return BadRequest("stop", kShape);
+      strings.emplace_back();
+      TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadString(
+          (*v)[i], "stop[" + std::to_string(i) + "]", &strings.back()));
+    }
+  } else {
+    return BadRequest("stop", kShape);
+  }
+  // An empty stop string would match before the first token; it carries no
+  // intent, so it is dropped rather than refused.
+  std::erase_if(strings, [](const std::string& s) { return s.empty(); });
+  *stop = std::move(strings);
+  return std::nullopt;
+}
+
+// max_completion_tokens is OpenAI's current name; max_tokens the older one.
+MaybeError ReadMaxTokens(const Json& body, const ModelInfo& model, std::optional<int64_t>* out) {
+  for (const char* key : {"max_completion_tokens", "max_tokens"}) {
+    std::optional<int64_t> v;
+    TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadOptionalInt(body, key, &v));
+    if (!v) continue;
+    if (*v < 1 || *v > model.context_length) {
+      return BadRequest(key, std::string("'") + key + "' must be between 1 and " +
+                                 std::to_string(model.context_length) + " (the context length)");
+    }
+    *out = v;
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+MaybeError ReadStreaming(const Json& body, ParsedRequest* req) {
+  TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadOptionalBool(body, "stream", &req->stream));
+  const Json* options = Field(body, "stream_options");
+  if (options == nullptr) return std::nullopt;
+  if (!options->is_object()) {
+    return BadRequest("stream_options", "'stream_options' must be an object");
+  }
+  bool include_usage = false;
+  if (auto e = openai_internal::ReadOptionalBool(*options, "include_usage", &include_usage)) {
+    e->param = "stream_options.include_usage";
+    e->message = "'stream_options.include_usage' must be a boolean";
+    return e;
+  }
+  req->include_usage = req->stream && include_usage;
+  return std::nullopt;
+}
+
+MaybeError ReadCommonFields(const Json& body, const ModelInfo& model, ParsedRequest* req,
+                            std::optional<int64_t>* max_tokens) {
+  TANDEM_RETURN_IF_API_ERROR(ReadModel(body, model, &req->model));
+  TANDEM_RETURN_IF_API_ERROR(RejectUnsupported(body));
+  TANDEM_RETURN_IF_API_ERROR(ReadStreaming(body, req));
+  TANDEM_RETURN_IF_API_ERROR(ReadSampling(body, &req->spec.sampling, &req->has_seed));
+  TANDEM_RETURN_IF_API_ERROR(ReadStop(body, &req->spec.stop));
+  TANDEM_RETURN_IF_API_ERROR(ReadMaxTokens(body, model, max_tokens));
+  return openai_internal::ReadOptionalBool(body, "ignore_eos", &req->spec.ignore_eos);
+}
+
+// Token ids given directly: each must name a token of this vocab.
+MaybeError ReadTokenIds(const Json& ids, const ModelInfo& model, std::vector<int32_t>* out) {
+  const int32_t vocab = model.tokenizer->vocab_size();
+  for (const Json& id : ids) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab ||
+        (id.is_number_unsigned() && id.get<uint64_t>() >= uint64_t(vocab))) {
+      return BadRequest("prompt", "'prompt' token ids must be integers in [0, " +
+                                      std::to_string(vocab) + ")");
+    }
+    out->push_back(int32_t(id.get<int64_t>()));
+  }
+  return std::nullopt;
+}
+
+bool AllOf(const Json& array, bool (Json::*predicate)() const noexcept) {
+  return std::all_of(array.begin(), array.end(), [&](const Json& v) { return (v.*predicate)(); });
+}
+
+MaybeError ReadCompletionPrompt(const Json& body, const ModelInfo& model,
+                                std::vector<int32_t>* tokens) {
+  const Json* v = Field(body, "prompt");
+  if (v == nullptr) return BadRequest("prompt", "'prompt' is required");
+  const Tokenizer& tok = *model.tokenizer;
+  if (v->is_array() && v->size() == 1 && ((*v)[0].is_string() || (*v)[0].is_array())) {
+    v = &(*v)[0];  // a batch of one is the same as the one
+  }
+  if (v->is_string()) {
+    std::string text;
+    TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadString(*v, "prompt", &text));
+    *tokens = tok.Encode(text, tok.add_bos(), /*parse_special=*/true);
+  } else if (v->is_array() && !v->empty() && AllOf(*v, &Json::is_number)) {
+    TANDEM_RETURN_IF_API_ERROR(ReadTokenIds(*v, model, tokens));
+  } else if (v->is_array() && v->size() > 1 &&
+             (AllOf(*v, &Json::is_string) || AllOf(*v, &Json::is_array))) {
+    return BadRequest("prompt", "batched prompts are not supported; send one prompt per request");
+  } else {
+    return BadRequest("prompt",
+                      "'prompt' must be a string, an array of one string, or an array of token ids");
+  }
+  if (tokens->empty()) return BadRequest("prompt", "'prompt' must not be empty");
+  return std::nullopt;
+}
+
+// The prompt and the answer share the context: at least one token must fit
+// after the prompt, and max_tokens is clamped to what is left.
+MaybeError ApplyContextLimit(std::optional<int64_t> requested, const ModelInfo& model,
+                             const char* prompt_param, RequestSpec* spec) {
+  const int64_t prompt = int64_t(spec->prompt.size());
+  if (prompt + 1 > model.context_length) {
+    return BadRequest(prompt_param,
+                      "the prompt has " + std::to_string(prompt) + " tokens but the context holds " +
+                          std::to_string(model.context_length) +
+                          "; at least one token must be left to generate",
+                      "context_length_exceeded");
+  }
+  const int64_t room = model.context_length - prompt;
+  const int64_t max_tokens = requested ? std::min(*requested, room)
+                                       : std::min(room, kDefaultMaxTokens);
+  spec->max_tokens = int32_t(std::min<int64_t>(max_tokens, std::numeric_limits<int32_t>::max()));
+  return std::nullopt;
+}
+
+ParseResult ParseRequest(std::string_view body_text, const ModelInfo& model, bool chat) {
+  TANDEM_CHECK(model.tokenizer != nullptr);
+  Json body;
+  TANDEM_RETURN_IF_API_ERROR(openai_internal::ParseBody(body_text, &body));
+  ParsedRequest req;
+  req.chat = chat;
+  try {
+    std::optional<int64_t> max_tokens;
+    TANDEM_RETURN_IF_API_ERROR(ReadCommonFields(body, model, &req, &max_tokens));
+    if (chat) {
+      TANDEM_RETURN_IF_API_ERROR(
+          openai_internal::BuildChatPrompt(body, model, &req.spec.prompt, &req.tools_enabled));
+    } else {
+      TANDEM_RETURN_IF_API_ERROR(ReadCompletionPrompt(body, model, &req.spec.prompt));
+    }
+    TANDEM_RETURN_IF_API_ERROR(
+        ApplyContextLimit(max_tokens, model, chat ? "messages" : "prompt", &req.spec));
+  } catch (const Json::exception& e) {
+    // Every read checks the type first, so this is a missed check; the
+    // input is still what provoked it, hence a 400 rather than a crash.
+    return BadRequest("", std::string("malformed request: ") + e.what());
+  }
+  return req;
+}
+
+}  // namespace
+
+ParseResult ParseChatCompletionRequest(std::string_view body, const ModelInfo& model) {
+  return ParseRequest(body, model, /*chat=*/true);
+}
+
+ParseResult ParseCompletionRequest(std::string_view body, const ModelInfo& model) {
+  return ParseRequest(body, model, /*chat=*/false);
+}
+
+}  // namespace tandem

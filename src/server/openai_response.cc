@@ -1,0 +1,196 @@
+// Response bodies and SSE frames in OpenAI's shapes. Fields are written in
+// the order OpenAI's own responses use, which keeps captured traffic easy to
+// compare by eye.
+#include <nlohmann/json.hpp>
+
+#include "server/openai_api.h"
+#include "server/openai_json.h"
+
+namespace tandem {
+namespace {
+
+using Out = nlohmann::ordered_json;
+using openai_internal::Dump;
+
+Out NullIfEmpty(const std::string& s) { return s.empty() ? Out(nullptr) : Out(s); }
+
+Out UsageObject(const Usage& u) {
+  Out out;
+  out["prompt_tokens"] = u.prompt_tokens;
+  out["completion_tokens"] = u.completion_tokens;
+  out["total_tokens"] = u.prompt_tokens + u.completion_tokens;
+  out["prompt_tokens_details"] = Out{{"cached_tokens", u.cached_tokens}};
+  return out;
+}
+
+Out Envelope(const ResponseMeta& meta, bool chat, const char* object) {
+  Out out;
+  out["id"] = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(meta.request_id);
+  out["object"] = object;
+  out["created"] = meta.created;
+  out["model"] = meta.model;
+  return out;
+}
+
+Out FinishReason(std::string_view reason) {
+  return reason.empty() ? Out(nullptr) : Out(std::string(reason));
+}
+
+// index is present only in streamed deltas, where calls arrive piecewise.
+Out ToolCallsArray(const std::vector<ToolCall>& calls, bool with_index) {
+  Out array = Out::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    Out call;
+    if (with_index) call["index"] = i;
+    call["id"] = calls[i].id;
+    call["type"] = "function";
+    call["function"] = Out{{"name", calls[i].name}, {"arguments", calls[i].arguments_json}};
+    array.push_back(std::move(call));
+  }
+  return array;
+}
+
+std::string Sse(const Out& value) { return "data: " + Dump(value) + "\n\n"; }
+
+}  // namespace
+
+std::string ErrorJson(const ApiError& e) {
+  Out error;
+  error["message"] = e.message;
+  error["type"] = e.type;
+  error["param"] = NullIfEmpty(e.param);
+  error["code"] = NullIfEmpty(e.code);
+  return Dump(Out{{"error", std::move(error)}});
+}
+
+ApiError ApiErrorFromStatus(const Status& s) {
+  ApiError e;
+  e.message = s.message().empty() ? StatusCodeName(s.code()) : s.message();
+  switch (s.code()) {
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kOutOfRange:
+      e.http_status = 400;
+      e.type = "invalid_request_error";
+      break;
+    case StatusCode::kNotFound:
+      e.http_status = 404;
+      e.type = "invalid_request_error";
+      e.code = "not_found";
+      break;
+    case StatusCode::kResourceExhausted:
+      e.http_status = 429;
+      e.type = "rate_limit_error";
+      e.code = "rate_limit_exceeded";
+      break;
+    case StatusCode::kUnavailable:
+      e.http_status = 503;
+      e.type = "server_error";
+      e.code = "service_unavailable";
+      break;
+    case StatusCode::kDeadlineExceeded:
+      e.http_status = 504;
+      e.type = "server_error";
+      e.code = "timeout";
+      break;
+    default:
+      e.http_status = 500;
+      e.type = "server_error";
+      break;
+  }
+  return e;
+}
+
+std::string ChatCompletionJson(const ResponseMeta& meta, const ParsedOutput& output,
+                               std::string_view finish_reason, const Usage& usage) {
+  const bool has_calls = !output.tool_calls.empty();
+  Out message;
+  message["role"] = "assistant";
+  message["content"] = has_calls && output.content.empty() ? Out(nullptr) : Out(output.content);
+  if (has_calls) message["tool_calls"] = ToolCallsArray(output.tool_calls, /*with_index=*/false);
+  Out choice;
+  choice["index"] = 0;
+  choice["message"] = std::move(message);
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = has_calls && finish_reason == "stop" ? Out("tool_calls")
+                                                                 : FinishReason(finish_reason);
+  Out out = Envelope(meta, /*chat=*/true, "chat.completion");
+  out["choices"] = Out::array({std::move(choice)});
+  out["usage"] = UsageObject(usage);
+  return Dump(out);
+}
+
+std::string CompletionJson(const ResponseMeta& meta, std::string_view text,
+                           std::string_view finish_reason, const Usage& usage) {
+  Out choice;
+  choice["text"] = std::string(text);
+  choice["index"] = 0;
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = FinishReason(finish_reason);
+  Out out = Envelope(meta, /*chat=*/false, "text_completion");
+  out["choices"] = Out::array({std::move(choice)});
+  out["usage"] = UsageObject(usage);
+  return Dump(out);
+}
+
+std::string ChatChunkSse(const ResponseMeta& meta, const ChatDelta& delta) {
+  Out d = Out::object();
+  if (delta.role) d["role"] = "assistant";
+  if (delta.content) d["content"] = *delta.content;
+  if (!delta.tool_calls.empty()) d["tool_calls"] = ToolCallsArray(delta.tool_calls, true);
+  Out choice;
+  choice["index"] = 0;
+  choice["delta"] = std::move(d);
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = FinishReason(delta.finish_reason);
+  Out out = Envelope(meta, /*chat=*/true, "chat.completion.chunk");
+  out["choices"] = Out::array({std::move(choice)});
+  if (meta.include_usage) out["usage"] = nullptr;
+  return Sse(out);
+}
+
+std::string CompletionChunkSse(const ResponseMeta& meta, std::string_view text,
+                               std::string_view finish_reason) {
+  Out choice;
+  choice["text"] = std::string(text);
+  choice["index"] = 0;
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = FinishReason(finish_reason);
+  Out out = Envelope(meta, /*chat=*/false, "text_completion");
+  out["choices"] = Out::array({std::move(choice)});
+  if (meta.include_usage) out["usage"] = nullptr;
+  return Sse(out);
+}
+
+std::string UsageChunkSse(const ResponseMeta& meta, bool chat, const Usage& usage) {
+  Out out = Envelope(meta, chat, chat ? "chat.completion.chunk" : "text_completion");
+  out["choices"] = Out::array();
+  out["usage"] = UsageObject(usage);
+  return Sse(out);
+}
+
+std::string DoneSse() { return "data: [DONE]\n\n"; }
+
+namespace {
+
+Out ModelObject(const ModelInfo& model) {
+  Out out;
+  out["id"] = model.id;
+  out["object"] = "model";
+  out["created"] = model.created;
+  out["owned_by"] = "tandem";
+  out["context_length"] = model.context_length;  // extension: clients size prompts by it
+  return out;
+}
+
+}  // namespace
+
+std::string ModelJson(const ModelInfo& model) { return Dump(ModelObject(model)); }
+
+std::string ModelsJson(const ModelInfo& model) {
+  Out out;
+  out["object"] = "list";
+  out["data"] = Out::array({ModelObject(model)});
+  return Dump(out);
+}
+
+}  // namespace tandem

@@ -1,0 +1,79 @@
+#include "support/server_process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "support/paths.h"
+#include "support/process.h"
+
+namespace tandem::testing {
+
+ServerProcess::ServerProcess(std::vector<std::string> args, int startup_timeout_s) {
+  log_path_ = MakeTempDir() + "/server.log";
+  args.push_back("--port");
+  args.push_back("0");
+  pid_ = fork();
+  if (pid_ == 0) {
+    const int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::vector<char*> argv;
+    std::string bin = TandemBinary();
+    argv.push_back(bin.data());
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(bin.c_str(), argv.data());
+    _exit(127);
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(startup_timeout_s);
+  while (std::chrono::steady_clock::now() < until) {
+    const std::string log = Log();
+    const size_t at = log.find("http://127.0.0.1:");
+    if (at != std::string::npos) {
+      port_ = std::atoi(log.c_str() + at + 17);
+      return;
+    }
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+ServerProcess::~ServerProcess() { Terminate(10); }
+
+std::string ServerProcess::Log() const {
+  std::ifstream f(log_path_);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+int ServerProcess::Terminate(int timeout_s) {
+  if (pid_ <= 0) return -1;
+  kill(pid_, SIGTERM);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  int status = 0;
+  while (std::chrono::steady_clock::now() < until) {
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  kill(pid_, SIGKILL);
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return -1;
+}
+
+}  // namespace tandem::testing

@@ -1,0 +1,34 @@
+// Starts a real `tandem` server process on 127.0.0.1 for end-to-end tests and
+// always cleans it up: SIGTERM, then SIGKILL if it does not exit in time.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace tandem::testing {
+
+class ServerProcess {
+ public:
+  // args: everything after `tandem` (e.g. {"serve", "-m", path}); "--port 0"
+  // is appended and the chosen port read from the server's log.
+  explicit ServerProcess(std::vector<std::string> args, int startup_timeout_s = 60);
+  ~ServerProcess();
+  ServerProcess(const ServerProcess&) = delete;
+  ServerProcess& operator=(const ServerProcess&) = delete;
+
+  bool ok() const { return port_ > 0; }
+  int port() const { return port_; }
+  const std::string& log_path() const { return log_path_; }
+  std::string Log() const;
+  // Sends SIGTERM and waits; returns the exit code (-1 if killed or timed out).
+  int Terminate(int timeout_s = 30);
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+  std::string log_path_;
+};
+
+}  // namespace tandem::testing
