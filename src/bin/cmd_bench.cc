@@ -219,6 +219,7 @@ void RegisterBench(CLI::App& app) {
   indexer->add_option("-t,--threads", iargs->threads, "Threads")->check(CLI::Range(1, 256));
   indexer->add_option("--heads", iargs->heads, "Index heads")->check(CLI::Range(1, 64));
   indexer->callback([iargs] { SetExitCode(RunIndexerBench(*iargs)); });
+  RegisterServeBench(*bench);
 }
 
 }  // namespace tandem::cli

@@ -52,7 +52,7 @@ struct ModelInfo {
 };
 
 struct ParsedRequest {
-  RequestSpec spec;            // prompt tokens, sampling, max_tokens, stop, ignore_eos
+  RequestSpec spec;  // prompt tokens, sampling, max_tokens, stop, ignore_eos
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool chat = false;           // chat.completions (true) or completions (false)
@@ -79,7 +79,7 @@ ParseResult ParseCompletionRequest(std::string_view body, const ModelInfo& model
 // ---------------------------------------------------------------- tool calls
 
 struct ToolCall {
-  std::string id;              // "call_<request id>_<index>"
+  std::string id;  // "call_<request id>_<index>"
   std::string name;
   std::string arguments_json;  // a JSON text, as OpenAI sends "arguments"
 };

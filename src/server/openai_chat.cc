@@ -45,7 +45,8 @@ MaybeError ReadTool(const Json& tool, const std::string& name, ToolSpec* out) {
     return BadRequest(name, "'" + name + ".function' must be an object");
   }
   const Json* fn_name = Field(*function, "name");
-  if (fn_name == nullptr || !fn_name->is_string() || fn_name->get_ref<const std::string&>().empty()) {
+  if (fn_name == nullptr || !fn_name->is_string() ||
+      fn_name->get_ref<const std::string&>().empty()) {
     return BadRequest(name, "'" + name + ".function.name' must be a non-empty string");
   }
   TANDEM_RETURN_IF_API_ERROR(ReadString(*fn_name, name + ".function.name", &out->name));
@@ -78,22 +79,23 @@ MaybeError ReadToolChoice(const Json& body, const std::vector<ToolSpec>& tools, 
   if (v->is_string()) {
     out->mode = v->get<std::string>();
     if (out->mode != "auto" && out->mode != "none" && out->mode != "required") {
-      return BadRequest("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" "
-                                       "or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+      return BadRequest("tool_choice",
+                        "'tool_choice' must be \"auto\", \"none\", \"required\" "
+                        "or {\"type\": \"function\", \"function\": {\"name\": ...}}");
     }
   } else {
     const Json* function = v->is_object() ? Field(*v, "function") : nullptr;
-    const Json* name = function != nullptr && function->is_object() ? Field(*function, "name")
-                                                                    : nullptr;
+    const Json* name =
+        function != nullptr && function->is_object() ? Field(*function, "name") : nullptr;
     if (name == nullptr || !name->is_string() || v->value("type", Json()) != "function") {
-      return BadRequest("tool_choice", "'tool_choice' object must be {\"type\": \"function\", "
-                                       "\"function\": {\"name\": ...}}");
+      return BadRequest("tool_choice",
+                        "'tool_choice' object must be {\"type\": \"function\", "
+                        "\"function\": {\"name\": ...}}");
     }
     out->mode = "function";
     out->forced_name = name->get<std::string>();
-    const bool known = std::any_of(tools.begin(), tools.end(), [&](const ToolSpec& t) {
-      return t.name == out->forced_name;
-    });
+    const bool known = std::any_of(tools.begin(), tools.end(),
+                                   [&](const ToolSpec& t) { return t.name == out->forced_name; });
     if (!known && !tools.empty()) {
       return BadRequest("tool_choice", "'tool_choice' names function '" + out->forced_name +
                                            "', which is not in 'tools'");
@@ -167,15 +169,16 @@ MaybeError AppendToolCalls(const Json& calls, const std::string& name, std::stri
   for (size_t i = 0; i < calls.size(); ++i) {
     const std::string call_name = Indexed(name, i);
     const Json* function = calls[i].is_object() ? Field(calls[i], "function") : nullptr;
-    const Json* fn_name = function != nullptr && function->is_object() ? Field(*function, "name")
-                                                                      : nullptr;
+    const Json* fn_name =
+        function != nullptr && function->is_object() ? Field(*function, "name") : nullptr;
     if (fn_name == nullptr || !fn_name->is_string()) {
       return BadRequest(call_name, "'" + call_name + ".function.name' must be a string");
     }
     Json arguments = Json::object();
     if (const Json* a = Field(*function, "arguments")) {
       if (!a->is_string()) {
-        return BadRequest(call_name, "'" + call_name + ".function.arguments' must be a JSON string");
+        return BadRequest(call_name,
+                          "'" + call_name + ".function.arguments' must be a JSON string");
       }
       arguments = Json::parse(a->get_ref<const std::string&>(), nullptr, false);
       if (arguments.is_discarded() ||
@@ -231,8 +234,8 @@ MaybeError ReadMessages(const Json& body, std::vector<ChatMessage>* out) {
 
 }  // namespace
 
-MaybeError BuildChatPrompt(const Json& body, const ModelInfo& model,
-                           std::vector<int32_t>* tokens, bool* tools_enabled) {
+MaybeError BuildChatPrompt(const Json& body, const ModelInfo& model, std::vector<int32_t>* tokens,
+                           bool* tools_enabled) {
   std::vector<ChatMessage> messages;
   TANDEM_RETURN_IF_API_ERROR(ReadMessages(body, &messages));
   std::vector<ToolSpec> tools;

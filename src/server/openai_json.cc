@@ -61,12 +61,12 @@ MaybeError ParseBody(std::string_view body, Json* out) {
   // Checked on the raw bytes first so the client learns where the bad byte
   // is, rather than a parser message about an "ill-formed UTF-8 byte".
   if (const auto bad = FindInvalidUtf8(body)) {
-    return BadRequest("", "request body is not valid UTF-8 (bad byte at offset " +
-                              std::to_string(*bad) + ")");
+    return BadRequest(
+        "", "request body is not valid UTF-8 (bad byte at offset " + std::to_string(*bad) + ")");
   }
   if (JsonNestingDepth(body, kMaxJsonDepth) > kMaxJsonDepth) {
-    return BadRequest("", "request body nests deeper than " + std::to_string(kMaxJsonDepth) +
-                              " levels");
+    return BadRequest(
+        "", "request body nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   }
   Json parsed;
   try {
@@ -104,9 +104,8 @@ MaybeError ReadOptionalInt(const Json& object, const char* key, std::optional<in
   if (v->is_number_unsigned()) {
     // Saturate: a huge value is out of every range we check.
     const uint64_t u = v->get<uint64_t>();
-    *out = u > uint64_t(std::numeric_limits<int64_t>::max())
-               ? std::numeric_limits<int64_t>::max()
-               : int64_t(u);
+    *out = u > uint64_t(std::numeric_limits<int64_t>::max()) ? std::numeric_limits<int64_t>::max()
+                                                             : int64_t(u);
   } else {
     *out = v->get<int64_t>();
   }

@@ -4,12 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "server/openai_api.h"
 
@@ -21,8 +20,8 @@ using Json = nlohmann::json;
 // functions can stop at the first problem and report the field it was in.
 using MaybeError = std::optional<ApiError>;
 
-#define TANDEM_RETURN_IF_API_ERROR(expr)           \
-  do {                                             \
+#define TANDEM_RETURN_IF_API_ERROR(expr)              \
+  do {                                                \
     if (auto _api_error = (expr)) return *_api_error; \
   } while (0)
 
@@ -62,7 +61,7 @@ std::string Quote(const std::string& text);
 
 // Implemented in openai_chat.cc: "messages" (+ "tools", "tool_choice") ->
 // the templated prompt's token ids, and whether tool calls are expected.
-MaybeError BuildChatPrompt(const Json& body, const ModelInfo& model,
-                           std::vector<int32_t>* tokens, bool* tools_enabled);
+MaybeError BuildChatPrompt(const Json& body, const ModelInfo& model, std::vector<int32_t>* tokens,
+                           bool* tools_enabled);
 
 }  // namespace tandem::openai_internal

@@ -27,9 +27,9 @@ MaybeError ReadModel(const Json& body, const ModelInfo& model, std::string* out)
   std::string name;
   TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadString(*v, "model", &name));
   if (name != model.id) {
-    ApiError e = BadRequest("model",
-                            "model '" + name + "' not found; this server serves '" + model.id + "'",
-                            "model_not_found");
+    ApiError e =
+        BadRequest("model", "model '" + name + "' not found; this server serves '" + model.id + "'",
+                   "model_not_found");
     e.http_status = 404;
     return e;
   }
@@ -53,7 +53,8 @@ MaybeError RejectUnsupported(const Json& body) {
   if (logprobs != nullptr && !(logprobs->is_boolean() && !logprobs->get<bool>())) {
     return NotSupported("logprobs", " by this server");
   }
-  if (Field(body, "top_logprobs") != nullptr) return NotSupported("top_logprobs", " by this server");
+  if (Field(body, "top_logprobs") != nullptr)
+    return NotSupported("top_logprobs", " by this server");
   for (const char* key : {"frequency_penalty", "presence_penalty"}) {
     std::optional<double> penalty;
     TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadOptionalNumber(body, key, &penalty));
@@ -65,7 +66,8 @@ MaybeError RejectUnsupported(const Json& body) {
   TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadOptionalBool(body, "echo", &echo));
   if (echo) return NotSupported("echo", " by this server");
   const Json* suffix = Field(body, "suffix");
-  if (suffix != nullptr && !(suffix->is_string() && suffix->get_ref<const std::string&>().empty())) {
+  if (suffix != nullptr &&
+      !(suffix->is_string() && suffix->get_ref<const std::string&>().empty())) {
     return NotSupported("suffix", " by this server");
   }
   std::optional<int64_t> best_of;
@@ -97,7 +99,8 @@ MaybeError ReadSampling(const Json& body, SamplingParams* p, bool* has_seed) {
   p->temperature = 1.0f;  // OpenAI's default; 0 asks for greedy decoding
   std::optional<double> temperature, top_p, min_p, repetition_penalty;
   std::optional<int64_t> top_k;
-  TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadOptionalNumber(body, "temperature", &temperature));
+  TANDEM_RETURN_IF_API_ERROR(
+      openai_internal::ReadOptionalNumber(body, "temperature", &temperature));
   TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadOptionalNumber(body, "top_p", &top_p));
   TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadOptionalNumber(body, "min_p", &min_p));
   TANDEM_RETURN_IF_API_ERROR(
@@ -136,8 +139,8 @@ MaybeError ReadStop(const Json& body, std::vector<std::string>* stop) {
     for (size_t i = 0; i < v->size(); ++i) {
       if (!(*v)[i].is_string()) return BadRequest("stop", kShape);
       strings.emplace_back();
-      TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadString(
-          (*v)[i], "stop[" + std::to_string(i) + "]", &strings.back()));
+      TANDEM_RETURN_IF_API_ERROR(
+          openai_internal::ReadString((*v)[i], "stop[" + std::to_string(i) + "]", &strings.back()));
     }
   } else {
     return BadRequest("stop", kShape);
@@ -199,8 +202,8 @@ MaybeError ReadTokenIds(const Json& ids, const ModelInfo& model, std::vector<int
   for (const Json& id : ids) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab ||
         (id.is_number_unsigned() && id.get<uint64_t>() >= uint64_t(vocab))) {
-      return BadRequest("prompt", "'prompt' token ids must be integers in [0, " +
-                                      std::to_string(vocab) + ")");
+      return BadRequest(
+          "prompt", "'prompt' token ids must be integers in [0, " + std::to_string(vocab) + ")");
     }
     out->push_back(int32_t(id.get<int64_t>()));
   }
@@ -229,8 +232,8 @@ MaybeError ReadCompletionPrompt(const Json& body, const ModelInfo& model,
              (AllOf(*v, &Json::is_string) || AllOf(*v, &Json::is_array))) {
     return BadRequest("prompt", "batched prompts are not supported; send one prompt per request");
   } else {
-    return BadRequest("prompt",
-                      "'prompt' must be a string, an array of one string, or an array of token ids");
+    return BadRequest(
+        "prompt", "'prompt' must be a string, an array of one string, or an array of token ids");
   }
   if (tokens->empty()) return BadRequest("prompt", "'prompt' must not be empty");
   return std::nullopt;
@@ -243,14 +246,14 @@ MaybeError ApplyContextLimit(std::optional<int64_t> requested, const ModelInfo& 
   const int64_t prompt = int64_t(spec->prompt.size());
   if (prompt + 1 > model.context_length) {
     return BadRequest(prompt_param,
-                      "the prompt has " + std::to_string(prompt) + " tokens but the context holds " +
-                          std::to_string(model.context_length) +
+                      "the prompt has " + std::to_string(prompt) +
+                          " tokens but the context holds " + std::to_string(model.context_length) +
                           "; at least one token must be left to generate",
                       "context_length_exceeded");
   }
   const int64_t room = model.context_length - prompt;
-  const int64_t max_tokens = requested ? std::min(*requested, room)
-                                       : std::min(room, kDefaultMaxTokens);
+  const int64_t max_tokens =
+      requested ? std::min(*requested, room) : std::min(room, kDefaultMaxTokens);
   spec->max_tokens = int32_t(std::min<int64_t>(max_tokens, std::numeric_limits<int32_t>::max()));
   return std::nullopt;
 }

@@ -111,8 +111,8 @@ std::string ChatCompletionJson(const ResponseMeta& meta, const ParsedOutput& out
   choice["index"] = 0;
   choice["message"] = std::move(message);
   choice["logprobs"] = nullptr;
-  choice["finish_reason"] = has_calls && finish_reason == "stop" ? Out("tool_calls")
-                                                                 : FinishReason(finish_reason);
+  choice["finish_reason"] =
+      has_calls && finish_reason == "stop" ? Out("tool_calls") : FinishReason(finish_reason);
   Out out = Envelope(meta, /*chat=*/true, "chat.completion");
   out["choices"] = Out::array({std::move(choice)});
   out["usage"] = UsageObject(usage);

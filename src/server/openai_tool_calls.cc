@@ -42,7 +42,8 @@ std::optional<ToolCall> ParseCallJson(std::string_view block) {
   if (arguments->is_object()) {
     out.arguments_json = openai_internal::Dump(*arguments);
   } else if (arguments->is_string()) {
-    out.arguments_json = arguments->get<std::string>();  // already JSON text, by OpenAI's convention
+    out.arguments_json =
+        arguments->get<std::string>();  // already JSON text, by OpenAI's convention
   } else {
     return std::nullopt;
   }
@@ -62,7 +63,8 @@ ParsedOutput ParseToolCalls(std::string_view text, uint64_t request_id) {
     // A last block may have lost its closing tag to a stop string or the
     // token limit; it still counts if its JSON is complete.
     const size_t body_end = close == std::string_view::npos ? text.size() : close;
-    const size_t block_end = close == std::string_view::npos ? text.size() : close + kCloseTag.size();
+    const size_t block_end =
+        close == std::string_view::npos ? text.size() : close + kCloseTag.size();
     out.content.append(text.substr(pos, open - pos));
     std::optional<ToolCall> call = ParseCallJson(text.substr(body, body_end - body));
     if (call) {

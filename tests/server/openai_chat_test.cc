@@ -138,7 +138,8 @@ TEST(OpenAiChat, ToolsJoinAnExistingSystemMessage) {
 
 TEST(OpenAiChat, ToolChoice) {
   const ModelInfo m = TestModel();
-  ParsedRequest r = ExpectParsed(ParseChatCompletionRequest(ToolRequest(R"("tool_choice": "none")"), m));
+  ParsedRequest r =
+      ExpectParsed(ParseChatCompletionRequest(ToolRequest(R"("tool_choice": "none")"), m));
   EXPECT_FALSE(r.tools_enabled);
   EXPECT_EQ(PromptText(r).find("get_weather"), std::string::npos);
   r = ExpectParsed(ParseChatCompletionRequest(ToolRequest(R"("tool_choice": "required")"), m));
@@ -150,7 +151,8 @@ TEST(OpenAiChat, ToolChoice) {
   EXPECT_NE(PromptText(r).find("You must call the function 'get_weather'."), std::string::npos);
   // "auto" and "none" without tools are harmless.
   r = ExpectParsed(ParseChatCompletionRequest(
-      R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "auto", "tools": []})", m));
+      R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "auto", "tools": []})",
+      m));
   EXPECT_FALSE(r.tools_enabled);
 }
 
@@ -161,7 +163,8 @@ TEST(OpenAiChat, RejectsBadToolsAndToolChoice) {
   };
   const std::vector<Case> cases = {
       {user + R"("tools": {}})", "'tools' must be an array", "tools"},
-      {user + R"("tools": [{"type": "retrieval"}]})", "'tools[0]' must be an object with", "tools[0]"},
+      {user + R"("tools": [{"type": "retrieval"}]})", "'tools[0]' must be an object with",
+       "tools[0]"},
       {user + R"("tools": [{"type": "function"}]})", "'tools[0].function' must be an object",
        "tools[0]"},
       {user + R"("tools": [{"type": "function", "function": {"name": ""}}]})",

@@ -58,8 +58,7 @@ TEST(OpenAiRequest, RejectsWrongFieldTypes) {
       {Chat(R"("temperature": "hot")"), 400, "'temperature' must be a number", "temperature"},
       {Chat(R"("top_k": 2.5)"), 400, "'top_k' must be an integer", "top_k"},
       {Chat(R"("stream": "yes")"), 400, "'stream' must be a boolean", "stream"},
-      {Chat(R"("stream_options": 1)"), 400, "'stream_options' must be an object",
-       "stream_options"},
+      {Chat(R"("stream_options": 1)"), 400, "'stream_options' must be an object", "stream_options"},
       {Chat(R"("stream_options": {"include_usage": 1})"), 400, "include_usage' must be a boolean",
        "stream_options.include_usage"},
       {Chat(R"("ignore_eos": 0)"), 400, "'ignore_eos' must be a boolean", "ignore_eos"},
@@ -95,8 +94,7 @@ TEST(OpenAiRequest, AcceptsAbsentModelAndIgnoresUnknownFields) {
 TEST(OpenAiRequest, RejectsOutOfRangeValues) {
   ExpectChatErrors({
       {Chat(R"("max_tokens": 0)"), 400, "'max_tokens' must be between 1 and 512", "max_tokens"},
-      {Chat(R"("max_tokens": 513)"), 400, "'max_tokens' must be between 1 and 512",
-       "max_tokens"},
+      {Chat(R"("max_tokens": 513)"), 400, "'max_tokens' must be between 1 and 512", "max_tokens"},
       {Chat(R"("max_tokens": 18446744073709551615)"), 400, "between 1 and 512", "max_tokens"},
       {Chat(R"("max_completion_tokens": -3)"), 400,
        "'max_completion_tokens' must be between 1 and 512", "max_completion_tokens"},
@@ -146,11 +144,11 @@ TEST(OpenAiRequest, SamplingDefaultsFollowOpenAi) {
 }
 
 TEST(OpenAiRequest, ReadsSamplingFields) {
-  const ParsedRequest r = ExpectParsed(ParseChatCompletionRequest(
-      Chat(R"("temperature": 0, "top_p": 0.9, "top_k": 40, "min_p": 0.05,
+  const ParsedRequest r = ExpectParsed(
+      ParseChatCompletionRequest(Chat(R"("temperature": 0, "top_p": 0.9, "top_k": 40, "min_p": 0.05,
               "repetition_penalty": 1.1, "seed": 18446744073709551615, "ignore_eos": true,
               "max_tokens": 7)"),
-      TestModel()));
+                                 TestModel()));
   EXPECT_EQ(r.spec.sampling.temperature, 0.0f);
   EXPECT_FLOAT_EQ(r.spec.sampling.top_p, 0.9f);
   EXPECT_EQ(r.spec.sampling.top_k, 40);
@@ -179,7 +177,8 @@ TEST(OpenAiRequest, StopForms) {
   EXPECT_EQ(ExpectParsed(ParseChatCompletionRequest(Chat(R"("stop": ["a", "b\n", "", "ü"])"), m))
                 .spec.stop,
             (std::vector<std::string>{"a", "b\n", "ü"}));
-  EXPECT_TRUE(ExpectParsed(ParseChatCompletionRequest(Chat(R"("stop": null)"), m)).spec.stop.empty());
+  EXPECT_TRUE(
+      ExpectParsed(ParseChatCompletionRequest(Chat(R"("stop": null)"), m)).spec.stop.empty());
   EXPECT_TRUE(ExpectParsed(ParseChatCompletionRequest(Chat(R"("stop": [])"), m)).spec.stop.empty());
 }
 
@@ -224,14 +223,15 @@ TEST(OpenAiRequest, RejectsInvalidUtf8InRawBody) {
 }
 
 TEST(OpenAiRequest, AcceptsValidMultiByteText) {
-  const std::string text = "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80 \xE4\xB8\xAD";  // é € 😀 中
+  // "café € 😀 中": two-, three- and four-byte sequences.
+  const std::string text = "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80 \xE4\xB8\xAD";
   const ParsedRequest r = ExpectParsed(ParseCompletionRequest(
       R"({"prompt": ")" + text + R"(", "stop": ")" + text + R"("})", TestModel()));
   EXPECT_EQ(TestTokenizer().Decode(r.spec.prompt), text);
   EXPECT_EQ(r.spec.stop, std::vector<std::string>{text});
   // The same characters as \u escapes, the emoji as a surrogate pair.
-  const ParsedRequest escaped = ExpectParsed(ParseCompletionRequest(
-      R"({"prompt": "caf\u00e9 \u20ac \ud83d\ude00 \u4e2d"})", TestModel()));
+  const ParsedRequest escaped = ExpectParsed(
+      ParseCompletionRequest(R"({"prompt": "caf\u00e9 \u20ac \ud83d\ude00 \u4e2d"})", TestModel()));
   EXPECT_EQ(escaped.spec.prompt, r.spec.prompt);
 }
 
@@ -242,10 +242,11 @@ TEST(OpenAiCompletion, PromptForms) {
   const Tokenizer& tok = TestTokenizer();
   const std::vector<int32_t> expected = tok.Encode("Once upon a time", true, true);
   ASSERT_EQ(expected.front(), 1);  // BOS added: the vocab says so
-  for (const std::string& prompt : {std::string(R"("Once upon a time")"),
-                                    std::string(R"(["Once upon a time"])")}) {
+  for (const std::string& prompt :
+       {std::string(R"("Once upon a time")"), std::string(R"(["Once upon a time"])")}) {
     SCOPED_TRACE(prompt);
-    const ParsedRequest r = ExpectParsed(ParseCompletionRequest(R"({"prompt": )" + prompt + "}", m));
+    const ParsedRequest r =
+        ExpectParsed(ParseCompletionRequest(R"({"prompt": )" + prompt + "}", m));
     EXPECT_EQ(r.spec.prompt, expected);
     EXPECT_FALSE(r.chat);
   }
@@ -296,8 +297,7 @@ TEST(OpenAiCompletion, ContextLimit) {
   // 64 prompt tokens leave no room for one more.
   ApiError e = ExpectError(ParseCompletionRequest(TokenIdsPrompt(64) + "}", m));
   EXPECT_EQ(e.http_status, 400);
-  EXPECT_NE(e.message.find("the prompt has 64 tokens but the context holds 64"),
-            std::string::npos)
+  EXPECT_NE(e.message.find("the prompt has 64 tokens but the context holds 64"), std::string::npos)
       << e.message;
   EXPECT_EQ(e.code, "context_length_exceeded");
   EXPECT_EQ(e.param, "prompt");

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
-
 #include <string>
 
 #include "server/openai_api.h"
@@ -111,7 +110,8 @@ TEST(OpenAiResponse, ChatCompletionShape) {
 
 TEST(OpenAiResponse, ChatCompletionWithToolCalls) {
   const ParsedOutput output = ParseToolCalls(
-      "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}</tool_call>", 42);
+      "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}</tool_call>",
+      42);
   const Json j = Json::parse(ChatCompletionJson(Meta(), output, "stop", Usage{3, 2, 0}));
   const Json& choice = j.at("choices")[0];
   EXPECT_EQ(choice.at("finish_reason"), "tool_calls");
@@ -143,8 +143,13 @@ TEST(OpenAiResponse, CompletionShape) {
 }
 
 TEST(OpenAiResponse, InvalidUtf8InOutputIsReplacedNotThrown) {
-  const Json j = Json::parse(CompletionJson(Meta(), "a\xFF" "b", "stop", Usage{}));
-  EXPECT_EQ(j.at("choices")[0].at("text"), "a\xEF\xBF\xBD" "b");
+  const Json j = Json::parse(CompletionJson(Meta(),
+                                            "a\xFF"
+                                            "b",
+                                            "stop", Usage{}));
+  EXPECT_EQ(j.at("choices")[0].at("text"),
+            "a\xEF\xBF\xBD"
+            "b");
 }
 
 // ---------------------------------------------------------------- SSE

@@ -1,0 +1,31 @@
+// A streaming OpenAI chat client that times every chunk: the measuring half
+// of `tandem bench serve` and of the agentic load generator.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace tandem {
+
+struct StreamTiming {
+  int status = 0;                // HTTP status; 0 when the connection failed
+  std::string text;              // the streamed content
+  std::string finish_reason;
+  std::string error;             // what went wrong, if anything
+  double ttft_s = 0;             // request sent -> first content chunk
+  double e2e_s = 0;              // request sent -> [DONE]
+  std::vector<double> gaps_s;    // between consecutive content chunks
+  int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+};
+
+// POSTs `body` (stream is forced on, with usage) to /v1/chat/completions and
+// records the timing of each chunk. timeout_s bounds the whole request.
+StreamTiming StreamChat(const std::string& host, int port, nlohmann::json body, double timeout_s);
+
+// p in [0, 100]; 0 for an empty sample.
+double Percentile(std::vector<double> values, double p);
+
+}  // namespace tandem
