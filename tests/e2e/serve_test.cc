@@ -263,5 +263,36 @@ TEST_F(Serve, SecondTurnReusesTheFirstTurnsPages) {
   EXPECT_EQ(j2["choices"][0]["message"]["content"], json::parse(r2_cold.body)["choices"][0]["message"]["content"]);
 }
 
+TEST_F(Serve, CompletionsAndToolsRequestsHaveOpenAIShapes) {
+  ServerProcess server(Args());
+  ASSERT_TRUE(server.ok()) << server.Log();
+  const int port = server.port();
+  auto plain = HttpPost(port, "/v1/completions",
+                        R"({"prompt":"Once upon a time","max_tokens":8,"temperature":0})");
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  const json p = json::parse(plain.body);
+  EXPECT_EQ(p["object"], "text_completion");
+  EXPECT_EQ(p["usage"]["completion_tokens"].get<int>(), 8);
+  std::string streamed;
+  EXPECT_EQ(HttpPostStream(port, "/v1/completions",
+                           R"({"prompt":"Once upon a time","max_tokens":8,"temperature":0,"stream":true})",
+                           [&](const std::string& d) { return streamed += d, true; }),
+            200);
+  std::string text;
+  for (const auto& d : SseData(streamed)) {
+    if (d != "[DONE]") text += json::parse(d)["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(text, p["choices"][0]["text"].get<std::string>()) << "stream and non-stream agree";
+  json tools = ChatBody("What is the weather in Paris?", 8, false);
+  tools["tools"] = json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+      "description": "Weather for a city",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])");
+  auto t = HttpPost(port, "/v1/chat/completions", tools.dump());
+  ASSERT_EQ(t.status, 200) << t.body;
+  const json tj = json::parse(t.body);
+  EXPECT_EQ(tj["object"], "chat.completion");
+  EXPECT_GT(tj["usage"]["prompt_tokens"].get<int>(), 40) << "the tool schema was rendered into the prompt";
+}
+
 }  // namespace
 }  // namespace tandem

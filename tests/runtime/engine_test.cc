@@ -188,3 +188,39 @@ TEST(Engine, RejectsWhatCannotRunAndRefusesWhenFull) {
 
 }  // namespace
 }  // namespace tandem
+
+namespace tandem {
+namespace {
+
+TEST(Engine, RequestsPastTheirDeadlineFailAndFreeTheirPages) {
+  auto m = testing::MakePresetModel("tiny", TensorType::kF32);
+  EngineOptions opt;
+  opt.request_timeout = std::chrono::milliseconds(30);
+  auto engine = Engine::Create(*m->model, opt);
+  ASSERT_TRUE(engine.ok());
+  RequestSpec spec;
+  spec.prompt = testing::PseudoRandomTokens(40, 1024, 3);
+  spec.max_tokens = 100000;
+  spec.ignore_eos = true;
+  auto h = (*engine)->Submit(spec);
+  ASSERT_TRUE(h.ok());
+  StreamEvent ev;
+  bool failed = false;
+  while ((*h)->Next(&ev, std::chrono::seconds(30))) {
+    if (ev.kind == StreamEvent::Kind::kText) continue;
+    failed = ev.kind == StreamEvent::Kind::kError;
+    EXPECT_EQ(ev.error.code(), StatusCode::kDeadlineExceeded);
+    EXPECT_NE(ev.error.message().find("deadline"), std::string::npos);
+    break;
+  }
+  EXPECT_TRUE(failed);
+  for (int i = 0; i < 100 && (*engine)->Stats().running > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const EngineStats s = (*engine)->Stats();
+  EXPECT_EQ(s.requests_failed, 1);
+  EXPECT_EQ(s.pages.used, s.cached_pages);
+}
+
+}  // namespace
+}  // namespace tandem
