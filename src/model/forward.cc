@@ -74,7 +74,7 @@ void ForwardPass::Resize(int n, int64_t max_context) {
   max_context_ = max_context;
 }
 
-void ForwardPass::MatMuls(std::initializer_list<MatMulJob> jobs, int n) {
+void ForwardPass::MatMuls(std::span<const MatMulJob> jobs, int n) {
   const auto& kt = kernels::Active();
   const int tasks = pool_.size();
   pool_.ParallelFor(tasks, [&](int t) {
@@ -192,16 +192,7 @@ void ForwardPass::WriteIndexKeys(int l, std::span<const SequenceChunk> batch, Pa
     jobs.push_back({&indexer_->query_projection(g), query_means_.data() + g * hd, kvd,
                     index_queries_.data() + g * dims, dims * heads});
   }
-  const auto& kt = kernels::Active();
-  const int tasks = pool_.size();
-  pool_.ParallelFor(tasks, [&](int t) {
-    for (const MatMulJob& job : jobs) {
-      const int64_t per = (job.w->rows + tasks * 8 - 1) / (tasks * 8) * 8;
-      const int64_t r0 = std::min<int64_t>(job.w->rows, t * per);
-      const int64_t r1 = std::min<int64_t>(job.w->rows, r0 + per);
-      if (r0 < r1) kt.matmul_rows(*job.w, job.x, job.x_stride, n, job.y, job.y_stride, r0, r1);
-    }
-  });
+  MatMuls(jobs, n);
   const bool fp8 = spec_.attention.index_k_dtype == CacheDType::kFp8E4M3Scaled;
   for (int i = 0; i < n; ++i) {
     const kernels::PagedRows rows = cache.Rows(spec_.index_k, l, ChunkOf(batch, i).pages);

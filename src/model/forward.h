@@ -62,7 +62,8 @@ class ForwardPass {
   Status Validate(std::span<const SequenceChunk> batch, const PagePool& cache) const;
   // Several matmuls in one parallel region (one barrier); each output element
   // is computed whole by one thread, so the split never changes a result.
-  void MatMuls(std::initializer_list<MatMulJob> jobs, int n);
+  void MatMuls(std::span<const MatMulJob> jobs, int n);
+  void MatMuls(std::initializer_list<MatMulJob> jobs, int n) { MatMuls(std::span<const MatMulJob>(jobs.begin(), jobs.size()), n); }
   void Layer(int l, std::span<const SequenceChunk> batch, PagePool& cache);
   void WriteIndexKeys(int l, std::span<const SequenceChunk> batch, PagePool& cache);
   void Attention(int l, std::span<const SequenceChunk> batch, PagePool& cache);

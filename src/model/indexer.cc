@@ -1,3 +1,4 @@
+#include "common/splitmix.h"
 #include "model/indexer.h"
 
 #include <cmath>
@@ -5,15 +6,8 @@
 namespace tandem {
 namespace {
 
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 // Uniform in [-1, 1), a pure function of the index.
-double Pseudo(uint64_t i) { return double(Mix(i ^ 0x1d3c5a7b) >> 11) * 0x1.0p-52 - 1.0; }
+double Pseudo(uint64_t i) { return double(SplitMix64(i ^ 0x1d3c5a7b) >> 11) * 0x1.0p-52 - 1.0; }
 
 // dims x cols, row-major. Columns orthonormal (Gram-Schmidt in double) when
 // cols <= dims; otherwise entries of variance 1/dims (a Johnson-Lindenstrauss

@@ -1,3 +1,4 @@
+#include "common/splitmix.h"
 #include "model/presets.h"
 
 #include <algorithm>
@@ -14,13 +15,6 @@ namespace {
 
 constexpr uint64_t kDefaultSeed = 20261129;
 
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 uint64_t HashName(const std::string& s) {
   uint64_t h = 1469598103934665603ull;
   for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
@@ -30,10 +24,10 @@ uint64_t HashName(const std::string& s) {
 // Uniform values with standard deviation `std`, a pure function of (seed, name, index).
 std::vector<float> RandomValues(uint64_t seed, const std::string& name, size_t n, float std) {
   std::vector<float> v(n);
-  const uint64_t base = Mix(seed ^ HashName(name));
+  const uint64_t base = SplitMix64(seed ^ HashName(name));
   const float half_width = std * 1.7320508f;  // uniform on [-a, a] has std a / sqrt(3)
   for (size_t i = 0; i < n; ++i) {
-    const float u = float(Mix(base + i) >> 40) * (1.0f / 16777216.0f);
+    const float u = float(SplitMix64(base + i) >> 40) * (1.0f / 16777216.0f);
     v[i] = (2.0f * u - 1.0f) * half_width;
   }
   return v;

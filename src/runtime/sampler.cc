@@ -3,17 +3,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/splitmix.h"
 #include "kernels/ops.h"
 
 namespace tandem {
 namespace {
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 }  // namespace
 
