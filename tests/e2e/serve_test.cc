@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <atomic>
 #include <future>
 #include <thread>
 
@@ -261,6 +262,32 @@ TEST_F(Serve, SecondTurnReusesTheFirstTurnsPages) {
   EXPECT_GT(Metrics(server.port())["tandem_prefix_cache_hit_tokens_total"], hits_before + 256);
   EXPECT_GT(j2["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(), 256);
   EXPECT_EQ(j2["choices"][0]["message"]["content"], json::parse(r2_cold.body)["choices"][0]["message"]["content"]);
+}
+
+TEST_F(Serve, SigtermDrainsInFlightStreamsThenExitsZero) {
+  ServerProcess server(Args({"--shutdown-timeout", "60"}));
+  ASSERT_TRUE(server.ok()) << server.Log();
+  const int port = server.port();
+  std::atomic<bool> first_chunk{false};
+  auto stream = std::async(std::launch::async, [&] {
+    std::string body;
+    HttpPostStream(port, "/v1/chat/completions", ChatBody("a long answer please", 300, true).dump(),
+                   [&](const std::string& d) {
+                     body += d;
+                     first_chunk = true;
+                     return true;
+                   });
+    return ParseStream(body);
+  });
+  for (int i = 0; i < 1000 && !first_chunk; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  server.SendSigterm();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(HttpGet(port, "/health").status, 503) << "draining: no new work";
+  EXPECT_EQ(HttpPost(port, "/v1/chat/completions", ChatBody("late", 4, false).dump()).status, 503);
+  const StreamResult r = stream.get();
+  EXPECT_TRUE(r.done) << "the in-flight stream finished";
+  EXPECT_FALSE(r.finish.empty());
+  EXPECT_EQ(server.Terminate(), 0) << server.Log();
 }
 
 TEST_F(Serve, CompletionsAndToolsRequestsHaveOpenAIShapes) {

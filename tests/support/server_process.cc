@@ -58,6 +58,10 @@ std::string ServerProcess::Log() const {
   return s.str();
 }
 
+void ServerProcess::SendSigterm() {
+  if (pid_ > 0) kill(pid_, SIGTERM);
+}
+
 int ServerProcess::Terminate(int timeout_s) {
   if (pid_ <= 0) return -1;
   kill(pid_, SIGTERM);

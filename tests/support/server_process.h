@@ -24,6 +24,7 @@ class ServerProcess {
   std::string Log() const;
   // Sends SIGTERM and waits; returns the exit code (-1 if killed or timed out).
   int Terminate(int timeout_s = 30);
+  void SendSigterm();
 
  private:
   pid_t pid_ = -1;
