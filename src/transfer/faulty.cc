@@ -1,0 +1,118 @@
+#include "transfer/faulty.h"
+
+#include "common/splitmix.h"
+
+namespace tandem::transfer {
+
+FaultyConnection::FaultyConnection(std::shared_ptr<Connection> inner, FaultPlan plan)
+    : inner_(std::move(inner)), plan_(plan) {
+  if (plan_.put_delay.count() > 0) thread_ = std::thread([this] { RunDelayed(); });
+}
+
+FaultyConnection::~FaultyConnection() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool FaultyConnection::Draw(double rate) {
+  if (rate <= 0) return false;
+  const uint64_t h = SplitMix64(plan_.seed ^ SplitMix64(draws_++));
+  return double(h >> 11) * 0x1.0p-53 < rate;
+}
+
+Status FaultyConnection::Put(const void* src, size_t bytes, const RemoteKey& key, uint64_t offset) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (plan_.die_after_puts >= 0 && puts_ >= plan_.die_after_puts) {
+    lock.unlock();
+    inner_->Close();
+    return Unavailable("injected peer death");
+  }
+  ++puts_;
+  if (bytes > 0 && Draw(plan_.bit_flip_rate)) {
+    const uint8_t* p = static_cast<const uint8_t*>(src);
+    corrupted_.emplace_back(p, p + bytes);
+    const uint64_t bit = SplitMix64(plan_.seed + uint64_t(puts_)) % (bytes * 8);
+    corrupted_.back()[bit / 8] ^= uint8_t(1u << (bit % 8));
+    src = corrupted_.back().data();
+    ++flipped_;
+  }
+  if (plan_.put_delay.count() > 0) {
+    delayed_.push_back({Clock::now() + plan_.put_delay, src, bytes, key, offset});
+    cv_.notify_all();
+    return Status::Ok();
+  }
+  lock.unlock();
+  return inner_->Put(src, bytes, key, offset);
+}
+
+void FaultyConnection::RunDelayed() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    if (delayed_.empty()) {
+      cv_.wait(lock);
+      continue;
+    }
+    if (Clock::now() < delayed_.front().ready) {
+      cv_.wait_until(lock, delayed_.front().ready);
+      continue;
+    }
+    DelayedPut put = delayed_.front();
+    lock.unlock();
+    Status st = inner_->Put(put.src, put.bytes, put.key, put.offset);
+    lock.lock();
+    if (!st.ok() && delayed_error_.ok()) delayed_error_ = st;
+    delayed_.pop_front();
+    cv_.notify_all();
+  }
+}
+
+Status FaultyConnection::Flush(Clock::time_point deadline) {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_until(lock, deadline, [&] { return delayed_.empty() || stop_; })) {
+      return Status(StatusCode::kDeadlineExceeded, "flush did not complete before its deadline");
+    }
+    if (!delayed_error_.ok()) return delayed_error_;
+  }
+  return inner_->Flush(deadline);
+}
+
+Status FaultyConnection::Send(std::vector<uint8_t> message) {
+  std::vector<std::vector<uint8_t>> out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (Draw(plan_.drop_message_rate)) return Status::Ok();
+    const bool duplicate = Draw(plan_.duplicate_message_rate);
+    if (plan_.reorder_messages && !holding_) {
+      held_message_ = std::move(message);
+      holding_ = true;
+      return Status::Ok();
+    }
+    out.push_back(message);
+    if (duplicate) out.push_back(message);
+    if (holding_) {
+      out.push_back(std::move(held_message_));
+      holding_ = false;
+    }
+  }
+  for (auto& m : out) TANDEM_RETURN_IF_ERROR(inner_->Send(std::move(m)));
+  return Status::Ok();
+}
+
+void FaultyConnection::Close() {
+  inner_->Close();
+  std::lock_guard<std::mutex> lock(mu_);
+  delayed_.clear();
+  cv_.notify_all();
+}
+
+int64_t FaultyConnection::flipped_puts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return flipped_;
+}
+
+}  // namespace tandem::transfer

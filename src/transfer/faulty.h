@@ -1,0 +1,69 @@
+// A fault-injecting wrapper around any Connection, for tests: delayed puts,
+// dropped / duplicated / reordered messages, bit flips in written data, and
+// peer death after a number of puts. Faults are drawn from a seeded counter,
+// so a failing test replays exactly.
+//
+// Delayed puts are posted to the wrapped connection by the wrapper's own
+// thread when their delay expires; Flush first waits for them to be posted,
+// so a sender that flushes is still correct, and one that does not is caught.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "transfer/transport.h"
+
+namespace tandem::transfer {
+
+struct FaultPlan {
+  std::chrono::microseconds put_delay{0};
+  double drop_message_rate = 0;       // messages silently lost
+  double duplicate_message_rate = 0;  // messages sent twice
+  bool reorder_messages = false;      // each message swaps places with the next one
+  double bit_flip_rate = 0;           // puts whose data has one bit flipped on the way
+  int64_t die_after_puts = -1;        // close the connection at this put (-1: never)
+  uint64_t seed = 1;
+};
+
+class FaultyConnection : public Connection {
+ public:
+  FaultyConnection(std::shared_ptr<Connection> inner, FaultPlan plan);
+  ~FaultyConnection() override;
+
+  uint64_t id() const override { return inner_->id(); }
+  Status Put(const void* src, size_t bytes, const RemoteKey& key, uint64_t offset) override;
+  Status Flush(Clock::time_point deadline) override;
+  Status Send(std::vector<uint8_t> message) override;
+  bool alive() const override { return inner_->alive(); }
+  void Close() override;
+
+  int64_t flipped_puts() const;  // how many puts were corrupted so far
+
+ private:
+  struct DelayedPut {
+    Clock::time_point ready;
+    const void* src;
+    size_t bytes;
+    RemoteKey key;
+    uint64_t offset;
+  };
+  bool Draw(double rate);
+  void RunDelayed();
+
+  std::shared_ptr<Connection> inner_;
+  const FaultPlan plan_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t draws_ = 0;                          // guarded by mu_
+  int64_t puts_ = 0, flipped_ = 0;              // guarded by mu_
+  std::deque<DelayedPut> delayed_;              // guarded by mu_
+  std::deque<std::vector<uint8_t>> corrupted_;  // flipped copies; live until Close
+  std::vector<uint8_t> held_message_;           // reorder: waiting for the next one
+  bool holding_ = false, stop_ = false;
+  Status delayed_error_;
+  std::thread thread_;
+};
+
+}  // namespace tandem::transfer

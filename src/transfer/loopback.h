@@ -1,0 +1,86 @@
+// An in-process transport: every connection lives in one LoopbackNetwork,
+// whose progress thread lands Puts and delivers messages. Puts land after
+// `put_latency` and messages after `message_latency`, each in posting order
+// within its kind — so, exactly as on real hardware, a message can overtake
+// earlier Puts unless the sender Flushes first.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "transfer/transport.h"
+
+namespace tandem::transfer {
+
+struct LoopbackOptions {
+  std::chrono::microseconds put_latency{0};
+  std::chrono::microseconds message_latency{0};
+};
+
+class LoopbackConnection;
+
+// Shared by every LoopbackTransport of a test or process. Thread-safe. It
+// must outlive every transport and connection made on it.
+class LoopbackNetwork : public std::enable_shared_from_this<LoopbackNetwork> {
+ public:
+  explicit LoopbackNetwork(LoopbackOptions options = {});
+  ~LoopbackNetwork();
+  LoopbackNetwork(const LoopbackNetwork&) = delete;
+  LoopbackNetwork& operator=(const LoopbackNetwork&) = delete;
+
+  const LoopbackOptions& options() const { return options_; }
+
+ private:
+  friend class LoopbackTransport;
+  friend class LoopbackConnection;
+  struct Op {
+    Clock::time_point ready;
+    uint64_t seq = 0;
+    bool is_put = false;
+    std::shared_ptr<LoopbackConnection> from;  // puts: the posting side
+    std::shared_ptr<LoopbackConnection> to;    // messages: the receiving side
+    const void* src = nullptr;
+    size_t bytes = 0;
+    uint8_t* dst = nullptr;
+    std::vector<uint8_t> message;
+    bool close_event = false;
+    Status close_status;
+  };
+  void Enqueue(Op op);
+  void Run();
+  void DropPutsOf(const LoopbackConnection* a, const LoopbackConnection* b);
+
+  const LoopbackOptions options_;
+  std::mutex mu_;  // guards everything below; held while an op executes
+  std::condition_variable cv_;
+  std::multimap<std::pair<Clock::time_point, uint64_t>, Op> queue_;
+  uint64_t next_seq_ = 0;
+  uint64_t next_region_ = 1, next_connection_ = 1;
+  std::map<uint64_t, std::pair<uint8_t*, size_t>> regions_;
+  std::map<std::string, std::function<ConnectionHandlers(std::shared_ptr<Connection>)>> listeners_;
+  std::map<uint64_t, std::shared_ptr<LoopbackConnection>> live_;  // open connections
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+class LoopbackTransport : public Transport {
+ public:
+  explicit LoopbackTransport(std::shared_ptr<LoopbackNetwork> network);
+  ~LoopbackTransport() override;
+  std::string name() const override { return "loopback"; }
+  StatusOr<Region> AllocateRegion(size_t bytes) override;
+  Status Listen(const std::string& address,
+                std::function<ConnectionHandlers(std::shared_ptr<Connection>)> on_accept) override;
+  StatusOr<std::shared_ptr<Connection>> Connect(const std::string& address,
+                                                ConnectionHandlers handlers) override;
+
+ private:
+  std::shared_ptr<LoopbackNetwork> net_;
+  std::vector<std::unique_ptr<uint8_t[]>> memory_;
+  std::vector<uint64_t> region_ids_;
+  std::vector<std::string> addresses_;
+};
+
+}  // namespace tandem::transfer

@@ -1,0 +1,145 @@
+// The handoff wire messages (docs/handoff-wire-format.md): what a prefill and
+// a decode engine say to each other to move one request's cache.
+//
+// Every message is a 12-byte header {magic "TDHO", version, type, body_length}
+// followed by the body, all little-endian. Encoding is canonical: fixed-width
+// integers and length-prefixed strings/arrays, no padding, no optional fields,
+// so a message that decodes re-encodes to the same bytes.
+//
+// Decoding reads untrusted bytes (invariant 6): every length and count is
+// checked against the bytes that remain and against a cap, trailing bytes are
+// rejected, and any malformed message yields DataLoss naming the message and
+// field. Decode never crashes, over-reads, or allocates more than the input
+// could describe.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace tandem {
+
+constexpr uint32_t kHandoffMagic = 0x4F484454;  // bytes "TDHO" read as little-endian u32
+constexpr uint16_t kHandoffVersion = 1;
+constexpr size_t kHandoffHeaderBytes = 12;
+
+// Decoding caps. A message beyond any of them is rejected before allocating.
+constexpr uint32_t kMaxHandoffBodyBytes = 1u << 28;
+constexpr uint32_t kMaxHandoffPages = 1u << 24;
+constexpr uint32_t kMaxHandoffTokens = 1u << 24;
+constexpr uint32_t kMaxHandoffBuffers = 64;
+constexpr uint32_t kMaxHandoffStringBytes = 1u << 20;  // strings and opaque blobs
+
+enum class MessageType : uint16_t {
+  kHello = 1,
+  kDestination = 2,
+  kCommit = 3,
+  kAbort = 4,
+  kAbortAck = 5,
+};
+
+const char* MessageTypeName(MessageType type);
+
+struct MessageHeader {
+  MessageType type = MessageType::kHello;
+  uint32_t body_length = 0;
+};
+
+// Reads the header alone (for stream framing: the frame is
+// kHandoffHeaderBytes + body_length bytes). Checks magic, version, type and
+// the body cap; does not look at what follows the header.
+StatusOr<MessageHeader> DecodeHeader(std::span<const uint8_t> bytes);
+// The type of one whole framed message: the header is valid and body_length
+// equals exactly the bytes after it. Use to dispatch to T::Decode.
+StatusOr<MessageType> PeekType(std::span<const uint8_t> bytes);
+
+// First message on a connection, both directions. A layout fingerprint
+// mismatch fails the connection (cache/layout.h: Fingerprint()).
+struct Hello {
+  static constexpr MessageType kType = MessageType::kHello;
+  std::string role;  // "prefill" | "decode"; anything else is rejected
+  std::string layout_fingerprint;
+  uint64_t engine_id = 0;
+
+  std::vector<uint8_t> Encode() const;
+  static StatusOr<Hello> Decode(std::span<const uint8_t> bytes);
+  bool operator==(const Hello&) const = default;
+};
+
+// A decode page reserved for a handoff, with the generation it had when
+// reserved, so a write aimed at a page since freed and reused is detectable.
+struct PageRef {
+  int32_t page = 0;  // >= 0
+  uint32_t generation = 0;
+  bool operator==(const PageRef&) const = default;
+};
+
+// Decode -> prefill: where to write the request's cache.
+// Decode checks: 0 <= skip_tokens <= tokens.size(), and pages covers exactly
+// the prompt's pages from the one holding skip_tokens to the last one:
+// pages.size() == ceil(tokens.size() / kPageTokens) - skip_tokens / kPageTokens.
+struct Destination {
+  static constexpr MessageType kType = MessageType::kDestination;
+  uint64_t handoff_id = 0;
+  uint64_t decode_engine_id = 0;
+  int64_t skip_tokens = 0;  // prefix already cached at decode; prefill does not send it
+  std::vector<int32_t> tokens;  // the full prompt
+  std::vector<PageRef> pages;   // cover [skip_tokens, tokens.size())
+  std::vector<uint8_t> remote_key;  // the transport's opaque remote-memory key
+  uint64_t remote_base = 0;         // address of the decode pool arena
+  int64_t deadline_unix_ms = 0;
+
+  std::vector<uint8_t> Encode() const;
+  static StatusOr<Destination> Decode(std::span<const uint8_t> bytes);
+  bool operator==(const Destination&) const = default;
+};
+
+// Digest of one registered buffer's bytes of a request (transfer/checksum.h).
+struct BufferDigest {
+  std::string name;
+  uint64_t xxh3 = 0;
+  uint64_t bytes = 0;
+  bool operator==(const BufferDigest&) const = default;
+};
+
+// Prefill -> decode, sent only after the transport has flushed every write
+// (invariant 2). The only message that makes the request runnable at decode.
+struct Commit {
+  static constexpr MessageType kType = MessageType::kCommit;
+  uint64_t handoff_id = 0;
+  int32_t first_token = 0;
+  std::vector<BufferDigest> digests;  // one per registered buffer, registry order
+
+  std::vector<uint8_t> Encode() const;
+  static StatusOr<Commit> Decode(std::span<const uint8_t> bytes);
+  bool operator==(const Commit&) const = default;
+};
+
+// Either direction, any time. The receiver answers AbortAck once no write of
+// its own into the peer's pages can still land.
+struct Abort {
+  static constexpr MessageType kType = MessageType::kAbort;
+  uint64_t handoff_id = 0;
+  std::string reason;
+
+  std::vector<uint8_t> Encode() const;
+  static StatusOr<Abort> Decode(std::span<const uint8_t> bytes);
+  bool operator==(const Abort&) const = default;
+};
+
+struct AbortAck {
+  static constexpr MessageType kType = MessageType::kAbortAck;
+  uint64_t handoff_id = 0;
+
+  std::vector<uint8_t> Encode() const;
+  static StatusOr<AbortAck> Decode(std::span<const uint8_t> bytes);
+  bool operator==(const AbortAck&) const = default;
+};
+
+// Encode() REQUIRES every count and string within the caps above (a larger
+// message is a programming error, checked).
+
+}  // namespace tandem

@@ -1,0 +1,78 @@
+// The transport interface the handoff is written against: one-sided writes
+// into a peer's registered memory, a flush that says when they have landed,
+// and reliable ordered messages. Implementations: loopback (in-process, for
+// tests), faulty (a fault-injecting wrapper) and UCX (shared memory or TCP).
+//
+// Ordering contract — the one the handoff's correctness rests on: messages
+// are ordered among themselves, but NOTHING orders a message after earlier
+// Puts. Only Flush does. A sender that wants "commit after all bytes" must
+// Flush, then Send (invariant 2).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace tandem::transfer {
+
+using Clock = std::chrono::steady_clock;
+
+// What a peer needs to write into a region: an opaque key and the region's size.
+struct RemoteKey {
+  std::vector<uint8_t> blob;
+  uint64_t size = 0;
+};
+
+// Memory that peers may write into. The transport allocates it (UCX maps it
+// itself so that one-sided puts stay one-sided on shared memory).
+struct Region {
+  uint8_t* data = nullptr;
+  size_t size = 0;
+  RemoteKey key;
+};
+
+class Connection;
+
+struct ConnectionHandlers {
+  // Called on the transport's progress thread, one message at a time, in order.
+  std::function<void(Connection&, std::vector<uint8_t>)> on_message;
+  // Called once when the connection is gone (peer closed, died, or Close()).
+  std::function<void(Connection&, const Status&)> on_close;
+};
+
+class Connection {
+ public:
+  virtual ~Connection() = default;
+  virtual uint64_t id() const = 0;
+  // Posts a one-sided write of [src, src + bytes) to the peer's region named by
+  // `key`, at byte `offset`. Returns once posted; the bytes land later.
+  // REQUIRES: src stays valid and unchanged until a Flush covering it returns.
+  virtual Status Put(const void* src, size_t bytes, const RemoteKey& key, uint64_t offset) = 0;
+  // Returns OK when every Put posted so far on this connection has landed at
+  // the peer; DeadlineExceeded at `deadline`; Unavailable if the connection broke.
+  virtual Status Flush(Clock::time_point deadline) = 0;
+  // Reliable and ordered with respect to other messages (not to Puts).
+  virtual Status Send(std::vector<uint8_t> message) = 0;
+  virtual bool alive() const = 0;
+  // After Close returns, no Put of this connection can still land anywhere.
+  virtual void Close() = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual std::string name() const = 0;
+  virtual StatusOr<Region> AllocateRegion(size_t bytes) = 0;
+  // Accepts connections at `address`; on_accept returns the new connection's handlers.
+  virtual Status Listen(const std::string& address,
+                        std::function<ConnectionHandlers(std::shared_ptr<Connection>)> on_accept) = 0;
+  virtual StatusOr<std::shared_ptr<Connection>> Connect(const std::string& address,
+                                                        ConnectionHandlers handlers) = 0;
+};
+
+}  // namespace tandem::transfer
