@@ -17,8 +17,16 @@ uint8_t* AllocateArena(int64_t bytes) {
 }  // namespace
 
 PagePool::PagePool(const CacheBufferRegistry& registry, int n_layers, int64_t n_pages)
+    : PagePool(registry, n_layers, n_pages,
+               AllocateArena(CacheLayout(registry, n_layers, n_pages).TotalBytes()), &std::free) {}
+
+PagePool::PagePool(const CacheBufferRegistry& registry, int n_layers, int64_t n_pages, uint8_t* arena)
+    : PagePool(registry, n_layers, n_pages, arena, [](void*) {}) {}
+
+PagePool::PagePool(const CacheBufferRegistry& registry, int n_layers, int64_t n_pages, uint8_t* arena,
+                   void (*deleter)(void*))
     : layout_(registry, n_layers, n_pages),
-      arena_(AllocateArena(layout_.TotalBytes()), &std::free),
+      arena_(arena, deleter),
       ref_(size_t(n_pages), 0),
       generation_(size_t(n_pages), 0) {
   free_list_.reserve(size_t(n_pages));

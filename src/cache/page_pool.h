@@ -23,6 +23,9 @@ namespace tandem {
 class PagePool {
  public:
   PagePool(const CacheBufferRegistry& registry, int n_layers, int64_t n_pages);
+  // Uses `arena` (at least layout().TotalBytes(), e.g. transport-registered
+  // memory that peers write into) instead of allocating; the caller keeps it alive.
+  PagePool(const CacheBufferRegistry& registry, int n_layers, int64_t n_pages, uint8_t* arena);
   ~PagePool();
   PagePool(const PagePool&) = delete;
   PagePool& operator=(const PagePool&) = delete;
@@ -55,12 +58,16 @@ class PagePool {
 
   // Bytes of (buffer, layer) segment of one page.
   uint8_t* Segment(CacheBufferId b, int layer, int32_t page);
+  uint8_t* arena() { return arena_.get(); }
   // A kernel view of one buffer of one layer through a sequence's page table.
   kernels::PagedRows Rows(CacheBufferId b, int layer, std::span<const int32_t> pages);
 
   Status CheckAccounting() const;
 
  private:
+  PagePool(const CacheBufferRegistry& registry, int n_layers, int64_t n_pages, uint8_t* arena,
+           void (*deleter)(void*));
+
   CacheLayout layout_;
   std::unique_ptr<uint8_t, void (*)(void*)> arena_;
   std::vector<int32_t> free_list_;

@@ -112,7 +112,10 @@ Status ForwardPass::Run(std::span<const SequenceChunk> batch, PagePool& cache,
     model_.rope().Angles(tokens_[size_t(i)].pos, rope_cos_.data() + size_t(i) * half,
                          rope_sin_.data() + size_t(i) * half);
   }
-  for (int l = 0; l < int(c_.n_layers); ++l) Layer(l, batch, cache);
+  for (int l = 0; l < int(c_.n_layers); ++l) {
+    Layer(l, batch, cache);
+    if (layer_hook_) layer_hook_(l);
+  }
 
   // Final norm and the output head, only for the tokens whose logits are wanted.
   std::vector<int> wanted;

@@ -16,6 +16,7 @@
 // identical to dense.
 #pragma once
 
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <span>
@@ -46,6 +47,11 @@ class ForwardPass {
   Status Run(std::span<const SequenceChunk> batch, PagePool& cache, std::vector<float>* logits);
 
   const CacheSpec& spec() const { return spec_; }
+
+  // Called after each layer of every Run, with every registered buffer of that
+  // layer written for the batch's tokens (the prefill side streams the layer
+  // out from here). Runs on the calling thread.
+  void SetLayerHook(std::function<void(int layer)> hook) { layer_hook_ = std::move(hook); }
 
  private:
   struct TokenRef {
@@ -82,6 +88,7 @@ class ForwardPass {
   ThreadPool& pool_;
   std::unique_ptr<Indexer> indexer_;  // sparse attention only
   std::string layout_fingerprint_;
+  std::function<void(int)> layer_hook_;
   std::vector<TokenRef> tokens_;
   int64_t max_context_ = 0;
   // Activations, [n_tokens x width] each; reused across calls.

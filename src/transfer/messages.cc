@@ -169,10 +169,13 @@ StatusOr<MessageHeader> DecodeHeader(std::span<const uint8_t> bytes) {
     for (size_t i = 0; i < n; ++i) v |= uint32_t(bytes[at + i]) << (8 * i);
     return v;
   };
-  if (le(0, 4) != kHandoffMagic) return DataLoss("handoff message header: bad magic (not \"TDHO\")");
+  if (le(0, 4) != kHandoffMagic) {
+    return DataLoss("handoff message header: bad magic (not \"TDHO\")");
+  }
   if (le(4, 2) != kHandoffVersion) {
     return DataLoss("handoff message header: version " + std::to_string(le(4, 2)) +
-                    " is not supported (this build speaks " + std::to_string(kHandoffVersion) + ")");
+                    " is not supported (this build speaks " +
+                    std::to_string(kHandoffVersion) + ")");
   }
   if (!KnownType(uint16_t(le(6, 2)))) {
     return DataLoss("handoff message header: unknown type " + std::to_string(le(6, 2)));

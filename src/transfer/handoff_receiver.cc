@@ -1,0 +1,156 @@
+#include "transfer/handoff_receiver.h"
+
+#include "transfer/checksum.h"
+
+namespace tandem::transfer {
+
+HandoffReceiver::HandoffReceiver(PagePool& pool, RemoteKey region_key, PrefixIndex* index,
+                                 ReceiverOptions options)
+    : pool_(pool), region_key_(std::move(region_key)), index_(index), options_(options) {}
+
+HandoffReceiver::~HandoffReceiver() {
+  for (auto& [id, e] : entries_) Free(*e);
+}
+
+void HandoffReceiver::Free(Entry& e) {
+  if (!e.cached_pages.empty()) pool_.Release(e.cached_pages);
+  if (!e.reserved_pages.empty()) pool_.CancelReservation(e.reserved_pages);
+  if (e.quarantined) stats_.quarantined_pages -= int64_t(e.reserved_pages.size());
+  e.cached_pages.clear();
+  e.reserved_pages.clear();
+}
+
+StatusOr<Destination> HandoffReceiver::Begin(uint64_t handoff_id, std::vector<int32_t> prompt,
+                                             uint64_t peer, Clock::time_point now) {
+  if (prompt.empty()) return InvalidArgument("handoff of an empty prompt");
+  if (entries_.count(handoff_id)) return InvalidArgument("handoff " + std::to_string(handoff_id) + " already exists");
+  auto e = std::make_unique<Entry>(Entry{peer, std::move(prompt), {}, {}, 0,
+                                         HandoffStateMachine(HandoffSide::kDecode, options_.deadlines, now)});
+  if (index_) {
+    PrefixIndex::Match hit = index_->Lookup(e->prompt, int64_t(e->prompt.size()) - 1);
+    e->cached_pages = std::move(hit.pages);
+    e->skip_tokens = hit.tokens;
+  }
+  const int64_t total_pages = (int64_t(e->prompt.size()) + kPageTokens - 1) / kPageTokens;
+  const int64_t need = total_pages - int64_t(e->cached_pages.size());
+  if (index_ && pool_.free_pages() < need) index_->Evict(need - pool_.free_pages());
+  auto reserved = pool_.Reserve(need);
+  if (!reserved.ok()) {
+    Free(*e);
+    return reserved.status();  // the caller retries until the Bootstrapping deadline
+  }
+  e->reserved_pages = std::move(reserved).value();
+  TANDEM_RETURN_IF_ERROR(e->machine.Transition(HandoffState::kWaitingForInput, now));
+  Destination d;
+  d.handoff_id = handoff_id;
+  d.skip_tokens = e->skip_tokens;
+  d.tokens = e->prompt;
+  for (int32_t p : e->reserved_pages) d.pages.push_back({p, pool_.Generation(p)});
+  d.remote_key = region_key_.blob;
+  entries_.emplace(handoff_id, std::move(e));
+  return d;
+}
+
+StatusOr<HandoffReceiver::Ready> HandoffReceiver::OnCommit(const Commit& c, Clock::time_point now) {
+  auto it = entries_.find(c.handoff_id);
+  if (it == entries_.end() || it->second->machine.state() != HandoffState::kWaitingForInput) {
+    return FailedPrecondition("commit for handoff " + std::to_string(c.handoff_id) +
+                              " which is not waiting for input");
+  }
+  Entry& e = *it->second;
+  std::vector<int32_t> pages = e.cached_pages;
+  pages.insert(pages.end(), e.reserved_pages.begin(), e.reserved_pages.end());
+  const bool verify = options_.verify == VerifyMode::kAll ||
+                      (options_.verify == VerifyMode::kSample && commits_seen_ % options_.sample_every == 0);
+  ++commits_seen_;
+  // Byte counts always; digests when verifying (hashing every byte costs a pass over them).
+  const auto local = DigestPages(pool_, pages, e.skip_tokens, int64_t(e.prompt.size()));
+  Status st = Status::Ok();
+  if (local.size() != c.digests.size()) {
+    st = DataLoss("commit carries " + std::to_string(c.digests.size()) + " buffer digests, expected " +
+                  std::to_string(local.size()));
+  }
+  for (size_t b = 0; st.ok() && b < local.size(); ++b) {
+    if (local[b].name != c.digests[b].name || local[b].bytes != c.digests[b].bytes) {
+      st = DataLoss("commit byte count for buffer '" + c.digests[b].name + "' does not match");
+    }
+  }
+  if (st.ok() && verify) {
+    ++stats_.verified;
+    st = VerifyDigests(c.digests, local);
+    if (!st.ok()) ++stats_.digest_mismatches;
+  }
+  if (!st.ok()) {
+    (void)e.machine.Transition(HandoffState::kFailed, now);
+    ++stats_.failed;
+    Free(e);
+    entries_.erase(it);
+    return st;
+  }
+  TANDEM_RETURN_IF_ERROR(e.machine.Transition(HandoffState::kCommitted, now));
+  pool_.CommitReservation(e.reserved_pages);
+  ++stats_.committed;
+  Ready r{c.handoff_id, std::move(e.prompt), std::move(pages), c.first_token};
+  entries_.erase(it);
+  return r;
+}
+
+StatusOr<Abort> HandoffReceiver::StartAbort(uint64_t handoff_id, std::string reason, Clock::time_point now) {
+  auto it = entries_.find(handoff_id);
+  if (it == entries_.end() || it->second->machine.terminal()) {
+    return NotFound("no open handoff " + std::to_string(handoff_id));
+  }
+  Entry& e = *it->second;
+  TANDEM_RETURN_IF_ERROR(e.machine.Transition(HandoffState::kAborted, now));
+  ++stats_.aborted;
+  // Cached prefix pages were never written by the peer: release them now.
+  if (!e.cached_pages.empty()) pool_.Release(e.cached_pages);
+  e.cached_pages.clear();
+  e.quarantined = true;
+  stats_.quarantined_pages += int64_t(e.reserved_pages.size());
+  return Abort{handoff_id, std::move(reason)};
+}
+
+void HandoffReceiver::OnAbortAck(uint64_t handoff_id) {
+  auto it = entries_.find(handoff_id);
+  if (it == entries_.end() || !it->second->quarantined) return;  // duplicate or unknown ack
+  Free(*it->second);
+  entries_.erase(it);
+}
+
+void HandoffReceiver::OnPeerClosed(uint64_t peer, Clock::time_point now) {
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    Entry& e = *it->second;
+    if (e.peer != peer) {
+      ++it;
+      continue;
+    }
+    if (!e.machine.terminal()) {
+      (void)e.machine.Transition(HandoffState::kFailed, now);
+      ++stats_.failed;
+    }
+    Free(e);
+    it = entries_.erase(it);
+  }
+}
+
+std::vector<uint64_t> HandoffReceiver::Expired(Clock::time_point now) const {
+  std::vector<uint64_t> out;
+  for (const auto& [id, e] : entries_) {
+    if (e->machine.Expired(now)) out.push_back(id);
+  }
+  return out;
+}
+
+HandoffState HandoffReceiver::state(uint64_t handoff_id) const {
+  auto it = entries_.find(handoff_id);
+  return it == entries_.end() ? HandoffState::kCommitted : it->second->machine.state();
+}
+
+size_t HandoffReceiver::open_handoffs() const {
+  size_t n = 0;
+  for (const auto& [id, e] : entries_) n += !e->machine.terminal();
+  return n;
+}
+
+}  // namespace tandem::transfer

@@ -1,0 +1,92 @@
+// The decode side of the handoff. Owned by the decode engine's loop thread
+// (not thread-safe); message handlers post into that thread.
+//
+// Begin reserves pages for the part of the prompt not already in the local
+// prefix cache and produces the Destination. A Commit is the only thing that
+// makes a handoff usable (invariant 2): its byte counts must match, and its
+// per-buffer digests too when verification asks. Abort never frees pages a
+// late write may still land in (invariant 4): they are quarantined until the
+// prefill side acknowledges (it acks only after flushing) or the connection to
+// that peer is closed.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "cache/page_pool.h"
+#include "prefix/prefix_index.h"
+#include "transfer/handoff_state.h"
+#include "transfer/messages.h"
+#include "transfer/transport.h"
+
+namespace tandem::transfer {
+
+enum class VerifyMode { kOff, kSample, kAll };
+
+struct ReceiverOptions {
+  HandoffDeadlines deadlines;
+  VerifyMode verify = VerifyMode::kAll;
+  uint32_t sample_every = 8;  // kSample: verify one handoff in this many
+};
+
+struct ReceiverStats {
+  int64_t committed = 0, failed = 0, aborted = 0, verified = 0, digest_mismatches = 0;
+  int64_t quarantined_pages = 0;  // current
+};
+
+class HandoffReceiver {
+ public:
+  // `pool` lives in `region` (the transport-registered arena peers write into).
+  HandoffReceiver(PagePool& pool, RemoteKey region_key, PrefixIndex* index, ReceiverOptions options);
+  ~HandoffReceiver();
+
+  StatusOr<Destination> Begin(uint64_t handoff_id, std::vector<int32_t> prompt, uint64_t peer,
+                              Clock::time_point now);
+
+  struct Ready {
+    uint64_t handoff_id = 0;
+    std::vector<int32_t> prompt;
+    std::vector<int32_t> pages;  // cover the whole prompt; the caller owns one reference each
+    int32_t first_token = 0;
+  };
+  // Verifies and publishes. On error the handoff has failed and its pages are
+  // free again: a Commit is only sent after the sender's flush, so nothing is
+  // still in flight.
+  StatusOr<Ready> OnCommit(const Commit& commit, Clock::time_point now);
+
+  // Ends a handoff that has not committed; returns the Abort to send to its peer.
+  StatusOr<Abort> StartAbort(uint64_t handoff_id, std::string reason, Clock::time_point now);
+  void OnAbortAck(uint64_t handoff_id);
+  // The connection to `peer` is closed: no write of it can land any more, so
+  // its quarantined pages are freed and its open handoffs fail.
+  void OnPeerClosed(uint64_t peer, Clock::time_point now);
+  // Handoffs whose state deadline has passed (the caller aborts them).
+  std::vector<uint64_t> Expired(Clock::time_point now) const;
+
+  HandoffState state(uint64_t handoff_id) const;
+  const ReceiverStats& stats() const { return stats_; }
+  size_t open_handoffs() const;
+
+ private:
+  struct Entry {
+    uint64_t peer = 0;
+    std::vector<int32_t> prompt;
+    std::vector<int32_t> cached_pages;    // prefix hit: referenced, already valid
+    std::vector<int32_t> reserved_pages;  // written by the peer
+    int64_t skip_tokens = 0;
+    HandoffStateMachine machine;
+    bool quarantined = false;
+  };
+  void Free(Entry& e);
+
+  PagePool& pool_;
+  const RemoteKey region_key_;
+  PrefixIndex* index_;
+  const ReceiverOptions options_;
+  std::map<uint64_t, std::unique_ptr<Entry>> entries_;  // open, and quarantined, handoffs
+  ReceiverStats stats_;
+  uint64_t commits_seen_ = 0;
+};
+
+}  // namespace tandem::transfer

@@ -1,0 +1,112 @@
+#include "transfer/handoff_sender.h"
+
+#include "transfer/checksum.h"
+
+namespace tandem::transfer {
+
+HandoffSender::HandoffSender(const Model& model, const CacheSpec& spec, ThreadPool& threads,
+                             PagePool& local, SenderOptions options)
+    : model_(model), spec_(spec), local_(local), forward_(model, spec, threads), options_(options) {}
+
+// Writes layer `layer` of every registered buffer for the prompt pages that
+// hold tokens [first_token, end_token) and lie past the decode side's cached
+// prefix. Whole page segments are sent; rows past the prompt are don't-care.
+Status HandoffSender::PutLayer(int layer, int64_t first_token, int64_t end_token,
+                               const Destination& d, const RemoteKey& remote, Connection& c,
+                               bool defer_index_k) {
+  const CacheLayout& layout = local_.layout();
+  const int64_t skip_pages = d.skip_tokens / kPageTokens;
+  const int64_t first_page = std::max(first_token / kPageTokens, skip_pages);
+  const int64_t end_page = (end_token + kPageTokens - 1) / kPageTokens;
+  for (int64_t p = first_page; p < end_page; ++p) {
+    const PageRef& dst = d.pages[size_t(p - skip_pages)];
+    for (CacheBufferId b = 0; b < layout.n_buffers(); ++b) {
+      if (defer_index_k && b == spec_.index_k) {
+        deferred_.push_back({layer, int32_t(p)});
+        continue;
+      }
+      const uint64_t offset = uint64_t(layout.SegmentBase(b, layer)) + uint64_t(dst.page) * uint64_t(layout.page_stride(b));
+      TANDEM_RETURN_IF_ERROR(c.Put(local_.Segment(b, layer, local_pages_[size_t(p)]),
+                                   size_t(layout.page_stride(b)), remote, offset));
+    }
+  }
+  return Status::Ok();
+}
+
+StatusOr<Commit> HandoffSender::Run(const Destination& d, const RemoteKey& remote,
+                                    const SamplingParams& sampling, Connection& connection) {
+  const auto now = Clock::now();
+  HandoffStateMachine machine(HandoffSide::kPrefill, options_.deadlines, now);
+  const int64_t n = int64_t(d.tokens.size());
+  const int64_t skip_pages = d.skip_tokens / kPageTokens;
+  const int64_t n_pages = (n + kPageTokens - 1) / kPageTokens;
+  if (d.skip_tokens % kPageTokens != 0 || d.skip_tokens >= n || int64_t(d.pages.size()) != n_pages - skip_pages) {
+    return InvalidArgument("destination does not cover the prompt: " + std::to_string(d.pages.size()) +
+                           " pages for " + std::to_string(n) + " tokens after " + std::to_string(d.skip_tokens));
+  }
+  TANDEM_ASSIGN_OR_RETURN(local_pages_, local_.Allocate(n_pages));
+  struct Release {
+    PagePool& pool;
+    std::vector<int32_t>& pages;
+    ~Release() { pool.Release(pages); pages.clear(); }
+  } release{local_, local_pages_};
+  TANDEM_RETURN_IF_ERROR(machine.Transition(HandoffState::kTransferring, Clock::now()));
+  const bool unsafe = options_.unsafe_early_commit && spec_.index_k >= 0;
+  deferred_.clear();
+  Status put_status = Status::Ok();
+  int64_t chunk_begin = 0, chunk_end = 0;
+  forward_.SetLayerHook([&](int layer) {
+    if (put_status.ok()) {
+      put_status = PutLayer(layer, chunk_begin, chunk_end, d, remote, connection, unsafe);
+    }
+  });
+  std::vector<float> logits;
+  for (chunk_begin = 0; chunk_begin < n; chunk_begin = chunk_end) {
+    if (abort_id_.load() == d.handoff_id) break;
+    if (machine.Expired(Clock::now())) break;
+    chunk_end = std::min<int64_t>(n, chunk_begin + options_.chunk_size);
+    SequenceChunk chunk{std::span<const int32_t>(d.tokens).subspan(size_t(chunk_begin), size_t(chunk_end - chunk_begin)),
+                        chunk_begin, local_pages_, false};
+    logits.clear();
+    TANDEM_RETURN_IF_ERROR(forward_.Run({&chunk, 1}, local_, &logits));
+    TANDEM_RETURN_IF_ERROR(put_status);
+  }
+  forward_.SetLayerHook(nullptr);
+  // Whatever happens next, nothing may still be in flight when we return.
+  const Status flushed = connection.Flush(machine.deadline());
+  if (abort_id_.load() == d.handoff_id) {
+    (void)machine.Transition(HandoffState::kAborted, Clock::now());
+    return Status(StatusCode::kAborted, "handoff " + std::to_string(d.handoff_id) + " aborted by its peer");
+  }
+  if (machine.Expired(Clock::now())) {
+    return Status(StatusCode::kDeadlineExceeded, "handoff " + std::to_string(d.handoff_id) + " ran past its deadline");
+  }
+  TANDEM_RETURN_IF_ERROR(flushed);
+  Commit commit;
+  commit.handoff_id = d.handoff_id;
+  commit.first_token = sampler_.Sample(logits, sampling, d.tokens, n);
+  if (unsafe) {
+    // The production bug: the index-K pages go out last and the commit does
+    // not wait for them. Digests are computed locally, so they are right;
+    // the decode side reads before the bytes land.
+    const CacheLayout& layout = local_.layout();
+    for (auto [layer, p] : deferred_) {
+      const PageRef& dst = d.pages[size_t(p - skip_pages)];
+      const uint64_t offset = uint64_t(layout.SegmentBase(spec_.index_k, layer)) +
+                              uint64_t(dst.page) * uint64_t(layout.page_stride(spec_.index_k));
+      TANDEM_RETURN_IF_ERROR(connection.Put(local_.Segment(spec_.index_k, layer, local_pages_[size_t(p)]),
+                                            size_t(layout.page_stride(spec_.index_k)), remote, offset));
+    }
+  }
+  commit.digests = DigestPages(local_, local_pages_, d.skip_tokens, n);
+  TANDEM_RETURN_IF_ERROR(connection.Send(commit.Encode()));
+  TANDEM_RETURN_IF_ERROR(machine.Transition(HandoffState::kCommitted, Clock::now()));
+  if (unsafe) {
+    // The commit is out while these writes are in flight. The local pages
+    // must stay intact until they land, so flush before releasing them.
+    (void)connection.Flush(Clock::now() + std::chrono::seconds(30));
+  }
+  return commit;
+}
+
+}  // namespace tandem::transfer
