@@ -1,0 +1,273 @@
+// The handoff end to end in one process, over the loopback transport: a
+// prefill engine computes the prompt and writes every registered buffer into
+// the decode engine's pages; the decode engine continues. The colocated
+// generator is the oracle: outputs must match bit for bit — and the oracle
+// must catch the production bug when it is switched on.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <deque>
+
+#include "runtime/generator.h"
+#include "support/test_models.h"
+#include "transfer/faulty.h"
+#include "transfer/handoff_receiver.h"
+#include "transfer/handoff_sender.h"
+#include "transfer/loopback.h"
+
+namespace tandem::transfer {
+namespace {
+
+using namespace std::chrono_literals;
+using tandem::testing::MakePresetModel;
+using tandem::testing::PseudoRandomTokens;
+
+AttentionOptions SparseAttention(CacheDType dtype, int64_t top_k) {
+  AttentionOptions a;
+  a.kind = AttentionKind::kSparse;
+  a.index_k_dtype = dtype;
+  a.top_k = top_k;
+  return a;
+}
+
+// Two engines, one loopback network between them.
+class HandoffHarness {
+ public:
+  HandoffHarness(const Model& model, const AttentionOptions& attention, LoopbackOptions net_options,
+                 ReceiverOptions receiver_options, SenderOptions sender_options, FaultPlan* faults = nullptr)
+      : model_(model),
+        spec_(*MakeCacheSpec(model.config(), attention)),
+        net_(std::make_shared<LoopbackNetwork>(net_options)),
+        decode_transport_(net_),
+        prefill_transport_(net_),
+        region_(*decode_transport_.AllocateRegion(size_t(CacheLayout(spec_.registry, layers(), kPages).TotalBytes()))),
+        decode_pool_(spec_.registry, layers(), kPages, region_.data),
+        prefill_pool_(spec_.registry, layers(), kPages),
+        receiver_(decode_pool_, region_.key, nullptr, receiver_options),
+        sender_(model, spec_, threads_, prefill_pool_, sender_options) {
+    EXPECT_TRUE(decode_transport_.Listen("decode", [this](std::shared_ptr<Connection>) {
+                  ConnectionHandlers h;
+                  // The decode side acts on a Commit the moment it arrives, on
+                  // the transport's thread: exactly when an early commit bites.
+                  h.on_message = [this](Connection&, std::vector<uint8_t> m) {
+                    auto result = OnCommitMessage(m);
+                    std::lock_guard<std::mutex> lock(mu_);
+                    results_.push_back(std::move(result));
+                    cv_.notify_all();
+                  };
+                  return h;
+                }).ok());
+    auto c = prefill_transport_.Connect("decode", {});
+    EXPECT_TRUE(c.ok());
+    to_decode_ = *c;
+    if (faults) to_decode_ = std::make_shared<FaultyConnection>(to_decode_, *faults);
+  }
+
+  int layers() const { return int(model_.config().n_layers); }
+
+  // One request through prefill -> handoff -> decode. Returns the generated
+  // tokens, or the error that failed the handoff.
+  StatusOr<std::vector<int32_t>> Run(uint64_t id, const std::vector<int32_t>& prompt, int n_tokens) {
+    TANDEM_ASSIGN_OR_RETURN(Destination d, receiver_.Begin(id, prompt, 1, Clock::now()));
+    TANDEM_ASSIGN_OR_RETURN(Destination wire, Destination::Decode(d.Encode()));
+    RemoteKey key{wire.remote_key, region_.size};
+    n_tokens_ = n_tokens;
+    auto sent = sender_.Run(wire, key, SamplingParams{}, *to_decode_);
+    if (!sent.ok()) {
+      (void)receiver_.StartAbort(id, "prefill failed", Clock::now());
+      receiver_.OnAbortAck(id);  // the sender flushed before returning
+      return sent.status();
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    EXPECT_TRUE(cv_.wait_for(lock, 10s, [&] { return !results_.empty(); }));
+    auto result = std::move(results_.front());
+    results_.pop_front();
+    return result;
+  }
+
+  StatusOr<std::vector<int32_t>> OnCommitMessage(const std::vector<uint8_t>& bytes) {
+    TANDEM_ASSIGN_OR_RETURN(Commit commit, Commit::Decode(bytes));
+    TANDEM_ASSIGN_OR_RETURN(HandoffReceiver::Ready ready, receiver_.OnCommit(commit, Clock::now()));
+    return Continue(ready, n_tokens_);
+  }
+
+  // Decode side: greedy continuation from the committed pages.
+  std::vector<int32_t> Continue(HandoffReceiver::Ready& r, int n_tokens) {
+    ForwardPass fwd(model_, spec_, decode_threads_);
+    Sampler sampler;
+    std::vector<int32_t> seq = r.prompt, out = {r.first_token};
+    seq.push_back(r.first_token);
+    std::vector<int32_t> pages = r.pages;
+    std::vector<float> logits;
+    while (int(out.size()) < n_tokens) {
+      const int64_t pos = int64_t(seq.size()) - 1;
+      if (int64_t(pages.size()) * kPageTokens <= pos) pages.push_back(decode_pool_.Allocate(1)->at(0));
+      SequenceChunk step{std::span<const int32_t>(&seq.back(), 1), pos, pages, false};
+      logits.clear();
+      EXPECT_TRUE(fwd.Run({&step, 1}, decode_pool_, &logits).ok());
+      const int32_t t = sampler.Sample(logits, SamplingParams{}, seq, pos + 1);
+      seq.push_back(t);
+      out.push_back(t);
+    }
+    decode_pool_.Release(pages);
+    return out;
+  }
+
+  std::vector<int32_t> Oracle(const std::vector<int32_t>& prompt, int n_tokens) {
+    Generator gen(model_, spec_, threads_, 4096);
+    GenerateOptions opt;
+    opt.max_tokens = n_tokens;
+    opt.ignore_eos = true;
+    return gen.Run(prompt, opt, nullptr)->tokens;
+  }
+
+  PagePool& decode_pool() { return decode_pool_; }
+  PagePool& prefill_pool() { return prefill_pool_; }
+  HandoffReceiver& receiver() { return receiver_; }
+
+  static constexpr int64_t kPages = 64;
+
+ private:
+  const Model& model_;
+  const CacheSpec spec_;
+  ThreadPool threads_{2}, decode_threads_{2};
+  int n_tokens_ = 0;
+  std::shared_ptr<LoopbackNetwork> net_;
+  LoopbackTransport decode_transport_, prefill_transport_;
+  Region region_;
+  PagePool decode_pool_, prefill_pool_;
+  HandoffReceiver receiver_;
+  HandoffSender sender_;
+  std::shared_ptr<Connection> to_decode_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<StatusOr<std::vector<int32_t>>> results_;
+};
+
+std::vector<std::vector<int32_t>> Prompts(const Model& m) {
+  std::vector<std::vector<int32_t>> p;
+  for (size_t len : {5, 64, 65, 200, 333}) p.push_back(PseudoRandomTokens(len, m.config().vocab_size, uint32_t(len)));
+  return p;
+}
+
+TEST(Handoff, OutputsMatchTheColocatedOracleBitForBit) {
+  auto m = MakePresetModel("tiny", TensorType::kF32);
+  for (const AttentionOptions& attention :
+       {AttentionOptions{}, SparseAttention(CacheDType::kFp8E4M3Scaled, 32), SparseAttention(CacheDType::kBF16, 32)}) {
+    SenderOptions so;
+    so.chunk_size = 100;  // several chunks: pages are streamed per chunk and layer
+    HandoffHarness h(*m->model, attention, {}, {}, so);
+    const auto baseline = h.decode_pool().accounting();
+    uint64_t id = 1;
+    for (const auto& prompt : Prompts(*m->model)) {
+      auto got = h.Run(id++, prompt, 12);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      EXPECT_EQ(*got, h.Oracle(prompt, 12)) << "prompt of " << prompt.size() << " tokens";
+    }
+    EXPECT_EQ(h.receiver().stats().committed, 5);
+    EXPECT_EQ(h.receiver().stats().verified, 5);
+    EXPECT_EQ(h.decode_pool().accounting(), baseline);
+    EXPECT_EQ(h.prefill_pool().free_pages(), h.prefill_pool().total_pages());
+  }
+}
+
+TEST(Handoff, UnsafeEarlyCommitIsCaughtByTheOracleAndByDigests) {
+  auto m = MakePresetModel("tiny", TensorType::kF32);
+  const auto attention = SparseAttention(CacheDType::kBF16, 16);
+  SenderOptions unsafe;
+  unsafe.unsafe_early_commit = true;
+  const LoopbackOptions slow_puts{50ms, 0us};
+  {
+    // No verification: the decode side runs on stale index-K; the oracle sees it.
+    ReceiverOptions off;
+    off.verify = VerifyMode::kOff;
+    HandoffHarness h(*m->model, attention, slow_puts, off, unsafe);
+    int mismatches = 0;
+    uint64_t id = 1;
+    for (const auto& prompt : Prompts(*m->model)) {
+      auto got = h.Run(id++, prompt, 16);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      mismatches += *got != h.Oracle(prompt, 16);
+    }
+    EXPECT_GT(mismatches, 0) << "the oracle must catch reads of index-K before it landed";
+  }
+  {
+    // Verification on: every early commit is rejected, no tokens are served.
+    HandoffHarness h(*m->model, attention, slow_puts, {}, unsafe);
+    int failed = 0;
+    uint64_t id = 1;
+    for (const auto& prompt : Prompts(*m->model)) {
+      auto got = h.Run(id++, prompt, 4);
+      if (!got.ok()) {
+        ++failed;
+        EXPECT_NE(got.status().message().find("index_k digest mismatch"), std::string::npos) << got.status().ToString();
+      }
+    }
+    EXPECT_GT(failed, 0);
+    EXPECT_EQ(h.receiver().stats().digest_mismatches, failed);
+  }
+}
+
+TEST(Handoff, BitFlipsAreDetectedAndNeverServed) {
+  auto m = MakePresetModel("tiny", TensorType::kF32);
+  FaultPlan flips;
+  flips.bit_flip_rate = 0.2;
+  flips.seed = 11;
+  HandoffHarness h(*m->model, SparseAttention(CacheDType::kFp8E4M3Scaled, 32), {}, {}, {}, &flips);
+  const auto baseline = h.decode_pool().accounting();
+  int failed = 0;
+  uint64_t id = 1;
+  for (int round = 0; round < 3; ++round) {
+    for (const auto& prompt : Prompts(*m->model)) {
+      auto got = h.Run(id++, prompt, 4);
+      if (got.ok()) {
+        EXPECT_EQ(*got, h.Oracle(prompt, 4)) << "a handoff that passed verification must be exact";
+      } else {
+        ++failed;
+        EXPECT_EQ(got.status().code(), StatusCode::kDataLoss);
+      }
+    }
+  }
+  EXPECT_GT(failed, 0);
+  EXPECT_EQ(h.receiver().stats().digest_mismatches, failed);
+  EXPECT_EQ(h.decode_pool().accounting(), baseline);
+}
+
+TEST(Handoff, AbortQuarantinesUntilAckAndPeerCloseFreesEverything) {
+  auto m = MakePresetModel("tiny", TensorType::kF32);
+  HandoffHarness h(*m->model, {}, {}, {}, {});
+  const auto baseline = h.decode_pool().accounting();
+  const auto prompt = PseudoRandomTokens(300, m->model->config().vocab_size, 3);
+  ASSERT_TRUE(h.receiver().Begin(7, prompt, 1, Clock::now()).ok());
+  ASSERT_TRUE(h.receiver().Begin(8, prompt, 2, Clock::now()).ok());
+  EXPECT_EQ(h.decode_pool().reserved_pages(), 10);
+  auto abort = h.receiver().StartAbort(7, "client gone", Clock::now());
+  ASSERT_TRUE(abort.ok());
+  EXPECT_EQ(h.receiver().stats().quarantined_pages, 5);
+  EXPECT_EQ(h.decode_pool().reserved_pages(), 10) << "no page is freed before the sender acknowledges";
+  h.receiver().OnAbortAck(7);
+  h.receiver().OnAbortAck(7);  // duplicates are harmless
+  EXPECT_EQ(h.receiver().stats().quarantined_pages, 0);
+  EXPECT_EQ(h.decode_pool().reserved_pages(), 5);
+  ASSERT_TRUE(h.receiver().StartAbort(8, "deadline", Clock::now()).ok());
+  h.receiver().OnPeerClosed(2, Clock::now());  // the ack never comes; the connection closes
+  EXPECT_EQ(h.decode_pool().accounting(), baseline);
+  EXPECT_EQ(h.receiver().open_handoffs(), 0u);
+  EXPECT_FALSE(h.receiver().StartAbort(8, "again", Clock::now()).ok());
+}
+
+TEST(Handoff, PeerDeathMidTransferFailsCleanly) {
+  auto m = MakePresetModel("tiny", TensorType::kF32);
+  FaultPlan death;
+  death.die_after_puts = 7;
+  HandoffHarness h(*m->model, {}, {}, {}, {}, &death);
+  const auto baseline = h.decode_pool().accounting();
+  auto got = h.Run(1, PseudoRandomTokens(300, m->model->config().vocab_size, 5), 4);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), StatusCode::kUnavailable) << got.status().ToString();
+  EXPECT_EQ(h.decode_pool().accounting(), baseline);
+  EXPECT_EQ(h.prefill_pool().free_pages(), h.prefill_pool().total_pages());
+}
+
+}  // namespace
+}  // namespace tandem::transfer
