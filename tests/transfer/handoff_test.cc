@@ -14,6 +14,7 @@
 #include "transfer/handoff_receiver.h"
 #include "transfer/handoff_sender.h"
 #include "transfer/loopback.h"
+#include "transfer/ucx.h"
 
 namespace tandem::transfer {
 namespace {
@@ -33,19 +34,23 @@ AttentionOptions SparseAttention(CacheDType dtype, int64_t top_k) {
 // Two engines, one loopback network between them.
 class HandoffHarness {
  public:
+  // use_ucx: the two engines talk over UCX on 127.0.0.1 instead of loopback.
   HandoffHarness(const Model& model, const AttentionOptions& attention, LoopbackOptions net_options,
-                 ReceiverOptions receiver_options, SenderOptions sender_options, FaultPlan* faults = nullptr)
+                 ReceiverOptions receiver_options, SenderOptions sender_options, FaultPlan* faults = nullptr,
+                 bool use_ucx = false)
       : model_(model),
         spec_(*MakeCacheSpec(model.config(), attention)),
         net_(std::make_shared<LoopbackNetwork>(net_options)),
-        decode_transport_(net_),
-        prefill_transport_(net_),
-        region_(*decode_transport_.AllocateRegion(size_t(CacheLayout(spec_.registry, layers(), kPages).TotalBytes()))),
+        decode_transport_(MakeTransport(use_ucx)),
+        prefill_transport_(MakeTransport(use_ucx)),
+        region_(*decode_transport_->AllocateRegion(size_t(CacheLayout(spec_.registry, layers(), kPages).TotalBytes()))),
         decode_pool_(spec_.registry, layers(), kPages, region_.data),
         prefill_pool_(spec_.registry, layers(), kPages),
         receiver_(decode_pool_, region_.key, nullptr, receiver_options),
         sender_(model, spec_, threads_, prefill_pool_, sender_options) {
-    EXPECT_TRUE(decode_transport_.Listen("decode", [this](std::shared_ptr<Connection>) {
+    const std::string address = use_ucx ? "127.0.0.1:0" : "decode";
+    EXPECT_TRUE(decode_transport_->Listen(address, [this](std::shared_ptr<Connection> c) {
+                  accepted_ = c;
                   ConnectionHandlers h;
                   // The decode side acts on a Commit the moment it arrives, on
                   // the transport's thread: exactly when an early commit bites.
@@ -57,13 +62,20 @@ class HandoffHarness {
                   };
                   return h;
                 }).ok());
-    auto c = prefill_transport_.Connect("decode", {});
+    const std::string target = use_ucx ? "127.0.0.1:" + std::to_string(static_cast<UcxTransport*>(decode_transport_.get())->listen_port())
+                                       : "decode";
+    auto c = prefill_transport_->Connect(target, {});
     EXPECT_TRUE(c.ok());
     to_decode_ = *c;
     if (faults) to_decode_ = std::make_shared<FaultyConnection>(to_decode_, *faults);
   }
 
   int layers() const { return int(model_.config().n_layers); }
+
+  std::unique_ptr<Transport> MakeTransport(bool ucx) {
+    if (ucx) return std::move(UcxTransport::Create()).value();
+    return std::make_unique<LoopbackTransport>(net_);
+  }
 
   // One request through prefill -> handoff -> decode. Returns the generated
   // tokens, or the error that failed the handoff.
@@ -133,7 +145,8 @@ class HandoffHarness {
   ThreadPool threads_{2}, decode_threads_{2};
   int n_tokens_ = 0;
   std::shared_ptr<LoopbackNetwork> net_;
-  LoopbackTransport decode_transport_, prefill_transport_;
+  std::unique_ptr<Transport> decode_transport_, prefill_transport_;
+  std::shared_ptr<Connection> accepted_;
   Region region_;
   PagePool decode_pool_, prefill_pool_;
   HandoffReceiver receiver_;
@@ -168,6 +181,23 @@ TEST(Handoff, OutputsMatchTheColocatedOracleBitForBit) {
     EXPECT_EQ(h.receiver().stats().verified, 5);
     EXPECT_EQ(h.decode_pool().accounting(), baseline);
     EXPECT_EQ(h.prefill_pool().free_pages(), h.prefill_pool().total_pages());
+  }
+}
+
+TEST(Handoff, OverUcxOutputsMatchTheOracle) {
+  auto m = MakePresetModel("tiny", TensorType::kF32);
+  for (const AttentionOptions& attention :
+       {SparseAttention(CacheDType::kFp8E4M3Scaled, 32), SparseAttention(CacheDType::kBF16, 32)}) {
+    SenderOptions so;
+    so.chunk_size = 100;
+    HandoffHarness h(*m->model, attention, {}, {}, so, nullptr, /*use_ucx=*/true);
+    uint64_t id = 1;
+    for (const auto& prompt : Prompts(*m->model)) {
+      auto got = h.Run(id++, prompt, 12);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      EXPECT_EQ(*got, h.Oracle(prompt, 12)) << "prompt of " << prompt.size() << " tokens";
+    }
+    EXPECT_EQ(h.receiver().stats().committed, 5);
   }
 }
 

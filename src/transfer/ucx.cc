@@ -1,0 +1,417 @@
+#include "transfer/ucx.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <ucp/api/ucp.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace tandem::transfer {
+namespace {
+
+constexpr unsigned kAmId = 7;
+
+Status UcxError(const std::string& what, ucs_status_t st) {
+  return Unavailable(what + ": " + ucs_status_string(st));
+}
+
+StatusOr<sockaddr_in> ParseAddress(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return InvalidArgument("UCX address must be host:port, not '" + address + "'");
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  const std::string host = address.substr(0, colon) == "localhost" ? "127.0.0.1" : address.substr(0, colon);
+  if (inet_pton(AF_INET, host.c_str(), &sa.sin_addr) != 1) return InvalidArgument("bad IPv4 address '" + host + "'");
+  const int port = std::atoi(address.c_str() + colon + 1);
+  if (port < 0 || port > 65535) return InvalidArgument("bad port in '" + address + "'");
+  sa.sin_port = htons(uint16_t(port));
+  return sa;
+}
+
+}  // namespace
+
+class UcxConnection;
+
+struct UcxTransport::Impl {
+  ucp_context_h context = nullptr;
+  ucp_worker_h worker = nullptr;
+  ucp_listener_h listener = nullptr;
+  std::atomic<bool> stop{false};
+  std::thread progress, delivery;
+  std::function<ConnectionHandlers(std::shared_ptr<Connection>)> on_accept;
+  std::mutex mu;  // guards connections, events, mems
+  std::condition_variable cv;
+  std::map<ucp_ep_h, std::shared_ptr<UcxConnection>> connections;
+  struct Event {
+    std::shared_ptr<UcxConnection> conn;
+    std::vector<uint8_t> message;
+    bool close = false;
+    Status status;
+  };
+  std::deque<Event> events;
+  std::vector<ucp_mem_h> mems;
+  uint64_t next_id = 1;
+
+  void Post(Event e) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      events.push_back(std::move(e));
+    }
+    cv.notify_all();
+  }
+  void RunProgress();
+  void RunDelivery();
+  std::shared_ptr<UcxConnection> Find(ucp_ep_h ep) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = connections.find(ep);
+    return it == connections.end() ? nullptr : it->second;
+  }
+};
+
+class UcxConnection : public Connection, public std::enable_shared_from_this<UcxConnection> {
+ public:
+  UcxConnection(UcxTransport::Impl* t, uint64_t id) : t_(t), id_(id) {}
+  ~UcxConnection() override { Release(); }
+
+  uint64_t id() const override { return id_; }
+  bool alive() const override { return alive_.load(); }
+
+  Status Put(const void* src, size_t bytes, const RemoteKey& key, uint64_t offset) override {
+    if (!alive_) return Unavailable("UCX connection " + std::to_string(id_) + " is closed");
+    if (key.blob.size() <= 8) return InvalidArgument("UCX remote key is too short");
+    if (offset > key.size || bytes > key.size - offset) {
+      return OutOfRange("put of " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
+                        " exceeds the " + std::to_string(key.size) + "-byte remote region");
+    }
+    uint64_t base = 0;
+    std::memcpy(&base, key.blob.data(), 8);
+    TANDEM_ASSIGN_OR_RETURN(ucp_rkey_h rkey, RemoteKeyFor(key.blob));
+    ucp_request_param_t p{};
+    ucs_status_ptr_t r = ucp_put_nbx(ep_, src, bytes, base + offset, rkey, &p);
+    if (UCS_PTR_IS_ERR(r)) return UcxError("ucp_put_nbx", UCS_PTR_STATUS(r));
+    if (r != nullptr) ucp_request_free(r);  // completes in the background; Flush covers it
+    return Status::Ok();
+  }
+
+  Status Flush(Clock::time_point deadline) override {
+    if (!alive_) return Unavailable("UCX connection " + std::to_string(id_) + " is closed");
+    ucp_request_param_t p{};
+    ucs_status_ptr_t r = ucp_ep_flush_nbx(ep_, &p);
+    return Wait(r, deadline, "ucp_ep_flush_nbx");
+  }
+
+  Status Send(std::vector<uint8_t> message) override {
+    if (!alive_) return Unavailable("UCX connection " + std::to_string(id_) + " is closed");
+    auto* owned = new std::vector<uint8_t>(std::move(message));
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_AM_SEND_FLAG_REPLY;
+    p.cb.send = [](void*, ucs_status_t, void* user) { delete static_cast<std::vector<uint8_t>*>(user); };
+    p.user_data = owned;
+    ucs_status_ptr_t r = ucp_am_send_nbx(ep_, kAmId, nullptr, 0, owned->data(), owned->size(), &p);
+    if (r == nullptr) {
+      delete owned;
+      return Status::Ok();
+    }
+    if (UCS_PTR_IS_ERR(r)) {
+      delete owned;
+      return UcxError("ucp_am_send_nbx", UCS_PTR_STATUS(r));
+    }
+    ucp_request_free(r);  // the callback frees the message when it is sent
+    return Status::Ok();
+  }
+
+  void Close() override {
+    if (!alive_.exchange(false)) return;
+    Release();
+    t_->Post({shared_from_this(), {}, true, Unavailable("connection closed by this side")});
+  }
+
+  // The peer is gone (error callback): writes can no longer land.
+  void Died(ucs_status_t st) {
+    if (!alive_.exchange(false)) return;
+    t_->Post({shared_from_this(), {}, true, UcxError("peer connection failed", st)});
+  }
+
+  ucp_ep_h ep_ = nullptr;
+  ConnectionHandlers handlers_;
+
+ private:
+  Status Wait(ucs_status_ptr_t r, Clock::time_point deadline, const char* what) {
+    if (r == nullptr) return Status::Ok();
+    if (UCS_PTR_IS_ERR(r)) return UcxError(what, UCS_PTR_STATUS(r));
+    ucs_status_t st;
+    while ((st = ucp_request_check_status(r)) == UCS_INPROGRESS) {
+      ucp_worker_progress(t_->worker);
+      if (Clock::now() >= deadline) {
+        ucp_request_free(r);
+        return Status(StatusCode::kDeadlineExceeded, std::string(what) + " did not complete before its deadline");
+      }
+    }
+    ucp_request_free(r);
+    return st == UCS_OK ? Status::Ok() : UcxError(what, st);
+  }
+
+  StatusOr<ucp_rkey_h> RemoteKeyFor(const std::vector<uint8_t>& blob) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = rkeys_.find(blob);
+    if (it != rkeys_.end()) return it->second;
+    ucp_rkey_h rkey = nullptr;
+    const ucs_status_t st = ucp_ep_rkey_unpack(ep_, blob.data() + 8, &rkey);
+    if (st != UCS_OK) return UcxError("ucp_ep_rkey_unpack", st);
+    rkeys_[blob] = rkey;
+    return rkey;
+  }
+
+  // Closes the endpoint: flushing it when the peer is alive, so no put of ours
+  // can land afterwards; forcing it when the peer is gone.
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [blob, rkey] : rkeys_) ucp_rkey_destroy(rkey);
+    rkeys_.clear();
+    if (!ep_) return;
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = 0;
+    ucs_status_ptr_t r = ucp_ep_close_nbx(ep_, &p);
+    if (r != nullptr && !UCS_PTR_IS_ERR(r)) {
+      const auto until = Clock::now() + std::chrono::seconds(2);
+      while (ucp_request_check_status(r) == UCS_INPROGRESS && Clock::now() < until) ucp_worker_progress(t_->worker);
+      if (ucp_request_check_status(r) == UCS_INPROGRESS) {
+        ucp_request_cancel(t_->worker, r);
+      }
+      ucp_request_free(r);
+    }
+    ep_ = nullptr;
+  }
+
+  UcxTransport::Impl* t_;
+  const uint64_t id_;
+  std::atomic<bool> alive_{true};
+  std::mutex mu_;
+  std::map<std::vector<uint8_t>, ucp_rkey_h> rkeys_;
+};
+
+void UcxTransport::Impl::RunProgress() {
+  while (!stop) {
+    if (ucp_worker_progress(worker) != 0) continue;
+    if (ucp_worker_arm(worker) == UCS_OK) ucp_worker_wait(worker);
+  }
+}
+
+void UcxTransport::Impl::RunDelivery() {
+  std::unique_lock<std::mutex> lock(mu);
+  for (;;) {
+    cv.wait(lock, [&] { return stop || !events.empty(); });
+    if (events.empty()) return;
+    Event e = std::move(events.front());
+    events.pop_front();
+    lock.unlock();
+    if (e.close) {
+      if (e.conn->handlers_.on_close) e.conn->handlers_.on_close(*e.conn, e.status);
+    } else if (e.conn->handlers_.on_message) {
+      e.conn->handlers_.on_message(*e.conn, std::move(e.message));
+    }
+    lock.lock();
+  }
+}
+
+namespace {
+
+void OnError(void* arg, ucp_ep_h, ucs_status_t st) { static_cast<UcxConnection*>(arg)->Died(st); }
+
+ucs_status_t OnMessage(void* arg, const void*, size_t, void* data, size_t length, const ucp_am_recv_param_t* param) {
+  auto* t = static_cast<UcxTransport::Impl*>(arg);
+  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) return UCS_OK;
+  auto conn = t->Find(param->reply_ep);
+  if (!conn) return UCS_OK;
+  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+    const uint8_t* p = static_cast<const uint8_t*>(data);
+    t->Post({conn, std::vector<uint8_t>(p, p + length)});
+    return UCS_OK;
+  }
+  // Large message: fetch it, then deliver.
+  struct Pending {
+    UcxTransport::Impl* t;
+    std::shared_ptr<UcxConnection> conn;
+    std::vector<uint8_t> buf;
+  };
+  auto* pending = new Pending{t, conn, std::vector<uint8_t>(length)};
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.cb.recv_am = [](void* req, ucs_status_t st, size_t, void* user) {
+    auto* pd = static_cast<Pending*>(user);
+    if (st == UCS_OK) pd->t->Post({pd->conn, std::move(pd->buf)});
+    delete pd;
+    if (req) ucp_request_free(req);
+  };
+  p.user_data = pending;
+  ucs_status_ptr_t r = ucp_am_recv_data_nbx(t->worker, data, pending->buf.data(), length, &p);
+  if (r == nullptr) {
+    t->Post({conn, std::move(pending->buf)});
+    delete pending;
+  } else if (UCS_PTR_IS_ERR(r)) {
+    delete pending;
+  }
+  return UCS_OK;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create() {
+  auto impl = std::make_unique<Impl>();
+  ucp_config_t* config = nullptr;
+  ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
+  if (st != UCS_OK) return UcxError("ucp_config_read", st);
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  st = ucp_init(&params, config, &impl->context);
+  ucp_config_release(config);
+  if (st != UCS_OK) return UcxError("ucp_init", st);
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_MULTI;
+  st = ucp_worker_create(impl->context, &wp, &impl->worker);
+  if (st != UCS_OK) {
+    ucp_cleanup(impl->context);
+    return UcxError("ucp_worker_create", st);
+  }
+  ucp_am_handler_param_t hp{};
+  hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  hp.id = kAmId;
+  hp.cb = &OnMessage;
+  hp.arg = impl.get();
+  st = ucp_worker_set_am_recv_handler(impl->worker, &hp);
+  if (st != UCS_OK) return UcxError("ucp_worker_set_am_recv_handler", st);
+  Impl* raw = impl.get();
+  impl->progress = std::thread([raw] { raw->RunProgress(); });
+  impl->delivery = std::thread([raw] { raw->RunDelivery(); });
+  return std::unique_ptr<UcxTransport>(new UcxTransport(std::move(impl)));
+}
+
+UcxTransport::UcxTransport(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+UcxTransport::~UcxTransport() {
+  std::map<ucp_ep_h, std::shared_ptr<UcxConnection>> conns;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    conns.swap(impl_->connections);
+  }
+  for (auto& [ep, c] : conns) c->Close();
+  if (impl_->listener) ucp_listener_destroy(impl_->listener);
+  impl_->stop = true;
+  ucp_worker_signal(impl_->worker);
+  impl_->progress.join();
+  impl_->cv.notify_all();
+  impl_->delivery.join();
+  conns.clear();
+  impl_->events.clear();
+  for (ucp_mem_h m : impl_->mems) ucp_mem_unmap(impl_->context, m);
+  ucp_worker_destroy(impl_->worker);
+  ucp_cleanup(impl_->context);
+}
+
+StatusOr<Region> UcxTransport::AllocateRegion(size_t bytes) {
+  ucp_mem_map_params_t mp{};
+  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+  mp.length = bytes;
+  mp.flags = UCP_MEM_MAP_ALLOCATE;
+  ucp_mem_h memh = nullptr;
+  ucs_status_t st = ucp_mem_map(impl_->context, &mp, &memh);
+  if (st != UCS_OK) return UcxError("ucp_mem_map of " + std::to_string(bytes) + " bytes", st);
+  ucp_mem_attr_t attr{};
+  attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+  st = ucp_mem_query(memh, &attr);
+  if (st != UCS_OK) return UcxError("ucp_mem_query", st);
+  void* packed = nullptr;
+  size_t packed_size = 0;
+  st = ucp_rkey_pack(impl_->context, memh, &packed, &packed_size);
+  if (st != UCS_OK) return UcxError("ucp_rkey_pack", st);
+  Region r;
+  r.data = static_cast<uint8_t*>(attr.address);
+  r.size = bytes;
+  const uint64_t base = reinterpret_cast<uint64_t>(attr.address);
+  r.key.blob.resize(8 + packed_size);
+  std::memcpy(r.key.blob.data(), &base, 8);
+  std::memcpy(r.key.blob.data() + 8, packed, packed_size);
+  r.key.size = bytes;
+  ucp_rkey_buffer_release(packed);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->mems.push_back(memh);
+  return r;
+}
+
+Status UcxTransport::Listen(const std::string& address,
+                            std::function<ConnectionHandlers(std::shared_ptr<Connection>)> on_accept) {
+  TANDEM_ASSIGN_OR_RETURN(sockaddr_in sa, ParseAddress(address));
+  impl_->on_accept = std::move(on_accept);
+  ucp_listener_params_t lp{};
+  lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+  lp.sockaddr.addr = reinterpret_cast<const sockaddr*>(&sa);
+  lp.sockaddr.addrlen = sizeof(sa);
+  lp.conn_handler.arg = impl_.get();
+  lp.conn_handler.cb = [](ucp_conn_request_h request, void* arg) {
+    auto* t = static_cast<Impl*>(arg);
+    std::shared_ptr<UcxConnection> conn;
+    {
+      std::lock_guard<std::mutex> lock(t->mu);
+      conn = std::make_shared<UcxConnection>(t, t->next_id++);
+    }
+    ucp_ep_params_t ep{};
+    ep.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep.conn_request = request;
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = &OnError;
+    ep.err_handler.arg = conn.get();
+    if (ucp_ep_create(t->worker, &ep, &conn->ep_) != UCS_OK) return;
+    conn->handlers_ = t->on_accept(conn);
+    std::lock_guard<std::mutex> lock(t->mu);
+    t->connections[conn->ep_] = conn;
+  };
+  const ucs_status_t st = ucp_listener_create(impl_->worker, &lp, &impl_->listener);
+  if (st != UCS_OK) return UcxError("cannot listen on " + address + " (ucp_listener_create)", st);
+  return Status::Ok();
+}
+
+int UcxTransport::listen_port() const {
+  if (!impl_->listener) return -1;
+  ucp_listener_attr_t attr{};
+  attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+  if (ucp_listener_query(impl_->listener, &attr) != UCS_OK) return -1;
+  return ntohs(reinterpret_cast<const sockaddr_in*>(&attr.sockaddr)->sin_port);
+}
+
+StatusOr<std::shared_ptr<Connection>> UcxTransport::Connect(const std::string& address,
+                                                            ConnectionHandlers handlers) {
+  TANDEM_ASSIGN_OR_RETURN(sockaddr_in sa, ParseAddress(address));
+  std::shared_ptr<UcxConnection> conn;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    conn = std::make_shared<UcxConnection>(impl_.get(), impl_->next_id++);
+  }
+  conn->handlers_ = std::move(handlers);
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                  UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+  ep.sockaddr.addr = reinterpret_cast<const sockaddr*>(&sa);
+  ep.sockaddr.addrlen = sizeof(sa);
+  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  ep.err_handler.cb = &OnError;
+  ep.err_handler.arg = conn.get();
+  const ucs_status_t st = ucp_ep_create(impl_->worker, &ep, &conn->ep_);
+  if (st != UCS_OK) return UcxError("cannot connect to " + address, st);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->connections[conn->ep_] = conn;
+  return std::shared_ptr<Connection>(conn);
+}
+
+}  // namespace tandem::transfer

@@ -1,0 +1,36 @@
+// The UCX transport: one UCP worker per transport (thread-safe mode), a
+// progress thread, sockaddr connections (so `tcp` must be among UCX_TLS even
+// when data moves over shared memory), one-sided puts into regions mapped
+// with UCP_MEM_MAP_ALLOCATE (user memory turns shared-memory puts into
+// emulated messages), ep flush for Flush, and active messages for Send.
+// Messages are delivered on a dedicated thread, one at a time, in order.
+#pragma once
+
+#include <memory>
+
+#include "transfer/transport.h"
+
+namespace tandem::transfer {
+
+class UcxTransport : public Transport {
+ public:
+  static StatusOr<std::unique_ptr<UcxTransport>> Create();
+  ~UcxTransport() override;
+
+  std::string name() const override { return "ucx"; }
+  StatusOr<Region> AllocateRegion(size_t bytes) override;
+  // address: "host:port"; port 0 picks a free one (see listen_port()).
+  Status Listen(const std::string& address,
+                std::function<ConnectionHandlers(std::shared_ptr<Connection>)> on_accept) override;
+  StatusOr<std::shared_ptr<Connection>> Connect(const std::string& address,
+                                                ConnectionHandlers handlers) override;
+  int listen_port() const;
+
+  struct Impl;
+
+ private:
+  explicit UcxTransport(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tandem::transfer
