@@ -108,22 +108,17 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
 
   Status Send(std::vector<uint8_t> message) override {
     if (!alive_) return Unavailable("UCX connection " + std::to_string(id_) + " is closed");
-    auto* owned = new std::vector<uint8_t>(std::move(message));
+    auto owned = std::make_unique<std::vector<uint8_t>>(std::move(message));
     ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     p.flags = UCP_AM_SEND_FLAG_REPLY;
-    p.cb.send = [](void*, ucs_status_t, void* user) { delete static_cast<std::vector<uint8_t>*>(user); };
-    p.user_data = owned;
     ucs_status_ptr_t r = ucp_am_send_nbx(ep_, kAmId, nullptr, 0, owned->data(), owned->size(), &p);
-    if (r == nullptr) {
-      delete owned;
-      return Status::Ok();
-    }
-    if (UCS_PTR_IS_ERR(r)) {
-      delete owned;
-      return UcxError("ucp_am_send_nbx", UCS_PTR_STATUS(r));
-    }
-    ucp_request_free(r);  // the callback frees the message when it is sent
+    if (r == nullptr) return Status::Ok();
+    if (UCS_PTR_IS_ERR(r)) return UcxError("ucp_am_send_nbx", UCS_PTR_STATUS(r));
+    // The buffer must outlive the send: keep both until the request completes.
+    std::lock_guard<std::mutex> lock(mu_);
+    ReapSendsLocked();
+    pending_sends_.emplace_back(r, std::move(owned));
     return Status::Ok();
   }
 
@@ -169,6 +164,14 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
     return rkey;
   }
 
+  void ReapSendsLocked() {
+    std::erase_if(pending_sends_, [](auto& s) {
+      if (ucp_request_check_status(s.first) == UCS_INPROGRESS) return false;
+      ucp_request_free(s.first);
+      return true;
+    });
+  }
+
   // Closes the endpoint: flushing it when the peer is alive, so no put of ours
   // can land afterwards; forcing it when the peer is gone.
   void Release() {
@@ -189,6 +192,12 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
       ucp_request_free(r);
     }
     ep_ = nullptr;
+    // The endpoint is gone: every send has completed or been cancelled.
+    for (auto& [req, buf] : pending_sends_) {
+      if (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_request_cancel(t_->worker, req);
+      ucp_request_free(req);
+    }
+    pending_sends_.clear();
   }
 
   UcxTransport::Impl* t_;
@@ -196,6 +205,7 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   std::atomic<bool> alive_{true};
   std::mutex mu_;
   std::map<std::vector<uint8_t>, ucp_rkey_h> rkeys_;
+  std::vector<std::pair<void*, std::unique_ptr<std::vector<uint8_t>>>> pending_sends_;
 };
 
 void UcxTransport::Impl::RunProgress() {
