@@ -220,6 +220,7 @@ void RegisterBench(CLI::App& app) {
   indexer->add_option("--heads", iargs->heads, "Index heads")->check(CLI::Range(1, 64));
   indexer->callback([iargs] { SetExitCode(RunIndexerBench(*iargs)); });
   RegisterServeBench(*bench);
+  RegisterHandoffBench(*bench);
 }
 
 }  // namespace tandem::cli
