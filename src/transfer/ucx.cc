@@ -16,6 +16,11 @@ namespace tandem::transfer {
 namespace {
 
 constexpr unsigned kAmId = 7;
+// Internal: a worker address, sent once each way when a connection opens.
+// Endpoints made from a sockaddr carry only the CM device's transports (TCP
+// here); one made from the peer's worker address gets every transport both
+// workers share — shared memory and CMA on one host — so puts go over it.
+constexpr unsigned kAddressAmId = 8;
 
 Status UcxError(const std::string& what, ucs_status_t st) {
   return Unavailable(what + ": " + ucs_status_string(st));
@@ -53,10 +58,12 @@ struct UcxTransport::Impl {
     std::vector<uint8_t> message;
     bool close = false;
     Status status;
+    bool peer_address = false;  // message holds the peer's worker address
   };
   std::deque<Event> events;
   std::vector<ucp_mem_h> mems;
   uint64_t next_id = 1;
+  std::vector<uint8_t> worker_address;
 
   void Post(Event e) {
     {
@@ -91,9 +98,10 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
     }
     uint64_t base = 0;
     std::memcpy(&base, key.blob.data(), 8);
+    TANDEM_ASSIGN_OR_RETURN(ucp_ep_h data_ep, DataEndpoint());
     TANDEM_ASSIGN_OR_RETURN(ucp_rkey_h rkey, RemoteKeyFor(key.blob));
     ucp_request_param_t p{};
-    ucs_status_ptr_t r = ucp_put_nbx(ep_, src, bytes, base + offset, rkey, &p);
+    ucs_status_ptr_t r = ucp_put_nbx(data_ep, src, bytes, base + offset, rkey, &p);
     if (UCS_PTR_IS_ERR(r)) return UcxError("ucp_put_nbx", UCS_PTR_STATUS(r));
     if (r != nullptr) ucp_request_free(r);  // completes in the background; Flush covers it
     return Status::Ok();
@@ -101,18 +109,26 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
 
   Status Flush(Clock::time_point deadline) override {
     if (!alive_) return Unavailable("UCX connection " + std::to_string(id_) + " is closed");
+    ucp_ep_h data_ep = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      data_ep = data_ep_;
+    }
+    if (!data_ep) return Status::Ok();  // no put was ever posted
     ucp_request_param_t p{};
-    ucs_status_ptr_t r = ucp_ep_flush_nbx(ep_, &p);
+    ucs_status_ptr_t r = ucp_ep_flush_nbx(data_ep, &p);
     return Wait(r, deadline, "ucp_ep_flush_nbx");
   }
 
-  Status Send(std::vector<uint8_t> message) override {
+  Status Send(std::vector<uint8_t> message) override { return SendAm(kAmId, std::move(message)); }
+
+  Status SendAm(unsigned am_id, std::vector<uint8_t> message) {
     if (!alive_) return Unavailable("UCX connection " + std::to_string(id_) + " is closed");
     auto owned = std::make_unique<std::vector<uint8_t>>(std::move(message));
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     p.flags = UCP_AM_SEND_FLAG_REPLY;
-    ucs_status_ptr_t r = ucp_am_send_nbx(ep_, kAmId, nullptr, 0, owned->data(), owned->size(), &p);
+    ucs_status_ptr_t r = ucp_am_send_nbx(ep_, am_id, nullptr, 0, owned->data(), owned->size(), &p);
     if (r == nullptr) return Status::Ok();
     if (UCS_PTR_IS_ERR(r)) return UcxError("ucp_am_send_nbx", UCS_PTR_STATUS(r));
     // The buffer must outlive the send: keep both until the request completes.
@@ -134,10 +150,37 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
     t_->Post({shared_from_this(), {}, true, UcxError("peer connection failed", st)});
   }
 
+  // Delivery thread: the peer's worker address arrived; make the data endpoint.
+  void SetPeerAddress(const std::vector<uint8_t>& address) {
+    // No peer error-handling mode here: UCX 1.13 drops the shared-memory
+    // transports from endpoints that ask for it. Peer failure is detected on
+    // the sockaddr endpoint, and every Flush has a deadline.
+    ucp_ep_params_t ep{};
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    ep.address = reinterpret_cast<const ucp_address_t*>(address.data());
+    std::lock_guard<std::mutex> lock(mu_);
+    if (data_ep_ || !alive_) return;
+    data_status_ = ucp_ep_create(t_->worker, &ep, &data_ep_) == UCS_OK
+                       ? Status::Ok()
+                       : Unavailable("cannot create the data endpoint to the peer's worker");
+    data_cv_.notify_all();
+  }
+
   ucp_ep_h ep_ = nullptr;
   ConnectionHandlers handlers_;
 
  private:
+  // Waits (briefly, at connection start) for the endpoint puts travel on.
+  StatusOr<ucp_ep_h> DataEndpoint() {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!data_cv_.wait_for(lock, std::chrono::seconds(10), [&] { return data_ep_ || !data_status_.ok() || !alive_; })) {
+      return Unavailable("the peer never sent its worker address");
+    }
+    if (!alive_) return Unavailable("UCX connection " + std::to_string(id_) + " is closed");
+    if (!data_ep_) return data_status_;
+    return data_ep_;
+  }
+
   Status Wait(ucs_status_ptr_t r, Clock::time_point deadline, const char* what) {
     if (r == nullptr) return Status::Ok();
     if (UCS_PTR_IS_ERR(r)) return UcxError(what, UCS_PTR_STATUS(r));
@@ -158,10 +201,20 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
     auto it = rkeys_.find(blob);
     if (it != rkeys_.end()) return it->second;
     ucp_rkey_h rkey = nullptr;
-    const ucs_status_t st = ucp_ep_rkey_unpack(ep_, blob.data() + 8, &rkey);
+    const ucs_status_t st = ucp_ep_rkey_unpack(data_ep_, blob.data() + 8, &rkey);
     if (st != UCS_OK) return UcxError("ucp_ep_rkey_unpack", st);
     rkeys_[blob] = rkey;
     return rkey;
+  }
+
+  void CloseEndpoint(ucp_ep_h ep) {
+    ucp_request_param_t p{};
+    ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
+    if (r == nullptr || UCS_PTR_IS_ERR(r)) return;
+    const auto until = Clock::now() + std::chrono::seconds(2);
+    while (ucp_request_check_status(r) == UCS_INPROGRESS && Clock::now() < until) ucp_worker_progress(t_->worker);
+    if (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_request_cancel(t_->worker, r);
+    ucp_request_free(r);
   }
 
   void ReapSendsLocked() {
@@ -178,6 +231,11 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [blob, rkey] : rkeys_) ucp_rkey_destroy(rkey);
     rkeys_.clear();
+    data_cv_.notify_all();
+    if (data_ep_) {
+      CloseEndpoint(data_ep_);
+      data_ep_ = nullptr;
+    }
     if (!ep_) return;
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -206,6 +264,9 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   std::mutex mu_;
   std::map<std::vector<uint8_t>, ucp_rkey_h> rkeys_;
   std::vector<std::pair<void*, std::unique_ptr<std::vector<uint8_t>>>> pending_sends_;
+  ucp_ep_h data_ep_ = nullptr;  // guarded by mu_
+  Status data_status_;          // guarded by mu_
+  std::condition_variable data_cv_;
 };
 
 void UcxTransport::Impl::RunProgress() {
@@ -223,7 +284,9 @@ void UcxTransport::Impl::RunDelivery() {
     Event e = std::move(events.front());
     events.pop_front();
     lock.unlock();
-    if (e.close) {
+    if (e.peer_address) {
+      e.conn->SetPeerAddress(e.message);
+    } else if (e.close) {
       if (e.conn->handlers_.on_close) e.conn->handlers_.on_close(*e.conn, e.status);
     } else if (e.conn->handlers_.on_message) {
       e.conn->handlers_.on_message(*e.conn, std::move(e.message));
@@ -235,6 +298,18 @@ void UcxTransport::Impl::RunDelivery() {
 namespace {
 
 void OnError(void* arg, ucp_ep_h, ucs_status_t st) { static_cast<UcxConnection*>(arg)->Died(st); }
+
+ucs_status_t OnAddress(void* arg, const void*, size_t, void* data, size_t length, const ucp_am_recv_param_t* param) {
+  auto* t = static_cast<UcxTransport::Impl*>(arg);
+  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) return UCS_OK;  // addresses are small
+  auto conn = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? t->Find(param->reply_ep) : nullptr;
+  if (!conn) return UCS_OK;
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+  UcxTransport::Impl::Event e{conn, std::vector<uint8_t>(p, p + length)};
+  e.peer_address = true;
+  t->Post(std::move(e));
+  return UCS_OK;
+}
 
 ucs_status_t OnMessage(void* arg, const void*, size_t, void* data, size_t length, const ucp_am_recv_param_t* param) {
   auto* t = static_cast<UcxTransport::Impl*>(arg);
@@ -300,6 +375,17 @@ StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create() {
   hp.arg = impl.get();
   st = ucp_worker_set_am_recv_handler(impl->worker, &hp);
   if (st != UCS_OK) return UcxError("ucp_worker_set_am_recv_handler", st);
+  hp.id = kAddressAmId;
+  hp.cb = &OnAddress;
+  st = ucp_worker_set_am_recv_handler(impl->worker, &hp);
+  if (st != UCS_OK) return UcxError("ucp_worker_set_am_recv_handler", st);
+  ucp_address_t* address = nullptr;
+  size_t address_length = 0;
+  st = ucp_worker_get_address(impl->worker, &address, &address_length);
+  if (st != UCS_OK) return UcxError("ucp_worker_get_address", st);
+  const uint8_t* a = reinterpret_cast<const uint8_t*>(address);
+  impl->worker_address.assign(a, a + address_length);
+  ucp_worker_release_address(impl->worker, address);
   Impl* raw = impl.get();
   impl->progress = std::thread([raw] { raw->RunProgress(); });
   impl->delivery = std::thread([raw] { raw->RunDelivery(); });
@@ -383,8 +469,11 @@ Status UcxTransport::Listen(const std::string& address,
     ep.err_handler.arg = conn.get();
     if (ucp_ep_create(t->worker, &ep, &conn->ep_) != UCS_OK) return;
     conn->handlers_ = t->on_accept(conn);
-    std::lock_guard<std::mutex> lock(t->mu);
-    t->connections[conn->ep_] = conn;
+    {
+      std::lock_guard<std::mutex> lock(t->mu);
+      t->connections[conn->ep_] = conn;
+    }
+    (void)conn->SendAm(kAddressAmId, t->worker_address);
   };
   const ucs_status_t st = ucp_listener_create(impl_->worker, &lp, &impl_->listener);
   if (st != UCS_OK) return UcxError("cannot listen on " + address + " (ucp_listener_create)", st);
@@ -419,8 +508,11 @@ StatusOr<std::shared_ptr<Connection>> UcxTransport::Connect(const std::string& a
   ep.err_handler.arg = conn.get();
   const ucs_status_t st = ucp_ep_create(impl_->worker, &ep, &conn->ep_);
   if (st != UCS_OK) return UcxError("cannot connect to " + address, st);
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->connections[conn->ep_] = conn;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->connections[conn->ep_] = conn;
+  }
+  TANDEM_RETURN_IF_ERROR(conn->SendAm(kAddressAmId, impl_->worker_address));
   return std::shared_ptr<Connection>(conn);
 }
 
