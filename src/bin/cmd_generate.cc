@@ -55,14 +55,14 @@ int RunGenerate(const GenerateArgs& args) {
   attention.top_k = args.top_k;
   auto attention_kind = ParseAttentionKind(args.attention);
   auto dtype = ParseIndexKDType(args.index_k_dtype);
-  StatusOr<CacheSpec> spec = !attention_kind.ok() ? StatusOr<CacheSpec>(attention_kind.status())
-                             : !dtype.ok()        ? StatusOr<CacheSpec>(dtype.status())
-                                                  : Status();
-  if (attention_kind.ok() && dtype.ok()) {
-    attention.kind = *attention_kind;
-    attention.index_k_dtype = *dtype;
-    spec = MakeCacheSpec(m.config(), attention);
+  if (!attention_kind.ok() || !dtype.ok()) {
+    const Status& bad = !attention_kind.ok() ? attention_kind.status() : dtype.status();
+    std::fprintf(stderr, "error: %s\n", bad.ToString().c_str());
+    return 1;
   }
+  attention.kind = *attention_kind;
+  attention.index_k_dtype = *dtype;
+  auto spec = MakeCacheSpec(m.config(), attention);
   if (!spec.ok()) {
     std::fprintf(stderr, "error: %s\n", spec.status().ToString().c_str());
     return 1;
