@@ -34,7 +34,8 @@ Status HandoffSender::PutLayer(int layer, int64_t first_token, int64_t end_token
 }
 
 StatusOr<Commit> HandoffSender::Run(const Destination& d, const RemoteKey& remote,
-                                    const SamplingParams& sampling, Connection& connection) {
+                                    Connection& connection) {
+  const SamplingParams& sampling = d.sampling;
   const auto now = Clock::now();
   HandoffStateMachine machine(HandoffSide::kPrefill, options_.deadlines, now);
   const int64_t n = int64_t(d.tokens.size());

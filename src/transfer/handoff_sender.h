@@ -35,8 +35,8 @@ class HandoffSender {
   // (over `connection`) and return it. Or an error:
   // Aborted when RequestAbort(d.handoff_id) was called (writes stopped and
   // flushed: the caller may send AbortAck), DeadlineExceeded, or a transport error.
-  StatusOr<Commit> Run(const Destination& d, const RemoteKey& remote, const SamplingParams& sampling,
-                       Connection& connection);
+  // The first token is sampled with d.sampling.
+  StatusOr<Commit> Run(const Destination& d, const RemoteKey& remote, Connection& connection);
 
   // Thread-safe: stops the handoff in flight at its next layer boundary.
   void RequestAbort(uint64_t handoff_id) { abort_id_.store(handoff_id); }

@@ -1,5 +1,7 @@
 #include "transfer/messages.h"
 
+#include <bit>
+
 #include <type_traits>
 
 #include "cache/layout.h"
@@ -25,6 +27,7 @@ class MessageWriter {
     const U u = U(value);
     for (size_t i = 0; i < sizeof(T); ++i) bytes_.push_back(uint8_t(u >> (8 * i)));
   }
+  void PutFloat(float value) { Put(std::bit_cast<uint32_t>(value)); }
   void PutCount(size_t count, uint32_t cap) {
     TANDEM_CHECK_MSG(count <= cap, "handoff message field over its cap");
     Put(uint32_t(count));
@@ -65,6 +68,8 @@ class BodyReader {
     rest_ = rest_.subspan(sizeof(T));
     return T(u);
   }
+
+  float GetFloat(const char* field) { return std::bit_cast<float>(Get<uint32_t>(field)); }
 
   // A u32 element count, checked against `cap` and against the bytes left
   // (each element takes at least `min_element_bytes`).
@@ -234,7 +239,26 @@ std::vector<uint8_t> Destination::Encode() const {
   w.PutBytes(remote_key);
   w.Put(remote_base);
   w.Put(deadline_unix_ms);
+  w.PutFloat(sampling.temperature);
+  w.Put(sampling.top_k);
+  w.PutFloat(sampling.top_p);
+  w.PutFloat(sampling.min_p);
+  w.PutFloat(sampling.repetition_penalty);
+  w.Put(sampling.repeat_last_n);
+  w.Put(sampling.seed);
   return std::move(w).Finish();
+}
+
+bool Destination::operator==(const Destination& o) const {
+  const SamplingParams& a = sampling;
+  const SamplingParams& b = o.sampling;
+  return handoff_id == o.handoff_id && decode_engine_id == o.decode_engine_id &&
+         skip_tokens == o.skip_tokens && tokens == o.tokens && pages == o.pages &&
+         remote_key == o.remote_key && remote_base == o.remote_base &&
+         deadline_unix_ms == o.deadline_unix_ms && a.temperature == b.temperature &&
+         a.top_k == b.top_k && a.top_p == b.top_p && a.min_p == b.min_p &&
+         a.repetition_penalty == b.repetition_penalty && a.repeat_last_n == b.repeat_last_n &&
+         a.seed == b.seed;
 }
 
 StatusOr<Destination> Destination::Decode(std::span<const uint8_t> bytes) {
@@ -254,6 +278,16 @@ StatusOr<Destination> Destination::Decode(std::span<const uint8_t> bytes) {
   m.remote_key = r.Bytes("remote_key");
   m.remote_base = r.Get<uint64_t>("remote_base");
   m.deadline_unix_ms = r.Get<int64_t>("deadline_unix_ms");
+  m.sampling.temperature = r.GetFloat("sampling.temperature");
+  m.sampling.top_k = r.Get<int32_t>("sampling.top_k");
+  m.sampling.top_p = r.GetFloat("sampling.top_p");
+  m.sampling.min_p = r.GetFloat("sampling.min_p");
+  m.sampling.repetition_penalty = r.GetFloat("sampling.repetition_penalty");
+  m.sampling.repeat_last_n = r.Get<int32_t>("sampling.repeat_last_n");
+  m.sampling.seed = r.Get<uint64_t>("sampling.seed");
+  if (r.ok()) {
+    if (Status st = m.sampling.Validate(); !st.ok()) r.Fail("sampling", st.message());
+  }
   if (r.ok() && (m.skip_tokens < 0 || uint64_t(m.skip_tokens) > m.tokens.size())) {
     r.Fail("skip_tokens", std::to_string(m.skip_tokens) + " is outside [0, " +
                               std::to_string(m.tokens.size()) + "]");

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "runtime/sampler.h"
 
 namespace tandem {
 
@@ -91,10 +92,11 @@ struct Destination {
   std::vector<uint8_t> remote_key;  // the transport's opaque remote-memory key
   uint64_t remote_base = 0;         // address of the decode pool arena
   int64_t deadline_unix_ms = 0;
+  SamplingParams sampling;          // the prefill side samples the first token with these
 
   std::vector<uint8_t> Encode() const;
   static StatusOr<Destination> Decode(std::span<const uint8_t> bytes);
-  bool operator==(const Destination&) const = default;
+  bool operator==(const Destination& o) const;
 };
 
 // Digest of one registered buffer's bytes of a request (transfer/checksum.h).

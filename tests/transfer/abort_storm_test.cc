@@ -66,7 +66,7 @@ class PrefillWorker {
       queue_.pop_front();
       running_ = d.handoff_id;
       lock.unlock();
-      auto commit = sender_.Run(d, key_, SamplingParams{}, *conn_);
+      auto commit = sender_.Run(d, key_, *conn_);
       if (!commit.ok() && commit.status().code() == StatusCode::kAborted) (void)conn_->Send(AbortAck{d.handoff_id}.Encode());
       lock.lock();
       running_ = 0;

@@ -84,7 +84,7 @@ class HandoffHarness {
     TANDEM_ASSIGN_OR_RETURN(Destination wire, Destination::Decode(d.Encode()));
     RemoteKey key{wire.remote_key, region_.size};
     n_tokens_ = n_tokens;
-    auto sent = sender_.Run(wire, key, SamplingParams{}, *to_decode_);
+    auto sent = sender_.Run(wire, key, *to_decode_);
     if (!sent.ok()) {
       (void)receiver_.StartAbort(id, "prefill failed", Clock::now());
       receiver_.OnAbortAck(id);  // the sender flushed before returning
