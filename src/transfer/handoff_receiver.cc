@@ -47,6 +47,7 @@ StatusOr<Destination> HandoffReceiver::Begin(uint64_t handoff_id, std::vector<in
   d.tokens = e->prompt;
   for (int32_t p : e->reserved_pages) d.pages.push_back({p, pool_.Generation(p)});
   d.remote_key = region_key_.blob;
+  d.pool_pages = pool_.total_pages();
   entries_.emplace(handoff_id, std::move(e));
   return d;
 }

@@ -15,6 +15,7 @@ Status HandoffSender::PutLayer(int layer, int64_t first_token, int64_t end_token
                                const Destination& d, const RemoteKey& remote, Connection& c,
                                bool defer_index_k) {
   const CacheLayout& layout = local_.layout();
+  const CacheLayout& remote_layout = *remote_layout_;
   const int64_t skip_pages = d.skip_tokens / kPageTokens;
   const int64_t first_page = std::max(first_token / kPageTokens, skip_pages);
   const int64_t end_page = (end_token + kPageTokens - 1) / kPageTokens;
@@ -25,7 +26,7 @@ Status HandoffSender::PutLayer(int layer, int64_t first_token, int64_t end_token
         deferred_.push_back({layer, int32_t(p)});
         continue;
       }
-      const uint64_t offset = uint64_t(layout.SegmentBase(b, layer)) + uint64_t(dst.page) * uint64_t(layout.page_stride(b));
+      const uint64_t offset = uint64_t(remote_layout.SegmentBase(b, layer)) + uint64_t(dst.page) * uint64_t(layout.page_stride(b));
       TANDEM_RETURN_IF_ERROR(c.Put(local_.Segment(b, layer, local_pages_[size_t(p)]),
                                    size_t(layout.page_stride(b)), remote, offset));
     }
@@ -45,6 +46,12 @@ StatusOr<Commit> HandoffSender::Run(const Destination& d, const RemoteKey& remot
     return InvalidArgument("destination does not cover the prompt: " + std::to_string(d.pages.size()) +
                            " pages for " + std::to_string(n) + " tokens after " + std::to_string(d.skip_tokens));
   }
+  if (d.pool_pages < 1) return InvalidArgument("destination names no decode pool size");
+  for (const PageRef& p : d.pages) {
+    if (p.page >= d.pool_pages) return InvalidArgument("destination page " + std::to_string(p.page) + " is outside the decode pool");
+  }
+  // Segment offsets in the decode pool depend on its size, not ours.
+  remote_layout_ = std::make_unique<CacheLayout>(spec_.registry, int(model_.config().n_layers), d.pool_pages);
   TANDEM_ASSIGN_OR_RETURN(local_pages_, local_.Allocate(n_pages));
   struct Release {
     PagePool& pool;
@@ -93,7 +100,7 @@ StatusOr<Commit> HandoffSender::Run(const Destination& d, const RemoteKey& remot
     const CacheLayout& layout = local_.layout();
     for (auto [layer, p] : deferred_) {
       const PageRef& dst = d.pages[size_t(p - skip_pages)];
-      const uint64_t offset = uint64_t(layout.SegmentBase(spec_.index_k, layer)) +
+      const uint64_t offset = uint64_t(remote_layout_->SegmentBase(spec_.index_k, layer)) +
                               uint64_t(dst.page) * uint64_t(layout.page_stride(spec_.index_k));
       TANDEM_RETURN_IF_ERROR(connection.Put(local_.Segment(spec_.index_k, layer, local_pages_[size_t(p)]),
                                             size_t(layout.page_stride(spec_.index_k)), remote, offset));

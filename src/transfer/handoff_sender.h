@@ -53,6 +53,7 @@ class HandoffSender {
   const SenderOptions options_;
   std::atomic<uint64_t> abort_id_{0};
   std::vector<int32_t> local_pages_;
+  std::unique_ptr<CacheLayout> remote_layout_;  // the decode pool's, for the handoff in flight
   std::vector<std::pair<int, int32_t>> deferred_;  // unsafe mode: (layer, prompt page) of index-K
 };
 

@@ -238,6 +238,7 @@ std::vector<uint8_t> Destination::Encode() const {
   }
   w.PutBytes(remote_key);
   w.Put(remote_base);
+  w.Put(pool_pages);
   w.Put(deadline_unix_ms);
   w.PutFloat(sampling.temperature);
   w.Put(sampling.top_k);
@@ -254,7 +255,7 @@ bool Destination::operator==(const Destination& o) const {
   const SamplingParams& b = o.sampling;
   return handoff_id == o.handoff_id && decode_engine_id == o.decode_engine_id &&
          skip_tokens == o.skip_tokens && tokens == o.tokens && pages == o.pages &&
-         remote_key == o.remote_key && remote_base == o.remote_base &&
+         remote_key == o.remote_key && remote_base == o.remote_base && pool_pages == o.pool_pages &&
          deadline_unix_ms == o.deadline_unix_ms && a.temperature == b.temperature &&
          a.top_k == b.top_k && a.top_p == b.top_p && a.min_p == b.min_p &&
          a.repetition_penalty == b.repetition_penalty && a.repeat_last_n == b.repeat_last_n &&
@@ -277,6 +278,10 @@ StatusOr<Destination> Destination::Decode(std::span<const uint8_t> bytes) {
   }
   m.remote_key = r.Bytes("remote_key");
   m.remote_base = r.Get<uint64_t>("remote_base");
+  m.pool_pages = r.Get<int64_t>("pool_pages");
+  if (r.ok() && (m.pool_pages < 0 || m.pool_pages > int64_t(1) << 31)) {
+    r.Fail("pool_pages", std::to_string(m.pool_pages) + " is out of range");
+  }
   m.deadline_unix_ms = r.Get<int64_t>("deadline_unix_ms");
   m.sampling.temperature = r.GetFloat("sampling.temperature");
   m.sampling.top_k = r.Get<int32_t>("sampling.top_k");

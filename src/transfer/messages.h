@@ -91,6 +91,7 @@ struct Destination {
   std::vector<PageRef> pages;   // cover [skip_tokens, tokens.size())
   std::vector<uint8_t> remote_key;  // the transport's opaque remote-memory key
   uint64_t remote_base = 0;         // address of the decode pool arena
+  int64_t pool_pages = 0;           // pages in the decode pool: segment offsets depend on it
   int64_t deadline_unix_ms = 0;
   SamplingParams sampling;          // the prefill side samples the first token with these
 

@@ -45,7 +45,7 @@ class HandoffHarness {
         prefill_transport_(MakeTransport(use_ucx)),
         region_(*decode_transport_->AllocateRegion(size_t(CacheLayout(spec_.registry, layers(), kPages).TotalBytes()))),
         decode_pool_(spec_.registry, layers(), kPages, region_.data),
-        prefill_pool_(spec_.registry, layers(), kPages),
+        prefill_pool_(spec_.registry, layers(), kPages / 2),  // pools of different sizes: offsets are the decode pool's
         receiver_(decode_pool_, region_.key, nullptr, receiver_options),
         sender_(model, spec_, threads_, prefill_pool_, sender_options) {
     const std::string address = use_ucx ? "127.0.0.1:0" : "decode";
