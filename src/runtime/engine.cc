@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "decode/remote_prefill.h"
 #include "model/tokenizer.h"
 #include "runtime/stop_strings.h"
 
@@ -31,6 +32,8 @@ struct Engine::Sequence {
   Clock::time_point arrival, deadline, last_token;
   bool started = false;  // a token was streamed
   bool done = false;
+  uint64_t handoff = 0;   // disaggregated: the handoff bringing this prompt's cache
+  bool awaiting = false;  // disaggregated: waiting for that handoff's commit
 };
 
 StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineOptions& options) {
@@ -39,25 +42,42 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
     return InvalidArgument("engine options out of range (max-running, chunk-size, max-batch-tokens >= 1; cache >= one page)");
   }
   TANDEM_ASSIGN_OR_RETURN(CacheSpec spec, MakeCacheSpec(model.config(), options.attention));
-  auto engine = std::unique_ptr<Engine>(new Engine(model, options, std::move(spec)));
+  std::unique_ptr<RemotePrefill> remote;
+  if (!options.prefill_address.empty()) {
+    const CacheLayout layout(spec.registry, int(model.config().n_layers),
+                             (options.cache_tokens + kPageTokens - 1) / kPageTokens);
+    TANDEM_ASSIGN_OR_RETURN(remote, RemotePrefill::Connect(options.prefill_address, size_t(layout.TotalBytes()),
+                                                           layout.Fingerprint()));
+  }
+  auto engine = std::unique_ptr<Engine>(new Engine(model, options, std::move(spec), std::move(remote)));
   engine->loop_ = std::thread([e = engine.get()] { e->Loop(); });
   return engine;
 }
 
-Engine::Engine(const Model& model, const EngineOptions& options, CacheSpec spec)
+Engine::Engine(const Model& model, const EngineOptions& options, CacheSpec spec,
+               std::unique_ptr<RemotePrefill> remote)
     : model_(model),
       options_(options),
       spec_(std::move(spec)),
       context_tokens_(options.context_tokens > 0 ? options.context_tokens : model.config().context_length),
       threads_(options.threads),
-      pool_(spec_.registry, int(model.config().n_layers),
-            (options.cache_tokens + kPageTokens - 1) / kPageTokens),
-      index_(options.prefix_cache ? std::make_unique<PrefixIndex>(pool_) : nullptr),
+      remote_(std::move(remote)),
+      pool_(remote_ ? std::make_unique<PagePool>(spec_.registry, int(model.config().n_layers),
+                                                 (options.cache_tokens + kPageTokens - 1) / kPageTokens,
+                                                 remote_->arena())
+                    : std::make_unique<PagePool>(spec_.registry, int(model.config().n_layers),
+                                                 (options.cache_tokens + kPageTokens - 1) / kPageTokens)),
+      index_(options.prefix_cache ? std::make_unique<PrefixIndex>(*pool_) : nullptr),
       forward_(model, spec_, threads_) {
+  if (remote_) remote_->Attach(*pool_, index_.get(), transfer::ReceiverOptions{{}, options.verify, 8});
   loop_alive_ = true;
 }
 
-Engine::~Engine() { Shutdown(std::chrono::milliseconds(0)); }
+Engine::~Engine() {
+  Shutdown(std::chrono::milliseconds(0));
+  index_.reset();   // releases cached pages while the pool lives
+  remote_.reset();  // the receiver's pages, then the connection; the pool's memory goes last
+}
 
 void Engine::Shutdown(std::chrono::milliseconds drain) {
   {
@@ -75,9 +95,9 @@ StatusOr<std::shared_ptr<RequestHandle>> Engine::Submit(RequestSpec spec) {
                            " tokens but the context holds " + std::to_string(context_tokens_));
   }
   const int64_t pages_needed = (int64_t(spec.prompt.size()) + kPageTokens) / kPageTokens;
-  if (pages_needed > pool_.total_pages()) {
+  if (pages_needed > pool_->total_pages()) {
     return InvalidArgument("the prompt needs " + std::to_string(pages_needed) +
-                           " cache pages; the cache has " + std::to_string(pool_.total_pages()));
+                           " cache pages; the cache has " + std::to_string(pool_->total_pages()));
   }
   for (int32_t t : spec.prompt) {
     if (t < 0 || t >= model_.config().vocab_size) return InvalidArgument("token id out of range");
@@ -129,6 +149,7 @@ void Engine::Loop() {
     }
     DropCancelledAndExpired();
     if (stopping_ && running_.empty() && waiting_.empty()) break;
+    if (remote_) PollRemote();
     Admit();
     if (running_.empty()) {
       PublishStats();
@@ -138,6 +159,11 @@ void Engine::Loop() {
     }
     Step();
     PublishStats();
+    if (remote_ && std::all_of(running_.begin(), running_.end(), [](const auto& s) { return s->awaiting; })) {
+      // Only handoffs in flight: nothing to compute until a commit arrives.
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait_for(lock, std::chrono::microseconds(200));
+    }
   }
   PublishStats();
   loop_alive_ = false;
@@ -172,11 +198,11 @@ void Engine::DropCancelledAndExpired() {
 bool Engine::EnsurePages(Sequence& seq, int64_t tokens) {
   const int64_t need = (tokens + kPageTokens - 1) / kPageTokens - int64_t(seq.pages.size());
   if (need <= 0) return true;
-  while (pool_.free_pages() < need) {
-    if (index_ && index_->Evict(need - pool_.free_pages()) > 0) continue;
+  while (pool_->free_pages() < need) {
+    if (index_ && index_->Evict(need - pool_->free_pages()) > 0) continue;
     if (!Preempt(&seq)) return false;
   }
-  auto pages = pool_.Allocate(need);
+  auto pages = pool_->Allocate(need);
   if (!pages.ok()) return false;
   seq.pages.insert(seq.pages.end(), pages->begin(), pages->end());
   return true;
@@ -187,7 +213,7 @@ bool Engine::EnsurePages(Sequence& seq, int64_t tokens) {
 bool Engine::Preempt(const Sequence* keep) {
   for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
     Sequence& victim = **it;
-    if (&victim == keep || victim.pages.empty()) continue;
+    if (&victim == keep || victim.pages.empty() || victim.awaiting) continue;
     Retire(victim);
     victim.computed = 0;
     ++counters_.preemptions;
@@ -202,6 +228,25 @@ bool Engine::Preempt(const Sequence* keep) {
 void Engine::Admit() {
   while (!waiting_.empty() && int32_t(running_.size()) < options_.max_running) {
     Sequence& seq = *waiting_.front();
+    if (remote_) {
+      // The prefill engine computes the prompt; the receiver reserves pages.
+      seq.handoff = next_handoff_++;
+      Status st = remote_->Start(seq.handoff, seq.tokens, seq.spec.sampling);
+      if (st.code() == StatusCode::kResourceExhausted) break;  // retry when pages free up
+      if (!st.ok()) {
+        Fail(seq, st);
+        waiting_.pop_front();
+        continue;
+      }
+      seq.awaiting = true;
+      if (!seq.started) {
+        metrics_.prompt_tokens.Increment(double(seq.prompt_len));
+        counters_.prompt_tokens += seq.prompt_len;
+      }
+      running_.push_back(std::move(waiting_.front()));
+      waiting_.pop_front();
+      continue;
+    }
     if (index_ && seq.computed == 0 && seq.pages.empty()) {
       PrefixIndex::Match hit = index_->Lookup(seq.tokens, int64_t(seq.tokens.size()) - 1);
       seq.pages = std::move(hit.pages);
@@ -215,8 +260,8 @@ void Engine::Admit() {
     // Admission needs the whole remaining prompt plus the first decode token.
     const int64_t need = (int64_t(seq.tokens.size()) + kPageTokens) / kPageTokens - int64_t(seq.pages.size());
     const int64_t evictable = index_ ? index_->evictable_pages() : 0;
-    if (need > pool_.free_pages() + evictable) {
-      if (running_.empty() && need > pool_.total_pages()) {
+    if (need > pool_->free_pages() + evictable) {
+      if (running_.empty() && need > pool_->total_pages()) {
         Fail(seq, ResourceExhausted("the request does not fit in the cache"));
         waiting_.pop_front();
         continue;
@@ -240,6 +285,7 @@ void Engine::Step() {
   for (int pass = 0; pass < 2; ++pass) {
     for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
       Sequence& s = *running_[i];
+      if (s.awaiting) continue;
       const int64_t pending = int64_t(s.tokens.size()) - s.computed;
       if ((pass == 0) != (pending == 1) || pending <= 0) continue;
       const int64_t n = std::min({pending, int64_t(options_.chunk_size), budget});
@@ -268,7 +314,7 @@ void Engine::Step() {
                      s->computed, s->pages, false});
   }
   logits_.clear();
-  Status st = forward_.Run(batch, pool_, &logits_);
+  Status st = forward_.Run(batch, *pool_, &logits_);
   if (!st.ok()) {
     for (Sequence* s : members) Fail(*s, st);
     std::erase_if(running_, [](const auto& s) { return s->done; });
@@ -283,6 +329,36 @@ void Engine::Step() {
     const int32_t token = sampler_.Sample(std::span<const float>(logits_).subspan(b * vocab, vocab),
                                           s.spec.sampling, s.tokens, pos);
     Emit(s, token);
+  }
+  std::erase_if(running_, [](const auto& s) { return s->done; });
+}
+
+// Committed handoffs become runnable sequences whose first token is already
+// sampled; failed ones fail their request (never serving its tokens).
+void Engine::PollRemote() {
+  for (RemotePrefill::Outcome& o : remote_->Poll()) {
+    auto it = std::find_if(running_.begin(), running_.end(),
+                           [&](const auto& s) { return s->awaiting && s->handoff == o.handoff_id; });
+    if (it == running_.end()) {
+      if (o.status.ok()) pool_->Release(o.ready.pages);  // its request is gone
+      continue;
+    }
+    Sequence& s = **it;
+    s.awaiting = false;
+    if (!o.status.ok()) {
+      Fail(s, o.status);
+      continue;
+    }
+    s.pages = std::move(o.ready.pages);
+    s.computed = int64_t(s.tokens.size());
+    Emit(s, o.ready.first_token);
+  }
+  const bool healthy = remote_->healthy();
+  link_healthy_ = healthy;
+  if (!healthy) {
+    for (auto& s : running_) {
+      if (s->awaiting) Fail(*s, Unavailable("prefill engine unavailable: " + remote_->problem()));
+    }
   }
   std::erase_if(running_, [](const auto& s) { return s->done; });
 }
@@ -313,6 +389,10 @@ void Engine::Emit(Sequence& s, int32_t token) {
 
 void Engine::Finish(Sequence& s, const std::string& reason) {
   if (s.done) return;
+  if (s.awaiting) {
+    remote_->Abort(s.handoff, reason);
+    s.awaiting = false;
+  }
   if (reason != "cancelled" && !s.stops->stopped()) {
     StreamEvent tail;
     tail.text = s.stops->Push(s.decoder->Flush()) + s.stops->Flush();
@@ -339,6 +419,10 @@ void Engine::Finish(Sequence& s, const std::string& reason) {
 
 void Engine::Fail(Sequence& s, Status error) {
   if (s.done) return;
+  if (s.awaiting) {
+    remote_->Abort(s.handoff, error.message());
+    s.awaiting = false;
+  }
   StreamEvent ev;
   ev.kind = StreamEvent::Kind::kError;
   ev.error = std::move(error);
@@ -355,7 +439,7 @@ void Engine::Retire(Sequence& s) {
   if (index_ && !s.pages.empty()) {
     index_->Insert(std::span<const int32_t>(s.tokens).first(size_t(s.computed)), s.pages);
   }
-  pool_.Release(s.pages);
+  pool_->Release(s.pages);
   s.pages.clear();
 }
 
@@ -363,7 +447,7 @@ void Engine::PublishStats() {
   EngineStats s = counters_;
   s.running = int64_t(running_.size());
   s.waiting = int64_t(waiting_.size());
-  s.pages = pool_.accounting();
+  s.pages = pool_->accounting();
   s.cached_pages = index_ ? index_->cached_pages() : 0;
   metrics_.running.Set(double(s.running));
   metrics_.waiting.Set(double(s.waiting));

@@ -27,6 +27,7 @@
 #include "prefix/prefix_index.h"
 #include "runtime/engine_metrics.h"
 #include "runtime/request.h"
+#include "transfer/handoff_receiver.h"
 
 namespace tandem {
 
@@ -41,6 +42,10 @@ struct EngineOptions {
   bool prefix_cache = true;
   std::chrono::milliseconds request_timeout{600'000};
   int threads = 2;
+  // Disaggregated decode: prompts are prefilled by the prefill engine at this
+  // UCX address ("host:port") and handed off; empty = colocated.
+  std::string prefill_address;
+  transfer::VerifyMode verify = transfer::VerifyMode::kAll;
 };
 
 struct EngineStats {
@@ -62,7 +67,7 @@ class Engine {
   StatusOr<std::shared_ptr<RequestHandle>> Submit(RequestSpec spec);
 
   EngineStats Stats() const;
-  bool Healthy() const { return !stopping_.load() && loop_alive_.load(); }
+  bool Healthy() const { return !stopping_.load() && loop_alive_.load() && link_healthy_.load(); }
   const EngineOptions& options() const { return options_; }
   int64_t context_tokens() const { return context_tokens_; }
   EngineMetrics& metrics() { return metrics_; }
@@ -73,7 +78,9 @@ class Engine {
 
  private:
   struct Sequence;
-  Engine(const Model& model, const EngineOptions& options, CacheSpec spec);
+  Engine(const Model& model, const EngineOptions& options, CacheSpec spec,
+         std::unique_ptr<class RemotePrefill> remote);
+  void PollRemote();
   void Loop();
   void TakeNewRequests();
   void DropCancelledAndExpired();
@@ -92,7 +99,8 @@ class Engine {
   const CacheSpec spec_;
   const int64_t context_tokens_;
   ThreadPool threads_;
-  PagePool pool_;
+  std::unique_ptr<class RemotePrefill> remote_;  // disaggregated decode only; owns the pool memory
+  std::unique_ptr<PagePool> pool_;
   std::unique_ptr<PrefixIndex> index_;
   ForwardPass forward_;
   Sampler sampler_;
@@ -112,6 +120,8 @@ class Engine {
   std::chrono::steady_clock::time_point drain_deadline_;  // guarded by mu_
 
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> link_healthy_{true};
+  uint64_t next_handoff_ = 1;  // loop thread
   std::atomic<bool> loop_alive_{false};
   std::thread loop_;
 };
