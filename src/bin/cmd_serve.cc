@@ -21,6 +21,7 @@ struct ServeArgs {
   std::string attention = "dense", index_k_dtype = "fp8";
   double request_timeout_s = 600, shutdown_timeout_s = 30;
   bool no_prefix_cache = false;
+  std::string verify = "all";
 };
 
 int WaitForSignal() {
@@ -57,6 +58,16 @@ int RunServe(ServeArgs& a) {
   a.engine.threads = a.model.threads;
   a.engine.prefix_cache = !a.no_prefix_cache;
   a.engine.request_timeout = std::chrono::milliseconds(int64_t(a.request_timeout_s * 1000));
+  if (a.verify == "off") {
+    a.engine.verify = transfer::VerifyMode::kOff;
+  } else if (a.verify == "sample") {
+    a.engine.verify = transfer::VerifyMode::kSample;
+  } else if (a.verify == "all") {
+    a.engine.verify = transfer::VerifyMode::kAll;
+  } else {
+    std::fprintf(stderr, "error: --verify-handoff must be off, sample or all, not '%s'\n", a.verify.c_str());
+    return 1;
+  }
   auto engine = Engine::Create(**model, a.engine);
   if (!engine.ok()) {
     std::fprintf(stderr, "error: %s\n", engine.status().ToString().c_str());
@@ -101,6 +112,9 @@ void RegisterServe(CLI::App& app) {
   cmd->add_option("--topk", a->engine.attention.top_k, "Sparse attention top-k")->check(CLI::Range(1, 1 << 24));
   cmd->add_option("--index-k-dtype", a->index_k_dtype, "fp8 or bf16");
   cmd->add_flag("--no-prefix-cache", a->no_prefix_cache, "Disable prefix reuse");
+  cmd->add_option("--prefill", a->engine.prefill_address,
+                  "Disaggregated decode: prefill engine's UCX address host:port (empty: colocated)");
+  cmd->add_option("--verify-handoff", a->verify, "Check handoff digests: off, sample or all");
   cmd->callback([a] { SetExitCode(RunServe(*a)); });
 }
 

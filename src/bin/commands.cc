@@ -13,6 +13,7 @@ void RegisterCommands(CLI::App& app) {
   RegisterMkmodel(app);
   RegisterBench(app);
   RegisterServe(app);
+  RegisterPrefill(app);
 }
 
 }  // namespace tandem::cli

@@ -11,6 +11,7 @@ void RegisterGenerate(CLI::App& app);
 void RegisterMkmodel(CLI::App& app);
 void RegisterBench(CLI::App& app);
 void RegisterServe(CLI::App& app);
+void RegisterPrefill(CLI::App& app);
 void RegisterServeBench(CLI::App& bench);  // under `bench`
 void RegisterHandoffBench(CLI::App& bench);
 

@@ -92,6 +92,17 @@ std::vector<RemotePrefill::Outcome> RemotePrefill::Poll() {
         o.status = ready.status();
       }
       out.push_back(std::move(o));
+    } else if (*type == MessageType::kAbort) {
+      // The prefill side gave up (it stopped writing first): the handoff fails.
+      auto abort = Abort::Decode(bytes);
+      if (!abort.ok()) continue;
+      if (receiver_->StartAbort(abort->handoff_id, abort->reason, Clock::now()).ok()) {
+        receiver_->OnAbortAck(abort->handoff_id);
+      }
+      Outcome o;
+      o.handoff_id = abort->handoff_id;
+      o.status = Status(StatusCode::kAborted, "the prefill engine failed the handoff: " + abort->reason);
+      out.push_back(std::move(o));
     } else if (*type == MessageType::kAbortAck) {
       if (auto ack = AbortAck::Decode(bytes); ack.ok()) receiver_->OnAbortAck(ack->handoff_id);
     }

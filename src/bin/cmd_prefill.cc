@@ -1,0 +1,98 @@
+// `tandem prefill`: a prefill engine. Decode engines connect over UCX, send
+// Destinations, and receive each prompt's cache and its first token.
+#include <signal.h>
+
+#include <cstdio>
+#include <memory>
+
+#include "bin/commands.h"
+#include "bin/model_options.h"
+#include "kernels/cpu.h"
+#include "prefill/prefill_worker.h"
+#include "transfer/ucx.h"
+
+namespace tandem::cli {
+namespace {
+
+struct PrefillArgs {
+  ModelOptions model;
+  std::string host = "127.0.0.1";
+  int port = 0;
+  std::string attention = "dense", index_k_dtype = "fp8";
+  int64_t top_k = 2048;
+  int64_t cache_tokens = 65536;
+  int32_t chunk_size = 512;
+  bool unsafe_early_commit = false;
+};
+
+int RunPrefill(PrefillArgs& a) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  auto model = a.model.Load();
+  if (!model.ok()) return std::fprintf(stderr, "error: %s\n", model.status().ToString().c_str()), 1;
+  AttentionOptions attention;
+  attention.top_k = a.top_k;
+  auto kind = ParseAttentionKind(a.attention);
+  auto dtype = ParseIndexKDType(a.index_k_dtype);
+  if (!kind.ok() || !dtype.ok()) {
+    const Status& bad = !kind.ok() ? kind.status() : dtype.status();
+    return std::fprintf(stderr, "error: %s\n", bad.ToString().c_str()), 1;
+  }
+  attention.kind = *kind;
+  attention.index_k_dtype = *dtype;
+  auto spec = MakeCacheSpec((*model)->config(), attention);
+  if (!spec.ok()) return std::fprintf(stderr, "error: %s\n", spec.status().ToString().c_str()), 1;
+  if (a.unsafe_early_commit) {
+    std::fprintf(stderr,
+                 "WARNING: --debug-unsafe-early-commit: commits are sent BEFORE the index-K writes are "
+                 "flushed. Decode engines may read index-K before it lands. This reproduces a production "
+                 "corruption bug on purpose; never use it outside tests.\n");
+  }
+  transfer::SenderOptions so;
+  so.chunk_size = a.chunk_size;
+  so.unsafe_early_commit = a.unsafe_early_commit;
+  PrefillWorker worker(**model, *spec, a.model.threads, (a.cache_tokens + kPageTokens - 1) / kPageTokens, so);
+  auto transport = transfer::UcxTransport::Create();
+  if (!transport.ok()) return std::fprintf(stderr, "error: %s\n", transport.status().ToString().c_str()), 1;
+  Status st = (*transport)->Listen(a.host + ":" + std::to_string(a.port), [&](std::shared_ptr<transfer::Connection> c) {
+    transfer::ConnectionHandlers h;
+    std::weak_ptr<transfer::Connection> weak = c;
+    h.on_message = [&worker, weak](transfer::Connection&, std::vector<uint8_t> m) {
+      if (auto conn = weak.lock()) worker.OnMessage(conn, m);
+    };
+    return h;
+  });
+  if (!st.ok()) return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
+  std::fprintf(stderr, "tandem prefill: %s, handoffs at ucx://%s:%d (%s kernels, %s attention, layout %s)\n",
+               (*model)->config().name.c_str(), a.host.c_str(), (*transport)->listen_port(),
+               kernels::IsaName(kernels::ActiveIsa()), a.attention.c_str(), worker.layout_fingerprint().c_str());
+  int sig = 0;
+  sigwait(&set, &sig);
+  const auto s = worker.stats();
+  std::fprintf(stderr, "tandem prefill: stopping (%lld committed, %lld aborted, %lld failed)\n",
+               (long long)s.committed, (long long)s.aborted, (long long)s.failed);
+  return 0;
+}
+
+}  // namespace
+
+void RegisterPrefill(CLI::App& app) {
+  auto a = std::make_shared<PrefillArgs>();
+  CLI::App* cmd = app.add_subcommand("prefill", "Run a prefill engine (decode engines connect over UCX)");
+  a->model.AddTo(cmd);
+  cmd->add_option("--host", a->host, "Address to listen on for handoffs");
+  cmd->add_option("--port", a->port, "UCX port (0: any free port)")->check(CLI::Range(0, 65535));
+  cmd->add_option("--attention", a->attention, "dense or sparse (must match the decode engines)");
+  cmd->add_option("--topk", a->top_k, "Sparse attention top-k")->check(CLI::Range(1, 1 << 24));
+  cmd->add_option("--index-k-dtype", a->index_k_dtype, "fp8 or bf16 (must match the decode engines)");
+  cmd->add_option("--cache-tokens", a->cache_tokens, "Local page pool size in tokens")->check(CLI::Range(int64_t(64), int64_t(1) << 30));
+  cmd->add_option("--chunk-size", a->chunk_size, "Prefill tokens per step")->check(CLI::Range(1, 1 << 20));
+  cmd->add_flag("--debug-unsafe-early-commit", a->unsafe_early_commit,
+                "UNSAFE, tests only: commit before the index-K writes are flushed");
+  cmd->callback([a] { SetExitCode(RunPrefill(*a)); });
+}
+
+}  // namespace tandem::cli
