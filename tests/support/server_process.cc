@@ -15,7 +15,7 @@
 
 namespace tandem::testing {
 
-ServerProcess::ServerProcess(std::vector<std::string> args, int startup_timeout_s) {
+ServerProcess::ServerProcess(std::vector<std::string> args, int startup_timeout_s, std::string marker) {
   log_path_ = MakeTempDir() + "/server.log";
   args.push_back("--port");
   args.push_back("0");
@@ -35,9 +35,9 @@ ServerProcess::ServerProcess(std::vector<std::string> args, int startup_timeout_
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(startup_timeout_s);
   while (std::chrono::steady_clock::now() < until) {
     const std::string log = Log();
-    const size_t at = log.find("http://127.0.0.1:");
+    const size_t at = log.find(marker);
     if (at != std::string::npos) {
-      port_ = std::atoi(log.c_str() + at + 17);
+      port_ = std::atoi(log.c_str() + at + marker.size());
       return;
     }
     int status = 0;
@@ -56,6 +56,14 @@ std::string ServerProcess::Log() const {
   std::stringstream s;
   s << f.rdbuf();
   return s.str();
+}
+
+void ServerProcess::Kill9() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGKILL);
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
 }
 
 void ServerProcess::SendSigterm() {

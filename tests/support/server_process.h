@@ -13,7 +13,10 @@ class ServerProcess {
  public:
   // args: everything after `tandem` (e.g. {"serve", "-m", path}); "--port 0"
   // is appended and the chosen port read from the server's log.
-  explicit ServerProcess(std::vector<std::string> args, int startup_timeout_s = 60);
+  // marker: the log text right before the port ("http://127.0.0.1:" for
+  // HTTP servers, "ucx://127.0.0.1:" for a prefill engine).
+  explicit ServerProcess(std::vector<std::string> args, int startup_timeout_s = 60,
+                         std::string marker = "http://127.0.0.1:");
   ~ServerProcess();
   ServerProcess(const ServerProcess&) = delete;
   ServerProcess& operator=(const ServerProcess&) = delete;
@@ -25,6 +28,7 @@ class ServerProcess {
   // Sends SIGTERM and waits; returns the exit code (-1 if killed or timed out).
   int Terminate(int timeout_s = 30);
   void SendSigterm();
+  void Kill9();  // no cleanup at all: a crashed peer
 
  private:
   pid_t pid_ = -1;

@@ -1,0 +1,144 @@
+// Disaggregated serving as real processes on 127.0.0.1: a prefill engine and
+// a decode server connected over UCX, against a colocated server as the
+// oracle. Outputs must match bit for bit.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <future>
+#include <thread>
+
+#include "support/http_client.h"
+#include "support/paths.h"
+#include "support/process.h"
+#include "support/server_process.h"
+
+namespace tandem {
+namespace {
+
+using json = nlohmann::json;
+using testing::HttpGet;
+using testing::HttpPost;
+using testing::ServerProcess;
+
+class Disagg : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(testing::MakeTempDir());
+    model_ = new std::string(*dir_ + "/tiny.gguf");
+    auto mk = testing::RunTandem("mkmodel --preset tiny --out " + *model_);
+    ASSERT_EQ(mk.exit_code, 0) << mk.output;
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(*dir_);
+    delete dir_;
+    delete model_;
+  }
+  static std::vector<std::string> Attention(const std::string& dtype) {
+    return {"--attention", "sparse", "--topk", "32", "--index-k-dtype", dtype};
+  }
+  static std::unique_ptr<ServerProcess> Prefill(const std::string& dtype) {
+    std::vector<std::string> a = {"prefill", "-m", *model_, "--chunk-size", "100"};
+    for (auto& x : Attention(dtype)) a.push_back(x);
+    return std::make_unique<ServerProcess>(a, 60, "ucx://127.0.0.1:");
+  }
+  static std::unique_ptr<ServerProcess> Serve(const std::string& dtype, int prefill_port = 0) {
+    std::vector<std::string> a = {"serve", "-m", *model_, "--model-id", "tiny", "--request-timeout", "60"};
+    for (auto& x : Attention(dtype)) a.push_back(x);
+    if (prefill_port > 0) {
+      a.push_back("--prefill");
+      a.push_back("127.0.0.1:" + std::to_string(prefill_port));
+    }
+    return std::make_unique<ServerProcess>(a);
+  }
+  static std::string* dir_;
+  static std::string* model_;
+};
+std::string* Disagg::dir_ = nullptr;
+std::string* Disagg::model_ = nullptr;
+
+std::string Complete(int port, const std::vector<int32_t>& prompt, int max_tokens, int* status = nullptr) {
+  auto r = HttpPost(port, "/v1/completions",
+                    json{{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}}.dump());
+  if (status) *status = r.status;
+  if (r.status != 200) return "HTTP " + std::to_string(r.status) + ": " + r.body;
+  return json::parse(r.body)["choices"][0]["text"].get<std::string>();
+}
+
+std::vector<int32_t> Prompt(int i) {
+  std::vector<int32_t> p(size_t(40 + 23 * i));
+  for (size_t k = 0; k < p.size(); ++k) p[k] = int32_t(3 + (k * 131 + size_t(i) * 17) % 1000);
+  return p;
+}
+
+TEST_F(Disagg, ConcurrentRequestsMatchColocatedForFp8AndBf16IndexK) {
+  for (const std::string dtype : {"fp8", "bf16"}) {
+    auto prefill = Prefill(dtype);
+    ASSERT_TRUE(prefill->ok()) << prefill->Log();
+    auto decode = Serve(dtype, prefill->port());
+    auto colocated = Serve(dtype);
+    ASSERT_TRUE(decode->ok() && colocated->ok()) << decode->Log() << colocated->Log();
+    std::vector<std::future<std::string>> disagg;
+    for (int i = 0; i < 16; ++i) {
+      disagg.push_back(std::async(std::launch::async, [&, i] { return Complete(decode->port(), Prompt(i), 24); }));
+    }
+    for (int i = 0; i < 16; ++i) {
+      EXPECT_EQ(disagg[size_t(i)].get(), Complete(colocated->port(), Prompt(i), 24))
+          << dtype << " request " << i << " (prompt of " << Prompt(i).size() << " tokens, top-k 32)";
+    }
+    auto m = testing::ParseMetrics(HttpGet(decode->port(), "/metrics").body);
+    EXPECT_EQ(m["tandem_requests_total{outcome=\"finished\"}"], 16);
+    EXPECT_EQ(m["tandem_cache_pages{state=\"reserved\"}"], 0);
+    EXPECT_EQ(decode->Terminate(), 0) << decode->Log();
+    EXPECT_EQ(prefill->Terminate(), 0) << prefill->Log();
+  }
+}
+
+TEST_F(Disagg, LayoutMismatchFailsAtConnectWithAClearMessage) {
+  auto prefill = Prefill("fp8");
+  ASSERT_TRUE(prefill->ok()) << prefill->Log();
+  auto decode = Serve("bf16", prefill->port());
+  ASSERT_TRUE(decode->ok()) << decode->Log();
+  // The Hello exchange happens right after connecting.
+  int status = 0;
+  for (int i = 0; i < 200; ++i) {
+    status = HttpGet(decode->port(), "/health").status;
+    if (status == 503) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  // The engine notices at its next step; a request makes sure one happens.
+  int request_status = 0;
+  Complete(decode->port(), Prompt(1), 4, &request_status);
+  EXPECT_NE(request_status, 200);
+  EXPECT_EQ(HttpGet(decode->port(), "/health").status, 503);
+  EXPECT_NE(decode->Log().find("cache layout mismatch"), std::string::npos) << decode->Log();
+  EXPECT_NE(decode->Log().find("index_k:bf16:256 where the prefill engine has index_k:fp8_e4m3+f32scale:132"),
+            std::string::npos)
+      << decode->Log();
+}
+
+TEST_F(Disagg, PrefillDeathFailsRequestsFastAndHealthTurns503) {
+  auto prefill = Prefill("bf16");
+  ASSERT_TRUE(prefill->ok()) << prefill->Log();
+  auto decode = Serve("bf16", prefill->port());
+  ASSERT_TRUE(decode->ok()) << decode->Log();
+  int status = 0;
+  EXPECT_NE(Complete(decode->port(), Prompt(2), 8, &status).find("HTTP"), 0u);
+  EXPECT_EQ(status, 200);
+  prefill->Kill9();
+  const auto t0 = std::chrono::steady_clock::now();
+  bool refused = false;
+  for (int i = 0; i < 100 && !refused; ++i) {
+    Complete(decode->port(), Prompt(3), 8, &status);
+    refused = status == 503;
+    if (!refused) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(refused) << "requests must fail with 503 once the prefill engine is gone\n" << decode->Log();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
+  EXPECT_EQ(HttpGet(decode->port(), "/health").status, 503);
+  auto m = testing::ParseMetrics(HttpGet(decode->port(), "/metrics").body);
+  EXPECT_EQ(m["tandem_cache_pages{state=\"reserved\"}"], 0) << "nothing left reserved for the dead peer";
+}
+
+}  // namespace
+}  // namespace tandem
