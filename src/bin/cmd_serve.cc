@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "bin/commands.h"
+#include "bin/disagg_launcher.h"
 #include "bin/model_options.h"
 #include "kernels/cpu.h"
 #include "server/http_server.h"
@@ -22,7 +23,31 @@ struct ServeArgs {
   double request_timeout_s = 600, shutdown_timeout_s = 30;
   bool no_prefix_cache = false;
   std::string verify = "all";
+  bool disagg = false;
+  bool unsafe_early_commit = false;
 };
+
+// Re-spells this command's options for the child processes of --disagg.
+DisaggLaunch LaunchFor(const ServeArgs& a) {
+  DisaggLaunch l;
+  l.host = a.server.host;
+  l.port = a.server.port;
+  if (!a.model.model_path.empty()) l.model_args = {"-m", a.model.model_path};
+  l.model_args.push_back("-t");
+  l.model_args.push_back(std::to_string(a.model.threads));
+  if (!a.model.isa.empty()) l.model_args.insert(l.model_args.end(), {"--isa", a.model.isa});
+  l.attention_args = {"--attention", a.attention, "--index-k-dtype", a.index_k_dtype, "--topk",
+                      std::to_string(a.engine.attention.top_k)};
+  l.decode_args = {"--cache-tokens", std::to_string(a.engine.cache_tokens), "--max-running",
+                   std::to_string(a.engine.max_running), "--max-waiting", std::to_string(a.engine.max_waiting),
+                   "--request-timeout", std::to_string(a.request_timeout_s), "--verify-handoff", a.verify};
+  if (!a.server.model_id.empty()) l.decode_args.insert(l.decode_args.end(), {"--model-id", a.server.model_id});
+  if (a.engine.context_tokens > 0) l.decode_args.insert(l.decode_args.end(), {"--ctx-size", std::to_string(a.engine.context_tokens)});
+  if (a.no_prefix_cache) l.decode_args.push_back("--no-prefix-cache");
+  l.prefill_args = {"--chunk-size", std::to_string(a.engine.chunk_size)};
+  if (a.unsafe_early_commit) l.prefill_args.push_back("--debug-unsafe-early-commit");
+  return l;
+}
 
 int WaitForSignal() {
   sigset_t set;
@@ -35,6 +60,7 @@ int WaitForSignal() {
 }
 
 int RunServe(ServeArgs& a) {
+  if (a.disagg) return RunDisagg(LaunchFor(a));
   // Block the signals in every thread; the main thread takes them with sigwait.
   sigset_t set;
   sigemptyset(&set);
@@ -115,6 +141,10 @@ void RegisterServe(CLI::App& app) {
   cmd->add_option("--prefill", a->engine.prefill_address,
                   "Disaggregated decode: prefill engine's UCX address host:port (empty: colocated)");
   cmd->add_option("--verify-handoff", a->verify, "Check handoff digests: off, sample or all");
+  cmd->add_flag("--disagg", a->disagg,
+                "Start a prefill engine, a decode server and a router on this host (router on --port)");
+  cmd->add_flag("--debug-unsafe-early-commit", a->unsafe_early_commit,
+                "With --disagg, UNSAFE, tests only: the prefill engine commits before index-K is flushed");
   cmd->callback([a] { SetExitCode(RunServe(*a)); });
 }
 

@@ -14,6 +14,7 @@ void RegisterCommands(CLI::App& app) {
   RegisterBench(app);
   RegisterServe(app);
   RegisterPrefill(app);
+  RegisterRouter(app);
 }
 
 }  // namespace tandem::cli

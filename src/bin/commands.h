@@ -12,6 +12,7 @@ void RegisterMkmodel(CLI::App& app);
 void RegisterBench(CLI::App& app);
 void RegisterServe(CLI::App& app);
 void RegisterPrefill(CLI::App& app);
+void RegisterRouter(CLI::App& app);
 void RegisterServeBench(CLI::App& bench);  // under `bench`
 void RegisterHandoffBench(CLI::App& bench);
 

@@ -1,0 +1,43 @@
+// `tandem router`: the public OpenAI endpoint in front of decode servers.
+#include <signal.h>
+
+#include <cstdio>
+#include <memory>
+
+#include "bin/commands.h"
+#include "router/router.h"
+
+namespace tandem::cli {
+
+void RegisterRouter(CLI::App& app) {
+  auto o = std::make_shared<RouterOptions>();
+  CLI::App* cmd = app.add_subcommand("router", "Route OpenAI requests to disaggregated decode servers");
+  cmd->add_option("--host", o->host, "Address to listen on");
+  cmd->add_option("--port", o->port, "Port (0: any free port)")->check(CLI::Range(0, 65535));
+  cmd->add_option("--decode", o->backends, "Decode server host:port (repeatable or comma-separated)")
+      ->delimiter(',')
+      ->required();
+  cmd->add_option("--request-timeout", o->request_timeout_s, "Seconds before an upstream request is abandoned");
+  cmd->callback([o] {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    signal(SIGPIPE, SIG_IGN);
+    Router router(*o);
+    if (Status st = router.Start(); !st.ok()) {
+      std::fprintf(stderr, "error: %s\n", st.ToString().c_str());
+      SetExitCode(1);
+      return;
+    }
+    std::fprintf(stderr, "tandem router: http://%s:%d -> %zu decode backend(s)\n", o->host.c_str(), router.port(),
+                 o->backends.size());
+    int sig = 0;
+    sigwait(&set, &sig);
+    router.Stop();
+    std::fprintf(stderr, "tandem router: stopped\n");
+  });
+}
+
+}  // namespace tandem::cli

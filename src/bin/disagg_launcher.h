@@ -1,0 +1,23 @@
+// `tandem serve --disagg`: one prefill engine, one decode server and a router
+// on this host, as three child processes of this binary, started in order and
+// stopped together.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tandem::cli {
+
+struct DisaggLaunch {
+  std::string host = "127.0.0.1";
+  int port = 8080;                          // the router's, public (0: any free)
+  std::vector<std::string> model_args;      // -m, -t, --isa ...
+  std::vector<std::string> attention_args;  // --attention, --topk, --index-k-dtype (both engines)
+  std::vector<std::string> decode_args;     // engine options for the decode server
+  std::vector<std::string> prefill_args;    // --chunk-size, --debug-unsafe-early-commit ...
+};
+
+// Runs until SIGTERM/SIGINT; returns the exit code.
+int RunDisagg(const DisaggLaunch& launch);
+
+}  // namespace tandem::cli

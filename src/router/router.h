@@ -1,0 +1,68 @@
+// The router: the public OpenAI endpoint of a disaggregated deployment. It
+// forwards each request to a healthy decode server (each decode server owns
+// its link to a prefill engine, so a decode server stands for a
+// (prefill, decode) pair), round-robin, and relays the answer — streamed
+// chunk by chunk; a client that hangs up closes the upstream request, which
+// cancels it there. A health checker polls every backend's /health; with no
+// healthy backend the router answers 503 at once.
+//
+// The prompt is tokenized once, by the decode server that serves it.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+
+namespace httplib {
+class Server;
+class Request;
+class Response;
+}  // namespace httplib
+
+namespace tandem {
+
+struct RouterOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::vector<std::string> backends;  // decode servers, "host:port"
+  std::chrono::milliseconds health_interval{200};
+  double request_timeout_s = 600;
+};
+
+class Router {
+ public:
+  explicit Router(RouterOptions options);
+  ~Router();
+  Status Start();
+  int port() const { return port_; }
+  void Stop();
+
+ private:
+  struct Backend {
+    std::string host;
+    int port = 0;
+    std::atomic<bool> healthy{false};
+    std::atomic<int64_t> forwarded{0}, failed{0};
+  };
+  void CheckHealth();
+  Backend* Pick();
+  void Forward(const httplib::Request& req, httplib::Response& res);
+  void ForwardStream(const httplib::Request& req, httplib::Response& res, Backend& b);
+  std::string MetricsText() const;
+
+  RouterOptions options_;
+  std::vector<std::unique_ptr<Backend>> backends_;
+  std::atomic<size_t> next_{0};
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> unavailable_{0};
+  std::unique_ptr<httplib::Server> server_;
+  std::thread listener_, health_;
+  int port_ = 0;
+};
+
+}  // namespace tandem
