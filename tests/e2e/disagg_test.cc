@@ -140,5 +140,63 @@ TEST_F(Disagg, PrefillDeathFailsRequestsFastAndHealthTurns503) {
   EXPECT_EQ(m["tandem_cache_pages{state=\"reserved\"}"], 0) << "nothing left reserved for the dead peer";
 }
 
+int FreePort() {
+  // Bind port 0, read the port, close: good enough for a test on loopback.
+  ServerProcess probe({"router", "--decode", "127.0.0.1:1"});
+  const int port = probe.port();
+  probe.Terminate();
+  return port;
+}
+
+TEST_F(Disagg, ServeDisaggMatchesColocatedAndStopsCleanly) {
+  std::vector<std::string> args = {"serve", "--disagg", "-m", *model_, "--model-id", "tiny"};
+  for (auto& x : Attention("bf16")) args.push_back(x);
+  ServerProcess disagg(args, 120, "router at http://127.0.0.1:");
+  ASSERT_TRUE(disagg.ok()) << disagg.Log();
+  auto colocated = Serve("bf16");
+  ASSERT_TRUE(colocated->ok());
+  std::vector<std::future<std::string>> got;
+  for (int i = 0; i < 12; ++i) {
+    got.push_back(std::async(std::launch::async, [&, i] { return Complete(disagg.port(), Prompt(i), 20); }));
+  }
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(got[size_t(i)].get(), Complete(colocated->port(), Prompt(i), 20)) << i;
+  EXPECT_EQ(HttpGet(disagg.port(), "/health").status, 200);
+  EXPECT_EQ(disagg.Terminate(), 0) << disagg.Log();
+  EXPECT_NE(disagg.Log().find("[prefill] tandem prefill: stopping (12 committed"), std::string::npos) << disagg.Log();
+}
+
+TEST_F(Disagg, DecodeKilledRouterAnswers503ThenRecoversAfterRestart) {
+  auto prefill = Prefill("bf16");
+  ASSERT_TRUE(prefill->ok()) << prefill->Log();
+  const int decode_port = FreePort();
+  // Decode server on a fixed port, so the router can find it again after a restart.
+  auto decode_args = [&] {
+    std::vector<std::string> a = {"serve", "-m", *model_, "--prefill", "127.0.0.1:" + std::to_string(prefill->port())};
+    for (auto& x : Attention("bf16")) a.push_back(x);
+    return a;
+  };
+  auto decode = std::make_unique<ServerProcess>(decode_args(), 60, "http://127.0.0.1:", decode_port);
+  ASSERT_TRUE(decode->ok()) << decode->Log();
+  ServerProcess router({"router", "--decode", "127.0.0.1:" + std::to_string(decode_port)});
+  ASSERT_TRUE(router.ok()) << router.Log();
+  int status = 0;
+  Complete(router.port(), Prompt(1), 8, &status);
+  EXPECT_EQ(status, 200);
+  decode->Kill9();
+  const auto t0 = std::chrono::steady_clock::now();
+  Complete(router.port(), Prompt(2), 8, &status);
+  EXPECT_EQ(status, 503) << "the router must notice the dead decode server";
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5)) << "and answer quickly";
+  decode = std::make_unique<ServerProcess>(decode_args(), 60, "http://127.0.0.1:", decode_port);
+  ASSERT_TRUE(decode->ok()) << decode->Log();
+  bool recovered = false;
+  for (int i = 0; i < 100 && !recovered; ++i) {
+    Complete(router.port(), Prompt(3), 8, &status);
+    recovered = status == 200;
+    if (!recovered) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(recovered) << "requests succeed again once the decode server is back";
+}
+
 }  // namespace
 }  // namespace tandem

@@ -15,10 +15,11 @@
 
 namespace tandem::testing {
 
-ServerProcess::ServerProcess(std::vector<std::string> args, int startup_timeout_s, std::string marker) {
+ServerProcess::ServerProcess(std::vector<std::string> args, int startup_timeout_s, std::string marker,
+                             int fixed_port) {
   log_path_ = MakeTempDir() + "/server.log";
   args.push_back("--port");
-  args.push_back("0");
+  args.push_back(std::to_string(fixed_port));
   pid_ = fork();
   if (pid_ == 0) {
     const int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
