@@ -3,12 +3,15 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <map>
 #include <memory>
+#include <mutex>
 
 #include "bin/commands.h"
 #include "bin/model_options.h"
 #include "kernels/cpu.h"
 #include "prefill/prefill_worker.h"
+#include "transfer/faulty.h"
 #include "transfer/ucx.h"
 
 namespace tandem::cli {
@@ -23,6 +26,8 @@ struct PrefillArgs {
   int64_t cache_tokens = 65536;
   int32_t chunk_size = 512;
   bool unsafe_early_commit = false;
+  int64_t debug_put_delay_us = 0;
+  double debug_bit_flip_rate = 0;
 };
 
 int RunPrefill(PrefillArgs& a) {
@@ -55,13 +60,39 @@ int RunPrefill(PrefillArgs& a) {
   so.chunk_size = a.chunk_size;
   so.unsafe_early_commit = a.unsafe_early_commit;
   PrefillWorker worker(**model, *spec, a.model.threads, (a.cache_tokens + kPageTokens - 1) / kPageTokens, so);
+  // Declared before the transport: its threads may call the handlers below until it is gone.
+  transfer::FaultPlan faults;
+  faults.put_delay = std::chrono::microseconds(a.debug_put_delay_us);
+  faults.bit_flip_rate = a.debug_bit_flip_rate;
+  const bool inject = a.debug_put_delay_us > 0 || a.debug_bit_flip_rate > 0;
+  if (inject) {
+    std::fprintf(stderr, "WARNING: injecting transfer faults (put delay %lld us, bit flip rate %g): tests only\n",
+                 (long long)a.debug_put_delay_us, a.debug_bit_flip_rate);
+  }
+  std::mutex wrapped_mu;
+  std::map<transfer::Connection*, std::shared_ptr<transfer::Connection>> wrapped;  // guarded by wrapped_mu
   auto transport = transfer::UcxTransport::Create();
   if (!transport.ok()) return std::fprintf(stderr, "error: %s\n", transport.status().ToString().c_str()), 1;
   Status st = (*transport)->Listen(a.host + ":" + std::to_string(a.port), [&](std::shared_ptr<transfer::Connection> c) {
     transfer::ConnectionHandlers h;
-    std::weak_ptr<transfer::Connection> weak = c;
-    h.on_message = [&worker, weak](transfer::Connection&, std::vector<uint8_t> m) {
-      if (auto conn = weak.lock()) worker.OnMessage(conn, m);
+    std::shared_ptr<transfer::Connection> use = c;
+    if (inject) use = std::make_shared<transfer::FaultyConnection>(c, faults);
+    {
+      std::lock_guard<std::mutex> lock(wrapped_mu);
+      wrapped[c.get()] = use;
+    }
+    h.on_message = [&worker, &wrapped, &wrapped_mu](transfer::Connection& raw, std::vector<uint8_t> m) {
+      std::shared_ptr<transfer::Connection> conn;
+      {
+        std::lock_guard<std::mutex> lock(wrapped_mu);
+        auto it = wrapped.find(&raw);
+        if (it != wrapped.end()) conn = it->second;
+      }
+      if (conn) worker.OnMessage(conn, m);
+    };
+    h.on_close = [&wrapped, &wrapped_mu](transfer::Connection& raw, const Status&) {
+      std::lock_guard<std::mutex> lock(wrapped_mu);
+      wrapped.erase(&raw);
     };
     return h;
   });
@@ -92,6 +123,8 @@ void RegisterPrefill(CLI::App& app) {
   cmd->add_option("--chunk-size", a->chunk_size, "Prefill tokens per step")->check(CLI::Range(1, 1 << 20));
   cmd->add_flag("--debug-unsafe-early-commit", a->unsafe_early_commit,
                 "UNSAFE, tests only: commit before the index-K writes are flushed");
+  cmd->add_option("--debug-put-delay-us", a->debug_put_delay_us, "Tests only: delay every page write")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--debug-bit-flip-rate", a->debug_bit_flip_rate, "Tests only: flip one bit in this share of page writes")->check(CLI::Range(0.0, 1.0));
   cmd->callback([a] { SetExitCode(RunPrefill(*a)); });
 }
 

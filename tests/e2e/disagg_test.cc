@@ -37,14 +37,17 @@ class Disagg : public ::testing::Test {
   static std::vector<std::string> Attention(const std::string& dtype) {
     return {"--attention", "sparse", "--topk", "32", "--index-k-dtype", dtype};
   }
-  static std::unique_ptr<ServerProcess> Prefill(const std::string& dtype) {
+  static std::unique_ptr<ServerProcess> Prefill(const std::string& dtype, std::vector<std::string> extra = {}) {
     std::vector<std::string> a = {"prefill", "-m", *model_, "--chunk-size", "100"};
     for (auto& x : Attention(dtype)) a.push_back(x);
+    a.insert(a.end(), extra.begin(), extra.end());
     return std::make_unique<ServerProcess>(a, 60, "ucx://127.0.0.1:");
   }
-  static std::unique_ptr<ServerProcess> Serve(const std::string& dtype, int prefill_port = 0) {
+  static std::unique_ptr<ServerProcess> Serve(const std::string& dtype, int prefill_port = 0,
+                                              std::vector<std::string> extra = {}) {
     std::vector<std::string> a = {"serve", "-m", *model_, "--model-id", "tiny", "--request-timeout", "60"};
     for (auto& x : Attention(dtype)) a.push_back(x);
+    a.insert(a.end(), extra.begin(), extra.end());
     if (prefill_port > 0) {
       a.push_back("--prefill");
       a.push_back("127.0.0.1:" + std::to_string(prefill_port));
@@ -138,6 +141,62 @@ TEST_F(Disagg, PrefillDeathFailsRequestsFastAndHealthTurns503) {
   EXPECT_EQ(HttpGet(decode->port(), "/health").status, 503);
   auto m = testing::ParseMetrics(HttpGet(decode->port(), "/metrics").body);
   EXPECT_EQ(m["tandem_cache_pages{state=\"reserved\"}"], 0) << "nothing left reserved for the dead peer";
+}
+
+TEST_F(Disagg, TheOracleCatchesAnUnsafeEarlyCommitAndDigestsRefuseIt) {
+  auto colocated = Serve("bf16");
+  ASSERT_TRUE(colocated->ok());
+  std::vector<std::string> want;
+  for (int i = 0; i < 8; ++i) want.push_back(Complete(colocated->port(), Prompt(i + 2), 16));
+  const std::vector<std::string> unsafe = {"--debug-unsafe-early-commit", "--debug-put-delay-us", "30000"};
+  {
+    auto prefill = Prefill("bf16", unsafe);
+    ASSERT_TRUE(prefill->ok()) << prefill->Log();
+    EXPECT_NE(prefill->Log().find("WARNING: --debug-unsafe-early-commit"), std::string::npos);
+    auto decode = Serve("bf16", prefill->port(), {"--verify-handoff", "off"});
+    ASSERT_TRUE(decode->ok()) << decode->Log();
+    int mismatches = 0;
+    for (int i = 0; i < 8; ++i) mismatches += Complete(decode->port(), Prompt(i + 2), 16) != want[size_t(i)];
+    EXPECT_GT(mismatches, 0) << "without verification the early commit must corrupt some outputs";
+  }
+  {
+    auto prefill = Prefill("bf16", unsafe);
+    auto decode = Serve("bf16", prefill->port(), {"--verify-handoff", "all"});
+    ASSERT_TRUE(prefill->ok() && decode->ok());
+    int refused = 0;
+    for (int i = 0; i < 8; ++i) {
+      int status = 0;
+      const std::string text = Complete(decode->port(), Prompt(i + 2), 16, &status);
+      if (status == 200) {
+        EXPECT_EQ(text, want[size_t(i)]) << "a handoff that passed verification must be exact";
+      } else {
+        ++refused;
+        EXPECT_NE(text.find("digest mismatch"), std::string::npos) << text;
+      }
+    }
+    EXPECT_GT(refused, 0);
+  }
+}
+
+TEST_F(Disagg, BitFlipsAreDetectedAndNeverServed) {
+  auto colocated = Serve("fp8");
+  auto prefill = Prefill("fp8", {"--debug-bit-flip-rate", "0.05"});
+  ASSERT_TRUE(colocated->ok() && prefill->ok()) << prefill->Log();
+  auto decode = Serve("fp8", prefill->port(), {"--verify-handoff", "all"});
+  ASSERT_TRUE(decode->ok()) << decode->Log();
+  int failed = 0;
+  for (int i = 0; i < 12; ++i) {
+    int status = 0;
+    const std::string text = Complete(decode->port(), Prompt(i), 8, &status);
+    if (status == 200) {
+      EXPECT_EQ(text, Complete(colocated->port(), Prompt(i), 8)) << i;
+    } else {
+      ++failed;
+      EXPECT_NE(text.find("digest mismatch"), std::string::npos) << text;
+    }
+  }
+  EXPECT_GT(failed, 0) << "5% of page writes corrupted: some handoffs must fail";
+  EXPECT_EQ(HttpGet(decode->port(), "/health").status, 200) << "a corrupted handoff fails only itself";
 }
 
 int FreePort() {
