@@ -34,6 +34,8 @@ struct Engine::Sequence {
   bool done = false;
   uint64_t handoff = 0;   // disaggregated: the handoff bringing this prompt's cache
   bool awaiting = false;  // disaggregated: waiting for that handoff's commit
+  Clock::time_point handoff_sent;
+  double handoff_seconds = 0;
 };
 
 StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineOptions& options) {
@@ -239,6 +241,8 @@ void Engine::Admit() {
         continue;
       }
       seq.awaiting = true;
+      seq.handoff_sent = Clock::now();
+      metrics_.handoff_page_wait.Observe(SecondsBetween(seq.arrival, seq.handoff_sent));
       if (!seq.started) {
         metrics_.prompt_tokens.Increment(double(seq.prompt_len));
         counters_.prompt_tokens += seq.prompt_len;
@@ -351,8 +355,22 @@ void Engine::PollRemote() {
     }
     s.pages = std::move(o.ready.pages);
     s.computed = int64_t(s.tokens.size());
+    s.handoff_seconds += SecondsBetween(s.handoff_sent, Clock::now());
+    metrics_.handoff_wait.Observe(SecondsBetween(s.handoff_sent, Clock::now()));
     Emit(s, o.ready.first_token);
   }
+  // Receiver counters -> Prometheus (counters only move forward).
+  const transfer::ReceiverStats& r = remote_->stats();
+  auto advance = [](prometheus::Counter& c, int64_t now, int64_t& seen) {
+    if (now > seen) c.Increment(double(now - seen));
+    seen = now;
+  };
+  advance(metrics_.handoffs_committed, r.committed, seen_.committed);
+  advance(metrics_.handoffs_failed, r.failed, seen_.failed);
+  advance(metrics_.handoffs_aborted, r.aborted, seen_.aborted);
+  advance(metrics_.handoffs_verified, r.verified, seen_.verified);
+  advance(metrics_.handoff_digest_mismatches, r.digest_mismatches, seen_.digest_mismatches);
+  metrics_.handoff_quarantined_pages.Set(double(r.quarantined_pages));
   const bool healthy = remote_->healthy();
   link_healthy_ = healthy;
   if (!healthy) {
@@ -407,7 +425,13 @@ void Engine::Finish(Sequence& s, const std::string& reason) {
   s.handle->Push(std::move(ev));
   Retire(s);
   s.done = true;
-  metrics_.e2e.Observe(SecondsBetween(s.arrival, Clock::now()));
+  const double e2e = SecondsBetween(s.arrival, Clock::now());
+  metrics_.e2e.Observe(e2e);
+  if (remote_) {
+    handoff_seconds_total_ += s.handoff_seconds;
+    request_seconds_total_ += e2e;
+    if (request_seconds_total_ > 0) metrics_.handoff_time_share.Set(handoff_seconds_total_ / request_seconds_total_);
+  }
   if (reason == "cancelled") {
     ++counters_.requests_cancelled;
     metrics_.cancelled.Increment();

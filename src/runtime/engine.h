@@ -121,6 +121,8 @@ class Engine {
 
   std::atomic<bool> stopping_{false};
   std::atomic<bool> link_healthy_{true};
+  transfer::ReceiverStats seen_;  // loop thread: receiver counters already exported
+  double handoff_seconds_total_ = 0, request_seconds_total_ = 0;  // loop thread
   uint64_t next_handoff_ = 1;  // loop thread
   std::atomic<bool> loop_alive_{false};
   std::thread loop_;

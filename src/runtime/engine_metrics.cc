@@ -46,7 +46,20 @@ EngineMetrics::EngineMetrics()
       failed(Counter(*registry_, "tandem_requests_total", "Requests by outcome", {{"outcome", "failed"}})),
       ttft(Seconds(*registry_, "tandem_time_to_first_token_seconds", "Arrival to first token")),
       inter_token(Seconds(*registry_, "tandem_inter_token_latency_seconds", "Between streamed tokens")),
-      e2e(Seconds(*registry_, "tandem_request_duration_seconds", "Arrival to last token")) {}
+      e2e(Seconds(*registry_, "tandem_request_duration_seconds", "Arrival to last token")),
+      handoffs_committed(Counter(*registry_, "tandem_handoffs_total", "Handoffs by outcome", {{"outcome", "committed"}})),
+      handoffs_failed(Counter(*registry_, "tandem_handoffs_total", "Handoffs by outcome", {{"outcome", "failed"}})),
+      handoffs_aborted(Counter(*registry_, "tandem_handoffs_total", "Handoffs by outcome", {{"outcome", "aborted"}})),
+      handoffs_verified(Counter(*registry_, "tandem_handoffs_verified_total", "Commits whose digests were checked")),
+      handoff_digest_mismatches(Counter(*registry_, "tandem_handoff_digest_mismatches_total",
+                                        "Commits refused because a buffer digest did not match")),
+      handoff_quarantined_pages(Gauge(*registry_, "tandem_handoff_quarantined_pages",
+                                      "Pages of aborted handoffs waiting for the sender's acknowledgement")),
+      handoff_page_wait(Seconds(*registry_, "tandem_handoff_page_wait_seconds", "Arrival until pages were reserved")),
+      handoff_wait(Seconds(*registry_, "tandem_handoff_wait_seconds",
+                           "Destination sent until the commit was accepted (prefill compute, transfer, commit)")),
+      handoff_time_share(Gauge(*registry_, "tandem_handoff_time_share",
+                               "Share of finished requests' time spent waiting for their handoff")) {}
 
 std::string EngineMetrics::Text() const {
   std::ostringstream out;

@@ -40,6 +40,16 @@ class EngineMetrics {
   prometheus::Histogram& ttft;
   prometheus::Histogram& inter_token;
   prometheus::Histogram& e2e;
+  // Disaggregated decode only.
+  prometheus::Counter& handoffs_committed;
+  prometheus::Counter& handoffs_failed;
+  prometheus::Counter& handoffs_aborted;
+  prometheus::Counter& handoffs_verified;
+  prometheus::Counter& handoff_digest_mismatches;
+  prometheus::Gauge& handoff_quarantined_pages;
+  prometheus::Histogram& handoff_page_wait;  // queued until its pages were reserved
+  prometheus::Histogram& handoff_wait;       // destination sent -> commit accepted (prefill + transfer + commit)
+  prometheus::Gauge& handoff_time_share;     // handoff wait / request duration, over finished requests
 };
 
 }  // namespace tandem

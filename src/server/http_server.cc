@@ -36,6 +36,10 @@ Status HttpServer::Start() {
   const int threads = options_.http_threads;
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
   server_->set_payload_max_length(options_.max_body_bytes);
+  // A connection may wait for a free handler thread under load; do not drop
+  // it for being slow to be read (cpp-httplib's default is 5 s).
+  server_->set_read_timeout(60, 0);
+  server_->set_write_timeout(60, 0);
   Routes();
   port_ = options_.port;
   if (port_ == 0) {

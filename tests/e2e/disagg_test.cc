@@ -74,24 +74,52 @@ std::vector<int32_t> Prompt(int i) {
   return p;
 }
 
-TEST_F(Disagg, ConcurrentRequestsMatchColocatedForFp8AndBf16IndexK) {
+// One two-turn chat: turn 2 re-sends turn 1 and its answer.
+std::vector<std::string> Conversation(int port, int i) {
+  std::string topic = "conversation " + std::to_string(i) + ":";
+  for (int w = 0; w < 20 + i * 3; ++w) topic += " word" + std::to_string((w * 7 + i) % 50);
+  json body = {{"messages", json::array({{{"role", "user"}, {"content", topic}}})}, {"max_tokens", 16}, {"temperature", 0}};
+  std::vector<std::string> answers;
+  for (int turn = 0; turn < 2; ++turn) {
+    auto r = HttpPost(port, "/v1/chat/completions", body.dump());
+    // Known open issue: a cpp-httplib client occasionally gets no response
+    // ("Read") from a server that keeps serving; retry such transport
+    // failures (never HTTP errors), so they cannot pass for an output mismatch.
+    for (int retry = 0; retry < 3 && r.status == 0; ++retry) r = HttpPost(port, "/v1/chat/completions", body.dump());
+    if (r.status != 200) return {"HTTP " + std::to_string(r.status) + ": " + r.body};
+    const std::string answer = json::parse(r.body)["choices"][0]["message"]["content"];
+    answers.push_back(answer);
+    body["messages"].push_back({{"role", "assistant"}, {"content", answer}});
+    body["messages"].push_back({{"role", "user"}, {"content", "and then? " + std::to_string(turn)}});
+  }
+  return answers;
+}
+
+TEST_F(Disagg, SixtyFourConcurrentConversationsMatchColocatedForFp8AndBf16) {
   for (const std::string dtype : {"fp8", "bf16"}) {
     auto prefill = Prefill(dtype);
     ASSERT_TRUE(prefill->ok()) << prefill->Log();
     auto decode = Serve(dtype, prefill->port());
     auto colocated = Serve(dtype);
     ASSERT_TRUE(decode->ok() && colocated->ok()) << decode->Log() << colocated->Log();
-    std::vector<std::future<std::string>> disagg;
-    for (int i = 0; i < 16; ++i) {
-      disagg.push_back(std::async(std::launch::async, [&, i] { return Complete(decode->port(), Prompt(i), 24); }));
+    std::vector<std::future<std::vector<std::string>>> disagg;
+    for (int i = 0; i < 64; ++i) {
+      disagg.push_back(std::async(std::launch::async, [&, i] { return Conversation(decode->port(), i); }));
     }
-    for (int i = 0; i < 16; ++i) {
-      EXPECT_EQ(disagg[size_t(i)].get(), Complete(colocated->port(), Prompt(i), 24))
-          << dtype << " request " << i << " (prompt of " << Prompt(i).size() << " tokens, top-k 32)";
+    std::vector<std::vector<std::string>> got;
+    for (auto& f : disagg) got.push_back(f.get());
+    // The oracle afterwards, one conversation at a time.
+    for (int i = 0; i < 64; ++i) {
+      EXPECT_EQ(got[size_t(i)], Conversation(colocated->port(), i)) << dtype << " conversation " << i;
     }
     auto m = testing::ParseMetrics(HttpGet(decode->port(), "/metrics").body);
-    EXPECT_EQ(m["tandem_requests_total{outcome=\"finished\"}"], 16);
+    EXPECT_EQ(m["tandem_requests_total{outcome=\"finished\"}"], 128);
+    EXPECT_EQ(m["tandem_handoffs_total{outcome=\"committed\"}"], 128);
+    EXPECT_EQ(m["tandem_handoffs_verified_total"], 128);
     EXPECT_EQ(m["tandem_cache_pages{state=\"reserved\"}"], 0);
+    EXPECT_GT(m["tandem_handoff_time_share"], 0);
+    EXPECT_LT(m["tandem_handoff_time_share"], 1);
+    std::cout << "[ disagg " << dtype << " ] handoff share of request time: " << m["tandem_handoff_time_share"] << "\n";
     EXPECT_EQ(decode->Terminate(), 0) << decode->Log();
     EXPECT_EQ(prefill->Terminate(), 0) << prefill->Log();
   }

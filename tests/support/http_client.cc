@@ -25,10 +25,13 @@ HttpResult HttpPost(int port, const std::string& path, const std::string& body,
   cli.set_read_timeout(120, 0);
   cli.set_write_timeout(120, 0);
   HttpResult r;
-  if (auto res = cli.Post(path.c_str(), body, content_type.c_str())) {
+  auto res = cli.Post(path.c_str(), body, content_type.c_str());
+  if (res) {
     r.status = res->status;
     r.body = res->body;
     for (const auto& [k, v] : res->headers) r.headers[k] = v;
+  } else {
+    r.body = "no response: " + httplib::to_string(res.error());
   }
   return r;
 }
