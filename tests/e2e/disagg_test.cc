@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <future>
+#include <map>
 #include <thread>
 
 #include "support/http_client.h"
@@ -225,6 +226,54 @@ TEST_F(Disagg, BitFlipsAreDetectedAndNeverServed) {
   }
   EXPECT_GT(failed, 0) << "5% of page writes corrupted: some handoffs must fail";
   EXPECT_EQ(HttpGet(decode->port(), "/health").status, 200) << "a corrupted handoff fails only itself";
+}
+
+TEST_F(Disagg, AbortStormLeavesNothingBehindAndACleanRoundSucceeds) {
+  // Slow page writes keep handoffs in flight long enough to be cancelled mid-way.
+  auto prefill = Prefill("bf16", {"--debug-put-delay-us", "20000"});
+  ASSERT_TRUE(prefill->ok()) << prefill->Log();
+  auto decode = Serve("bf16", prefill->port());
+  ASSERT_TRUE(decode->ok()) << decode->Log();
+  const int port = decode->port();
+  for (int round = 0; round < 10; ++round) {
+    std::vector<std::future<void>> clients;
+    for (int i = 0; i < 8; ++i) {
+      clients.push_back(std::async(std::launch::async, [&, i] {
+        const std::string body =
+            json{{"prompt", Prompt(i)}, {"max_tokens", 8}, {"temperature", 0}, {"stream", true}}.dump();
+        if (i % 2 == 0) {
+          testing::HttpPostAndHangUp(port, "/v1/completions", body, 5);  // gone mid-handoff
+        } else {
+          int status = 0;
+          Complete(port, Prompt(i), 8, &status);
+          EXPECT_EQ(status, 200);
+        }
+      }));
+    }
+    for (auto& c : clients) c.get();
+  }
+  std::map<std::string, double> m;
+  for (int i = 0; i < 300; ++i) {  // acknowledgements and cancellations settle
+    m = testing::ParseMetrics(HttpGet(port, "/metrics").body);
+    if (m["tandem_requests_running"] + m["tandem_requests_waiting"] == 0 && m["tandem_handoff_quarantined_pages"] == 0 &&
+        m["tandem_cache_pages{state=\"reserved\"}"] == 0) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(m["tandem_requests_running"] + m["tandem_requests_waiting"], 0);
+  EXPECT_EQ(m["tandem_handoff_quarantined_pages"], 0);
+  EXPECT_EQ(m["tandem_cache_pages{state=\"reserved\"}"], 0);
+  EXPECT_EQ(m["tandem_cache_pages{state=\"used\"}"], m["tandem_prefix_cache_pages"]);
+  EXPECT_GT(m["tandem_handoffs_total{outcome=\"aborted\"}"], 0) << "some cancellations hit handoffs in flight";
+  EXPECT_EQ(HttpGet(port, "/health").status, 200);
+  int ok = 0;
+  for (int i = 0; i < 8; ++i) {
+    int status = 0;
+    Complete(port, Prompt(i + 10), 8, &status);
+    ok += status == 200;
+  }
+  EXPECT_EQ(ok, 8) << "a clean round after the storm succeeds completely";
 }
 
 int FreePort() {

@@ -54,6 +54,12 @@ int HttpPostStream(int port, const std::string& path, const std::string& body,
   return ok ? res.status : (res.status > 0 ? res.status : -1);
 }
 
+void HttpPostAndHangUp(int port, const std::string& path, const std::string& body, int wait_ms) {
+  httplib::Client cli("127.0.0.1", port);
+  cli.set_read_timeout(0, wait_ms * 1000);
+  (void)cli.Post(path.c_str(), body, "application/json");
+}
+
 std::vector<std::string> SseData(const std::string& body) {
   std::vector<std::string> out;
   std::istringstream in(body);

@@ -22,6 +22,10 @@ HttpResult HttpPost(int port, const std::string& path, const std::string& body,
 int HttpPostStream(int port, const std::string& path, const std::string& body,
                    const std::function<bool(const std::string&)>& on_data);
 
+// Sends a POST and hangs up after `wait_ms` without reading the answer (a
+// client that gave up). Returns once the connection is closed.
+void HttpPostAndHangUp(int port, const std::string& path, const std::string& body, int wait_ms);
+
 // The "data: ..." payloads of an SSE body, in order ("[DONE]" included).
 std::vector<std::string> SseData(const std::string& body);
 
