@@ -103,8 +103,8 @@ int RunPrefill(PrefillArgs& a) {
   int sig = 0;
   sigwait(&set, &sig);
   const auto s = worker.stats();
-  std::fprintf(stderr, "tandem prefill: stopping (%lld committed, %lld aborted, %lld failed)\n",
-               (long long)s.committed, (long long)s.aborted, (long long)s.failed);
+  std::fprintf(stderr, "tandem prefill: stopping (%lld committed, %lld aborted, %lld failed, %lld pages in use)\n",
+               (long long)s.committed, (long long)s.aborted, (long long)s.failed, (long long)s.pages_in_use);
   return 0;
 }
 

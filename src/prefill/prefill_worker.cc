@@ -29,7 +29,11 @@ std::string PrefillWorker::layout_fingerprint() const { return pool_.layout().Fi
 
 PrefillWorker::Stats PrefillWorker::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  Stats s = stats_;
+  // The pool is touched only by the worker thread while a handoff runs; the
+  // count is exact whenever no handoff is running.
+  s.pages_in_use = pool_.used_pages();
+  return s;
 }
 
 void PrefillWorker::OnMessage(std::shared_ptr<transfer::Connection> connection, const std::vector<uint8_t>& bytes) {

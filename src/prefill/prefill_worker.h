@@ -27,6 +27,7 @@ class PrefillWorker {
 
   struct Stats {
     int64_t committed = 0, failed = 0, aborted = 0;
+    int64_t pages_in_use = 0;  // of this engine's own pool; 0 when idle
   };
   Stats stats() const;
 

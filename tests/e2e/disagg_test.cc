@@ -276,6 +276,25 @@ TEST_F(Disagg, AbortStormLeavesNothingBehindAndACleanRoundSucceeds) {
   EXPECT_EQ(ok, 8) << "a clean round after the storm succeeds completely";
 }
 
+TEST_F(Disagg, DecodeKilledMidHandoffThePrefillEngineReleasesEverything) {
+  auto prefill = Prefill("bf16", {"--debug-put-delay-us", "20000"});
+  ASSERT_TRUE(prefill->ok()) << prefill->Log();
+  auto decode = Serve("bf16", prefill->port());
+  ASSERT_TRUE(decode->ok()) << decode->Log();
+  std::vector<std::future<void>> clients;
+  for (int i = 0; i < 6; ++i) {
+    clients.push_back(std::async(std::launch::async, [&, i] { Complete(decode->port(), Prompt(i + 5), 8); }));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));  // handoffs in flight
+  decode->Kill9();
+  for (auto& c : clients) c.get();
+  // The sender's puts fail or its flush deadline passes; either way it lets go.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(prefill->Terminate(), 0);
+  const std::string log = prefill->Log();
+  EXPECT_NE(log.find(" 0 pages in use)"), std::string::npos) << log;
+}
+
 int FreePort() {
   // Bind port 0, read the port, close: good enough for a test on loopback.
   ServerProcess probe({"router", "--decode", "127.0.0.1:1"});
