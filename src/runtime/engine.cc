@@ -34,7 +34,7 @@ struct Engine::Sequence {
   bool done = false;
   uint64_t handoff = 0;   // disaggregated: the handoff bringing this prompt's cache
   bool awaiting = false;  // disaggregated: waiting for that handoff's commit
-  Clock::time_point handoff_sent;
+  Clock::time_point handoff_sent, committed_at;
   double handoff_seconds = 0;
 };
 
@@ -355,8 +355,14 @@ void Engine::PollRemote() {
     }
     s.pages = std::move(o.ready.pages);
     s.computed = int64_t(s.tokens.size());
-    s.handoff_seconds += SecondsBetween(s.handoff_sent, Clock::now());
-    metrics_.handoff_wait.Observe(SecondsBetween(s.handoff_sent, Clock::now()));
+    const double wait = SecondsBetween(s.handoff_sent, Clock::now());
+    const double compute = double(o.ready.compute_us) * 1e-6, transfer = double(o.ready.transfer_us) * 1e-6;
+    s.handoff_seconds += wait;
+    s.committed_at = Clock::now();
+    metrics_.handoff_wait.Observe(wait);
+    metrics_.handoff_compute.Observe(compute);
+    metrics_.handoff_transfer.Observe(transfer);
+    metrics_.handoff_commit_wait.Observe(std::max(0.0, wait - compute - transfer));
     Emit(s, o.ready.first_token);
   }
   // Receiver counters -> Prometheus (counters only move forward).
@@ -428,6 +434,7 @@ void Engine::Finish(Sequence& s, const std::string& reason) {
   const double e2e = SecondsBetween(s.arrival, Clock::now());
   metrics_.e2e.Observe(e2e);
   if (remote_) {
+    if (s.committed_at != Clock::time_point{}) metrics_.decode_phase.Observe(SecondsBetween(s.committed_at, Clock::now()));
     handoff_seconds_total_ += s.handoff_seconds;
     request_seconds_total_ += e2e;
     if (request_seconds_total_ > 0) metrics_.handoff_time_share.Set(handoff_seconds_total_ / request_seconds_total_);

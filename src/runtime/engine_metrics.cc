@@ -58,6 +58,13 @@ EngineMetrics::EngineMetrics()
       handoff_page_wait(Seconds(*registry_, "tandem_handoff_page_wait_seconds", "Arrival until pages were reserved")),
       handoff_wait(Seconds(*registry_, "tandem_handoff_wait_seconds",
                            "Destination sent until the commit was accepted (prefill compute, transfer, commit)")),
+      handoff_compute(Seconds(*registry_, "tandem_handoff_prefill_compute_seconds",
+                              "Prefill engine's forward passes for a handed-off prompt")),
+      handoff_transfer(Seconds(*registry_, "tandem_handoff_transfer_seconds",
+                               "Prefill engine's flush after the last layer (writes overlap the compute)")),
+      handoff_commit_wait(Seconds(*registry_, "tandem_handoff_commit_wait_seconds",
+                                  "Handoff wait not spent computing or flushing: queueing, messages, verification")),
+      decode_phase(Seconds(*registry_, "tandem_decode_phase_seconds", "Commit accepted until the request finished")),
       handoff_time_share(Gauge(*registry_, "tandem_handoff_time_share",
                                "Share of finished requests' time spent waiting for their handoff")) {}
 

@@ -49,6 +49,10 @@ class EngineMetrics {
   prometheus::Gauge& handoff_quarantined_pages;
   prometheus::Histogram& handoff_page_wait;  // queued until its pages were reserved
   prometheus::Histogram& handoff_wait;       // destination sent -> commit accepted (prefill + transfer + commit)
+  prometheus::Histogram& handoff_compute;    // prefill side: the prompt's forward passes (writes overlap them)
+  prometheus::Histogram& handoff_transfer;   // prefill side: the flush after the last layer
+  prometheus::Histogram& handoff_commit_wait;  // the rest of handoff_wait: queueing, messages, verification
+  prometheus::Histogram& decode_phase;       // commit accepted -> request finished
   prometheus::Gauge& handoff_time_share;     // handoff wait / request duration, over finished requests
 };
 

@@ -69,6 +69,7 @@ StatusOr<Commit> HandoffSender::Run(const Destination& d, const RemoteKey& remot
     }
   });
   std::vector<float> logits;
+  const auto compute_start = Clock::now();
   for (chunk_begin = 0; chunk_begin < n; chunk_begin = chunk_end) {
     if (abort_id_.load() == d.handoff_id) break;
     if (machine.Expired(Clock::now())) break;
@@ -80,8 +81,11 @@ StatusOr<Commit> HandoffSender::Run(const Destination& d, const RemoteKey& remot
     TANDEM_RETURN_IF_ERROR(put_status);
   }
   forward_.SetLayerHook(nullptr);
+  // Layer writes overlap the compute; what remains after it is the flush.
+  const auto flush_start = Clock::now();
   // Whatever happens next, nothing may still be in flight when we return.
   const Status flushed = connection.Flush(machine.deadline());
+  const auto flush_end = Clock::now();
   if (abort_id_.load() == d.handoff_id) {
     (void)machine.Transition(HandoffState::kAborted, Clock::now());
     return Status(StatusCode::kAborted, "handoff " + std::to_string(d.handoff_id) + " aborted by its peer");
@@ -107,6 +111,8 @@ StatusOr<Commit> HandoffSender::Run(const Destination& d, const RemoteKey& remot
     }
   }
   commit.digests = DigestPages(local_, local_pages_, d.skip_tokens, n);
+  commit.compute_us = uint64_t(std::chrono::duration_cast<std::chrono::microseconds>(flush_start - compute_start).count());
+  commit.transfer_us = uint64_t(std::chrono::duration_cast<std::chrono::microseconds>(flush_end - flush_start).count());
   TANDEM_RETURN_IF_ERROR(connection.Send(commit.Encode()));
   TANDEM_RETURN_IF_ERROR(machine.Transition(HandoffState::kCommitted, Clock::now()));
   if (unsafe) {

@@ -319,6 +319,8 @@ std::vector<uint8_t> Commit::Encode() const {
     w.Put(d.xxh3);
     w.Put(d.bytes);
   }
+  w.Put(compute_us);
+  w.Put(transfer_us);
   return std::move(w).Finish();
 }
 
@@ -334,6 +336,8 @@ StatusOr<Commit> Commit::Decode(std::span<const uint8_t> bytes) {
     d.xxh3 = r.Get<uint64_t>("digests.xxh3");
     d.bytes = r.Get<uint64_t>("digests.bytes");
   }
+  m.compute_us = r.Get<uint64_t>("compute_us");
+  m.transfer_us = r.Get<uint64_t>("transfer_us");
   TANDEM_RETURN_IF_ERROR(r.Finish());
   return m;
 }

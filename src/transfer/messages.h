@@ -115,6 +115,8 @@ struct Commit {
   uint64_t handoff_id = 0;
   int32_t first_token = 0;
   std::vector<BufferDigest> digests;  // one per registered buffer, registry order
+  uint64_t compute_us = 0;            // prefill side: forward passes of this prompt
+  uint64_t transfer_us = 0;           // prefill side: writes after the last layer + the flush
 
   std::vector<uint8_t> Encode() const;
   static StatusOr<Commit> Decode(std::span<const uint8_t> bytes);

@@ -121,6 +121,14 @@ TEST_F(Disagg, SixtyFourConcurrentConversationsMatchColocatedForFp8AndBf16) {
     EXPECT_GT(m["tandem_handoff_time_share"], 0);
     EXPECT_LT(m["tandem_handoff_time_share"], 1);
     std::cout << "[ disagg " << dtype << " ] handoff share of request time: " << m["tandem_handoff_time_share"] << "\n";
+    for (const char* phase : {"tandem_handoff_page_wait_seconds", "tandem_handoff_prefill_compute_seconds",
+                              "tandem_handoff_transfer_seconds", "tandem_handoff_commit_wait_seconds",
+                              "tandem_decode_phase_seconds"}) {
+      const std::string name = phase;
+      EXPECT_EQ(m[name + "_count"], 128) << name;
+      std::cout << "[ disagg " << dtype << " ] mean " << name << ": " << 1e3 * m[name + "_sum"] / m[name + "_count"]
+                << " ms\n";
+    }
     EXPECT_EQ(decode->Terminate(), 0) << decode->Log();
     EXPECT_EQ(prefill->Terminate(), 0) << prefill->Log();
   }
