@@ -1,10 +1,13 @@
-// The decode engine's link to a prefill engine over UCX: the handoff receiver
-// plus the connection, the Hello handshake and a queue of what arrived. The
-// decode engine's loop thread calls every method; transport threads only
-// append to the inbox.
+// The decode engine's links to its prefill engines over UCX: one transport,
+// one region (the decode pool) that every prefill engine writes into, one
+// connection per prefill engine with its own Hello check and health, the
+// handoff receiver, and a queue of what arrived. Handoffs go round-robin to
+// healthy links. The decode engine's loop thread calls every method;
+// transport threads only append to the inbox.
 #pragma once
 
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 
@@ -16,17 +19,18 @@ namespace tandem {
 
 class RemotePrefill {
  public:
-  // Allocates the decode pool's memory as a UCX region (peers write into it)
-  // and connects to the prefill engine at `address` ("host:port").
-  static StatusOr<std::unique_ptr<RemotePrefill>> Connect(const std::string& address, size_t pool_bytes,
-                                                          std::string layout_fingerprint);
+  // Allocates the decode pool's memory as a UCX region and connects to every
+  // prefill engine in `addresses` ("host:port" each).
+  static StatusOr<std::unique_ptr<RemotePrefill>> Connect(const std::vector<std::string>& addresses,
+                                                          size_t pool_bytes, std::string layout_fingerprint);
   ~RemotePrefill();
 
   uint8_t* arena() { return region_.data; }
   // Must be called once, before any other method, with the pool built on arena().
   void Attach(PagePool& pool, PrefixIndex* index, transfer::ReceiverOptions options);
 
-  // Reserves pages and sends the Destination. ResourceExhausted: no pages yet.
+  // Reserves pages and sends the Destination to the next healthy prefill
+  // engine. ResourceExhausted: no pages yet; Unavailable: no healthy link.
   Status Start(uint64_t handoff_id, const std::vector<int32_t>& tokens, const SamplingParams& sampling);
   void Abort(uint64_t handoff_id, const std::string& reason);
 
@@ -35,26 +39,40 @@ class RemotePrefill {
     Status status;                             // not OK: the handoff failed
     transfer::HandoffReceiver::Ready ready;    // when OK
   };
-  // Handles everything that arrived; returns finished handoffs.
+  // Handles everything that arrived; returns finished (committed or failed) handoffs.
   std::vector<Outcome> Poll();
 
-  // False after a failed handshake or a lost connection.
-  bool healthy() const { return healthy_; }
-  const std::string& problem() const { return problem_; }
+  // True while at least one prefill engine is usable.
+  bool healthy() const;
+  std::string problem() const;
   const transfer::ReceiverStats& stats() const { return receiver_->stats(); }
 
  private:
+  struct Link {
+    std::string address;
+    std::shared_ptr<transfer::Connection> connection;
+    bool healthy = true;
+    std::string problem;
+  };
+  struct Arrival {
+    size_t link;
+    std::vector<uint8_t> bytes;  // empty with closed == true: the connection went away
+    bool closed = false;
+  };
   RemotePrefill() = default;
+  // Marks a link dead; its open handoffs fail (reported by the next Poll).
+  void LinkDown(size_t link, const std::string& why);
+
   std::unique_ptr<transfer::UcxTransport> transport_;
   transfer::Region region_;
-  std::shared_ptr<transfer::Connection> connection_;
+  std::vector<Link> links_;
   std::unique_ptr<transfer::HandoffReceiver> receiver_;
+  std::map<uint64_t, size_t> handoff_link_;  // open handoffs -> the link serving them
+  std::vector<Outcome> failed_;              // handoffs of dead links, not yet reported
   std::string fingerprint_;
-  bool healthy_ = true, greeted_ = false;
-  std::string problem_;
+  size_t next_link_ = 0;
   std::mutex mu_;
-  std::deque<std::vector<uint8_t>> inbox_;  // guarded by mu_
-  bool closed_ = false;                     // guarded by mu_
+  std::deque<Arrival> inbox_;  // guarded by mu_
 };
 
 }  // namespace tandem

@@ -48,8 +48,13 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
   if (!options.prefill_address.empty()) {
     const CacheLayout layout(spec.registry, int(model.config().n_layers),
                              (options.cache_tokens + kPageTokens - 1) / kPageTokens);
-    TANDEM_ASSIGN_OR_RETURN(remote, RemotePrefill::Connect(options.prefill_address, size_t(layout.TotalBytes()),
-                                                           layout.Fingerprint()));
+    std::vector<std::string> addresses;
+    for (size_t begin = 0; begin <= options.prefill_address.size();) {
+      const size_t comma = std::min(options.prefill_address.find(',', begin), options.prefill_address.size());
+      if (comma > begin) addresses.push_back(options.prefill_address.substr(begin, comma - begin));
+      begin = comma + 1;
+    }
+    TANDEM_ASSIGN_OR_RETURN(remote, RemotePrefill::Connect(addresses, size_t(layout.TotalBytes()), layout.Fingerprint()));
   }
   auto engine = std::unique_ptr<Engine>(new Engine(model, options, std::move(spec), std::move(remote)));
   engine->loop_ = std::thread([e = engine.get()] { e->Loop(); });
@@ -377,13 +382,7 @@ void Engine::PollRemote() {
   advance(metrics_.handoffs_verified, r.verified, seen_.verified);
   advance(metrics_.handoff_digest_mismatches, r.digest_mismatches, seen_.digest_mismatches);
   metrics_.handoff_quarantined_pages.Set(double(r.quarantined_pages));
-  const bool healthy = remote_->healthy();
-  link_healthy_ = healthy;
-  if (!healthy) {
-    for (auto& s : running_) {
-      if (s->awaiting) Fail(*s, Unavailable("prefill engine unavailable: " + remote_->problem()));
-    }
-  }
+  link_healthy_ = remote_->healthy();
   std::erase_if(running_, [](const auto& s) { return s->done; });
 }
 

@@ -42,8 +42,9 @@ struct EngineOptions {
   bool prefix_cache = true;
   std::chrono::milliseconds request_timeout{600'000};
   int threads = 2;
-  // Disaggregated decode: prompts are prefilled by the prefill engine at this
-  // UCX address ("host:port") and handed off; empty = colocated.
+  // Disaggregated decode: prompts are prefilled by the prefill engines at these
+  // UCX addresses ("host:port", comma-separated, used round-robin) and handed
+  // off; empty = colocated.
   std::string prefill_address;
   transfer::VerifyMode verify = transfer::VerifyMode::kAll;
 };

@@ -303,6 +303,42 @@ TEST_F(Disagg, DecodeKilledMidHandoffThePrefillEngineReleasesEverything) {
   EXPECT_NE(log.find(" 0 pages in use)"), std::string::npos) << log;
 }
 
+TEST_F(Disagg, TwoPrefillEnginesShareTheWorkAndOneMaySurviveTheOther) {
+  auto p1 = Prefill("bf16");
+  auto p2 = Prefill("bf16");
+  ASSERT_TRUE(p1->ok() && p2->ok()) << p1->Log() << p2->Log();
+  std::vector<std::string> args = {"serve", "-m", *model_, "--prefill",
+                                   "127.0.0.1:" + std::to_string(p1->port()) + ",127.0.0.1:" + std::to_string(p2->port())};
+  for (auto& x : Attention("bf16")) args.push_back(x);
+  ServerProcess decode(args);
+  auto colocated = Serve("bf16");
+  ASSERT_TRUE(decode.ok() && colocated->ok()) << decode.Log();
+  std::vector<std::future<std::string>> got;
+  for (int i = 0; i < 16; ++i) {
+    got.push_back(std::async(std::launch::async, [&, i] { return Complete(decode.port(), Prompt(i), 12); }));
+  }
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(got[size_t(i)].get(), Complete(colocated->port(), Prompt(i), 12)) << i;
+  // Both engines took part; then one dies and the other carries on alone.
+  p1->Kill9();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  int ok = 0;
+  for (int i = 0; i < 6; ++i) {
+    int status = 0;
+    const std::string text = Complete(decode.port(), Prompt(i + 20), 8, &status);
+    if (status == 200) {
+      ++ok;
+      EXPECT_EQ(text, Complete(colocated->port(), Prompt(i + 20), 8));
+    }
+  }
+  EXPECT_EQ(ok, 6) << decode.Log();
+  EXPECT_EQ(HttpGet(decode.port(), "/health").status, 200) << "one prefill engine is enough";
+  EXPECT_EQ(p2->Terminate(), 0);
+  const std::string log2 = p2->Log();
+  const size_t at = log2.find("stopping (");
+  ASSERT_NE(at, std::string::npos) << log2;
+  EXPECT_GT(std::atoi(log2.c_str() + at + 10), 6) << "the survivor served its share and the rest: " << log2;
+}
+
 int FreePort() {
   // Bind port 0, read the port, close: good enough for a test on loopback.
   ServerProcess probe({"router", "--decode", "127.0.0.1:1"});
