@@ -40,6 +40,10 @@ StatusOr<std::unique_ptr<RemotePrefill>> RemotePrefill::Connect(const std::vecto
 RemotePrefill::~RemotePrefill() {
   receiver_.reset();  // releases what it holds before the connections go
   for (Link& l : links_) l.connection->Close();
+  links_.clear();
+  // The transport's threads run our handlers (which touch inbox_) until it is
+  // destroyed: destroy it while every other member is still alive.
+  transport_.reset();
 }
 
 void RemotePrefill::Attach(PagePool& pool, PrefixIndex* index, transfer::ReceiverOptions options) {
