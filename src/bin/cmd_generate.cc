@@ -51,18 +51,8 @@ int RunGenerate(const GenerateArgs& args) {
     std::fprintf(stderr, "warning: --ctx-size %lld exceeds the model's trained context %lld\n",
                  (long long)ctx, (long long)m.config().context_length);
   }
-  AttentionOptions attention;
-  attention.top_k = args.top_k;
-  auto attention_kind = ParseAttentionKind(args.attention);
-  auto dtype = ParseIndexKDType(args.index_k_dtype);
-  if (!attention_kind.ok() || !dtype.ok()) {
-    const Status& bad = !attention_kind.ok() ? attention_kind.status() : dtype.status();
-    std::fprintf(stderr, "error: %s\n", bad.ToString().c_str());
-    return 1;
-  }
-  attention.kind = *attention_kind;
-  attention.index_k_dtype = *dtype;
-  auto spec = MakeCacheSpec(m.config(), attention);
+  auto attention = ParseAttentionOptions(args.attention, args.index_k_dtype, args.top_k);
+  auto spec = attention.ok() ? MakeCacheSpec(m.config(), *attention) : StatusOr<CacheSpec>(attention.status());
   if (!spec.ok()) {
     std::fprintf(stderr, "error: %s\n", spec.status().ToString().c_str());
     return 1;

@@ -38,17 +38,8 @@ int RunPrefill(PrefillArgs& a) {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   auto model = a.model.Load();
   if (!model.ok()) return std::fprintf(stderr, "error: %s\n", model.status().ToString().c_str()), 1;
-  AttentionOptions attention;
-  attention.top_k = a.top_k;
-  auto kind = ParseAttentionKind(a.attention);
-  auto dtype = ParseIndexKDType(a.index_k_dtype);
-  if (!kind.ok() || !dtype.ok()) {
-    const Status& bad = !kind.ok() ? kind.status() : dtype.status();
-    return std::fprintf(stderr, "error: %s\n", bad.ToString().c_str()), 1;
-  }
-  attention.kind = *kind;
-  attention.index_k_dtype = *dtype;
-  auto spec = MakeCacheSpec((*model)->config(), attention);
+  auto attention = ParseAttentionOptions(a.attention, a.index_k_dtype, a.top_k);
+  auto spec = attention.ok() ? MakeCacheSpec((*model)->config(), *attention) : StatusOr<CacheSpec>(attention.status());
   if (!spec.ok()) return std::fprintf(stderr, "error: %s\n", spec.status().ToString().c_str()), 1;
   if (a.unsafe_early_commit) {
     std::fprintf(stderr,

@@ -73,14 +73,12 @@ int RunServe(ServeArgs& a) {
     std::fprintf(stderr, "error: %s\n", model.status().ToString().c_str());
     return 1;
   }
-  auto kind = ParseAttentionKind(a.attention);
-  auto dtype = ParseIndexKDType(a.index_k_dtype);
-  if (!kind.ok() || !dtype.ok()) {
-    std::fprintf(stderr, "error: %s\n", (!kind.ok() ? kind.status() : dtype.status()).ToString().c_str());
+  auto attention = ParseAttentionOptions(a.attention, a.index_k_dtype, a.engine.attention.top_k);
+  if (!attention.ok()) {
+    std::fprintf(stderr, "error: %s\n", attention.status().ToString().c_str());
     return 1;
   }
-  a.engine.attention.kind = *kind;
-  a.engine.attention.index_k_dtype = *dtype;
+  a.engine.attention = *attention;
   a.engine.threads = a.model.threads;
   a.engine.prefix_cache = !a.no_prefix_cache;
   a.engine.request_timeout = std::chrono::milliseconds(int64_t(a.request_timeout_s * 1000));

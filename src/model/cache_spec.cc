@@ -23,6 +23,16 @@ StatusOr<CacheDType> ParseIndexKDType(const std::string& name) {
   return InvalidArgument("index-K dtype must be fp8 or bf16, not '" + name + "'");
 }
 
+StatusOr<AttentionOptions> ParseAttentionOptions(const std::string& kind, const std::string& index_k_dtype,
+                                                 int64_t top_k) {
+  AttentionOptions a;
+  TANDEM_ASSIGN_OR_RETURN(a.kind, ParseAttentionKind(kind));
+  TANDEM_ASSIGN_OR_RETURN(a.index_k_dtype, ParseIndexKDType(index_k_dtype));
+  a.top_k = top_k;
+  TANDEM_RETURN_IF_ERROR(a.Validate());
+  return a;
+}
+
 StatusOr<CacheSpec> MakeCacheSpec(const ModelConfig& config, const AttentionOptions& attention) {
   TANDEM_RETURN_IF_ERROR(attention.Validate());
   CacheSpec spec;

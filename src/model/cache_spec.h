@@ -21,6 +21,9 @@ struct AttentionOptions {
 
 StatusOr<AttentionKind> ParseAttentionKind(const std::string& name);  // dense | sparse
 StatusOr<CacheDType> ParseIndexKDType(const std::string& name);       // fp8 | bf16
+// The command-line spelling of the attention options, validated.
+StatusOr<AttentionOptions> ParseAttentionOptions(const std::string& kind, const std::string& index_k_dtype,
+                                                 int64_t top_k);
 
 struct CacheSpec {
   AttentionOptions attention;

@@ -13,6 +13,7 @@
 #include "support/paths.h"
 #include "support/process.h"
 #include "support/server_process.h"
+#include "support/tiny_model.h"
 
 namespace tandem {
 namespace {
@@ -25,15 +26,8 @@ using testing::ServerProcess;
 class Disagg : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::string(testing::MakeTempDir());
-    model_ = new std::string(*dir_ + "/tiny.gguf");
-    auto mk = testing::RunTandem("mkmodel --preset tiny --out " + *model_);
-    ASSERT_EQ(mk.exit_code, 0) << mk.output;
-  }
-  static void TearDownTestSuite() {
-    std::filesystem::remove_all(*dir_);
-    delete dir_;
-    delete model_;
+    model_ = &testing::TinyModelPath();
+    ASSERT_FALSE(model_->empty());
   }
   static std::vector<std::string> Attention(const std::string& dtype) {
     return {"--attention", "sparse", "--topk", "32", "--index-k-dtype", dtype};
@@ -55,11 +49,9 @@ class Disagg : public ::testing::Test {
     }
     return std::make_unique<ServerProcess>(a);
   }
-  static std::string* dir_;
-  static std::string* model_;
+  static const std::string* model_;
 };
-std::string* Disagg::dir_ = nullptr;
-std::string* Disagg::model_ = nullptr;
+const std::string* Disagg::model_ = nullptr;
 
 std::string Complete(int port, const std::vector<int32_t>& prompt, int max_tokens, int* status = nullptr) {
   auto r = HttpPost(port, "/v1/completions",

@@ -11,6 +11,7 @@
 #include "support/paths.h"
 #include "support/process.h"
 #include "support/server_process.h"
+#include "support/tiny_model.h"
 
 namespace tandem {
 namespace {
@@ -27,26 +28,17 @@ using testing::SseData;
 class Serve : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::string(testing::MakeTempDir());
-    model_ = new std::string(*dir_ + "/small.gguf");
-    auto mk = testing::RunTandem("mkmodel --preset tiny --out " + *model_);
-    ASSERT_EQ(mk.exit_code, 0) << mk.output;
-  }
-  static void TearDownTestSuite() {
-    std::filesystem::remove_all(*dir_);
-    delete dir_;
-    delete model_;
+    model_ = &testing::TinyModelPath();
+    ASSERT_FALSE(model_->empty());
   }
   static std::vector<std::string> Args(std::vector<std::string> extra = {}) {
     std::vector<std::string> a = {"serve", "-m", *model_, "--model-id", "tiny", "--cache-tokens", "16384"};
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   }
-  static std::string* dir_;
-  static std::string* model_;
+  static const std::string* model_;
 };
-std::string* Serve::dir_ = nullptr;
-std::string* Serve::model_ = nullptr;
+const std::string* Serve::model_ = nullptr;
 
 json ChatBody(const std::string& user, int max_tokens, bool stream) {
   return json{{"model", "tiny"},
