@@ -1,5 +1,7 @@
 #include "model/default_vocab.h"
 
+#include "model/gguf.h"
+
 #include <cstdio>
 #include <string_view>
 #include <unordered_set>
@@ -95,6 +97,16 @@ VocabSpec BuildDefaultVocab(int32_t vocab_size) {
     b.AddLowercaseStrings(length, space);
   }
   return b.Take();
+}
+
+void WriteDefaultTokenizer(const VocabSpec& spec, GgufWriter& w) {
+  w.SetString("tokenizer.ggml.model", "llama");
+  w.SetStringArray("tokenizer.ggml.tokens", spec.tokens);
+  w.SetFloatArray("tokenizer.ggml.scores", spec.scores);
+  w.SetInt32Array("tokenizer.ggml.token_type", spec.types);
+  w.SetUint32("tokenizer.ggml.bos_token_id", 1);
+  w.SetUint32("tokenizer.ggml.eos_token_id", 2);
+  w.SetUint32("tokenizer.ggml.unknown_token_id", 0);
 }
 
 }  // namespace tandem

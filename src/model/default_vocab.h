@@ -26,4 +26,9 @@ struct VocabSpec {
 // REQUIRES: vocab_size >= 512.
 VocabSpec BuildDefaultVocab(int32_t vocab_size);
 
+class GgufWriter;
+// Writes `spec` as a llama (SentencePiece-style) tokenizer: tokens, scores,
+// token types, <s> = 1, </s> = 2, <unk> = 0. The one place that metadata is spelled.
+void WriteDefaultTokenizer(const VocabSpec& spec, GgufWriter& w);
+
 }  // namespace tandem

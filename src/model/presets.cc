@@ -116,14 +116,7 @@ StatusOr<GgufWriter> BuildRandomModel(const ModelPreset& p, TensorType type, uin
   w.SetFloat32(a + ".rope.freq_base", 10000.0f);
   w.SetUint32(a + ".rope.dimension_count", uint32_t(p.dim / p.n_heads));
   w.SetUint32(a + ".vocab_size", uint32_t(p.vocab_size));
-  const VocabSpec vocab = BuildDefaultVocab(int32_t(p.vocab_size));
-  w.SetString("tokenizer.ggml.model", "llama");
-  w.SetStringArray("tokenizer.ggml.tokens", vocab.tokens);
-  w.SetFloatArray("tokenizer.ggml.scores", vocab.scores);
-  w.SetInt32Array("tokenizer.ggml.token_type", vocab.types);
-  w.SetUint32("tokenizer.ggml.bos_token_id", 1);
-  w.SetUint32("tokenizer.ggml.eos_token_id", 2);
-  w.SetUint32("tokenizer.ggml.unknown_token_id", 0);
+  WriteDefaultTokenizer(BuildDefaultVocab(int32_t(p.vocab_size)), w);
   w.SetBool("tokenizer.ggml.add_bos_token", true);
   w.SetBool("tokenizer.ggml.add_eos_token", false);
   w.SetString("tokenizer.chat_template",

@@ -188,13 +188,7 @@ TEST(StreamDecoder, HoldsSplitCharacterUntilComplete) {
 
 GgufWriter DefaultVocabWriter(const VocabSpec& spec) {
   GgufWriter w;
-  w.SetString("tokenizer.ggml.model", "llama");
-  w.SetStringArray("tokenizer.ggml.tokens", spec.tokens);
-  w.SetFloatArray("tokenizer.ggml.scores", spec.scores);
-  w.SetInt32Array("tokenizer.ggml.token_type", spec.types);
-  w.SetUint32("tokenizer.ggml.bos_token_id", 1);
-  w.SetUint32("tokenizer.ggml.eos_token_id", 2);
-  w.SetUint32("tokenizer.ggml.unknown_token_id", 0);
+  WriteDefaultTokenizer(spec, w);
   return w;
 }
 

@@ -19,12 +19,7 @@ namespace tandem::testing_openai {
 inline std::unique_ptr<Tokenizer> MakeTestTokenizer() {
   const VocabSpec spec = BuildDefaultVocab(1024);
   GgufWriter w;
-  w.SetString("tokenizer.ggml.model", "llama");
-  w.SetStringArray("tokenizer.ggml.tokens", spec.tokens);
-  w.SetFloatArray("tokenizer.ggml.scores", spec.scores);
-  w.SetInt32Array("tokenizer.ggml.token_type", spec.types);
-  w.SetUint32("tokenizer.ggml.bos_token_id", 1);
-  w.SetUint32("tokenizer.ggml.eos_token_id", 2);
+  WriteDefaultTokenizer(spec, w);
   const std::vector<uint8_t> bytes = w.Serialize();
   auto gguf = GgufFile::Parse(bytes);
   if (!gguf.ok()) return nullptr;
