@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <deque>
 
+#include "server/listen_backlog.h"
 #include "server/openai_api.h"
 
 namespace tandem {
@@ -85,6 +86,7 @@ Status Router::Start() {
   for (int i = 0; i < 100 && std::none_of(backends_.begin(), backends_.end(), [](const auto& b) { return b->healthy.load(); }); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  RaiseListenBacklog(port_);
   listener_ = std::thread([this] { server_->listen_after_bind(); });
   return Status::Ok();
 }

@@ -5,6 +5,8 @@
 #include <ctime>
 #include <random>
 
+#include "server/listen_backlog.h"
+
 namespace tandem {
 namespace {
 
@@ -49,6 +51,7 @@ Status HttpServer::Start() {
     return Unavailable("cannot bind " + options_.host + ":" + std::to_string(port_) +
                        " (in use, or not an address of this host)");
   }
+  RaiseListenBacklog(port_);
   listener_ = std::thread([this] { server_->listen_after_bind(); });
   return Status::Ok();
 }

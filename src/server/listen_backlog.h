@@ -1,0 +1,14 @@
+// cpp-httplib as packaged by Debian (0.11) listens with a backlog of 5, baked
+// into the compiled library. Under a burst of connections (32 streaming
+// clients arriving at once) the accept queue overflows and some connections
+// die without a response. Calling listen() again on the bound socket raises
+// the backlog; this finds the socket by its port.
+#pragma once
+
+namespace tandem {
+
+// Re-listens the listening TCP socket of this process bound to `port` with a
+// large backlog. Returns false if no such socket was found.
+bool RaiseListenBacklog(int port);
+
+}  // namespace tandem
