@@ -2,15 +2,23 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/shm.h>
 #include <ucp/api/ucp.h>
+#include <unistd.h>
+#include <xxhash.h>
 
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <sstream>
 #include <thread>
+#include <utility>
 
 namespace tandem::transfer {
 namespace {
@@ -38,6 +46,83 @@ StatusOr<sockaddr_in> ParseAddress(const std::string& address) {
   sa.sin_port = htons(uint16_t(port));
   return sa;
 }
+
+// A region's remote key: UcxKeyHeader, then UCX's packed rkey.
+//
+// UCX 1.13 (and later) crashes inside ucp_ep_rkey_unpack when a shared-memory
+// segment named by the key is already gone — its error path releases rkeys it
+// never unpacked. A peer killed between sending a key and our first put is
+// exactly that case. So the key also names the SysV segment behind the region
+// (when it is one, and when the peer shares our IPC namespace): we attach it
+// ourselves first, which both proves it exists and keeps it alive until UCX
+// holds its own attachment.
+using KeyHeader = UcxKeyHeader;
+constexpr size_t kKeyHeaderBytes = sizeof(KeyHeader);
+static_assert(kKeyHeaderBytes == 24);
+
+// Same kernel boot and same IPC namespace: SysV ids mean the same segments.
+uint64_t IpcIdentity() {
+  static const uint64_t identity = [] {
+    std::string id;
+    std::ifstream boot("/proc/sys/kernel/random/boot_id");
+    std::getline(boot, id);
+    char ns[128] = {};
+    const ssize_t n = readlink("/proc/self/ns/ipc", ns, sizeof(ns) - 1);
+    if (id.empty() || n <= 0) return uint64_t{0};
+    id.append(ns, size_t(n));
+    return uint64_t(XXH3_64bits(id.data(), id.size())) | 1;  // never 0
+  }();
+  return identity;
+}
+
+// The SysV segment mapped at `address` in this process (its id is the
+// mapping's inode in /proc/self/maps), or -1 when it is not one.
+int64_t SysvSegmentAt(const void* address) {
+  const auto a = reinterpret_cast<uintptr_t>(address);
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    std::istringstream in(line);
+    std::string range, perms, offset, dev, path;
+    uint64_t inode = 0;
+    if (!(in >> range >> perms >> offset >> dev >> inode)) continue;
+    std::getline(in >> std::ws, path);
+    const size_t dash = range.find('-');
+    if (dash == std::string::npos) continue;
+    const uintptr_t lo = std::stoull(range.substr(0, dash), nullptr, 16);
+    const uintptr_t hi = std::stoull(range.substr(dash + 1), nullptr, 16);
+    if (a < lo || a >= hi) continue;
+    return path.rfind("/SYSV", 0) == 0 ? int64_t(inode) : -1;
+  }
+  return -1;
+}
+
+// Holds an attachment to a peer's SysV segment for as long as it lives.
+class SegmentPin {
+ public:
+  static StatusOr<SegmentPin> Attach(int64_t shmid, uint64_t min_bytes) {
+    void* p = shmat(int(shmid), nullptr, SHM_RDONLY);
+    if (p == reinterpret_cast<void*>(-1)) {
+      return Unavailable("the peer's shared-memory segment (SysV id " + std::to_string(shmid) +
+                         ") is gone: the peer has exited or freed the region (" + std::strerror(errno) + ")");
+    }
+    SegmentPin pin(p);
+    shmid_ds ds{};
+    if (shmctl(int(shmid), IPC_STAT, &ds) != 0 || ds.shm_segsz < min_bytes) {
+      return Unavailable("SysV segment " + std::to_string(shmid) + " is not the peer's region (too small)");
+    }
+    return pin;
+  }
+  SegmentPin(SegmentPin&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
+  SegmentPin& operator=(SegmentPin&&) = delete;
+  ~SegmentPin() {
+    if (p_ != nullptr) shmdt(p_);
+  }
+
+ private:
+  explicit SegmentPin(void* p) : p_(p) {}
+  void* p_;
+};
 
 }  // namespace
 
@@ -91,17 +176,17 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
 
   Status Put(const void* src, size_t bytes, const RemoteKey& key, uint64_t offset) override {
     if (!alive_) return Unavailable("UCX connection " + std::to_string(id_) + " is closed");
-    if (key.blob.size() <= 8) return InvalidArgument("UCX remote key is too short");
+    if (key.blob.size() <= kKeyHeaderBytes) return InvalidArgument("UCX remote key is too short");
     if (offset > key.size || bytes > key.size - offset) {
       return OutOfRange("put of " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
                         " exceeds the " + std::to_string(key.size) + "-byte remote region");
     }
-    uint64_t base = 0;
-    std::memcpy(&base, key.blob.data(), 8);
+    KeyHeader header;
+    std::memcpy(&header, key.blob.data(), kKeyHeaderBytes);
     TANDEM_ASSIGN_OR_RETURN(ucp_ep_h data_ep, DataEndpoint());
-    TANDEM_ASSIGN_OR_RETURN(ucp_rkey_h rkey, RemoteKeyFor(key.blob));
+    TANDEM_ASSIGN_OR_RETURN(ucp_rkey_h rkey, RemoteKeyFor(key, header));
     ucp_request_param_t p{};
-    ucs_status_ptr_t r = ucp_put_nbx(data_ep, src, bytes, base + offset, rkey, &p);
+    ucs_status_ptr_t r = ucp_put_nbx(data_ep, src, bytes, header.base + offset, rkey, &p);
     if (UCS_PTR_IS_ERR(r)) return UcxError("ucp_put_nbx", UCS_PTR_STATUS(r));
     if (r != nullptr) ucp_request_free(r);  // completes in the background; Flush covers it
     return Status::Ok();
@@ -196,14 +281,19 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
     return st == UCS_OK ? Status::Ok() : UcxError(what, st);
   }
 
-  StatusOr<ucp_rkey_h> RemoteKeyFor(const std::vector<uint8_t>& blob) {
+  StatusOr<ucp_rkey_h> RemoteKeyFor(const RemoteKey& key, const KeyHeader& header) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = rkeys_.find(blob);
+    auto it = rkeys_.find(key.blob);
     if (it != rkeys_.end()) return it->second;
+    std::optional<SegmentPin> pin;  // see KeyHeader: never let UCX unpack a dead segment
+    if (header.shmid >= 0 && header.ipc_identity == IpcIdentity()) {
+      TANDEM_ASSIGN_OR_RETURN(SegmentPin p, SegmentPin::Attach(header.shmid, key.size));
+      pin.emplace(std::move(p));
+    }
     ucp_rkey_h rkey = nullptr;
-    const ucs_status_t st = ucp_ep_rkey_unpack(data_ep_, blob.data() + 8, &rkey);
+    const ucs_status_t st = ucp_ep_rkey_unpack(data_ep_, key.blob.data() + kKeyHeaderBytes, &rkey);
     if (st != UCS_OK) return UcxError("ucp_ep_rkey_unpack", st);
-    rkeys_[blob] = rkey;
+    rkeys_[key.blob] = rkey;
     return rkey;
   }
 
@@ -433,10 +523,13 @@ StatusOr<Region> UcxTransport::AllocateRegion(size_t bytes) {
   Region r;
   r.data = static_cast<uint8_t*>(attr.address);
   r.size = bytes;
-  const uint64_t base = reinterpret_cast<uint64_t>(attr.address);
-  r.key.blob.resize(8 + packed_size);
-  std::memcpy(r.key.blob.data(), &base, 8);
-  std::memcpy(r.key.blob.data() + 8, packed, packed_size);
+  KeyHeader header;
+  header.base = reinterpret_cast<uint64_t>(attr.address);
+  header.shmid = SysvSegmentAt(attr.address);
+  header.ipc_identity = IpcIdentity();
+  r.key.blob.resize(kKeyHeaderBytes + packed_size);
+  std::memcpy(r.key.blob.data(), &header, kKeyHeaderBytes);
+  std::memcpy(r.key.blob.data() + kKeyHeaderBytes, packed, packed_size);
   r.key.size = bytes;
   ucp_rkey_buffer_release(packed);
   std::lock_guard<std::mutex> lock(impl_->mu);

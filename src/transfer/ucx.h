@@ -12,6 +12,15 @@
 
 namespace tandem::transfer {
 
+// The head of a UCX region's RemoteKey::blob; UCX's packed rkey follows. The
+// segment fields let a peer prove the region's shared memory still exists
+// before UCX attaches it (see ucx.cc).
+struct UcxKeyHeader {
+  uint64_t base = 0;          // the region's address in the owner's process
+  int64_t shmid = -1;         // SysV segment holding the region, or -1
+  uint64_t ipc_identity = 0;  // which kernel and IPC namespace shmid lives in
+};
+
 class UcxTransport : public Transport {
  public:
   static StatusOr<std::unique_ptr<UcxTransport>> Create();

@@ -4,6 +4,7 @@
 #include "transfer/ucx.h"
 
 #include <gtest/gtest.h>
+#include <sys/shm.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -81,6 +82,62 @@ TEST(Ucx, PutsFlushAndOrderedMessagesBetweenTwoWorkers) {
   (*conn)->Close();
   EXPECT_FALSE((*conn)->alive());
   EXPECT_EQ((*conn)->Put(data.data(), 1, region->key, 0).code(), StatusCode::kUnavailable);
+}
+
+UcxKeyHeader HeaderOf(const RemoteKey& key) {
+  UcxKeyHeader h;
+  EXPECT_GT(key.blob.size(), sizeof(h));
+  std::memcpy(&h, key.blob.data(), sizeof(h));
+  return h;
+}
+
+TEST(Ucx, RegionKeyNamesTheSharedMemorySegmentHoldingIt) {
+  auto owner = UcxTransport::Create();
+  ASSERT_TRUE(owner.ok()) << owner.status().ToString();
+  auto region = (*owner)->AllocateRegion(1 << 20);
+  ASSERT_TRUE(region.ok()) << region.status().ToString();
+  const UcxKeyHeader h = HeaderOf(region->key);
+  EXPECT_EQ(h.base, reinterpret_cast<uint64_t>(region->data));
+  EXPECT_NE(h.ipc_identity, 0u);
+  if (h.shmid < 0) GTEST_SKIP() << "UCX did not allocate this region from SysV shared memory";
+  // The named segment is the region: bytes written through one mapping are
+  // read through another.
+  for (size_t i = 0; i < 4096; ++i) region->data[i] = uint8_t(i * 13 + 5);
+  void* other = shmat(int(h.shmid), nullptr, SHM_RDONLY);
+  ASSERT_NE(other, reinterpret_cast<void*>(-1)) << std::strerror(errno);
+  EXPECT_EQ(0, std::memcmp(other, region->data, 4096));
+  shmdt(other);
+}
+
+// A peer killed after sending its key and before our first put: its segment
+// is gone. UCX's own unpack would crash on that key; ours must refuse it.
+TEST(Ucx, PutIntoARegionWhoseOwnerExitedIsRefusedWithoutCrashing) {
+  RemoteKey dead_key;
+  {
+    auto gone = UcxTransport::Create();
+    ASSERT_TRUE(gone.ok()) << gone.status().ToString();
+    auto region = (*gone)->AllocateRegion(1 << 16);
+    ASSERT_TRUE(region.ok()) << region.status().ToString();
+    dead_key = region->key;
+  }  // the owner is destroyed: its segment is unmapped and removed
+  if (HeaderOf(dead_key).shmid < 0) GTEST_SKIP() << "UCX did not allocate the region from SysV shared memory";
+  auto server = UcxTransport::Create();
+  auto client = UcxTransport::Create();
+  ASSERT_TRUE(server.ok() && client.ok());
+  auto live = (*server)->AllocateRegion(1 << 16);
+  ASSERT_TRUE(live.ok()) << live.status().ToString();
+  Inbox at_server, at_client;
+  ASSERT_TRUE((*server)->Listen("127.0.0.1:0", [&](std::shared_ptr<Connection>) { return at_server.Handlers(); }).ok());
+  auto conn = (*client)->Connect("127.0.0.1:" + std::to_string((*server)->listen_port()), at_client.Handlers());
+  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  std::vector<uint8_t> data(4096, 0x5a);
+  const Status refused = (*conn)->Put(data.data(), data.size(), dead_key, 0);
+  EXPECT_EQ(refused.code(), StatusCode::kUnavailable) << refused.ToString();
+  EXPECT_NE(refused.message().find("is gone"), std::string::npos) << refused.ToString();
+  // The connection still works for live regions.
+  ASSERT_TRUE((*conn)->Put(data.data(), data.size(), live->key, 0).ok());
+  ASSERT_TRUE((*conn)->Flush(Clock::now() + 20s).ok());
+  EXPECT_EQ(0, std::memcmp(live->data, data.data(), data.size()));
 }
 
 }  // namespace
