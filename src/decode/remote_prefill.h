@@ -46,6 +46,8 @@ class RemotePrefill {
   bool healthy() const;
   std::string problem() const;
   const transfer::ReceiverStats& stats() const { return receiver_->stats(); }
+  // Handoffs begun and not yet committed, failed or acknowledged as aborted.
+  size_t open_handoffs() const { return receiver_->open_handoffs(); }
 
  private:
   struct Link {

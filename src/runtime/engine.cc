@@ -382,6 +382,7 @@ void Engine::PollRemote() {
   advance(metrics_.handoffs_verified, r.verified, seen_.verified);
   advance(metrics_.handoff_digest_mismatches, r.digest_mismatches, seen_.digest_mismatches);
   metrics_.handoff_quarantined_pages.Set(double(r.quarantined_pages));
+  metrics_.handoffs_in_flight.Set(double(remote_->open_handoffs()));
   link_healthy_ = remote_->healthy();
   std::erase_if(running_, [](const auto& s) { return s->done; });
 }

@@ -53,6 +53,8 @@ EngineMetrics::EngineMetrics()
       handoffs_verified(Counter(*registry_, "tandem_handoffs_verified_total", "Commits whose digests were checked")),
       handoff_digest_mismatches(Counter(*registry_, "tandem_handoff_digest_mismatches_total",
                                         "Commits refused because a buffer digest did not match")),
+      handoffs_in_flight(Gauge(*registry_, "tandem_handoffs_in_flight",
+                               "Handoffs begun and not yet committed, failed or acknowledged as aborted")),
       handoff_quarantined_pages(Gauge(*registry_, "tandem_handoff_quarantined_pages",
                                       "Pages of aborted handoffs waiting for the sender's acknowledgement")),
       handoff_page_wait(Seconds(*registry_, "tandem_handoff_page_wait_seconds", "Arrival until pages were reserved")),

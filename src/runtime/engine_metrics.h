@@ -46,6 +46,7 @@ class EngineMetrics {
   prometheus::Counter& handoffs_aborted;
   prometheus::Counter& handoffs_verified;
   prometheus::Counter& handoff_digest_mismatches;
+  prometheus::Gauge& handoffs_in_flight;
   prometheus::Gauge& handoff_quarantined_pages;
   prometheus::Histogram& handoff_page_wait;  // queued until its pages were reserved
   prometheus::Histogram& handoff_wait;       // destination sent -> commit accepted (prefill + transfer + commit)

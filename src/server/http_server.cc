@@ -117,11 +117,13 @@ void HttpServer::HandleCompletion(const httplib::Request& req, httplib::Response
 
 void HttpServer::Collect(const ParsedRequest& p, RequestHandle& handle, httplib::Response& res) {
   std::string text;
+  std::vector<int32_t> tokens;
   StreamEvent ev;
   for (;;) {
     if (!handle.Next(&ev, kEventWait)) continue;  // the engine's deadline bounds this wait
     if (ev.kind == StreamEvent::Kind::kText) {
       text += ev.text;
+      tokens.insert(tokens.end(), ev.tokens.begin(), ev.tokens.end());
       continue;
     }
     if (ev.kind == StreamEvent::Kind::kError) return SendError(res, ApiErrorFromStatus(ev.error));
@@ -129,11 +131,12 @@ void HttpServer::Collect(const ParsedRequest& p, RequestHandle& handle, httplib:
   }
   const ResponseMeta meta{p.model, handle.id(), UnixNow(), false};
   const Usage usage{ev.prompt_tokens, ev.completion_tokens, ev.cached_prompt_tokens};
+  const std::vector<int32_t>* ids = p.return_token_ids ? &tokens : nullptr;
   if (p.chat) {
     const ParsedOutput out = p.tools_enabled ? ParseToolCalls(text, handle.id()) : ParsedOutput{text, {}};
-    res.set_content(ChatCompletionJson(meta, out, ev.finish_reason, usage), "application/json");
+    res.set_content(ChatCompletionJson(meta, out, ev.finish_reason, usage, ids), "application/json");
   } else {
-    res.set_content(CompletionJson(meta, text, ev.finish_reason, usage), "application/json");
+    res.set_content(CompletionJson(meta, text, ev.finish_reason, usage, ids), "application/json");
   }
 }
 
@@ -144,6 +147,7 @@ void HttpServer::Stream(const ParsedRequest& p, std::shared_ptr<RequestHandle> h
   struct State {
     bool started = false, done = false;
     std::string held;  // tool-call requests: text is parsed at the end
+    std::vector<int32_t> held_tokens;  // and its token ids
   };
   auto state = std::make_shared<State>();
   const ResponseMeta meta{p.model, handle->id(), UnixNow(), p.include_usage};
@@ -169,17 +173,19 @@ void HttpServer::Stream(const ParsedRequest& p, std::shared_ptr<RequestHandle> h
         if (!handle->Next(&ev, kEventWait)) return true;  // nothing yet: called again
         std::string frame;
         if (ev.kind == StreamEvent::Kind::kText) {
-          if (ev.text.empty()) return true;
+          if (ev.text.empty() && (ev.tokens.empty() || !p.return_token_ids)) return true;
           if (p.chat && p.tools_enabled) {
             state->held += ev.text;
+            state->held_tokens.insert(state->held_tokens.end(), ev.tokens.begin(), ev.tokens.end());
             return true;
           }
           if (p.chat) {
             ChatDelta d;
             d.content = ev.text;
+            if (p.return_token_ids) d.token_ids = ev.tokens;
             frame = ChatChunkSse(meta, d);
           } else {
-            frame = CompletionChunkSse(meta, ev.text, "");
+            frame = CompletionChunkSse(meta, ev.text, "", p.return_token_ids ? &ev.tokens : nullptr);
           }
           if (!write(frame)) return handle->Cancel(), false;
           return true;
@@ -198,7 +204,8 @@ void HttpServer::Stream(const ParsedRequest& p, std::shared_ptr<RequestHandle> h
               if (!out.content.empty()) d.content = out.content;
               d.tool_calls = out.tool_calls;
               if (!out.tool_calls.empty()) reason = "tool_calls";
-              if (d.content || !d.tool_calls.empty()) frame += ChatChunkSse(meta, d);
+              if (p.return_token_ids) d.token_ids = state->held_tokens;
+              if (d.content || !d.tool_calls.empty() || d.token_ids) frame += ChatChunkSse(meta, d);
               d = ChatDelta{};
             }
             d.finish_reason = reason;

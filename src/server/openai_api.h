@@ -59,6 +59,9 @@ struct ParsedRequest {
   bool tools_enabled = false;  // tools were sent and tool_choice is not "none"
   bool has_seed = false;       // false: the caller should pick a fresh seed per request,
                                // or every unseeded request would sample identically
+  bool return_token_ids = false;  // tandem extension: choices carry "token_ids" (the
+                                  // generated ids behind that text), so a client can
+                                  // check outputs token for token (`tandem verify`)
   std::string model;           // as the client sent it (the served id if absent)
   int n = 1;                   // always 1: n > 1 is rejected
 };
@@ -114,11 +117,14 @@ struct Usage {
 // A chat.completion. finish_reason is "stop" or "length"; "stop" becomes
 // "tool_calls" when the output carries tool calls. Content is null when
 // there are tool calls and no other text.
+// token_ids, when given, is written as choices[0].token_ids (return_token_ids).
 std::string ChatCompletionJson(const ResponseMeta& meta, const ParsedOutput& output,
-                               std::string_view finish_reason, const Usage& usage);
+                               std::string_view finish_reason, const Usage& usage,
+                               const std::vector<int32_t>* token_ids = nullptr);
 // A text_completion.
 std::string CompletionJson(const ResponseMeta& meta, std::string_view text,
-                           std::string_view finish_reason, const Usage& usage);
+                           std::string_view finish_reason, const Usage& usage,
+                           const std::vector<int32_t>* token_ids = nullptr);
 
 // One chat.completion.chunk's delta. A stream is: a chunk with role, chunks
 // with content, (tool calls, if any, in one chunk after the text), a chunk
@@ -128,12 +134,14 @@ struct ChatDelta {
   std::optional<std::string> content;  // delta.content
   std::vector<ToolCall> tool_calls;    // delta.tool_calls, indexed from 0
   std::string finish_reason;           // non-empty only on the final chunk
+  std::optional<std::vector<int32_t>> token_ids;  // choices[0].token_ids (return_token_ids)
 };
 
 // Each returns one SSE frame: "data: {json}\n\n".
 std::string ChatChunkSse(const ResponseMeta& meta, const ChatDelta& delta);
 std::string CompletionChunkSse(const ResponseMeta& meta, std::string_view text,
-                               std::string_view finish_reason);
+                               std::string_view finish_reason,
+                               const std::vector<int32_t>* token_ids = nullptr);
 // The usage chunk (choices: []) sent after the final chunk when include_usage.
 std::string UsageChunkSse(const ResponseMeta& meta, bool chat, const Usage& usage);
 std::string DoneSse();  // "data: [DONE]\n\n"

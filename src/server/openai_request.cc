@@ -193,6 +193,7 @@ MaybeError ReadCommonFields(const Json& body, const ModelInfo& model, ParsedRequ
   TANDEM_RETURN_IF_API_ERROR(ReadSampling(body, &req->spec.sampling, &req->has_seed));
   TANDEM_RETURN_IF_API_ERROR(ReadStop(body, &req->spec.stop));
   TANDEM_RETURN_IF_API_ERROR(ReadMaxTokens(body, model, max_tokens));
+  TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadOptionalBool(body, "return_token_ids", &req->return_token_ids));
   return openai_internal::ReadOptionalBool(body, "ignore_eos", &req->spec.ignore_eos);
 }
 

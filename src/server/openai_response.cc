@@ -101,7 +101,8 @@ ApiError ApiErrorFromStatus(const Status& s) {
 }
 
 std::string ChatCompletionJson(const ResponseMeta& meta, const ParsedOutput& output,
-                               std::string_view finish_reason, const Usage& usage) {
+                               std::string_view finish_reason, const Usage& usage,
+                               const std::vector<int32_t>* token_ids) {
   const bool has_calls = !output.tool_calls.empty();
   Out message;
   message["role"] = "assistant";
@@ -113,6 +114,7 @@ std::string ChatCompletionJson(const ResponseMeta& meta, const ParsedOutput& out
   choice["logprobs"] = nullptr;
   choice["finish_reason"] =
       has_calls && finish_reason == "stop" ? Out("tool_calls") : FinishReason(finish_reason);
+  if (token_ids != nullptr) choice["token_ids"] = *token_ids;
   Out out = Envelope(meta, /*chat=*/true, "chat.completion");
   out["choices"] = Out::array({std::move(choice)});
   out["usage"] = UsageObject(usage);
@@ -120,12 +122,14 @@ std::string ChatCompletionJson(const ResponseMeta& meta, const ParsedOutput& out
 }
 
 std::string CompletionJson(const ResponseMeta& meta, std::string_view text,
-                           std::string_view finish_reason, const Usage& usage) {
+                           std::string_view finish_reason, const Usage& usage,
+                           const std::vector<int32_t>* token_ids) {
   Out choice;
   choice["text"] = std::string(text);
   choice["index"] = 0;
   choice["logprobs"] = nullptr;
   choice["finish_reason"] = FinishReason(finish_reason);
+  if (token_ids != nullptr) choice["token_ids"] = *token_ids;
   Out out = Envelope(meta, /*chat=*/false, "text_completion");
   out["choices"] = Out::array({std::move(choice)});
   out["usage"] = UsageObject(usage);
@@ -142,6 +146,7 @@ std::string ChatChunkSse(const ResponseMeta& meta, const ChatDelta& delta) {
   choice["delta"] = std::move(d);
   choice["logprobs"] = nullptr;
   choice["finish_reason"] = FinishReason(delta.finish_reason);
+  if (delta.token_ids) choice["token_ids"] = *delta.token_ids;
   Out out = Envelope(meta, /*chat=*/true, "chat.completion.chunk");
   out["choices"] = Out::array({std::move(choice)});
   if (meta.include_usage) out["usage"] = nullptr;
@@ -149,12 +154,13 @@ std::string ChatChunkSse(const ResponseMeta& meta, const ChatDelta& delta) {
 }
 
 std::string CompletionChunkSse(const ResponseMeta& meta, std::string_view text,
-                               std::string_view finish_reason) {
+                               std::string_view finish_reason, const std::vector<int32_t>* token_ids) {
   Out choice;
   choice["text"] = std::string(text);
   choice["index"] = 0;
   choice["logprobs"] = nullptr;
   choice["finish_reason"] = FinishReason(finish_reason);
+  if (token_ids != nullptr) choice["token_ids"] = *token_ids;
   Out out = Envelope(meta, /*chat=*/false, "text_completion");
   out["choices"] = Out::array({std::move(choice)});
   if (meta.include_usage) out["usage"] = nullptr;
