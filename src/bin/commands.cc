@@ -15,6 +15,7 @@ void RegisterCommands(CLI::App& app) {
   RegisterServe(app);
   RegisterPrefill(app);
   RegisterRouter(app);
+  RegisterVerify(app);
 }
 
 }  // namespace tandem::cli

@@ -33,12 +33,24 @@ void ParseFrames(std::string& buf, StreamTiming& t, Clock::time_point t0, Clock:
     if (!j.contains("choices")) continue;
     for (const auto& c : j["choices"]) {
       if (c.contains("finish_reason") && c["finish_reason"].is_string()) t.finish_reason = c["finish_reason"];
+      bool new_tokens = false;
+      if (c.contains("token_ids") && c["token_ids"].is_array()) {
+        t.has_token_ids = true;
+        for (const auto& id : c["token_ids"]) {
+          if (id.is_number_integer()) t.token_ids.push_back(id.get<int32_t>());
+        }
+        new_tokens = !c["token_ids"].empty();
+      }
+      if (new_tokens && t.ttft_s == 0 && t.text.empty()) {
+        t.ttft_s = std::chrono::duration<double>(Clock::now() - t0).count();
+        last = Clock::now();
+      }
       if (!c.contains("delta") || !c["delta"].contains("content") || !c["delta"]["content"].is_string()) continue;
       const std::string piece = c["delta"]["content"];
       if (piece.empty()) continue;
       const auto now = Clock::now();
-      if (t.text.empty() && t.ttft_s == 0) {
-        t.ttft_s = std::chrono::duration<double>(now - t0).count();
+      if (t.text.empty()) {
+        if (t.ttft_s == 0) t.ttft_s = std::chrono::duration<double>(now - t0).count();
       } else {
         t.gaps_s.push_back(std::chrono::duration<double>(now - last).count());
       }
@@ -76,6 +88,8 @@ StreamTiming StreamChat(const std::string& host, int port, nlohmann::json body, 
   t.e2e_s = Since(t0);
   t.status = res.status > 0 ? res.status : 0;
   if (!ok && t.error.empty()) t.error = "connection error: " + httplib::to_string(err);
+  t.timed_out = t.e2e_s >= timeout_s || t.status == 504 ||
+                (!ok && (err == httplib::Error::Read || err == httplib::Error::Canceled));
   if (t.status >= 400 && t.error.empty()) {
     const std::string raw = res.body.empty() ? buf : res.body;  // a receiver takes the body
     const auto j = nlohmann::json::parse(raw, nullptr, false);

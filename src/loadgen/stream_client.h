@@ -19,6 +19,9 @@ struct StreamTiming {
   double e2e_s = 0;              // request sent -> [DONE]
   std::vector<double> gaps_s;    // between consecutive content chunks
   int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+  std::vector<int32_t> token_ids;  // when the server sends them (return_token_ids)
+  bool has_token_ids = false;
+  bool timed_out = false;  // our timeout_s passed, or the server said 504 / deadline
 };
 
 // POSTs `body` (stream is forced on, with usage) to /v1/chat/completions and

@@ -360,6 +360,9 @@ void Engine::PollRemote() {
     }
     s.pages = std::move(o.ready.pages);
     s.computed = int64_t(s.tokens.size());
+    s.cached_prompt_tokens = std::min(o.ready.cached_tokens, s.prompt_len);
+    metrics_.prefix_hit_tokens.Increment(double(s.cached_prompt_tokens));
+    counters_.prefix_hit_tokens += s.cached_prompt_tokens;
     const double wait = SecondsBetween(s.handoff_sent, Clock::now());
     const double compute = double(o.ready.compute_us) * 1e-6, transfer = double(o.ready.transfer_us) * 1e-6;
     s.handoff_seconds += wait;

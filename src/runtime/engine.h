@@ -71,6 +71,7 @@ class Engine {
   bool Healthy() const { return !stopping_.load() && loop_alive_.load() && link_healthy_.load(); }
   const EngineOptions& options() const { return options_; }
   int64_t context_tokens() const { return context_tokens_; }
+  const CacheSpec& cache_spec() const { return spec_; }
   EngineMetrics& metrics() { return metrics_; }
 
   // Stops admitting; requests already in flight finish, or are cancelled once

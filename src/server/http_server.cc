@@ -29,6 +29,7 @@ HttpServer::HttpServer(Engine& engine, const Model& model, ServerOptions options
   info_.tokenizer = &model.tokenizer();
   info_.chat_template = DetectChatTemplate(model.gguf().GetStringOr("tokenizer.chat_template", ""));
   info_.created = UnixNow();
+  info_.attention = engine.cache_spec().attention;
 }
 
 HttpServer::~HttpServer() { Stop(std::chrono::milliseconds(0)); }

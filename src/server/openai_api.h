@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "model/cache_spec.h"
 #include "model/chat_template.h"
 #include "model/tokenizer.h"
 #include "runtime/request.h"
@@ -49,6 +50,7 @@ struct ModelInfo {
   const Tokenizer* tokenizer = nullptr;  // not owned; outlives every call
   ChatTemplateKind chat_template = ChatTemplateKind::kPlain;
   int64_t created = 0;  // unix seconds, for /v1/models
+  AttentionOptions attention;  // reported by /v1/models (extension "tandem")
 };
 
 struct ParsedRequest {

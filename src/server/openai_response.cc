@@ -185,6 +185,13 @@ Out ModelObject(const ModelInfo& model) {
   out["created"] = model.created;
   out["owned_by"] = "tandem";
   out["context_length"] = model.context_length;  // extension: clients size prompts by it
+  // Extension: what a reference engine needs to reproduce this server's
+  // outputs exactly (`tandem verify` reads it from transcripts).
+  Out attention;
+  attention["kind"] = model.attention.kind == AttentionKind::kSparse ? "sparse" : "dense";
+  attention["top_k"] = model.attention.top_k;
+  attention["index_k_dtype"] = model.attention.index_k_dtype == CacheDType::kBF16 ? "bf16" : "fp8";
+  out["tandem"] = {{"attention", std::move(attention)}};
   return out;
 }
 

@@ -91,7 +91,8 @@ StatusOr<HandoffReceiver::Ready> HandoffReceiver::OnCommit(const Commit& c, Cloc
   TANDEM_RETURN_IF_ERROR(e.machine.Transition(HandoffState::kCommitted, now));
   pool_.CommitReservation(e.reserved_pages);
   ++stats_.committed;
-  Ready r{c.handoff_id, std::move(e.prompt), std::move(pages), c.first_token, c.compute_us, c.transfer_us};
+  Ready r{c.handoff_id, std::move(e.prompt), std::move(pages), c.first_token, c.compute_us, c.transfer_us,
+          e.skip_tokens};
   entries_.erase(it);
   return r;
 }

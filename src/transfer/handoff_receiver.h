@@ -50,6 +50,7 @@ class HandoffReceiver {
     std::vector<int32_t> pages;  // cover the whole prompt; the caller owns one reference each
     int32_t first_token = 0;
     uint64_t compute_us = 0, transfer_us = 0;  // as the sender measured them
+    int64_t cached_tokens = 0;  // prompt tokens found in this engine's prefix cache (not sent)
   };
   // Verifies and publishes. On error the handoff has failed and its pages are
   // free again: a Commit is only sent after the sender's flush, so nothing is

@@ -100,17 +100,13 @@ int64_t SysvSegmentAt(const void* address) {
 // Holds an attachment to a peer's SysV segment for as long as it lives.
 class SegmentPin {
  public:
-  static StatusOr<SegmentPin> Attach(int64_t shmid, uint64_t min_bytes) {
+  static StatusOr<SegmentPin> Attach(int64_t shmid) {
     void* p = shmat(int(shmid), nullptr, SHM_RDONLY);
     if (p == reinterpret_cast<void*>(-1)) {
       return Unavailable("the peer's shared-memory segment (SysV id " + std::to_string(shmid) +
                          ") is gone: the peer has exited or freed the region (" + std::strerror(errno) + ")");
     }
     SegmentPin pin(p);
-    shmid_ds ds{};
-    if (shmctl(int(shmid), IPC_STAT, &ds) != 0 || ds.shm_segsz < min_bytes) {
-      return Unavailable("SysV segment " + std::to_string(shmid) + " is not the peer's region (too small)");
-    }
     return pin;
   }
   SegmentPin(SegmentPin&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
@@ -287,7 +283,7 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
     if (it != rkeys_.end()) return it->second;
     std::optional<SegmentPin> pin;  // see KeyHeader: never let UCX unpack a dead segment
     if (header.shmid >= 0 && header.ipc_identity == IpcIdentity()) {
-      TANDEM_ASSIGN_OR_RETURN(SegmentPin p, SegmentPin::Attach(header.shmid, key.size));
+      TANDEM_ASSIGN_OR_RETURN(SegmentPin p, SegmentPin::Attach(header.shmid));
       pin.emplace(std::move(p));
     }
     ucp_rkey_h rkey = nullptr;

@@ -1,0 +1,328 @@
+// `tandem bench agentic`: the multi-turn agent workload against an
+// OpenAI-compatible server, a sweep of concurrency points behind a health
+// gate, transcripts, the exact oracle, and the report (table, JSON, SVG).
+// `tandem verify TRANSCRIPT`: the oracle alone, on a saved transcript.
+//
+// Exit codes: 0 every answer verified identical and the server healthy
+// throughout; 1 bad usage or an error; 3 the oracle found corrupt answers;
+// 4 the health gate stopped the sweep (or the server did not recover after it).
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <thread>
+
+#include "bin/commands.h"
+#include "bin/model_options.h"
+#include "loadgen/agentic.h"
+#include "loadgen/report.h"
+#include "loadgen/verify.h"
+
+namespace tandem::cli {
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr int kExitCorrupt = 3;
+constexpr int kExitStopped = 4;
+
+struct AgenticArgs {
+  ModelOptions model;  // the reference model for verification
+  std::string url;
+  std::string preset = "small";
+  int64_t initial_tokens = -1;
+  int rounds = -1, gen_tokens = -1, think_ms = -1;
+  std::vector<int> tool_tokens;
+  std::vector<int> sweep;
+  uint64_t seed = 1;
+  double request_timeout_s = -1;
+  double health_timeout_s = 60;
+  std::string out_dir = "agentic-report";
+  bool no_verify = false;
+  bool quiet = false;
+};
+
+// A one-line progress bar on stderr, only when it is a terminal.
+class ProgressBar {
+ public:
+  ProgressBar(bool enabled, std::string label, PointProgress* p) : label_(std::move(label)), p_(p) {
+    if (!enabled) return;
+    thread_ = std::thread([this] {
+      while (!stop_.load()) {
+        Draw();
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      }
+      Draw();
+      std::fprintf(stderr, "\n");
+    });
+  }
+  ~ProgressBar() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Draw() {
+    const int64_t done = p_->rounds_done.load(), total = std::max<int64_t>(1, p_->rounds_total.load());
+    const int width = 30, filled = int(width * std::min<int64_t>(done, total) / total);
+    std::string bar(size_t(filled), '#');
+    bar.append(size_t(width - filled), '.');
+    std::fprintf(stderr, "\r%s [%s] %lld/%lld rounds, %lld failed ", label_.c_str(), bar.c_str(), (long long)done,
+                 (long long)total, (long long)p_->failures.load());
+    std::fflush(stderr);
+  }
+  std::string label_;
+  PointProgress* p_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+bool SplitUrl(const std::string& url, std::string* host, int* port) {
+  std::string u = url;
+  if (u.rfind("http://", 0) == 0) u = u.substr(7);
+  while (!u.empty() && u.back() == '/') u.pop_back();
+  const size_t colon = u.rfind(':');
+  if (colon == std::string::npos) return false;
+  *host = u.substr(0, colon);
+  *port = std::atoi(u.c_str() + colon + 1);
+  return !host->empty() && *port > 0 && *port < 65536;
+}
+
+Status WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  out.flush();
+  return out ? Status::Ok() : Unavailable("cannot write " + path);
+}
+
+// Loads the reference model and checks it is the one the server serves.
+StatusOr<std::unique_ptr<Model>> LoadReference(const ModelOptions& opts, const std::string& served_id) {
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, opts.Load());
+  if (!served_id.empty() && model->config().name != served_id) {
+    return FailedPrecondition("the server serves '" + served_id + "' but the reference model is '" +
+                              model->config().name + "': pass --model with the server's GGUF file, or --no-verify");
+  }
+  return model;
+}
+
+int RunAgentic(AgenticArgs& a) {
+  auto preset = AgenticPreset(a.preset);
+  if (!preset.ok()) return std::fprintf(stderr, "error: %s\n", preset.status().ToString().c_str()), 1;
+  AgenticShape shape = *preset;
+  if (a.initial_tokens > 0) shape.initial_tokens = a.initial_tokens;
+  if (a.rounds > 0) shape.rounds = a.rounds;
+  if (a.gen_tokens > 0) shape.gen_tokens = a.gen_tokens;
+  if (a.think_ms >= 0) shape.think_ms = a.think_ms;
+  if (a.request_timeout_s > 0) shape.request_timeout_s = a.request_timeout_s;
+  if (!a.sweep.empty()) shape.sweep = a.sweep;
+  if (!a.tool_tokens.empty()) {
+    if (a.tool_tokens.size() != 2 || a.tool_tokens[0] < 1 || a.tool_tokens[1] < a.tool_tokens[0]) {
+      return std::fprintf(stderr, "error: --tool-tokens takes MIN,MAX with 1 <= MIN <= MAX\n"), 1;
+    }
+    shape.tool_min = a.tool_tokens[0];
+    shape.tool_max = a.tool_tokens[1];
+  }
+  shape.seed = a.seed;
+  for (int c : shape.sweep) {
+    if (c < 1 || c > 4096) return std::fprintf(stderr, "error: --sweep points must be in [1, 4096], not %d\n", c), 1;
+  }
+  std::string host;
+  int port = 0;
+  if (!SplitUrl(a.url, &host, &port)) {
+    return std::fprintf(stderr, "error: --url must be host:port (e.g. 127.0.0.1:8080), not '%s'\n", a.url.c_str()), 1;
+  }
+  TranscriptHeader header;
+  header.preset = a.preset;
+  header.shape = shape;
+  if (Status st = QueryModel(host, port, &header.model, &header.server_attention); !st.ok()) {
+    return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
+  }
+  auto tpw = CalibrateTokensPerWord(host, port, header.model);
+  if (!tpw.ok()) return std::fprintf(stderr, "error: %s\n", tpw.status().ToString().c_str()), 1;
+  shape.tokens_per_word = header.shape.tokens_per_word = *tpw;
+  std::unique_ptr<Model> reference;
+  if (!a.no_verify) {
+    auto m = LoadReference(a.model, header.model);
+    if (!m.ok()) return std::fprintf(stderr, "error: %s\n", m.status().ToString().c_str()), 1;
+    reference = std::move(m).value();
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(a.out_dir, ec);
+  if (ec) return std::fprintf(stderr, "error: cannot create %s: %s\n", a.out_dir.c_str(), ec.message().c_str()), 1;
+  const std::string transcript = a.out_dir + "/transcript.jsonl";
+
+  SweepReport report;
+  report.header = header;
+  report.target = host + ":" + std::to_string(port);
+  report.transcript_path = transcript;
+  const bool tty = isatty(2) && !a.quiet;
+  std::fprintf(stderr,
+               "tandem bench agentic: %s at %s, preset %s: %lld-token start, %d rounds of %d generated + %d..%d "
+               "tool tokens (%.2f tokens per word here), sweep",
+               header.model.c_str(), report.target.c_str(), a.preset.c_str(), (long long)shape.initial_tokens,
+               shape.rounds, shape.gen_tokens, shape.tool_min, shape.tool_max, shape.tokens_per_word);
+  for (int c : shape.sweep) std::fprintf(stderr, " %d", c);
+  std::fprintf(stderr, "\n");
+  std::vector<RoundRecord> all;
+  for (size_t i = 0; i < shape.sweep.size(); ++i) {
+    const int c = shape.sweep[i];
+    const Status gate = WaitForBaseline(host, port, a.health_timeout_s);
+    if (!gate.ok()) {
+      report.stopped = "before the " + std::to_string(c) + "-session point: " + gate.message() +
+                       ". Not measuring a server that has not recovered; restart it and rerun.";
+      std::fprintf(stderr, "tandem bench agentic: sweep stopped %s\n", report.stopped.c_str());
+      break;
+    }
+    PointProgress progress;
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<RoundRecord> recs;
+    {
+      ProgressBar bar(tty, "  " + std::to_string(c) + " sessions", &progress);
+      recs = RunPoint(host, port, header.model, shape, int(i), c, &progress);
+    }
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    PointSummary s = Summarize(int(i), c, recs, wall);
+    std::fprintf(stderr, "  %d sessions: %lld rounds in %.1f s, %.1f tok/s, TTFT p50 %.1f ms, %lld timeout, %lld error\n",
+                 c, (long long)s.rounds, wall, s.tokens_per_s, s.ttft_p50_s * 1e3, (long long)s.outcomes[kTimeout],
+                 (long long)s.outcomes[kError]);
+    report.points.push_back(std::move(s));
+    all.insert(all.end(), std::make_move_iterator(recs.begin()), std::make_move_iterator(recs.end()));
+    if (Status st = WriteTranscript(transcript, header, all); !st.ok()) {
+      return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
+    }
+  }
+  if (report.stopped.empty()) {
+    const Status after = WaitForBaseline(host, port, a.health_timeout_s);
+    if (!after.ok()) {
+      report.stopped = "after the last point: " + after.message();
+      std::fprintf(stderr, "tandem bench agentic: %s\n", report.stopped.c_str());
+    }
+  }
+  if (reference) {
+    auto attention = AttentionFromHeader(header.server_attention, AttentionOptions{});
+    if (!attention.ok()) return std::fprintf(stderr, "error: %s\n", attention.status().ToString().c_str()), 1;
+    std::fprintf(stderr, "verifying %zu rounds on the reference engine (one sequence, no prefix cache)\n", all.size());
+    const Status st = VerifyRounds(*reference, *attention, a.model.threads, header.model, &all,
+                                   [&](size_t done, size_t total) {
+                                     if (tty) std::fprintf(stderr, "\r  verified %zu/%zu ", done, total);
+                                   });
+    if (tty) std::fprintf(stderr, "\n");
+    if (!st.ok()) return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
+    report.verified = true;
+    Resummarize(&report, all);
+    if (Status w = WriteTranscript(transcript, header, all); !w.ok()) {
+      return std::fprintf(stderr, "error: %s\n", w.ToString().c_str()), 1;
+    }
+  }
+  const std::string table = ReportTable(report);
+  std::fputs(table.c_str(), stdout);
+  std::fflush(stdout);
+  if (Status st = WriteFile(a.out_dir + "/report.json", ReportJson(report).dump(2) + "\n"); !st.ok()) {
+    return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
+  }
+  if (Status st = WriteFile(a.out_dir + "/report.svg", ReportSvg(report)); !st.ok()) {
+    return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
+  }
+  std::fprintf(stderr, "wrote %s/transcript.jsonl, report.json, report.svg\n", a.out_dir.c_str());
+  if (!report.stopped.empty()) return kExitStopped;
+  int64_t corrupt = 0;
+  for (const auto& p : report.points) corrupt += p.outcomes.count(kCorrupt) ? p.outcomes.at(kCorrupt) : 0;
+  return corrupt > 0 ? kExitCorrupt : 0;
+}
+
+struct VerifyArgs {
+  ModelOptions model;
+  std::string transcript;
+  std::string attention = "dense", index_k_dtype = "fp8";
+  int64_t top_k = 2048;
+  bool write = false;
+};
+
+int RunVerify(VerifyArgs& a) {
+  TranscriptHeader header;
+  std::vector<RoundRecord> rounds;
+  if (Status st = ReadTranscript(a.transcript, &header, &rounds); !st.ok()) {
+    return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
+  }
+  auto fallback = ParseAttentionOptions(a.attention, a.index_k_dtype, a.top_k);
+  if (!fallback.ok()) return std::fprintf(stderr, "error: %s\n", fallback.status().ToString().c_str()), 1;
+  auto attention = AttentionFromHeader(header.server_attention, *fallback);
+  if (!attention.ok()) return std::fprintf(stderr, "error: %s\n", attention.status().ToString().c_str()), 1;
+  auto model = LoadReference(a.model, header.model);
+  if (!model.ok()) return std::fprintf(stderr, "error: %s\n", model.status().ToString().c_str()), 1;
+  if (Status st = VerifyRounds(**model, *attention, a.model.threads, header.model, &rounds); !st.ok()) {
+    return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
+  }
+  // One line per session: each round's verdict in order.
+  std::map<std::pair<int, int>, std::vector<const RoundRecord*>> sessions;
+  std::map<std::string, int64_t> counts;
+  for (const RoundRecord& r : rounds) {
+    sessions[{r.point, r.session}].push_back(&r);
+    ++counts[r.outcome];
+  }
+  for (auto& [key, list] : sessions) {
+    std::sort(list.begin(), list.end(), [](auto* x, auto* y) { return x->round < y->round; });
+    std::string line = "point " + std::to_string(key.first) + " (" + std::to_string(list[0]->concurrency) +
+                       " sessions) session " + std::to_string(key.second) + ":";
+    for (const RoundRecord* r : list) {
+      line += " r" + std::to_string(r->round) + "=" + r->outcome;
+      if (r->outcome == kCorrupt) line += "@token" + std::to_string(r->first_mismatch);
+    }
+    std::printf("%s\n", line.c_str());
+  }
+  std::printf("%zu rounds: %lld ok, %lld corrupt, %lld timeout, %lld error\n", rounds.size(),
+              (long long)counts[kOk], (long long)counts[kCorrupt], (long long)counts[kTimeout],
+              (long long)counts[kError]);
+  if (a.write) {
+    if (Status st = WriteTranscript(a.transcript, header, rounds); !st.ok()) {
+      return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
+    }
+  }
+  return counts[kCorrupt] > 0 ? kExitCorrupt : 0;
+}
+
+}  // namespace
+
+void RegisterAgenticBench(CLI::App& bench) {
+  auto a = std::make_shared<AgenticArgs>();
+  CLI::App* cmd = bench.add_subcommand("agentic", "Multi-turn agent sessions, a concurrency sweep, the exact oracle");
+  a->model.AddTo(cmd);
+  cmd->add_option("--url", a->url, "host:port of the server under test (router, serve, or any OpenAI server)")
+      ->required();
+  cmd->add_option("--preset", a->preset, "small, medium or production");
+  cmd->add_option("--initial-tokens", a->initial_tokens, "Context a session starts with")->check(CLI::Range(16, 1 << 22));
+  cmd->add_option("--rounds", a->rounds, "Rounds per session")->check(CLI::Range(1, 100000));
+  cmd->add_option("--gen-tokens", a->gen_tokens, "Tokens generated per round")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--tool-tokens", a->tool_tokens, "Tool-result size range MIN,MAX in tokens")->delimiter(',');
+  cmd->add_option("--think-ms", a->think_ms, "Pause between rounds, up to this")->check(CLI::Range(0, 3600000));
+  cmd->add_option("--sweep", a->sweep, "Concurrent sessions per point, e.g. 16,32,48,64,80")->delimiter(',');
+  cmd->add_option("--seed", a->seed, "Seed of every prompt");
+  cmd->add_option("--request-timeout", a->request_timeout_s, "Seconds one round may take (client side)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--health-timeout", a->health_timeout_s, "Seconds the server may take to return to baseline")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--out-dir", a->out_dir, "Where transcript.jsonl, report.json and report.svg go");
+  cmd->add_flag("--no-verify", a->no_verify, "Do not replay answers on the reference engine");
+  cmd->add_flag("--quiet", a->quiet, "No progress bar");
+  cmd->callback([a] { SetExitCode(RunAgentic(*a)); });
+}
+
+void RegisterVerify(CLI::App& app) {
+  auto a = std::make_shared<VerifyArgs>();
+  CLI::App* cmd = app.add_subcommand("verify", "Replay a bench agentic transcript on the reference engine, bit for bit");
+  cmd->add_option("transcript", a->transcript, "transcript.jsonl written by `tandem bench agentic`")->required();
+  a->model.AddTo(cmd);
+  cmd->add_option("--attention", a->attention, "dense or sparse, when the transcript does not say");
+  cmd->add_option("--topk", a->top_k, "Sparse attention top-k, when the transcript does not say")
+      ->check(CLI::Range(1, 1 << 24));
+  cmd->add_option("--index-k-dtype", a->index_k_dtype, "fp8 or bf16, when the transcript does not say");
+  cmd->add_flag("--write", a->write, "Write the verdicts back into the transcript");
+  cmd->callback([a] { SetExitCode(RunVerify(*a)); });
+}
+
+}  // namespace tandem::cli

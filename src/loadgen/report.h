@@ -1,0 +1,47 @@
+// The agentic sweep's report: per concurrency point, latency percentiles,
+// throughput, prefix-cache reuse and the outcome mix — as a terminal table,
+// a JSON document (schema: docs/agentic-report.schema.json) and an SVG chart.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "loadgen/agentic.h"
+
+namespace tandem {
+
+struct PointSummary {
+  int point = 0;
+  int concurrency = 0;
+  double wall_s = 0;  // first request sent -> last answer
+  int64_t rounds = 0;
+  std::map<std::string, int64_t> outcomes;  // ok, corrupt, timeout, error, unverified
+  double ttft_p50_s = 0, ttft_p99_s = 0, itl_p50_s = 0, itl_p99_s = 0, e2e_p50_s = 0;
+  double tokens_per_s = 0;              // generated tokens / wall
+  int64_t prompt_tokens = 0, cached_tokens = 0;
+  double later_round_hit_rate = 0;      // cached / prompt tokens over rounds >= 1
+  int64_t max_prompt_tokens = 0;
+  std::vector<std::string> first_mismatches;  // "session 3 round 2: token 17", at most 20
+};
+
+struct SweepReport {
+  TranscriptHeader header;
+  std::string target;  // host:port
+  std::vector<PointSummary> points;
+  bool verified = false;
+  std::string stopped;  // non-empty: why the sweep stopped early (the health gate)
+  std::string transcript_path;
+};
+
+PointSummary Summarize(int point, int concurrency, const std::vector<RoundRecord>& rounds, double wall_s);
+// Recomputes every point's outcome counts and mismatch list (after verification).
+void Resummarize(SweepReport* report, const std::vector<RoundRecord>& rounds);
+
+std::string ReportTable(const SweepReport& report);
+nlohmann::json ReportJson(const SweepReport& report);
+std::string ReportSvg(const SweepReport& report);
+
+}  // namespace tandem

@@ -1,0 +1,203 @@
+#include "loadgen/verify.h"
+
+#include <algorithm>
+#include <map>
+
+#include "cache/page_pool.h"
+#include "model/forward.h"
+#include "runtime/generator.h"
+#include "runtime/sampler.h"
+
+namespace tandem {
+
+using Json = nlohmann::json;
+
+ReferenceVerifier::ReferenceVerifier(const Model& model, const CacheSpec& spec, ThreadPool& threads,
+                                     int64_t ctx_tokens, const std::string& model_id)
+    : model_(model), spec_(spec), threads_(threads), ctx_tokens_(ctx_tokens) {
+  info_.id = model_id.empty() ? model.config().name : model_id;
+  info_.context_length = ctx_tokens;
+  info_.tokenizer = &model.tokenizer();
+  info_.chat_template = DetectChatTemplate(model.gguf().GetStringOr("tokenizer.chat_template", ""));
+  info_.attention = spec.attention;
+}
+
+void ReferenceVerifier::Judge(const Json& messages, RoundRecord* round) {
+  Json body = round->request;
+  body["messages"] = messages;
+  body["stream"] = false;
+  const ParseResult parsed = ParseChatCompletionRequest(body.dump(), info_);
+  if (const auto* e = std::get_if<ApiError>(&parsed)) {
+    round->outcome = kError;
+    round->verify_note = "the reference cannot replay this request: " + e->message;
+    return;
+  }
+  const ParsedRequest& req = std::get<ParsedRequest>(parsed);
+  if (int64_t(req.spec.prompt.size()) != round->prompt_tokens && round->prompt_tokens > 0) {
+    // The server rendered different prompt tokens: judged anyway, but said.
+    round->verify_note = "prompt is " + std::to_string(req.spec.prompt.size()) + " tokens here, " +
+                         std::to_string(round->prompt_tokens) + " at the server; ";
+  } else {
+    round->verify_note.clear();
+  }
+  const bool same = round->has_token_ids ? JudgeTokens(req, round) : JudgeText(req, round);
+  round->outcome = same ? kOk : kCorrupt;
+}
+
+bool ReferenceVerifier::JudgeTokens(const ParsedRequest& req, RoundRecord* round) {
+  const std::vector<int32_t>& prompt = req.spec.prompt;
+  const std::vector<int32_t>& served = round->token_ids;
+  std::vector<int32_t> seq = prompt;
+  seq.insert(seq.end(), served.begin(), served.end());
+  const int64_t p = int64_t(prompt.size()), total = int64_t(seq.size());
+  if (total + 1 > ctx_tokens_) {
+    round->first_mismatch = -1;
+    round->verify_note += "too long to replay (" + std::to_string(total) + " tokens)";
+    return false;
+  }
+  PagePool pool(spec_.registry, int(model_.config().n_layers), (total + kPageTokens) / kPageTokens);
+  auto pages = pool.Allocate(pool.free_pages());
+  if (!pages.ok()) {
+    round->verify_note += "no pages: " + pages.status().ToString();
+    return false;
+  }
+  struct Release {
+    PagePool& pool;
+    std::vector<int32_t>& pages;
+    ~Release() { pool.Release(pages); }
+  } release{pool, *pages};
+  ForwardPass forward(model_, spec_, threads_);
+  Sampler sampler;
+  const int64_t vocab = model_.config().vocab_size;
+  const Tokenizer& tok = model_.tokenizer();
+  // Output position i is drawn from the logits after token p - 1 + i. Chunks
+  // up to p - 1 need no logits; from there on every row is checked.
+  constexpr int64_t kChunk = 256;
+  std::vector<float> logits;
+  int64_t start = 0;
+  auto run = [&](int64_t from, int64_t to, bool all) -> Status {
+    SequenceChunk c{std::span<const int32_t>(seq.data() + from, size_t(to - from)), from, *pages, all};
+    logits.clear();
+    return forward.Run({&c, 1}, pool, &logits);
+  };
+  for (; start < p - 1; start = std::min(start + kChunk, p - 1)) {
+    if (Status st = run(start, std::min(start + kChunk, p - 1), false); !st.ok()) {
+      round->verify_note += st.ToString();
+      return false;
+    }
+  }
+  int64_t checked = 0;  // output positions judged so far
+  const int64_t n_out = int64_t(served.size());
+  const bool expect_stop =
+      round->finish_reason == "stop" && !req.spec.ignore_eos && req.spec.stop.empty() && n_out < req.spec.max_tokens;
+  for (; start < total; start += kChunk) {
+    const int64_t end = std::min(start + kChunk, total);
+    if (Status st = run(start, end, true); !st.ok()) {
+      round->verify_note += st.ToString();
+      return false;
+    }
+    for (int64_t row = 0; row < end - start; ++row) {
+      const int64_t i = start + row - (p - 1);  // output index this row predicts
+      std::span<const float> l(logits.data() + row * vocab, size_t(vocab));
+      const int64_t pos = p + i;
+      const int32_t want = sampler.Sample(l, req.spec.sampling, std::span<const int32_t>(seq.data(), size_t(pos)), pos);
+      if (i < n_out) {
+        const bool stops_here = !req.spec.ignore_eos && tok.IsEndOfGeneration(want);
+        if (want != served[size_t(i)] || stops_here) {
+          round->first_mismatch = i;
+          round->verify_note += "token " + std::to_string(i) + ": server " + std::to_string(served[size_t(i)]) +
+                                ", reference " + std::to_string(want) + (stops_here ? " (end of generation)" : "");
+          return false;
+        }
+        ++checked;
+      } else if (expect_stop && !tok.IsEndOfGeneration(want)) {
+        round->first_mismatch = i;
+        round->verify_note += "the server stopped at token " + std::to_string(i) + "; the reference goes on with " +
+                              std::to_string(want);
+        return false;
+      }
+    }
+  }
+  round->first_mismatch = -1;
+  round->verify_note += std::to_string(checked) + " tokens identical";
+  return true;
+}
+
+bool ReferenceVerifier::JudgeText(const ParsedRequest& req, RoundRecord* round) {
+  Generator gen(model_, spec_, threads_, ctx_tokens_);
+  GenerateOptions opt;
+  opt.sampling = req.spec.sampling;
+  opt.max_tokens = req.spec.max_tokens;
+  opt.stop_strings = req.spec.stop;
+  opt.ignore_eos = req.spec.ignore_eos;
+  auto result = gen.Run(req.spec.prompt, opt, nullptr);
+  if (!result.ok()) {
+    round->verify_note += "the reference failed: " + result.status().ToString();
+    return false;
+  }
+  if (result->text == round->text) {
+    round->first_mismatch = -1;
+    round->verify_note += "text identical (" + std::to_string(result->tokens.size()) + " tokens)";
+    return true;
+  }
+  // The first reference token whose text no longer agrees with the served text.
+  StreamDecoder decoder(model_.tokenizer());
+  std::string prefix;
+  int64_t i = 0;
+  for (; i < int64_t(result->tokens.size()); ++i) {
+    prefix += decoder.Push(result->tokens[size_t(i)]);
+    if (round->text.compare(0, prefix.size(), prefix) != 0) break;
+  }
+  round->first_mismatch = i;
+  round->verify_note += "text differs from reference token " + std::to_string(i);
+  return false;
+}
+
+StatusOr<AttentionOptions> AttentionFromHeader(const Json& a, const AttentionOptions& fallback) {
+  if (a.is_null()) return fallback;
+  try {
+    return ParseAttentionOptions(a.at("kind").get<std::string>(), a.at("index_k_dtype").get<std::string>(),
+                                 a.at("top_k").get<int64_t>());
+  } catch (const Json::exception& e) {
+    return InvalidArgument(std::string("bad server_attention in the transcript header: ") + e.what());
+  }
+}
+
+Status VerifyRounds(const Model& model, const AttentionOptions& attention, int threads, const std::string& model_id,
+                    std::vector<RoundRecord>* rounds, const std::function<void(size_t, size_t)>& on_round) {
+  TANDEM_ASSIGN_OR_RETURN(CacheSpec spec, MakeCacheSpec(model.config(), attention));
+  std::map<std::pair<int, int>, std::vector<RoundRecord*>> sessions;
+  int64_t longest = 0;
+  for (RoundRecord& r : *rounds) {
+    sessions[{r.point, r.session}].push_back(&r);
+    longest = std::max(longest, r.prompt_tokens + int64_t(r.token_ids.size()) + r.completion_tokens);
+  }
+  // Room for the longest round, and never less than the model's own context.
+  const int64_t ctx = std::max<int64_t>(model.config().context_length, longest + kPageTokens);
+  ThreadPool pool(std::max(1, threads));
+  ReferenceVerifier verifier(model, spec, pool, ctx, model_id);
+  size_t total = 0, done = 0;
+  for (const RoundRecord& r : *rounds) {
+    total += r.outcome == kUnverified || r.outcome == kOk || r.outcome == kCorrupt;
+  }
+  for (auto& [key, list] : sessions) {
+    std::sort(list.begin(), list.end(), [](const RoundRecord* a, const RoundRecord* b) { return a->round < b->round; });
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (list[i]->round != int(i)) {
+        return InvalidArgument("session " + std::to_string(key.second) + " of point " + std::to_string(key.first) +
+                               " is missing round " + std::to_string(i));
+      }
+    }
+    std::vector<const RoundRecord*> view(list.begin(), list.end());
+    for (size_t i = 0; i < list.size(); ++i) {
+      RoundRecord& r = *list[i];
+      if (r.outcome != kUnverified && r.outcome != kOk && r.outcome != kCorrupt) continue;
+      verifier.Judge(MessagesForRound(view, i), &r);
+      ++done;
+      if (on_round) on_round(done, total);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace tandem
