@@ -28,6 +28,7 @@ struct PrefillArgs {
   bool unsafe_early_commit = false;
   int64_t debug_put_delay_us = 0;
   double debug_bit_flip_rate = 0;
+  int64_t debug_wedge_after_messages = -1;
 };
 
 int RunPrefill(PrefillArgs& a) {
@@ -55,10 +56,13 @@ int RunPrefill(PrefillArgs& a) {
   transfer::FaultPlan faults;
   faults.put_delay = std::chrono::microseconds(a.debug_put_delay_us);
   faults.bit_flip_rate = a.debug_bit_flip_rate;
-  const bool inject = a.debug_put_delay_us > 0 || a.debug_bit_flip_rate > 0;
+  faults.drop_messages_after = a.debug_wedge_after_messages;
+  const bool inject = a.debug_put_delay_us > 0 || a.debug_bit_flip_rate > 0 || a.debug_wedge_after_messages >= 0;
   if (inject) {
-    std::fprintf(stderr, "WARNING: injecting transfer faults (put delay %lld us, bit flip rate %g): tests only\n",
-                 (long long)a.debug_put_delay_us, a.debug_bit_flip_rate);
+    std::fprintf(stderr,
+                 "WARNING: injecting transfer faults (put delay %lld us, bit flip rate %g, wedge after %lld "
+                 "messages): tests only\n",
+                 (long long)a.debug_put_delay_us, a.debug_bit_flip_rate, (long long)a.debug_wedge_after_messages);
   }
   std::mutex wrapped_mu;
   std::map<transfer::Connection*, std::shared_ptr<transfer::Connection>> wrapped;  // guarded by wrapped_mu
@@ -116,6 +120,10 @@ void RegisterPrefill(CLI::App& app) {
                 "UNSAFE, tests only: commit before the index-K writes are flushed");
   cmd->add_option("--debug-put-delay-us", a->debug_put_delay_us, "Tests only: delay every page write")->check(CLI::NonNegativeNumber);
   cmd->add_option("--debug-bit-flip-rate", a->debug_bit_flip_rate, "Tests only: flip one bit in this share of page writes")->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--debug-wedge-after-messages", a->debug_wedge_after_messages,
+                  "Tests only: after sending this many messages on a connection, send none (commits and abort "
+                  "acknowledgements never arrive: a wedged engine that stays connected)")
+      ->check(CLI::NonNegativeNumber);
   cmd->callback([a] { SetExitCode(RunPrefill(*a)); });
 }
 

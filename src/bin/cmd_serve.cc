@@ -25,6 +25,8 @@ struct ServeArgs {
   std::string verify = "all";
   bool disagg = false;
   bool unsafe_early_commit = false;
+  int64_t debug_put_delay_us = 0;          // --disagg: passed to the prefill engine
+  int64_t debug_wedge_after_messages = -1;  // --disagg: passed to the prefill engine
 };
 
 // Re-spells this command's options for the child processes of --disagg.
@@ -46,6 +48,13 @@ DisaggLaunch LaunchFor(const ServeArgs& a) {
   if (a.no_prefix_cache) l.decode_args.push_back("--no-prefix-cache");
   l.prefill_args = {"--chunk-size", std::to_string(a.engine.chunk_size)};
   if (a.unsafe_early_commit) l.prefill_args.push_back("--debug-unsafe-early-commit");
+  if (a.debug_put_delay_us > 0) {
+    l.prefill_args.insert(l.prefill_args.end(), {"--debug-put-delay-us", std::to_string(a.debug_put_delay_us)});
+  }
+  if (a.debug_wedge_after_messages >= 0) {
+    l.prefill_args.insert(l.prefill_args.end(),
+                          {"--debug-wedge-after-messages", std::to_string(a.debug_wedge_after_messages)});
+  }
   return l;
 }
 
@@ -143,6 +152,12 @@ void RegisterServe(CLI::App& app) {
                 "Start a prefill engine, a decode server and a router on this host (router on --port)");
   cmd->add_flag("--debug-unsafe-early-commit", a->unsafe_early_commit,
                 "With --disagg, UNSAFE, tests only: the prefill engine commits before index-K is flushed");
+  cmd->add_option("--debug-put-delay-us", a->debug_put_delay_us,
+                  "With --disagg, tests only: the prefill engine delays every page write")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--debug-wedge-after-messages", a->debug_wedge_after_messages,
+                  "With --disagg, tests only: the prefill engine stops sending after this many messages (wedged)")
+      ->check(CLI::NonNegativeNumber);
   cmd->callback([a] { SetExitCode(RunServe(*a)); });
 }
 

@@ -22,7 +22,11 @@ void ParseFrames(std::string& buf, StreamTiming& t, Clock::time_point t0, Clock:
     if (line.rfind("data: ", 0) != 0 || line == "data: [DONE]") continue;
     const auto j = nlohmann::json::parse(line.substr(6), nullptr, false);
     if (j.is_discarded()) continue;
-    if (j.contains("error")) t.error = j["error"].value("message", "error");
+    if (j.contains("error") && j["error"].is_object()) {
+      t.error = j["error"].value("message", "error");
+      // A deadline the server enforced mid-stream is a timeout, not an error.
+      if (j["error"].contains("code") && j["error"]["code"] == "timeout") t.server_timeout = true;
+    }
     if (j.contains("usage") && j["usage"].is_object()) {
       t.prompt_tokens = j["usage"].value("prompt_tokens", int64_t(0));
       t.completion_tokens = j["usage"].value("completion_tokens", int64_t(0));
@@ -88,7 +92,7 @@ StreamTiming StreamChat(const std::string& host, int port, nlohmann::json body, 
   t.e2e_s = Since(t0);
   t.status = res.status > 0 ? res.status : 0;
   if (!ok && t.error.empty()) t.error = "connection error: " + httplib::to_string(err);
-  t.timed_out = t.e2e_s >= timeout_s || t.status == 504 ||
+  t.timed_out = t.e2e_s >= timeout_s || t.status == 504 || t.server_timeout ||
                 (!ok && (err == httplib::Error::Read || err == httplib::Error::Canceled));
   if (t.status >= 400 && t.error.empty()) {
     const std::string raw = res.body.empty() ? buf : res.body;  // a receiver takes the body

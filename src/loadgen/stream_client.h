@@ -22,6 +22,7 @@ struct StreamTiming {
   std::vector<int32_t> token_ids;  // when the server sends them (return_token_ids)
   bool has_token_ids = false;
   bool timed_out = false;  // our timeout_s passed, or the server said 504 / deadline
+  bool server_timeout = false;  // the stream ended with an error whose code is "timeout"
 };
 
 // POSTs `body` (stream is forced on, with usage) to /v1/chat/completions and

@@ -85,6 +85,7 @@ Status FaultyConnection::Send(std::vector<uint8_t> message) {
   std::vector<std::vector<uint8_t>> out;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (plan_.drop_messages_after >= 0 && messages_sent_++ >= plan_.drop_messages_after) return Status::Ok();
     if (Draw(plan_.drop_message_rate)) return Status::Ok();
     const bool duplicate = Draw(plan_.duplicate_message_rate);
     if (plan_.reorder_messages && !holding_) {

@@ -24,6 +24,8 @@ struct FaultPlan {
   bool reorder_messages = false;      // each message swaps places with the next one
   double bit_flip_rate = 0;           // puts whose data has one bit flipped on the way
   int64_t die_after_puts = -1;        // close the connection at this put (-1: never)
+  int64_t drop_messages_after = -1;   // send nothing after this many messages (-1: never):
+                                      // a wedged peer that stays connected
   uint64_t seed = 1;
 };
 
@@ -58,6 +60,7 @@ class FaultyConnection : public Connection {
   std::condition_variable cv_;
   uint64_t draws_ = 0;                          // guarded by mu_
   int64_t puts_ = 0, flipped_ = 0;              // guarded by mu_
+  int64_t messages_sent_ = 0;                   // guarded by mu_
   std::deque<DelayedPut> delayed_;              // guarded by mu_
   std::deque<std::vector<uint8_t>> corrupted_;  // flipped copies; live until Close
   std::vector<uint8_t> held_message_;           // reorder: waiting for the next one
