@@ -1,0 +1,137 @@
+// `tandem bench agentic` and `tandem verify` against real `serve --disagg`
+// processes on 127.0.0.1: a clean sweep up to 64 sessions, an unsafe early
+// commit with delayed writes caught as corruption, and a wedged server that
+// stops the sweep instead of filling the report with timeouts.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <sstream>
+
+#include "support/process.h"
+#include "support/server_process.h"
+#include "support/tiny_model.h"
+
+namespace tandem {
+namespace {
+
+using json = nlohmann::json;
+using testing::RunTandem;
+using testing::ServerProcess;
+
+std::unique_ptr<ServerProcess> Disagg(std::vector<std::string> extra) {
+  std::vector<std::string> args = {"serve",      "--disagg", "-m",    testing::TinyModelPath(), "--attention",
+                                   "sparse",     "--topk",   "32",    "--index-k-dtype",        "bf16"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return std::make_unique<ServerProcess>(args, 120, "router at http://127.0.0.1:");
+}
+
+json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return json::parse(ss.str(), nullptr, false);
+}
+
+std::string Bench(int port, const std::string& dir, const std::string& extra) {
+  return "bench agentic --quiet --url 127.0.0.1:" + std::to_string(port) + " -m " + testing::TinyModelPath() +
+         " --preset small --out-dir " + dir + " " + extra;
+}
+
+int64_t Outcome(const json& point, const char* o) { return point["outcomes"][o].get<int64_t>(); }
+
+TEST(Agentic, SweepToSixtyFourSessionsOnDisaggBf16SparseIsClean) {
+  auto server = Disagg({});
+  ASSERT_TRUE(server->ok()) << server->Log();
+  const std::string dir = testing::MakeTempDir();
+  auto r = RunTandem(Bench(server->port(), dir, "--sweep 16,64 --rounds 2"), 300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json report = ReadJson(dir + "/report.json");
+  ASSERT_FALSE(report.is_discarded()) << r.output;
+  EXPECT_TRUE(report["verified"].get<bool>());
+  EXPECT_TRUE(report["stopped"].is_null());
+  EXPECT_EQ(report["server_attention"]["index_k_dtype"], "bf16");
+  ASSERT_EQ(report["points"].size(), 2u);
+  EXPECT_EQ(report["points"][1]["concurrency"], 64);
+  for (const auto& p : report["points"]) {
+    const int64_t rounds = p["rounds"].get<int64_t>();
+    EXPECT_EQ(rounds, 2 * p["concurrency"].get<int64_t>());
+    EXPECT_EQ(Outcome(p, "ok"), rounds) << p.dump();
+    EXPECT_EQ(Outcome(p, "corrupt"), 0);
+    EXPECT_EQ(Outcome(p, "timeout"), 0);
+    EXPECT_EQ(Outcome(p, "error"), 0);
+    // Round 2 re-sends round 1's conversation: the decode side's prefix cache serves most of it.
+    EXPECT_GT(p["later_round_hit_rate"].get<double>(), 0.5) << p.dump();
+  }
+  EXPECT_NE(r.output.find("every answer verified"), std::string::npos) << r.output;
+  // `tandem verify` on the saved transcript agrees.
+  auto v = RunTandem("verify " + dir + "/transcript.jsonl -m " + testing::TinyModelPath(), 300);
+  EXPECT_EQ(v.exit_code, 0) << v.output;
+  EXPECT_NE(v.output.find("160 rounds: 160 ok, 0 corrupt, 0 timeout, 0 error"), std::string::npos) << v.output;
+  EXPECT_EQ(server->Terminate(), 0);
+}
+
+TEST(Agentic, UnsafeEarlyCommitWithDelayedWritesIsReportedCorrupt) {
+  auto server = Disagg({"--debug-unsafe-early-commit", "--debug-put-delay-us", "20000", "--verify-handoff", "off"});
+  ASSERT_TRUE(server->ok()) << server->Log();
+  const std::string dir = testing::MakeTempDir();
+  auto r = RunTandem(Bench(server->port(), dir, "--sweep 8 --rounds 2"), 300);
+  EXPECT_EQ(r.exit_code, 3) << r.output;  // 3: the oracle found corrupt answers
+  const json report = ReadJson(dir + "/report.json");
+  ASSERT_FALSE(report.is_discarded()) << r.output;
+  const json& p = report["points"][0];
+  EXPECT_GT(Outcome(p, "corrupt"), 0) << p.dump();
+  EXPECT_EQ(Outcome(p, "timeout"), 0);
+  ASSERT_FALSE(p["first_mismatches"].empty());
+  EXPECT_NE(p["first_mismatches"][0].get<std::string>().find(": token "), std::string::npos);
+  // Every corrupt round in the transcript names a first differing position.
+  std::ifstream in(dir + "/transcript.jsonl");
+  std::string line;
+  int corrupt = 0;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    const json j = json::parse(line);
+    if (j["outcome"] != "corrupt") continue;
+    ++corrupt;
+    EXPECT_GE(j["first_mismatch"].get<int64_t>(), 0) << line.substr(0, 300);
+    EXPECT_LT(j["first_mismatch"].get<int64_t>(), int64_t(j["token_ids"].size()));
+  }
+  EXPECT_EQ(corrupt, Outcome(p, "corrupt"));
+  auto v = RunTandem("verify " + dir + "/transcript.jsonl -m " + testing::TinyModelPath(), 300);
+  EXPECT_EQ(v.exit_code, 3) << v.output;
+  EXPECT_NE(v.output.find("=corrupt@token"), std::string::npos) << v.output;
+}
+
+TEST(Agentic, AWedgedServerStopsTheSweepWithAClearMessage) {
+  // The prefill engine stops sending after 6 messages: commits and abort
+  // acknowledgements never arrive, so handoffs stay open and pages quarantined.
+  auto server = Disagg({"--debug-wedge-after-messages", "6", "--request-timeout", "3"});
+  ASSERT_TRUE(server->ok()) << server->Log();
+  const std::string dir = testing::MakeTempDir();
+  auto r = RunTandem(Bench(server->port(), dir, "--sweep 8,16,32 --rounds 2 --health-timeout 4 --request-timeout 20"), 300);
+  EXPECT_EQ(r.exit_code, 4) << r.output;  // 4: stopped by the health gate
+  EXPECT_NE(r.output.find("sweep stopped before the 16-session point"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("did not return to baseline"), std::string::npos) << r.output;
+  const json report = ReadJson(dir + "/report.json");
+  ASSERT_FALSE(report.is_discarded()) << r.output;
+  EXPECT_EQ(report["points"].size(), 1u);  // nothing measured after the gate refused
+  EXPECT_NE(report["stopped"].get<std::string>().find("quarantined"), std::string::npos) << report["stopped"];
+  // The stuck rounds are timeouts (the server's deadline), never corruption.
+  EXPECT_GT(Outcome(report["points"][0], "timeout"), 0);
+  EXPECT_EQ(Outcome(report["points"][0], "corrupt"), 0);
+}
+
+TEST(Agentic, BadArgumentsAreRefusedWithAMessage) {
+  auto r = RunTandem("bench agentic --url nowhere", 30);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("--url must be host:port"), std::string::npos) << r.output;
+  r = RunTandem("bench agentic --url 127.0.0.1:1", 30);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("no answer from http://127.0.0.1:1/v1/models"), std::string::npos) << r.output;
+  r = RunTandem("verify /nonexistent/transcript.jsonl", 30);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("cannot open transcript"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace tandem

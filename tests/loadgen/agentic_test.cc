@@ -1,0 +1,301 @@
+// The agentic load generator's parts that need no server: deterministic
+// sessions, transcript records, the exact oracle (against generations made
+// here, then corrupted on purpose), and the report's JSON schema and SVG.
+#include "loadgen/agentic.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "loadgen/report.h"
+#include "loadgen/verify.h"
+#include "runtime/generator.h"
+#include "support/paths.h"
+#include "support/process.h"
+#include "support/test_models.h"
+
+namespace tandem {
+namespace {
+
+using Json = nlohmann::json;
+
+TEST(AgenticShape, PresetsAndSyntheticTextAreDeterministic) {
+  for (const char* name : {"small", "medium", "production"}) {
+    auto s = AgenticPreset(name);
+    ASSERT_TRUE(s.ok()) << name;
+    EXPECT_GE(s->rounds, 1);
+    EXPECT_LE(s->tool_min, s->tool_max);
+  }
+  auto prod = AgenticPreset("production");
+  // The real shape: 2k tokens growing toward 80k over the rounds.
+  EXPECT_EQ(prod->initial_tokens, 2048);
+  const int64_t final_ctx = prod->initial_tokens + int64_t(prod->rounds) * (prod->gen_tokens + prod->tool_max);
+  EXPECT_GE(final_ctx, 75000);
+  EXPECT_LE(final_ctx, 90000);
+  EXPECT_EQ(AgenticPreset("huge").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(SyntheticText(3, 200), SyntheticText(3, 200));
+  EXPECT_NE(SyntheticText(3, 200), SyntheticText(4, 200));
+  // Word count follows tokens / tokens_per_word.
+  auto words = [](const std::string& t) { return std::count(t.begin(), t.end(), ' ') + 1; };
+  EXPECT_NEAR(double(words(SyntheticText(9, 1000))), 1000 * 0.9, 120);
+  EXPECT_NEAR(double(words(SyntheticText(9, 1000, 2.0))), 500 * 0.9, 70);
+}
+
+TEST(AgenticRecords, RoundAndHeaderSurviveJson) {
+  RoundRecord r;
+  r.point = 2;
+  r.concurrency = 64;
+  r.session = 17;
+  r.round = 3;
+  r.append = Json::array({{{"role", "tool"}, {"content", "out"}}});
+  r.request = {{"max_tokens", 8}, {"temperature", 0}};
+  r.http_status = 200;
+  r.outcome = kCorrupt;
+  r.text = "héllo";
+  r.token_ids = {5, 6, 7};
+  r.has_token_ids = true;
+  r.finish_reason = "length";
+  r.prompt_tokens = 900;
+  r.cached_tokens = 640;
+  r.gaps_s = {0.01, 0.02};
+  r.first_mismatch = 1;
+  auto back = RoundFromJson(ToJson(r));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(ToJson(*back), ToJson(r));
+  RoundRecord no_ids = r;
+  no_ids.has_token_ids = false;
+  no_ids.token_ids.clear();
+  EXPECT_FALSE(RoundFromJson(ToJson(no_ids))->has_token_ids);
+  EXPECT_FALSE(RoundFromJson(Json{{"type", "round"}}).ok());
+
+  TranscriptHeader h;
+  h.model = "m";
+  h.preset = "small";
+  h.shape = *AgenticPreset("small");
+  h.shape.tokens_per_word = 2.5;
+  h.server_attention = {{"kind", "sparse"}, {"top_k", 16}, {"index_k_dtype", "bf16"}};
+  auto hb = HeaderFromJson(ToJson(h));
+  ASSERT_TRUE(hb.ok());
+  EXPECT_EQ(ToJson(*hb), ToJson(h));
+  auto att = AttentionFromHeader(h.server_attention, {});
+  ASSERT_TRUE(att.ok());
+  EXPECT_EQ(att->kind, AttentionKind::kSparse);
+  EXPECT_EQ(att->top_k, 16);
+  EXPECT_EQ(att->index_k_dtype, CacheDType::kBF16);
+
+  // A transcript file round trip; a broken line names its line number.
+  const std::string dir = testing::MakeTempDir();
+  ASSERT_TRUE(WriteTranscript(dir + "/t.jsonl", h, {r, r}).ok());
+  TranscriptHeader h2;
+  std::vector<RoundRecord> rounds;
+  ASSERT_TRUE(ReadTranscript(dir + "/t.jsonl", &h2, &rounds).ok());
+  EXPECT_EQ(rounds.size(), 2u);
+  std::ofstream(dir + "/t.jsonl", std::ios::app) << "{not json\n";
+  const Status bad = ReadTranscript(dir + "/t.jsonl", &h2, &rounds);
+  EXPECT_NE(bad.message().find(":4: not JSON"), std::string::npos) << bad.ToString();
+}
+
+// Rounds generated here with the reference generator: the oracle must call
+// them identical, and name the exact token where a corrupted copy differs.
+class Oracle : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    m_ = testing::MakePresetModel("tiny", TensorType::kF32);
+    info_.id = m_->model->config().name;
+    info_.context_length = 4096;
+    info_.tokenizer = &m_->model->tokenizer();
+    info_.chat_template = DetectChatTemplate(m_->model->gguf().GetStringOr("tokenizer.chat_template", ""));
+  }
+
+  // Two rounds of one session: messages, generation, appended answer + tool result.
+  std::vector<RoundRecord> Session(const AttentionOptions& attention, float temperature) {
+    ThreadPool threads(2);
+    auto spec = MakeCacheSpec(m_->model->config(), attention);
+    EXPECT_TRUE(spec.ok());
+    std::vector<RoundRecord> out;
+    Json messages = Json::array();
+    Json append = Json::array({{{"role", "system"}, {"content", SyntheticText(1, 120)}},
+                               {{"role", "user"}, {"content", "Task: " + SyntheticText(2, 20)}}});
+    for (int r = 0; r < 2; ++r) {
+      for (auto& m : append) messages.push_back(m);
+      RoundRecord rec;
+      rec.session = 0;
+      rec.round = r;
+      rec.append = append;
+      rec.request = {{"max_tokens", 24}, {"temperature", temperature}, {"seed", 77}, {"ignore_eos", true}};
+      Json body = rec.request;
+      body["messages"] = messages;
+      auto parsed = ParseChatCompletionRequest(body.dump(), info_);
+      EXPECT_TRUE(std::holds_alternative<ParsedRequest>(parsed));
+      const ParsedRequest& req = std::get<ParsedRequest>(parsed);
+      Generator gen(*m_->model, *spec, threads, 4096);
+      GenerateOptions opt;
+      opt.sampling = req.spec.sampling;
+      opt.max_tokens = req.spec.max_tokens;
+      opt.ignore_eos = true;
+      auto g = gen.Run(req.spec.prompt, opt, nullptr);
+      EXPECT_TRUE(g.ok());
+      rec.token_ids = g->tokens;
+      rec.has_token_ids = true;
+      rec.text = g->text;
+      rec.finish_reason = g->finish_reason;
+      rec.prompt_tokens = int64_t(req.spec.prompt.size());
+      rec.completion_tokens = int64_t(g->tokens.size());
+      rec.http_status = 200;
+      out.push_back(rec);
+      append = Json::array({{{"role", "assistant"}, {"content", g->text}},
+                            {{"role", "tool"}, {"content", SyntheticText(3 + uint64_t(r), 40)}}});
+    }
+    return out;
+  }
+
+  std::unique_ptr<testing::InMemoryModel> m_;
+  ModelInfo info_;
+};
+
+TEST_F(Oracle, IdenticalRoundsAreOkAndTheFirstCorruptTokenIsNamed) {
+  AttentionOptions sparse;
+  sparse.kind = AttentionKind::kSparse;
+  sparse.top_k = 16;
+  sparse.index_k_dtype = CacheDType::kBF16;
+  for (const AttentionOptions& attention : {AttentionOptions{}, sparse}) {
+    for (float temperature : {0.0f, 0.9f}) {
+      std::vector<RoundRecord> rounds = Session(attention, temperature);
+      ASSERT_EQ(rounds.size(), 2u);
+      ASSERT_TRUE(VerifyRounds(*m_->model, attention, 2, info_.id, &rounds).ok());
+      for (const auto& r : rounds) {
+        EXPECT_EQ(r.outcome, kOk) << r.verify_note << " temperature " << temperature;
+        EXPECT_EQ(r.first_mismatch, -1);
+      }
+      // Corrupt token 5 of round 1 (as a wrong cache would): caught at 5.
+      std::vector<RoundRecord> bad = Session(attention, temperature);
+      bad[1].token_ids[5] = (bad[1].token_ids[5] + 1) % int32_t(m_->model->config().vocab_size);
+      ASSERT_TRUE(VerifyRounds(*m_->model, attention, 2, info_.id, &bad).ok());
+      EXPECT_EQ(bad[0].outcome, kOk);
+      EXPECT_EQ(bad[1].outcome, kCorrupt);
+      EXPECT_EQ(bad[1].first_mismatch, 5) << bad[1].verify_note;
+      // Verified under the wrong attention, correct answers do not pass.
+      if (attention.kind == AttentionKind::kSparse) {
+        std::vector<RoundRecord> as_dense = Session(attention, temperature);
+        ASSERT_TRUE(VerifyRounds(*m_->model, AttentionOptions{}, 2, info_.id, &as_dense).ok());
+        EXPECT_TRUE(as_dense[0].outcome == kCorrupt || as_dense[1].outcome == kCorrupt);
+      }
+    }
+  }
+}
+
+TEST_F(Oracle, WithoutTokenIdsTextIsCompared) {
+  std::vector<RoundRecord> rounds = Session({}, 0.0f);
+  for (auto& r : rounds) {
+    r.has_token_ids = false;
+    r.token_ids.clear();
+  }
+  rounds[1].text.back() ^= 1;  // changes the last character
+  ASSERT_TRUE(VerifyRounds(*m_->model, {}, 2, info_.id, &rounds).ok());
+  EXPECT_EQ(rounds[0].outcome, kOk) << rounds[0].verify_note;
+  EXPECT_EQ(rounds[1].outcome, kCorrupt);
+  EXPECT_GT(rounds[1].first_mismatch, 0);
+  // Timeouts and errors are left as they are: they say nothing about corruption.
+  std::vector<RoundRecord> t = Session({}, 0.0f);
+  t[1].outcome = kTimeout;
+  ASSERT_TRUE(VerifyRounds(*m_->model, {}, 2, info_.id, &t).ok());
+  EXPECT_EQ(t[1].outcome, kTimeout);
+}
+
+TEST_F(Oracle, AMissingRoundIsReported) {
+  std::vector<RoundRecord> rounds = Session({}, 0.0f);
+  rounds.erase(rounds.begin());
+  const Status st = VerifyRounds(*m_->model, {}, 2, info_.id, &rounds);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("missing round 0"), std::string::npos) << st.ToString();
+}
+
+SweepReport SampleReport(std::vector<RoundRecord>* rounds) {
+  SweepReport rep;
+  rep.header.model = "tandem-tiny <&>";
+  rep.header.preset = "small";
+  rep.header.shape = *AgenticPreset("small");
+  rep.target = "127.0.0.1:1";
+  rep.verified = true;
+  rep.transcript_path = "t.jsonl";
+  const char* outcomes[] = {kOk, kOk, kCorrupt, kTimeout, kError};
+  for (int p = 0; p < 3; ++p) {
+    for (int i = 0; i < 5; ++i) {
+      RoundRecord r;
+      r.point = p;
+      r.concurrency = 8 << p;
+      r.session = i;
+      r.round = i % 2;
+      r.outcome = outcomes[i];
+      r.first_mismatch = r.outcome == std::string(kCorrupt) ? 4 : -1;
+      r.ttft_s = 0.1 * (p + 1);
+      r.gaps_s = {0.01, 0.02};
+      r.completion_tokens = 24;
+      r.prompt_tokens = 500;
+      r.cached_tokens = r.round > 0 ? 450 : 0;
+      rounds->push_back(r);
+    }
+    rep.points.push_back(Summarize(p, 8 << p, *rounds, 2.0));
+  }
+  return rep;
+}
+
+TEST(AgenticReport, CountsOutcomesSeparately) {
+  std::vector<RoundRecord> rounds;
+  SweepReport rep = SampleReport(&rounds);
+  const PointSummary& p = rep.points[0];
+  EXPECT_EQ(p.rounds, 5);
+  EXPECT_EQ(p.outcomes.at(kOk), 2);
+  EXPECT_EQ(p.outcomes.at(kCorrupt), 1);
+  EXPECT_EQ(p.outcomes.at(kTimeout), 1);
+  EXPECT_EQ(p.outcomes.at(kError), 1);
+  ASSERT_EQ(p.first_mismatches.size(), 1u);
+  EXPECT_EQ(p.first_mismatches[0], "session 2 round 0: token 4");
+  // Timeouts and errors are not in the latency or throughput figures.
+  EXPECT_NEAR(p.tokens_per_s, 3 * 24 / 2.0, 1e-9);
+  EXPECT_NEAR(p.later_round_hit_rate, 450.0 / 500.0, 1e-9);
+  const std::string table = ReportTable(rep);
+  EXPECT_NE(table.find("corrupt: session 2 round 0: token 4"), std::string::npos) << table;
+}
+
+// Python's parsers judge our files: jsonschema for report.json against the
+// documented schema, ElementTree for the SVG.
+TEST(AgenticReport, JsonMatchesTheDocumentedSchemaAndSvgIsWellFormed) {
+  std::vector<RoundRecord> rounds;
+  SweepReport rep = SampleReport(&rounds);
+  const std::string dir = testing::MakeTempDir();
+  for (bool stopped : {false, true}) {
+    if (stopped) rep.stopped = "before the 64-session point: did not return to baseline";
+    std::ofstream(dir + "/report.json") << ReportJson(rep).dump(2);
+    std::ofstream(dir + "/report.svg") << ReportSvg(rep);
+    const std::string schema = std::string(TANDEM_SOURCE_DIR) + "/docs/agentic-report.schema.json";
+    const std::string cmd =
+        "python3 -c \"import json, sys, jsonschema, xml.etree.ElementTree as ET; "
+        "jsonschema.validate(json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))); "
+        "root = ET.parse(sys.argv[3]).getroot(); "
+        "assert root.tag == '{http://www.w3.org/2000/svg}svg', root.tag; "
+        "n = len(root.findall('.//{http://www.w3.org/2000/svg}polyline')); "
+        "assert n == 5, n; print('valid')\" " +
+        dir + "/report.json " + schema + " " + dir + "/report.svg 2>&1";
+    FILE* f = popen(cmd.c_str(), "r");
+    ASSERT_NE(f, nullptr);
+    std::string out;
+    char buf[512];
+    while (fgets(buf, sizeof(buf), f)) out += buf;
+    const int rc = pclose(f);
+    EXPECT_EQ(rc, 0) << out << "(needs python3 and python3-jsonschema: scripts/install-deps.sh)";
+    EXPECT_NE(out.find("valid"), std::string::npos) << out;
+  }
+  // A report that breaks the schema is caught by the same check (the check can fail).
+  Json broken = ReportJson(rep);
+  broken["points"][0]["outcomes"].erase("timeout");
+  std::ofstream(dir + "/broken.json") << broken.dump();
+  const std::string cmd2 = "python3 -c \"import json, sys, jsonschema; jsonschema.validate(json.load(open(sys.argv[1])), "
+                           "json.load(open(sys.argv[2])))\" " +
+                           dir + "/broken.json " + TANDEM_SOURCE_DIR + "/docs/agentic-report.schema.json >/dev/null 2>&1";
+  EXPECT_NE(std::system(cmd2.c_str()), 0);
+}
+
+}  // namespace
+}  // namespace tandem
