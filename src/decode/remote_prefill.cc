@@ -158,9 +158,10 @@ std::vector<RemotePrefill::Outcome> RemotePrefill::Poll() {
       auto abort = Abort::Decode(a.bytes);
       if (!abort.ok()) continue;
       handoff_link_.erase(abort->handoff_id);
-      if (receiver_->StartAbort(abort->handoff_id, abort->reason, Clock::now()).ok()) {
-        receiver_->OnAbortAck(abort->handoff_id);
-      }
+      // The sender stops and flushes before it says so: whether the handoff
+      // was open or we had already aborted it (quarantined), its pages are free.
+      (void)receiver_->StartAbort(abort->handoff_id, abort->reason, Clock::now());
+      receiver_->OnAbortAck(abort->handoff_id);
       Outcome o;
       o.handoff_id = abort->handoff_id;
       o.status = Status(StatusCode::kAborted, "the prefill engine failed the handoff: " + abort->reason);

@@ -54,6 +54,14 @@ StatusOr<Destination> HandoffReceiver::Begin(uint64_t handoff_id, std::vector<in
 
 StatusOr<HandoffReceiver::Ready> HandoffReceiver::OnCommit(const Commit& c, Clock::time_point now) {
   auto it = entries_.find(c.handoff_id);
+  if (it != entries_.end() && it->second->quarantined) {
+    // We aborted it, but the sender committed first. A Commit follows the
+    // sender's flush, so nothing of it is still in flight: it acknowledges
+    // the abort as well as an AbortAck would.
+    Free(*it->second);
+    entries_.erase(it);
+    return FailedPrecondition("commit for handoff " + std::to_string(c.handoff_id) + " which was already aborted");
+  }
   if (it == entries_.end() || it->second->machine.state() != HandoffState::kWaitingForInput) {
     return FailedPrecondition("commit for handoff " + std::to_string(c.handoff_id) +
                               " which is not waiting for input");

@@ -77,14 +77,22 @@ StatusOr<Commit> HandoffSender::Run(const Destination& d, const RemoteKey& remot
     SequenceChunk chunk{std::span<const int32_t>(d.tokens).subspan(size_t(chunk_begin), size_t(chunk_end - chunk_begin)),
                         chunk_begin, local_pages_, false};
     logits.clear();
-    TANDEM_RETURN_IF_ERROR(forward_.Run({&chunk, 1}, local_, &logits));
-    TANDEM_RETURN_IF_ERROR(put_status);
+    Status st = forward_.Run({&chunk, 1}, local_, &logits);
+    if (st.ok()) st = put_status;
+    if (!st.ok()) {
+      // Our Abort frees the peer's pages: nothing of ours may still be in flight.
+      forward_.SetLayerHook(nullptr);
+      (void)connection.Flush(std::max(machine.deadline(), Clock::now() + std::chrono::seconds(10)));
+      return st;
+    }
   }
   forward_.SetLayerHook(nullptr);
   // Layer writes overlap the compute; what remains after it is the flush.
   const auto flush_start = Clock::now();
   // Whatever happens next, nothing may still be in flight when we return.
-  const Status flushed = connection.Flush(machine.deadline());
+  // Past the deadline the flush still gets a bounded grace period: an Abort or
+  // AbortAck must never overtake our own writes.
+  const Status flushed = connection.Flush(std::max(machine.deadline(), Clock::now() + std::chrono::seconds(10)));
   const auto flush_end = Clock::now();
   if (abort_id_.load() == d.handoff_id) {
     (void)machine.Transition(HandoffState::kAborted, Clock::now());

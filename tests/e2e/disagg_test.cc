@@ -249,7 +249,7 @@ TEST_F(Disagg, AbortStormLeavesNothingBehindAndACleanRoundSucceeds) {
     for (auto& c : clients) c.get();
   }
   std::map<std::string, double> m;
-  for (int i = 0; i < 300; ++i) {  // acknowledgements and cancellations settle
+  for (int i = 0; i < 1500; ++i) {  // acknowledgements and cancellations settle
     m = testing::ParseMetrics(HttpGet(port, "/metrics").body);
     if (m["tandem_requests_running"] + m["tandem_requests_waiting"] == 0 && m["tandem_handoff_quarantined_pages"] == 0 &&
         m["tandem_cache_pages{state=\"reserved\"}"] == 0) {

@@ -286,6 +286,27 @@ TEST(Handoff, AbortQuarantinesUntilAckAndPeerCloseFreesEverything) {
   EXPECT_FALSE(h.receiver().StartAbort(8, "again", Clock::now()).ok());
 }
 
+// The sender committed before our Abort reached it: the Commit (sent after
+// its flush) must release the quarantine, or those pages leak until the
+// connection closes (seen in CI as 2 pages stuck after an abort storm).
+TEST(Handoff, ACommitThatCrossesOurAbortReleasesTheQuarantine) {
+  auto m = MakePresetModel("tiny", TensorType::kF32);
+  HandoffHarness h(*m->model, {}, {}, {}, {});
+  const auto baseline = h.decode_pool().accounting();
+  const auto prompt = PseudoRandomTokens(300, m->model->config().vocab_size, 3);
+  ASSERT_TRUE(h.receiver().Begin(9, prompt, 1, Clock::now()).ok());
+  ASSERT_TRUE(h.receiver().StartAbort(9, "client gone", Clock::now()).ok());
+  EXPECT_EQ(h.receiver().stats().quarantined_pages, 5);
+  Commit late;
+  late.handoff_id = 9;
+  auto r = h.receiver().OnCommit(late, Clock::now());
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("already aborted"), std::string::npos);
+  EXPECT_EQ(h.receiver().stats().quarantined_pages, 0);
+  EXPECT_EQ(h.decode_pool().accounting(), baseline);
+  EXPECT_EQ(h.receiver().open_handoffs(), 0u);
+}
+
 TEST(Handoff, PeerDeathMidTransferFailsCleanly) {
   auto m = MakePresetModel("tiny", TensorType::kF32);
   FaultPlan death;

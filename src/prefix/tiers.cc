@@ -1,0 +1,616 @@
+#include "prefix/tiers.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "prefix/prefix_index.h"
+
+namespace tandem {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// ---------------------------------------------------------------- gates
+
+void LayerGates::Open(int layer) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (open_[size_t(layer)]) return;
+    open_[size_t(layer)] = 1;
+    ++opened_;
+  }
+  cv_.notify_all();
+}
+
+void LayerGates::OpenAll() {
+  for (size_t l = 0; l < open_.size(); ++l) Open(int(l));
+}
+
+void LayerGates::Wait(int layer) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (open_[size_t(layer)]) return;
+  const auto t0 = Clock::now();
+  cv_.wait(lock, [&] { return open_[size_t(layer)] != 0; });
+  waited_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+}
+
+void LayerGates::WaitAll() const {
+  for (size_t l = 0; l < open_.size(); ++l) Wait(int(l));
+}
+
+bool LayerGates::AllOpen() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return opened_ == int(open_.size());
+}
+
+StatusOr<WritePolicy> ParseWritePolicy(const std::string& name) {
+  if (name == "write-through") return WritePolicy::kWriteThrough;
+  if (name == "write-through-selective") return WritePolicy::kWriteThroughSelective;
+  if (name == "write-back") return WritePolicy::kWriteBack;
+  return InvalidArgument("--cache-write-policy must be write-through, write-through-selective or write-back, not '" +
+                         name + "'");
+}
+
+std::vector<uint64_t> PageChainKeys(std::span<const int32_t> tokens, int64_t n_pages) {
+  std::vector<uint64_t> keys;
+  uint64_t key = PrefixIndex::kRootSeed;
+  for (int64_t i = 0; i < n_pages && (i + 1) * kPageTokens <= int64_t(tokens.size()); ++i) {
+    key = PrefixIndex::DefaultChainKey(key, tokens.subspan(size_t(i * kPageTokens), kPageTokens));
+    keys.push_back(key);
+  }
+  return keys;
+}
+
+namespace {
+
+bool SameTokens(const PageTokens& a, std::span<const int32_t> b) {
+  return b.size() == a.size() && std::equal(a.begin(), a.end(), b.begin());
+}
+
+// L3 page file: this header, then the page's segments layer by layer, every
+// registered buffer within a layer, in registry order.
+struct DiskHeader {
+  char magic[8] = {'T', 'D', 'M', 'P', 'A', 'G', 'E', '1'};
+  uint64_t key = 0, parent = 0;
+  int32_t tokens[kPageTokens] = {};
+  uint64_t payload_bytes = 0;
+  uint64_t payload_xxh3 = 0;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------- tiered cache
+
+StatusOr<std::unique_ptr<TieredCache>> TieredCache::Create(PagePool& l1, const CacheBufferRegistry& registry,
+                                                           const TierOptions& options,
+                                                           const std::string& model_identity) {
+  if (options.host_pages < 1) return InvalidArgument("the host cache tier needs at least one page");
+  if (options.selective_hits < 1) return InvalidArgument("write-through-selective needs at least 1 hit");
+  std::string subdir;
+  if (!options.disk_dir.empty()) {
+    if (options.disk_bytes < l1.layout().BytesPerPage()) {
+      return InvalidArgument("--disk-cache-size must hold at least one page (" +
+                             std::to_string(l1.layout().BytesPerPage()) + " bytes)");
+    }
+    const std::string identity = model_identity + "|" + l1.layout().Fingerprint();
+    char name[32];
+    std::snprintf(name, sizeof(name), "%016llx", (unsigned long long)XXH3_64bits(identity.data(), identity.size()));
+    subdir = (fs::path(options.disk_dir) / name).string();
+    std::error_code ec;
+    fs::create_directories(subdir, ec);
+    if (ec) return Unavailable("cannot create the disk cache directory " + subdir + ": " + ec.message());
+  }
+  auto t = std::unique_ptr<TieredCache>(new TieredCache(l1, registry, options, subdir));
+  if (!subdir.empty()) TANDEM_RETURN_IF_ERROR(t->ScanDisk());
+  return t;
+}
+
+TieredCache::TieredCache(PagePool& l1, const CacheBufferRegistry& registry, const TierOptions& options,
+                         std::string disk_subdir)
+    : l1_(l1),
+      options_(options),
+      disk_subdir_(std::move(disk_subdir)),
+      host_(std::make_unique<PagePool>(registry, l1.layout().n_layers(), options.host_pages)) {
+  copy_engine_ = std::thread([this] { RunCopyEngine(); });
+}
+
+TieredCache::~TieredCache() {
+  Drain();
+  {
+    std::lock_guard<std::mutex> lock(job_mu_);
+    stop_ = true;
+  }
+  job_cv_.notify_all();
+  copy_engine_.join();
+}
+
+void TieredCache::Submit(std::function<void()> job) {
+  {
+    std::lock_guard<std::mutex> lock(job_mu_);
+    jobs_.push_back(std::move(job));
+  }
+  job_cv_.notify_all();
+}
+
+void TieredCache::RunCopyEngine() {
+  for (;;) {
+    std::function<void()> job;
+    {
+      std::unique_lock<std::mutex> lock(job_mu_);
+      job_cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;  // stopping, and nothing left
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+      busy_ = true;
+    }
+    job();
+    {
+      std::lock_guard<std::mutex> lock(job_mu_);
+      busy_ = false;
+    }
+    idle_cv_.notify_all();
+  }
+}
+
+void TieredCache::Drain() {
+  std::unique_lock<std::mutex> lock(job_mu_);
+  idle_cv_.wait(lock, [&] { return jobs_.empty() && !busy_; });
+}
+
+void TieredCache::DelayLayer() const {
+  if (options_.debug_copy_delay.count() > 0) std::this_thread::sleep_for(options_.debug_copy_delay);
+}
+
+void TieredCache::Poll() {
+  std::vector<int32_t> release;
+  {
+    std::lock_guard<std::mutex> lock(job_mu_);
+    release.swap(l1_to_release_);
+  }
+  if (!release.empty()) l1_.Release(release);
+  std::erase_if(pending_loads_, [&](const std::shared_ptr<LayerGates>& g) {
+    if (!g->AllOpen()) return false;
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    stats_.gate_wait_seconds += double(g->waited_ns()) * 1e-9;
+    return true;
+  });
+}
+
+// ---------------------------------------------------------------- L2
+
+TieredCache::HostEntry* TieredCache::ReserveHostLocked(uint64_t key, uint64_t parent, std::span<const int32_t> tokens) {
+  if (host_index_.count(key)) return nullptr;
+  while (host_->free_pages() == 0) {
+    // The oldest ready entry no load has pinned.
+    auto victim = std::find_if(host_lru_.begin(), host_lru_.end(), [&](uint64_t k) {
+      const HostEntry& e = host_index_.at(k);
+      return e.ready && host_->RefCount(e.page) == 1;
+    });
+    if (victim == host_lru_.end()) return nullptr;
+    DropHostLocked(host_index_.at(*victim));
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.evicted_l2;
+  }
+  auto page = host_->Allocate(1);
+  if (!page.ok()) return nullptr;
+  HostEntry e;
+  e.key = key;
+  e.parent = parent;
+  e.page = (*page)[0];
+  std::copy(tokens.begin(), tokens.end(), e.tokens.begin());
+  e.lru = host_lru_.insert(host_lru_.end(), key);
+  return &host_index_.emplace(key, e).first->second;
+}
+
+void TieredCache::DropHostLocked(HostEntry& e) {
+  const int32_t page = e.page;
+  host_lru_.erase(e.lru);
+  host_index_.erase(e.key);
+  host_->Release(std::span<const int32_t>(&page, 1));
+}
+
+void TieredCache::CopyL1ToHost(int32_t l1_page, uint64_t key) {
+  int32_t host_page = -1;
+  {
+    std::lock_guard<std::mutex> lock(host_mu_);
+    auto it = host_index_.find(key);
+    if (it == host_index_.end()) return;
+    host_page = it->second.page;
+  }
+  // The entry is not ready, so nothing reads or evicts its page meanwhile.
+  const CacheLayout& layout = l1_.layout();
+  int64_t bytes = 0;
+  for (int l = 0; l < layout.n_layers(); ++l) {
+    for (CacheBufferId b = 0; b < layout.n_buffers(); ++b) {
+      std::memcpy(host_->Segment(b, l, host_page), l1_.Segment(b, l, l1_page), size_t(layout.page_stride(b)));
+      bytes += layout.page_stride(b);
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(host_mu_);
+    host_index_.at(key).ready = true;
+  }
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  stats_.store_bytes_l2 += bytes;
+}
+
+TieredCache::Match TieredCache::Lookup(std::span<const int32_t> tokens, int64_t from_page, int64_t max_tokens) {
+  Match m;
+  const int64_t n_full = std::min<int64_t>(int64_t(tokens.size()), max_tokens) / kPageTokens;
+  if (from_page >= n_full) return m;
+  const std::vector<uint64_t> keys = PageChainKeys(tokens, n_full);
+  uint64_t parent = from_page > 0 ? keys[size_t(from_page - 1)] : PrefixIndex::kRootSeed;
+  int64_t i = from_page;
+  {
+    std::lock_guard<std::mutex> lock(host_mu_);
+    for (; i < n_full; ++i) {
+      auto it = host_index_.find(keys[size_t(i)]);
+      if (it == host_index_.end()) break;
+      HostEntry& e = it->second;
+      if (!e.ready || e.parent != parent ||
+          !SameTokens(e.tokens, tokens.subspan(size_t(i * kPageTokens), kPageTokens))) {
+        break;
+      }
+      host_->AddRef(std::span<const int32_t>(&e.page, 1));
+      host_lru_.splice(host_lru_.end(), host_lru_, e.lru);
+      m.l2_pages.push_back(e.page);
+      parent = e.key;
+    }
+  }
+  if (disk_subdir_.empty()) return m;
+  std::lock_guard<std::mutex> lock(disk_mu_);
+  for (; i < n_full; ++i) {
+    auto it = disk_index_.find(keys[size_t(i)]);
+    if (it == disk_index_.end() || it->second.parent != parent ||
+        !SameTokens(it->second.tokens, tokens.subspan(size_t(i * kPageTokens), kPageTokens))) {
+      break;
+    }
+    ++m.l3_pages;
+    parent = keys[size_t(i)];
+  }
+  return m;
+}
+
+void TieredCache::Unpin(std::span<const int32_t> l2_pages) {
+  if (l2_pages.empty()) return;
+  std::lock_guard<std::mutex> lock(host_mu_);
+  host_->Release(l2_pages);
+}
+
+std::shared_ptr<LayerGates> TieredCache::LoadIntoL1(std::vector<int32_t> l2_pages, std::vector<int32_t> l1_pages) {
+  auto gates = std::make_shared<LayerGates>(l1_.layout().n_layers());
+  pending_loads_.push_back(gates);
+  Submit([this, gates, src = std::move(l2_pages), dst = std::move(l1_pages)] {
+    const auto t0 = Clock::now();
+    const CacheLayout& layout = l1_.layout();
+    int64_t bytes = 0;
+    for (int l = 0; l < layout.n_layers(); ++l) {
+      DelayLayer();
+      // Every registered buffer of this layer, for every page, before its gate opens.
+      for (size_t p = 0; p < src.size(); ++p) {
+        for (CacheBufferId b = 0; b < layout.n_buffers(); ++b) {
+          std::memcpy(l1_.Segment(b, l, dst[p]), host_->Segment(b, l, src[p]), size_t(layout.page_stride(b)));
+          bytes += layout.page_stride(b);
+        }
+      }
+      gates->Open(l);
+    }
+    Unpin(src);
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.loads;
+    stats_.load_bytes_l2 += bytes;
+    stats_.load_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  });
+  return gates;
+}
+
+// ---------------------------------------------------------------- write policies
+
+void TieredCache::OnL1Insert(std::span<const int32_t> tokens, std::span<const int32_t> pages) {
+  if (options_.policy != WritePolicy::kWriteThrough) return;
+  const int64_t n = std::min<int64_t>(int64_t(tokens.size()) / kPageTokens, int64_t(pages.size()));
+  const std::vector<uint64_t> keys = PageChainKeys(tokens, n);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t parent = i > 0 ? keys[size_t(i - 1)] : PrefixIndex::kRootSeed;
+    {
+      std::lock_guard<std::mutex> lock(host_mu_);
+      if (ReserveHostLocked(keys[size_t(i)], parent, tokens.subspan(size_t(i * kPageTokens), kPageTokens)) == nullptr) {
+        continue;  // already in L2, or L2 is full of pinned pages
+      }
+    }
+    const int32_t page = pages[size_t(i)];
+    l1_.AddRef(std::span<const int32_t>(&page, 1));  // until the copy is done
+    Submit([this, page, key = keys[size_t(i)]] {
+      CopyL1ToHost(page, key);
+      if (!disk_subdir_.empty()) WriteDisk(key);
+      std::lock_guard<std::mutex> lock(job_mu_);
+      l1_to_release_.push_back(page);
+    });
+  }
+}
+
+void TieredCache::OnL1Hit(std::span<const int32_t> tokens, std::span<const int32_t> pages) {
+  if (options_.policy != WritePolicy::kWriteThroughSelective) return;
+  const std::vector<uint64_t> keys = PageChainKeys(tokens, int64_t(pages.size()));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    int& hits = l1_hits_[keys[i]];
+    if (++hits != options_.selective_hits) continue;
+    const uint64_t parent = i > 0 ? keys[i - 1] : PrefixIndex::kRootSeed;
+    {
+      std::lock_guard<std::mutex> lock(host_mu_);
+      if (ReserveHostLocked(keys[i], parent, tokens.subspan(i * kPageTokens, kPageTokens)) == nullptr) continue;
+    }
+    const int32_t page = pages[i];
+    l1_.AddRef(std::span<const int32_t>(&page, 1));
+    Submit([this, page, key = keys[i]] {
+      CopyL1ToHost(page, key);
+      if (!disk_subdir_.empty()) WriteDisk(key);
+      std::lock_guard<std::mutex> lock(job_mu_);
+      l1_to_release_.push_back(page);
+    });
+  }
+  if (l1_hits_.size() > 1u << 20) l1_hits_.clear();  // bounded; counts restart
+}
+
+void TieredCache::OnL1Evict(uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens, int32_t page) {
+  l1_hits_.erase(key);
+  if (options_.policy != WritePolicy::kWriteBack) return;
+  {
+    std::lock_guard<std::mutex> lock(host_mu_);
+    if (ReserveHostLocked(key, parent_key, tokens) == nullptr) return;
+  }
+  CopyL1ToHost(page, key);  // now: the page is about to be freed
+  if (!disk_subdir_.empty()) Submit([this, key] { WriteDisk(key); });
+}
+
+// ---------------------------------------------------------------- L3
+
+std::string TieredCache::PagePath(uint64_t key) const {
+  char name[32];
+  std::snprintf(name, sizeof(name), "%016llx.page", (unsigned long long)key);
+  return (fs::path(disk_subdir_) / name).string();
+}
+
+Status TieredCache::WriteDisk(uint64_t key) {
+  const CacheLayout& layout = l1_.layout();
+  DiskHeader h;
+  std::vector<uint8_t> payload(size_t(layout.BytesPerPage()));
+  {
+    std::lock_guard<std::mutex> lock(host_mu_);
+    auto it = host_index_.find(key);
+    if (it == host_index_.end() || !it->second.ready) return NotFound("page left L2 before it was written to disk");
+    h.key = key;
+    h.parent = it->second.parent;
+    std::copy(it->second.tokens.begin(), it->second.tokens.end(), h.tokens);
+    size_t at = 0;
+    for (int l = 0; l < layout.n_layers(); ++l) {
+      for (CacheBufferId b = 0; b < layout.n_buffers(); ++b) {
+        std::memcpy(payload.data() + at, host_->Segment(b, l, it->second.page), size_t(layout.page_stride(b)));
+        at += size_t(layout.page_stride(b));
+      }
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(disk_mu_);
+    if (disk_index_.count(key)) return Status::Ok();
+  }
+  h.payload_bytes = payload.size();
+  h.payload_xxh3 = XXH3_64bits(payload.data(), payload.size());
+  const std::string path = PagePath(key), tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(&h), sizeof(h));
+    out.write(reinterpret_cast<const char*>(payload.data()), std::streamsize(payload.size()));
+    out.flush();
+    if (!out) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      ++stats_.disk_errors;
+      return Unavailable("cannot write " + tmp);
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);  // a crash leaves a .tmp, never half a page under its name
+  if (ec) return Unavailable("cannot rename " + tmp + ": " + ec.message());
+  const int64_t bytes = int64_t(sizeof(h) + payload.size());
+  {
+    std::lock_guard<std::mutex> lock(disk_mu_);
+    DiskEntry e;
+    e.parent = h.parent;
+    std::copy(std::begin(h.tokens), std::end(h.tokens), e.tokens.begin());
+    e.bytes = bytes;
+    e.lru = disk_lru_.insert(disk_lru_.end(), key);
+    disk_index_.emplace(key, e);
+    disk_bytes_ += bytes;
+    EvictDiskLocked();
+  }
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  stats_.store_bytes_l3 += bytes;
+  return Status::Ok();
+}
+
+void TieredCache::EvictDiskLocked() {
+  while (disk_bytes_ > options_.disk_bytes && !disk_lru_.empty()) {
+    const uint64_t key = disk_lru_.front();
+    disk_lru_.pop_front();
+    auto it = disk_index_.find(key);
+    disk_bytes_ -= it->second.bytes;
+    disk_index_.erase(it);
+    std::error_code ec;
+    fs::remove(PagePath(key), ec);
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.evicted_l3;
+  }
+}
+
+Status TieredCache::ReadDisk(uint64_t key) {
+  const CacheLayout& layout = l1_.layout();
+  DiskHeader h;
+  std::vector<uint8_t> payload(size_t(layout.BytesPerPage()));
+  auto bad = [&](const std::string& why) {
+    std::error_code ec;
+    fs::remove(PagePath(key), ec);
+    {
+      std::lock_guard<std::mutex> lock(disk_mu_);
+      auto it = disk_index_.find(key);
+      if (it != disk_index_.end()) {
+        disk_bytes_ -= it->second.bytes;
+        disk_lru_.erase(it->second.lru);
+        disk_index_.erase(it);
+      }
+    }
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.disk_errors;
+    return DataLoss("disk cache page " + PagePath(key) + " dropped: " + why);
+  };
+  {
+    std::ifstream in(PagePath(key), std::ios::binary);
+    if (!in.read(reinterpret_cast<char*>(&h), sizeof(h))) return bad("short header");
+    if (h.key != key || h.payload_bytes != payload.size()) return bad("header does not match");
+    if (!in.read(reinterpret_cast<char*>(payload.data()), std::streamsize(payload.size()))) return bad("short payload");
+  }
+  if (XXH3_64bits(payload.data(), payload.size()) != h.payload_xxh3) return bad("checksum mismatch");
+  int32_t host_page = -1;
+  {
+    std::lock_guard<std::mutex> lock(host_mu_);
+    HostEntry* e = ReserveHostLocked(key, h.parent, std::span<const int32_t>(h.tokens, kPageTokens));
+    if (e == nullptr) return host_index_.count(key) ? Status::Ok() : ResourceExhausted("the host tier is full");
+    host_page = e->page;
+  }
+  size_t at = 0;
+  for (int l = 0; l < layout.n_layers(); ++l) {
+    for (CacheBufferId b = 0; b < layout.n_buffers(); ++b) {
+      std::memcpy(host_->Segment(b, l, host_page), payload.data() + at, size_t(layout.page_stride(b)));
+      at += size_t(layout.page_stride(b));
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(host_mu_);
+    host_index_.at(key).ready = true;
+  }
+  {
+    std::lock_guard<std::mutex> lock(disk_mu_);
+    auto it = disk_index_.find(key);
+    if (it != disk_index_.end()) disk_lru_.splice(disk_lru_.end(), disk_lru_, it->second.lru);
+  }
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  stats_.load_bytes_l3 += int64_t(sizeof(h) + payload.size());
+  return Status::Ok();
+}
+
+Status TieredCache::ScanDisk() {
+  const int64_t expect = int64_t(sizeof(DiskHeader)) + l1_.layout().BytesPerPage();
+  std::vector<std::pair<fs::file_time_type, fs::path>> files;
+  std::error_code ec;
+  for (const auto& f : fs::directory_iterator(disk_subdir_, ec)) {
+    if (f.path().extension() == ".tmp") fs::remove(f.path(), ec);  // an interrupted write
+    if (f.path().extension() != ".page") continue;
+    files.emplace_back(f.last_write_time(ec), f.path());
+  }
+  if (ec) return Unavailable("cannot read the disk cache directory " + disk_subdir_ + ": " + ec.message());
+  std::sort(files.begin(), files.end());  // oldest first: LRU order
+  std::lock_guard<std::mutex> lock(disk_mu_);
+  for (const auto& [time, path] : files) {
+    DiskHeader h;
+    std::ifstream in(path, std::ios::binary);
+    const bool ok = in.read(reinterpret_cast<char*>(&h), sizeof(h)) && std::memcmp(h.magic, "TDMPAGE1", 8) == 0 &&
+                    int64_t(fs::file_size(path, ec)) == expect && PagePath(h.key) == path.string();
+    if (!ok) {
+      fs::remove(path, ec);
+      continue;
+    }
+    DiskEntry e;
+    e.parent = h.parent;
+    std::copy(std::begin(h.tokens), std::end(h.tokens), e.tokens.begin());
+    e.bytes = expect;
+    e.lru = disk_lru_.insert(disk_lru_.end(), h.key);
+    disk_index_.emplace(h.key, e);
+    disk_bytes_ += expect;
+  }
+  EvictDiskLocked();
+  return Status::Ok();
+}
+
+std::shared_ptr<TieredCache::Prefetch> TieredCache::PrefetchFromL3(std::span<const int32_t> tokens, int64_t from_page,
+                                                                    int64_t max_tokens) {
+  auto p = std::make_shared<Prefetch>();
+  p->deadline = Clock::now() + options_.prefetch_deadline;
+  const int64_t n_full = std::min<int64_t>(int64_t(tokens.size()), max_tokens) / kPageTokens;
+  const std::vector<uint64_t> keys = PageChainKeys(tokens, n_full);
+  std::vector<uint64_t> wanted(keys.begin() + std::min<int64_t>(from_page, n_full), keys.end());
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.prefetches;
+  }
+  Submit([this, p, wanted = std::move(wanted)] {
+    for (uint64_t key : wanted) {
+      {
+        std::lock_guard<std::mutex> lock(disk_mu_);
+        if (!disk_index_.count(key)) break;
+      }
+      if (Clock::now() >= p->deadline) {
+        std::lock_guard<std::mutex> lock(stats_mu_);
+        ++stats_.prefetch_misses;
+        break;
+      }
+      DelayLayer();
+      if (!ReadDisk(key).ok()) break;
+    }
+    p->done = true;
+  });
+  return p;
+}
+
+// ---------------------------------------------------------------- stats
+
+TierStats TieredCache::stats() const {
+  TierStats s;
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    s = stats_;
+  }
+  {
+    std::lock_guard<std::mutex> lock(host_mu_);
+    s.l2_pages_total = host_->total_pages();
+    s.l2_pages_used = int64_t(host_index_.size());
+    for (const auto& [key, e] : host_index_) s.l2_pinned += host_->RefCount(e.page) > 1;
+  }
+  std::lock_guard<std::mutex> lock(disk_mu_);
+  s.l3_pages = int64_t(disk_index_.size());
+  s.l3_bytes = disk_bytes_;
+  return s;
+}
+
+void TieredCache::RecordHits(int64_t l1_tokens, int64_t l2_tokens, int64_t l3_tokens) {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  stats_.hit_tokens_l1 += l1_tokens;
+  stats_.hit_tokens_l2 += l2_tokens;
+  stats_.hit_tokens_l3 += l3_tokens;
+}
+
+Status TieredCache::CheckAccounting() const {
+  std::lock_guard<std::mutex> lock(host_mu_);
+  TANDEM_RETURN_IF_ERROR(host_->CheckAccounting());
+  if (host_->reserved_pages() != 0) return Internal("host tier has reserved pages");
+  if (host_->used_pages() != int64_t(host_index_.size())) {
+    return Internal("host tier: " + std::to_string(host_->used_pages()) + " pages used for " +
+                    std::to_string(host_index_.size()) + " entries");
+  }
+  for (const auto& [key, e] : host_index_) {
+    if (host_->RefCount(e.page) != 1) return Internal("host tier page " + std::to_string(e.page) + " is still pinned");
+  }
+  std::lock_guard<std::mutex> dlock(disk_mu_);
+  int64_t bytes = 0;
+  for (const auto& [key, e] : disk_index_) bytes += e.bytes;
+  if (bytes != disk_bytes_) return Internal("disk tier byte count is off");
+  if (disk_bytes_ > options_.disk_bytes && !disk_subdir_.empty()) return Internal("disk tier is over its size");
+  return Status::Ok();
+}
+
+}  // namespace tandem
