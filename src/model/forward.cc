@@ -223,7 +223,7 @@ void ForwardPass::SelectForFewTokens(int l, std::span<const SequenceChunk> batch
       const int64_t begin = std::min(context, t * per), end = std::min(context, begin + per);
       const kernels::IndexerQuery query{index_queries_.data() + size_t(i) * dims * indexer_->n_heads(),
                                         indexer_->head_weights(), indexer_->n_heads(), dims};
-      kernels::Active().indexer_scores(query, cache.Rows(spec_.index_k, l, ChunkOf(batch, i).pages),
+      kernels::Active().indexer_scores(query, ReadRows(cache, spec_.index_k, l, ChunkOf(batch, i)),
                                        fp8, begin, end,
                                        scores_.data() + size_t(i) * size_t(max_context_) + begin,
                                        key_scratch_.data() + size_t(t) * dims);
@@ -245,7 +245,7 @@ int64_t ForwardPass::SelectPositions(int l, int i, std::span<const SequenceChunk
   float* scores = scores_.data() + size_t(thread) * size_t(max_context_);
   const kernels::IndexerQuery query{index_queries_.data() + size_t(i) * indexer_->dims() * indexer_->n_heads(),
                                     indexer_->head_weights(), indexer_->n_heads(), indexer_->dims()};
-  kernels::Active().indexer_scores(query, cache.Rows(spec_.index_k, l, ChunkOf(batch, i).pages),
+  kernels::Active().indexer_scores(query, ReadRows(cache, spec_.index_k, l, ChunkOf(batch, i)),
                                    spec_.attention.index_k_dtype == CacheDType::kFp8E4M3Scaled, 0,
                                    context, scores, key_scratch_.data() + size_t(thread) * indexer_->dims());
   return kernels::SelectTopK(scores, context, spec_.attention.top_k, positions);
@@ -282,8 +282,8 @@ void ForwardPass::Attention(int l, std::span<const SequenceChunk> batch, PagePoo
       kernels::AttentionShape shape{heads, int(c_.n_kv_heads), int(c_.head_dim),
                                     float(1.0 / std::sqrt(double(c_.head_dim))),
                                     chunk * heads_per, std::min(heads, (chunk + 1) * heads_per)};
-      kernels::Attention(q_.data() + i * qd, cache.Rows(spec_.k, l, s.pages),
-                         cache.Rows(spec_.v, l, s.pages), positions, count, shape,
+      kernels::Attention(q_.data() + i * qd, ReadRows(cache, spec_.k, l, s), ReadRows(cache, spec_.v, l, s),
+                         positions, count, shape,
                          scores_.data() + size_t(t) * size_t(max_context_), att_.data() + i * qd);
     }
   });

@@ -22,6 +22,7 @@
 #include <span>
 #include <vector>
 
+#include "cache/layer_gates.h"
 #include "cache/page_pool.h"
 #include "common/thread_pool.h"
 #include "model/cache_spec.h"
@@ -35,6 +36,9 @@ struct SequenceChunk {
   int64_t start_pos = 0;            // position of tokens[0]
   std::span<const int32_t> pages;   // page table covering [0, start_pos + tokens.size())
   bool all_logits = false;          // logits for every token, or only for the last
+  // A load still landing in this sequence's prefix pages (prefix/tiers.h), or
+  // null. Every read of layer l's cached rows waits for gate l.
+  const LayerGates* gates = nullptr;
 };
 
 class ForwardPass {
@@ -53,6 +57,10 @@ class ForwardPass {
   // out from here). Runs on the calling thread.
   void SetLayerHook(std::function<void(int layer)> hook) { layer_hook_ = std::move(hook); }
 
+  // TESTS ONLY: reads of this buffer skip the layer gates — the production
+  // bug where the indexer's read path lacked the wait the K/V path had.
+  void SetDebugUngatedBuffer(CacheBufferId b) { debug_ungated_ = b; }
+
  private:
   struct TokenRef {
     int chunk;
@@ -66,6 +74,12 @@ class ForwardPass {
     int64_t y_stride;
   };
   Status Validate(std::span<const SequenceChunk> batch, const PagePool& cache) const;
+  // The only way this pass reads cached rows: waits on the sequence's gate for
+  // the layer first (writes of new tokens go to pages no load touches).
+  kernels::PagedRows ReadRows(PagePool& cache, CacheBufferId b, int l, const SequenceChunk& s) const {
+    if (s.gates != nullptr && b != debug_ungated_) s.gates->Wait(l);
+    return cache.Rows(b, l, s.pages);
+  }
   // Several matmuls in one parallel region (one barrier); each output element
   // is computed whole by one thread, so the split never changes a result.
   void MatMuls(std::span<const MatMulJob> jobs, int n);
@@ -89,6 +103,7 @@ class ForwardPass {
   std::unique_ptr<Indexer> indexer_;  // sparse attention only
   std::string layout_fingerprint_;
   std::function<void(int)> layer_hook_;
+  CacheBufferId debug_ungated_ = -1;
   std::vector<TokenRef> tokens_;
   int64_t max_context_ = 0;
   // Activations, [n_tokens x width] each; reused across calls.

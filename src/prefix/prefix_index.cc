@@ -119,6 +119,10 @@ int64_t PrefixIndex::Evict(int64_t n) {
     Entry* e = *it;
     ++it;  // advance first: Remove erases e's node (never the parent's)
     if (e->children > 0 || pool_.RefCount(e->page) != 1) continue;
+    if (evict_hook_) {
+      evict_hook_(e->key, e->parent != nullptr ? e->parent->key : kRootSeed,
+                  std::span<const int32_t>(e->tokens.data(), e->tokens.size()), e->page);
+    }
     Remove(e);
     ++freed;
   }

@@ -23,6 +23,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <span>
 #include <unordered_map>
@@ -81,6 +82,11 @@ class PrefixIndex {
   // Cost: one walk over the LRU list.
   int64_t Evict(int64_t n);
 
+  // Called by Evict for each page just before the index lets it go (the page
+  // is still intact): a lower cache tier may keep a copy (write-back).
+  using EvictHook = std::function<void(uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens, int32_t page)>;
+  void SetEvictHook(EvictHook hook) { evict_hook_ = std::move(hook); }
+
   int64_t cached_pages() const { return int64_t(entries_.size()); }
   // Pages Evict could free right now: entries whose page and every indexed
   // descendant's page are referenced only by the index.
@@ -133,6 +139,7 @@ class PrefixIndex {
   std::unordered_map<uint64_t, Entry> entries_;
   LruList lru_;
   Stats stats_;
+  EvictHook evict_hook_;
 };
 
 }  // namespace tandem

@@ -15,39 +15,6 @@ namespace tandem {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-// ---------------------------------------------------------------- gates
-
-void LayerGates::Open(int layer) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (open_[size_t(layer)]) return;
-    open_[size_t(layer)] = 1;
-    ++opened_;
-  }
-  cv_.notify_all();
-}
-
-void LayerGates::OpenAll() {
-  for (size_t l = 0; l < open_.size(); ++l) Open(int(l));
-}
-
-void LayerGates::Wait(int layer) const {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (open_[size_t(layer)]) return;
-  const auto t0 = Clock::now();
-  cv_.wait(lock, [&] { return open_[size_t(layer)] != 0; });
-  waited_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
-}
-
-void LayerGates::WaitAll() const {
-  for (size_t l = 0; l < open_.size(); ++l) Wait(int(l));
-}
-
-bool LayerGates::AllOpen() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return opened_ == int(open_.size());
-}
-
 StatusOr<WritePolicy> ParseWritePolicy(const std::string& name) {
   if (name == "write-through") return WritePolicy::kWriteThrough;
   if (name == "write-through-selective") return WritePolicy::kWriteThroughSelective;
@@ -89,7 +56,13 @@ struct DiskHeader {
 StatusOr<std::unique_ptr<TieredCache>> TieredCache::Create(PagePool& l1, const CacheBufferRegistry& registry,
                                                            const TierOptions& options,
                                                            const std::string& model_identity) {
-  if (options.host_pages < 1) return InvalidArgument("the host cache tier needs at least one page");
+  TierOptions opts = options;
+  if (opts.host_pages == 0 && opts.host_bytes > 0) opts.host_pages = opts.host_bytes / l1.layout().BytesPerPage();
+  if (opts.host_pages < 1) {
+    return InvalidArgument("--host-cache-size must hold at least one page (" +
+                           std::to_string(l1.layout().BytesPerPage()) + " bytes)");
+  }
+  const TierOptions& options_in = opts;
   if (options.selective_hits < 1) return InvalidArgument("write-through-selective needs at least 1 hit");
   std::string subdir;
   if (!options.disk_dir.empty()) {
@@ -105,7 +78,7 @@ StatusOr<std::unique_ptr<TieredCache>> TieredCache::Create(PagePool& l1, const C
     fs::create_directories(subdir, ec);
     if (ec) return Unavailable("cannot create the disk cache directory " + subdir + ": " + ec.message());
   }
-  auto t = std::unique_ptr<TieredCache>(new TieredCache(l1, registry, options, subdir));
+  auto t = std::unique_ptr<TieredCache>(new TieredCache(l1, registry, options_in, subdir));
   if (!subdir.empty()) TANDEM_RETURN_IF_ERROR(t->ScanDisk());
   return t;
 }
@@ -173,6 +146,7 @@ void TieredCache::Poll() {
     release.swap(l1_to_release_);
   }
   if (!release.empty()) l1_.Release(release);
+  l1_refs_held_ -= int64_t(release.size());
   std::erase_if(pending_loads_, [&](const std::shared_ptr<LayerGates>& g) {
     if (!g->AllOpen()) return false;
     std::lock_guard<std::mutex> lock(stats_mu_);
@@ -325,6 +299,7 @@ void TieredCache::OnL1Insert(std::span<const int32_t> tokens, std::span<const in
     }
     const int32_t page = pages[size_t(i)];
     l1_.AddRef(std::span<const int32_t>(&page, 1));  // until the copy is done
+    ++l1_refs_held_;
     Submit([this, page, key = keys[size_t(i)]] {
       CopyL1ToHost(page, key);
       if (!disk_subdir_.empty()) WriteDisk(key);
@@ -347,6 +322,7 @@ void TieredCache::OnL1Hit(std::span<const int32_t> tokens, std::span<const int32
     }
     const int32_t page = pages[i];
     l1_.AddRef(std::span<const int32_t>(&page, 1));
+    ++l1_refs_held_;
     Submit([this, page, key = keys[i]] {
       CopyL1ToHost(page, key);
       if (!disk_subdir_.empty()) WriteDisk(key);

@@ -42,6 +42,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cache/layer_gates.h"
 #include "cache/page_pool.h"
 #include "common/status.h"
 
@@ -49,31 +50,12 @@ namespace tandem {
 
 using PageTokens = std::array<int32_t, kPageTokens>;
 
-// One gate per layer of one load.
-class LayerGates {
- public:
-  explicit LayerGates(int n_layers) : open_(size_t(n_layers), 0) {}
-  void Open(int layer);
-  void OpenAll();
-  // Returns once `layer` is open; adds the time it waited to waited_ns.
-  void Wait(int layer) const;
-  void WaitAll() const;
-  bool AllOpen() const;
-  int64_t waited_ns() const { return waited_ns_.load(); }
-
- private:
-  mutable std::mutex mu_;
-  mutable std::condition_variable cv_;
-  std::vector<char> open_;  // guarded by mu_
-  int opened_ = 0;          // guarded by mu_
-  mutable std::atomic<int64_t> waited_ns_{0};
-};
-
 enum class WritePolicy { kWriteThrough, kWriteThroughSelective, kWriteBack };
 StatusOr<WritePolicy> ParseWritePolicy(const std::string& name);  // write-through | write-through-selective | write-back
 
 struct TierOptions {
-  int64_t host_pages = 0;   // L2 size in pages; 0 = no L2 (and no L3)
+  int64_t host_pages = 0;   // L2 size in pages (or from host_bytes); 0 = no tiers
+  int64_t host_bytes = 0;   // L2 size in bytes, when host_pages is 0
   std::string disk_dir;     // L3 directory; empty = no L3
   int64_t disk_bytes = 0;   // L3 size limit
   WritePolicy policy = WritePolicy::kWriteThrough;
@@ -136,6 +118,8 @@ class TieredCache {
 
   // Loop thread: releases L1 references of finished copies. Call every step.
   void Poll();
+  // L1 pages still referenced by copies to L2 (not yet released by Poll).
+  int64_t l1_pages_held() const { return l1_refs_held_; }
   // Blocks until the copy engine is idle (tests, shutdown).
   void Drain();
 
@@ -192,6 +176,7 @@ class TieredCache {
 
   // Loop thread only.
   std::unordered_map<uint64_t, int> l1_hits_;  // selective write-through
+  int64_t l1_refs_held_ = 0;
   std::vector<std::shared_ptr<LayerGates>> pending_loads_;
 
   mutable std::mutex stats_mu_;

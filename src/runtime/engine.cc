@@ -1,5 +1,7 @@
 #include "runtime/engine.h"
 
+#include <xxhash.h>
+
 #include <algorithm>
 
 #include "decode/remote_prefill.h"
@@ -13,6 +15,24 @@ using Clock = std::chrono::steady_clock;
 double SecondsBetween(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
+
+namespace {
+
+// Names the weights, not the file: disk-cache pages of other weights are never read.
+std::string ModelIdentity(const Model& model) {
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  for (const TensorInfo& t : model.gguf().tensors()) {
+    XXH3_64bits_update(st, t.name.data(), t.name.size());
+    XXH3_64bits_update(st, t.dims.data(), t.dims.size() * sizeof(t.dims[0]));
+    XXH3_64bits_update(st, t.data, size_t(t.n_bytes));
+  }
+  const uint64_t h = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return model.config().name + ":" + std::to_string(h);
+}
+
+}  // namespace
 
 // One request inside the engine. tokens = prompt + generated; the cache holds
 // tokens [0, computed); a step computes [computed, tokens.size()) (a prefill
@@ -36,6 +56,12 @@ struct Engine::Sequence {
   bool awaiting = false;  // disaggregated: waiting for that handoff's commit
   Clock::time_point handoff_sent, committed_at;
   double handoff_seconds = 0;
+  // Cache tiers: a load of this prompt's prefix from the host tier still
+  // landing (each forward read waits on its layer's gate), and an L3 prefetch.
+  std::shared_ptr<LayerGates> gates;
+  std::shared_ptr<TieredCache::Prefetch> prefetch;
+  bool prefetched = false;       // the L3 prefetch was tried (never twice)
+  int64_t l2_pages_before_prefetch = 0;
 };
 
 StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineOptions& options) {
@@ -57,6 +83,16 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
     TANDEM_ASSIGN_OR_RETURN(remote, RemotePrefill::Connect(addresses, size_t(layout.TotalBytes()), layout.Fingerprint()));
   }
   auto engine = std::unique_ptr<Engine>(new Engine(model, options, std::move(spec), std::move(remote)));
+  if (options.tiers.host_pages > 0 || options.tiers.host_bytes > 0) {
+    if (engine->remote_) return InvalidArgument("cache tiers are not supported on a disaggregated decode server yet");
+    if (!engine->index_) return InvalidArgument("cache tiers need the prefix cache (drop --no-prefix-cache)");
+    TANDEM_ASSIGN_OR_RETURN(engine->tiers_, TieredCache::Create(*engine->pool_, engine->spec_.registry, options.tiers,
+                                                                ModelIdentity(model)));
+    engine->index_->SetEvictHook([t = engine->tiers_.get()](uint64_t key, uint64_t parent,
+                                                             std::span<const int32_t> tokens, int32_t page) {
+      t->OnL1Evict(key, parent, tokens, page);
+    });
+  }
   engine->loop_ = std::thread([e = engine.get()] { e->Loop(); });
   return engine;
 }
@@ -77,11 +113,18 @@ Engine::Engine(const Model& model, const EngineOptions& options, CacheSpec spec,
       index_(options.prefix_cache ? std::make_unique<PrefixIndex>(*pool_) : nullptr),
       forward_(model, spec_, threads_) {
   if (remote_) remote_->Attach(*pool_, index_.get(), transfer::ReceiverOptions{{}, options.verify, 8});
+  if (options.debug_ungated_index_k && spec_.index_k >= 0) forward_.SetDebugUngatedBuffer(spec_.index_k);
   loop_alive_ = true;
 }
 
 Engine::~Engine() {
   Shutdown(std::chrono::milliseconds(0));
+  if (tiers_) {
+    tiers_->Drain();  // every copy that holds an L1 reference is done
+    tiers_->Poll();   // and drops it
+  }
+  if (index_) index_->SetEvictHook(nullptr);
+  tiers_.reset();
   index_.reset();   // releases cached pages while the pool lives
   remote_.reset();  // the receiver's pages, then the connection; the pool's memory goes last
 }
@@ -155,13 +198,22 @@ void Engine::Loop() {
       for (auto& s : waiting_) s->handle->Cancel();
     }
     DropCancelledAndExpired();
-    if (stopping_ && running_.empty() && waiting_.empty()) break;
+    if (stopping_ && running_.empty() && waiting_.empty() && prefetching_.empty()) break;
     if (remote_) PollRemote();
+    if (tiers_) {
+      tiers_->Poll();
+      // Prefetched (or out of time): back to the head of the queue.
+      for (auto it = prefetching_.rbegin(); it != prefetching_.rend(); ++it) {
+        if ((*it)->prefetch->Ready()) waiting_.push_front(std::move(*it));
+      }
+      std::erase_if(prefetching_, [](const auto& s) { return s == nullptr; });
+    }
     Admit();
     if (running_.empty()) {
       PublishStats();
       std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait_for(lock, std::chrono::milliseconds(50), [&] { return !incoming_.empty() || stopping_; });
+      wake_.wait_for(lock, prefetching_.empty() ? std::chrono::milliseconds(50) : std::chrono::milliseconds(1),
+                     [&] { return !incoming_.empty() || stopping_; });
       continue;
     }
     Step();
@@ -196,8 +248,10 @@ void Engine::DropCancelledAndExpired() {
   };
   for (auto& s : running_) check(*s);
   for (auto& s : waiting_) check(*s);
+  for (auto& s : prefetching_) check(*s);
   std::erase_if(running_, [](const auto& s) { return s->done; });
   std::erase_if(waiting_, [](const auto& s) { return s->done; });
+  std::erase_if(prefetching_, [](const auto& s) { return s->done; });
 }
 
 // Pages for tokens [0, tokens) of seq; evicts cached prefixes first, then
@@ -207,11 +261,21 @@ bool Engine::EnsurePages(Sequence& seq, int64_t tokens) {
   if (need <= 0) return true;
   while (pool_->free_pages() < need) {
     if (index_ && index_->Evict(need - pool_->free_pages()) > 0) continue;
+    if (ReclaimTierCopies()) continue;
     if (!Preempt(&seq)) return false;
   }
   auto pages = pool_->Allocate(need);
   if (!pages.ok()) return false;
   seq.pages.insert(seq.pages.end(), pages->begin(), pages->end());
+  return true;
+}
+
+// Waits for the copies to lower tiers that still reference L1 pages and
+// drops those references. False when there were none.
+bool Engine::ReclaimTierCopies() {
+  if (!tiers_ || tiers_->l1_pages_held() == 0) return false;
+  tiers_->Drain();
+  tiers_->Poll();
   return true;
 }
 
@@ -230,6 +294,43 @@ bool Engine::Preempt(const Sequence* keep) {
     return true;
   }
   return false;
+}
+
+// After an L1 hit of `l1` (whose references the caller keeps): continues the
+// prefix from the host tier, loading it into fresh L1 pages (seq.pages, with
+// seq.gates) while the request proceeds. When L3 holds more of it, and no
+// prefetch was tried yet, gives every reference back, starts an L3 -> L2
+// prefetch and returns false: the caller parks the request until it is ready.
+bool Engine::LookupTiers(Sequence& seq, PrefixIndex::Match& l1, int64_t max_tokens) {
+  const int64_t from = int64_t(l1.pages.size());
+  TieredCache::Match m = tiers_->Lookup(seq.tokens, from, max_tokens);
+  if (m.l3_pages > 0 && !seq.prefetched) {
+    tiers_->Unpin(m.l2_pages);
+    pool_->Release(l1.pages);
+    l1.pages.clear();
+    seq.prefetched = true;
+    seq.l2_pages_before_prefetch = int64_t(m.l2_pages.size());
+    seq.prefetch = tiers_->PrefetchFromL3(seq.tokens, from + int64_t(m.l2_pages.size()), max_tokens);
+    return false;
+  }
+  tiers_->OnL1Hit(seq.tokens, l1.pages);
+  const int64_t n = int64_t(m.l2_pages.size());
+  if (n > 0) {
+    while (pool_->free_pages() < n &&
+           (index_->Evict(n - pool_->free_pages()) > 0 || ReclaimTierCopies())) {
+    }
+    auto pages = pool_->free_pages() >= n ? pool_->Allocate(n) : StatusOr<std::vector<int32_t>>(ResourceExhausted(""));
+    if (pages.ok()) {
+      seq.gates = tiers_->LoadIntoL1(m.l2_pages, *pages);
+      seq.pages = std::move(pages).value();
+    } else {
+      tiers_->Unpin(m.l2_pages);
+    }
+  }
+  const int64_t loaded = int64_t(seq.pages.size());
+  const int64_t from_l3 = seq.prefetched ? std::max<int64_t>(0, loaded - seq.l2_pages_before_prefetch) : 0;
+  tiers_->RecordHits(from * kPageTokens, (loaded - from_l3) * kPageTokens, from_l3 * kPageTokens);
+  return true;
 }
 
 void Engine::Admit() {
@@ -257,18 +358,25 @@ void Engine::Admit() {
       continue;
     }
     if (index_ && seq.computed == 0 && seq.pages.empty()) {
-      PrefixIndex::Match hit = index_->Lookup(seq.tokens, int64_t(seq.tokens.size()) - 1);
+      const int64_t max_tokens = int64_t(seq.tokens.size()) - 1;
+      PrefixIndex::Match hit = index_->Lookup(seq.tokens, max_tokens);
+      if (tiers_ && !LookupTiers(seq, hit, max_tokens)) {
+        prefetching_.push_back(std::move(waiting_.front()));  // reading L3 into L2 first
+        waiting_.pop_front();
+        continue;
+      }
+      if (!seq.pages.empty()) hit.pages.insert(hit.pages.end(), seq.pages.begin(), seq.pages.end());
       seq.pages = std::move(hit.pages);
-      seq.computed = hit.tokens;
+      seq.computed = int64_t(seq.pages.size()) * kPageTokens;
       if (!seq.started) {
-        seq.cached_prompt_tokens = std::min(hit.tokens, seq.prompt_len);
+        seq.cached_prompt_tokens = std::min(seq.computed, seq.prompt_len);
         metrics_.prefix_hit_tokens.Increment(double(seq.cached_prompt_tokens));
         counters_.prefix_hit_tokens += seq.cached_prompt_tokens;
       }
     }
     // Admission needs the whole remaining prompt plus the first decode token.
     const int64_t need = (int64_t(seq.tokens.size()) + kPageTokens) / kPageTokens - int64_t(seq.pages.size());
-    const int64_t evictable = index_ ? index_->evictable_pages() : 0;
+    const int64_t evictable = (index_ ? index_->evictable_pages() : 0) + (tiers_ ? tiers_->l1_pages_held() : 0);
     if (need > pool_->free_pages() + evictable) {
       if (running_.empty() && need > pool_->total_pages()) {
         Fail(seq, ResourceExhausted("the request does not fit in the cache"));
@@ -320,7 +428,7 @@ void Engine::Step() {
     const int64_t n = std::min<int64_t>({pending, options_.chunk_size,
                                          int64_t(s->pages.size()) * kPageTokens - s->computed});
     batch.push_back({std::span<const int32_t>(s->tokens).subspan(size_t(s->computed), size_t(n)),
-                     s->computed, s->pages, false});
+                     s->computed, s->pages, false, s->gates.get()});
   }
   logits_.clear();
   Status st = forward_.Run(batch, *pool_, &logits_);
@@ -470,8 +578,14 @@ void Engine::Fail(Sequence& s, Status error) {
 // Gives the sequence's computed full pages to the prefix index and drops its
 // own page references.
 void Engine::Retire(Sequence& s) {
+  if (s.gates) {
+    s.gates->WaitAll();  // nothing may still be landing in pages we hand on or free
+    s.gates.reset();
+  }
   if (index_ && !s.pages.empty()) {
-    index_->Insert(std::span<const int32_t>(s.tokens).first(size_t(s.computed)), s.pages);
+    const auto computed = std::span<const int32_t>(s.tokens).first(size_t(s.computed));
+    index_->Insert(computed, s.pages);
+    if (tiers_) tiers_->OnL1Insert(computed, s.pages);
   }
   pool_->Release(s.pages);
   s.pages.clear();
@@ -489,6 +603,7 @@ void Engine::PublishStats() {
   metrics_.pages_used.Set(double(s.pages.used));
   metrics_.pages_reserved.Set(double(s.pages.reserved));
   metrics_.prefix_cached_pages.Set(double(s.cached_pages));
+  if (tiers_) metrics_.PublishTiers(tiers_->stats());
   std::lock_guard<std::mutex> lock(mu_);
   published_ = s;
 }

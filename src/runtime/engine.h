@@ -25,6 +25,7 @@
 #include "model/cache_spec.h"
 #include "model/forward.h"
 #include "prefix/prefix_index.h"
+#include "prefix/tiers.h"
 #include "runtime/engine_metrics.h"
 #include "runtime/request.h"
 #include "transfer/handoff_receiver.h"
@@ -47,6 +48,9 @@ struct EngineOptions {
   // off; empty = colocated.
   std::string prefill_address;
   transfer::VerifyMode verify = transfer::VerifyMode::kAll;
+  // Host (L2) and disk (L3) tiers under the prefix cache; off when host_pages is 0.
+  TierOptions tiers;
+  bool debug_ungated_index_k = false;  // TESTS ONLY: the indexer reads loading layers without waiting
 };
 
 struct EngineStats {
@@ -73,6 +77,9 @@ class Engine {
   int64_t context_tokens() const { return context_tokens_; }
   const CacheSpec& cache_spec() const { return spec_; }
   EngineMetrics& metrics() { return metrics_; }
+  // Tier counters and occupancy (zeros without tiers). Thread-safe.
+  TierStats tier_stats() const { return tiers_ ? tiers_->stats() : TierStats{}; }
+  Status CheckTierAccounting() const { return tiers_ ? tiers_->CheckAccounting() : Status::Ok(); }
 
   // Stops admitting; requests already in flight finish, or are cancelled once
   // `drain` passes. Returns when the loop has exited.
@@ -88,6 +95,8 @@ class Engine {
   void DropCancelledAndExpired();
   void Admit();
   bool EnsurePages(Sequence& seq, int64_t tokens);
+  bool LookupTiers(Sequence& seq, PrefixIndex::Match& l1, int64_t max_tokens);
+  bool ReclaimTierCopies();
   bool Preempt(const Sequence* keep);
   void Step();
   void Emit(Sequence& seq, int32_t token);
@@ -104,6 +113,7 @@ class Engine {
   std::unique_ptr<class RemotePrefill> remote_;  // disaggregated decode only; owns the pool memory
   std::unique_ptr<PagePool> pool_;
   std::unique_ptr<PrefixIndex> index_;
+  std::unique_ptr<TieredCache> tiers_;  // colocated only; after index_ (it holds L1 references)
   ForwardPass forward_;
   Sampler sampler_;
   EngineMetrics metrics_;
@@ -111,6 +121,7 @@ class Engine {
   // Loop thread only.
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;
+  std::vector<std::unique_ptr<Sequence>> prefetching_;  // waiting for an L3 -> L2 prefetch
   std::vector<float> logits_;
   EngineStats counters_;
 

@@ -4,6 +4,8 @@
 
 #include <sstream>
 
+#include "prefix/tiers.h"
+
 namespace tandem {
 namespace {
 
@@ -69,6 +71,51 @@ EngineMetrics::EngineMetrics()
       decode_phase(Seconds(*registry_, "tandem_decode_phase_seconds", "Commit accepted until the request finished")),
       handoff_time_share(Gauge(*registry_, "tandem_handoff_time_share",
                                "Share of finished requests' time spent waiting for their handoff")) {}
+
+void EngineMetrics::PublishTiers(const TierStats& s) {
+  auto counter = [&](const std::string& key, const std::string& name, const std::string& help,
+                     const prometheus::Labels& labels, double now) {
+    auto it = tier_counters_.find(key);
+    if (it == tier_counters_.end()) it = tier_counters_.emplace(key, &Counter(*registry_, name, help, labels)).first;
+    double& seen = tier_seen_[key];
+    if (now > seen) it->second->Increment(now - seen);
+    seen = now;
+  };
+  auto gauge = [&](const std::string& key, const std::string& name, const std::string& help,
+                   const prometheus::Labels& labels, double now) {
+    auto it = tier_gauges_.find(key);
+    if (it == tier_gauges_.end()) it = tier_gauges_.emplace(key, &Gauge(*registry_, name, help, labels)).first;
+    it->second->Set(now);
+  };
+  const std::string hits = "Prompt tokens served from each cache tier";
+  counter("hit_l1", "tandem_tier_hit_tokens_total", hits, {{"tier", "l1"}}, double(s.hit_tokens_l1));
+  counter("hit_l2", "tandem_tier_hit_tokens_total", hits, {{"tier", "l2"}}, double(s.hit_tokens_l2));
+  counter("hit_l3", "tandem_tier_hit_tokens_total", hits, {{"tier", "l3"}}, double(s.hit_tokens_l3));
+  const std::string load = "Bytes copied into L1 from L2, and into L2 from L3 files";
+  counter("load_l2", "tandem_tier_load_bytes_total", load, {{"from", "l2"}}, double(s.load_bytes_l2));
+  counter("load_l3", "tandem_tier_load_bytes_total", load, {{"from", "l3"}}, double(s.load_bytes_l3));
+  const std::string store = "Bytes written into L2 from L1, and into L3 files from L2";
+  counter("store_l2", "tandem_tier_store_bytes_total", store, {{"to", "l2"}}, double(s.store_bytes_l2));
+  counter("store_l3", "tandem_tier_store_bytes_total", store, {{"to", "l3"}}, double(s.store_bytes_l3));
+  const std::string evicted = "Pages each lower tier evicted (LRU)";
+  counter("evict_l2", "tandem_tier_evicted_pages_total", evicted, {{"tier", "l2"}}, double(s.evicted_l2));
+  counter("evict_l3", "tandem_tier_evicted_pages_total", evicted, {{"tier", "l3"}}, double(s.evicted_l3));
+  counter("loads", "tandem_tier_loads_total", "Layer-wise loads of a prefix into L1", {}, double(s.loads));
+  counter("load_s", "tandem_tier_load_seconds_total", "Copy engine time spent on loads into L1", {}, s.load_seconds);
+  counter("gate_s", "tandem_tier_gate_wait_seconds_total",
+          "Time the forward pass waited on layer gates of loads in flight", {}, s.gate_wait_seconds);
+  counter("prefetch", "tandem_tier_prefetches_total", "L3 -> L2 prefetches started", {}, double(s.prefetches));
+  counter("prefetch_miss", "tandem_tier_prefetch_deadline_misses_total",
+          "Prefetches cut short by their deadline (the rest was recomputed)", {}, double(s.prefetch_misses));
+  counter("disk_err", "tandem_tier_disk_errors_total", "L3 files dropped as unreadable or corrupt", {},
+          double(s.disk_errors));
+  gauge("l2_used", "tandem_tier_pages", "Pages held by each lower tier", {{"tier", "l2"}}, double(s.l2_pages_used));
+  gauge("l2_total", "tandem_tier_capacity_pages", "Pages each lower tier can hold", {{"tier", "l2"}},
+        double(s.l2_pages_total));
+  gauge("l2_pinned", "tandem_tier_pinned_pages", "L2 pages pinned by loads in flight", {}, double(s.l2_pinned));
+  gauge("l3_used", "tandem_tier_pages", "Pages held by each lower tier", {{"tier", "l3"}}, double(s.l3_pages));
+  gauge("l3_bytes", "tandem_tier_disk_bytes", "Bytes of L3 page files", {}, double(s.l3_bytes));
+}
 
 std::string EngineMetrics::Text() const {
   std::ostringstream out;

@@ -2,6 +2,7 @@
 // the loop thread records, the HTTP /metrics handler serializes.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -11,6 +12,8 @@
 #include <prometheus/registry.h>
 
 namespace tandem {
+
+struct TierStats;
 
 class EngineMetrics {
  private:
@@ -23,6 +26,11 @@ class EngineMetrics {
   std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
   // Prometheus text exposition format of everything registered.
   std::string Text() const;
+
+  // Cache-tier metrics (registered on first call, so servers without tiers
+  // do not show them): hits and tokens per tier, load/store bytes, evictions,
+  // load time, gate wait time, tier occupancy. Loop thread.
+  void PublishTiers(const TierStats& s);
 
   prometheus::Gauge& running;
   prometheus::Gauge& waiting;
@@ -55,6 +63,10 @@ class EngineMetrics {
   prometheus::Histogram& handoff_commit_wait;  // the rest of handoff_wait: queueing, messages, verification
   prometheus::Histogram& decode_phase;       // commit accepted -> request finished
   prometheus::Gauge& handoff_time_share;     // handoff wait / request duration, over finished requests
+ private:
+  std::map<std::string, double> tier_seen_;  // counter values already exported
+  std::map<std::string, prometheus::Counter*> tier_counters_;
+  std::map<std::string, prometheus::Gauge*> tier_gauges_;
 };
 
 }  // namespace tandem
