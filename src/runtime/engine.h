@@ -80,6 +80,10 @@ class Engine {
   // Tier counters and occupancy (zeros without tiers). Thread-safe.
   TierStats tier_stats() const { return tiers_ ? tiers_->stats() : TierStats{}; }
   Status CheckTierAccounting() const { return tiers_ ? tiers_->CheckAccounting() : Status::Ok(); }
+  // Blocks until the tiers' copy engine is idle (tests). Thread-safe.
+  void DrainTierCopies() const {
+    if (tiers_) tiers_->Drain();
+  }
 
   // Stops admitting; requests already in flight finish, or are cancelled once
   // `drain` passes. Returns when the loop has exited.

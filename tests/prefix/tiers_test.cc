@@ -1,0 +1,343 @@
+// The cache tiers under the engine: outputs bitwise identical with tiers on
+// and off (dense and sparse, fp8 and bf16 index-K, every write policy) while
+// L1 is small enough that most prefixes come back from L2 or L3; layer gates
+// that hold the forward pass back, and the ungated index-K fault that breaks
+// outputs; L3 files that survive a restart and are checked when read; every
+// tier's accounting back at baseline.
+#include "prefix/tiers.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "runtime/engine.h"
+#include "runtime/generator.h"
+#include "support/process.h"
+#include "support/test_models.h"
+
+namespace tandem {
+namespace {
+
+using testing::MakePresetModel;
+using testing::PseudoRandomTokens;
+
+std::vector<int32_t> Ask(Engine& e, const std::vector<int32_t>& prompt, int max_tokens, int64_t* cached = nullptr) {
+  RequestSpec spec;
+  spec.prompt = prompt;
+  spec.max_tokens = max_tokens;
+  spec.ignore_eos = true;
+  auto h = e.Submit(spec);
+  EXPECT_TRUE(h.ok()) << h.status().ToString();
+  if (!h.ok()) return {};
+  std::vector<int32_t> out;
+  StreamEvent ev;
+  while ((*h)->Next(&ev, std::chrono::seconds(60))) {
+    if (ev.kind == StreamEvent::Kind::kText) {
+      out.insert(out.end(), ev.tokens.begin(), ev.tokens.end());
+    } else {
+      EXPECT_EQ(ev.kind, StreamEvent::Kind::kFinish) << ev.error.ToString();
+      if (cached) *cached = ev.cached_prompt_tokens;
+      return out;
+    }
+  }
+  ADD_FAILURE() << "no answer in time";
+  return out;
+}
+
+std::vector<int32_t> Reference(const Model& m, const AttentionOptions& a, const std::vector<int32_t>& prompt,
+                               int max_tokens) {
+  ThreadPool threads(2);
+  Generator gen(m, *MakeCacheSpec(m.config(), a), threads, 4096);
+  GenerateOptions opt;
+  opt.max_tokens = max_tokens;
+  opt.ignore_eos = true;
+  auto r = gen.Run(prompt, opt, nullptr);
+  EXPECT_TRUE(r.ok());
+  return r->tokens;
+}
+
+void WaitIdle(const Engine& e) {
+  for (int i = 0; i < 500 && (e.Stats().running > 0 || e.Stats().waiting > 0); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+// Six conversations of three turns; each turn re-sends the conversation so
+// far plus new tokens. Turns run concurrently across conversations.
+struct Conversations {
+  std::vector<std::vector<int32_t>> prompts;  // per conversation, current turn
+  std::vector<std::vector<std::vector<int32_t>>> outputs;  // [conv][turn]
+};
+
+Conversations Drive(Engine& e, const Model& m, int n_conv, int turns, int64_t* cached_total) {
+  Conversations c;
+  c.outputs.resize(size_t(n_conv));
+  for (int i = 0; i < n_conv; ++i) {
+    c.prompts.push_back(PseudoRandomTokens(size_t(200 + 17 * i), m.config().vocab_size, uint32_t(100 + i)));
+  }
+  for (int t = 0; t < turns; ++t) {
+    std::vector<std::thread> th;
+    std::vector<int64_t> cached(size_t(n_conv), 0);
+    for (int i = 0; i < n_conv; ++i) {
+      th.emplace_back([&, i] { c.outputs[size_t(i)].push_back(Ask(e, c.prompts[size_t(i)], 12, &cached[size_t(i)])); });
+    }
+    for (auto& x : th) x.join();
+    for (int i = 0; i < n_conv; ++i) {
+      if (t > 0) *cached_total += cached[size_t(i)];
+      auto& p = c.prompts[size_t(i)];
+      const auto& out = c.outputs[size_t(i)].back();
+      p.insert(p.end(), out.begin(), out.end());
+      const auto more = PseudoRandomTokens(40, m.config().vocab_size, uint32_t(1000 * t + i));
+      p.insert(p.end(), more.begin(), more.end());
+    }
+  }
+  return c;
+}
+
+AttentionOptions Sparse(CacheDType dtype) {
+  AttentionOptions a;
+  a.kind = AttentionKind::kSparse;
+  a.top_k = 16;
+  a.index_k_dtype = dtype;
+  return a;
+}
+
+TEST(LayerGates, WaitBlocksUntilItsLayerOpens) {
+  LayerGates g(3);
+  std::atomic<bool> passed{false};
+  std::thread reader([&] {
+    g.Wait(1);
+    passed = true;
+  });
+  g.Open(0);
+  g.Open(2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_FALSE(passed.load()) << "layer 1 is not open yet";
+  EXPECT_FALSE(g.AllOpen());
+  g.Open(1);
+  reader.join();
+  EXPECT_TRUE(passed.load());
+  EXPECT_TRUE(g.AllOpen());
+  EXPECT_GT(g.waited_ns(), 0);
+}
+
+TEST(Tiers, OutputsAreIdenticalWithTiersOnAndOffForEveryAttentionAndPolicy) {
+  auto m = MakePresetModel("tiny", TensorType::kF32);
+  const std::string dir = testing::MakeTempDir();
+  struct Case {
+    AttentionOptions attention;
+    WritePolicy policy;
+    int64_t host_pages;
+    bool disk;
+    int64_t l1_pages = 16;  // for 6 conversations of 4-8 pages
+  };
+  const std::vector<Case> cases = {
+      {{}, WritePolicy::kWriteThrough, 256, false},
+      {Sparse(CacheDType::kFp8E4M3Scaled), WritePolicy::kWriteThrough, 256, false},
+      {Sparse(CacheDType::kBF16), WritePolicy::kWriteThrough, 256, false},
+      {Sparse(CacheDType::kBF16), WritePolicy::kWriteBack, 256, false},
+      // Selective copies pages L1 hits: an L1 large enough to hit in.
+      {Sparse(CacheDType::kFp8E4M3Scaled), WritePolicy::kWriteThroughSelective, 256, false, 64},
+      // L2 too small for the working set: most prefixes come back from L3 files.
+      {Sparse(CacheDType::kBF16), WritePolicy::kWriteThrough, 12, true},
+  };
+  int index = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE("case " + std::to_string(index));
+    EngineOptions opt;
+    opt.attention = c.attention;
+    opt.cache_tokens = 64 * c.l1_pages;
+    opt.max_running = 2;
+    opt.chunk_size = 100;
+    opt.tiers.host_pages = c.host_pages;
+    opt.tiers.policy = c.policy;
+    opt.tiers.selective_hits = 1;
+    if (c.disk) {
+      opt.tiers.disk_dir = dir + "/case" + std::to_string(index);
+      opt.tiers.disk_bytes = int64_t(1) << 30;
+    }
+    auto engine = Engine::Create(*m->model, opt);
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    int64_t cached = 0;
+    const Conversations conv = Drive(**engine, *m->model, 6, 3, &cached);
+    // The reference: one sequence at a time, no cache at all.
+    for (int i = 0; i < 6; ++i) {
+      std::vector<int32_t> p = PseudoRandomTokens(size_t(200 + 17 * i), m->model->config().vocab_size, uint32_t(100 + i));
+      for (int t = 0; t < 3; ++t) {
+        EXPECT_EQ(conv.outputs[size_t(i)][size_t(t)], Reference(*m->model, c.attention, p, 12))
+            << "conversation " << i << " turn " << t;
+        const auto& out = conv.outputs[size_t(i)][size_t(t)];
+        p.insert(p.end(), out.begin(), out.end());
+        const auto more = PseudoRandomTokens(40, m->model->config().vocab_size, uint32_t(1000 * t + i));
+        p.insert(p.end(), more.begin(), more.end());
+      }
+    }
+    WaitIdle(**engine);
+    const TierStats ts = (*engine)->tier_stats();
+    EXPECT_GT(cached, 0);
+    if (c.policy == WritePolicy::kWriteThroughSelective) {
+      EXPECT_GT(ts.store_bytes_l2, 0) << "pages hit in L1 were copied down";
+    } else {
+      EXPECT_GT(ts.hit_tokens_l2 + ts.hit_tokens_l3, 0) << "L1 was sized so that prefixes come back from lower tiers";
+      EXPECT_GT(ts.loads, 0);
+    }
+    if (c.disk) {
+      EXPECT_GT(ts.hit_tokens_l3, 0) << "L2 was sized so that prefixes come back from L3";
+      EXPECT_GT(ts.evicted_l2, 0);
+    }
+    const EngineStats s = (*engine)->Stats();
+    EXPECT_EQ(s.pages.reserved, 0);
+    (*engine)->Shutdown(std::chrono::milliseconds(0));
+    const EngineStats after = (*engine)->Stats();
+    EXPECT_LE(after.pages.used, after.cached_pages + (*engine)->tier_stats().l2_pinned);
+    ++index;
+  }
+}
+
+TEST(Tiers, EveryTierReturnsToBaselineWhenIdle) {
+  auto m = MakePresetModel("tiny", TensorType::kF32);
+  EngineOptions opt;
+  opt.attention = Sparse(CacheDType::kBF16);
+  opt.cache_tokens = 64 * 16;
+  opt.max_running = 2;
+  opt.tiers.host_pages = 64;
+  opt.tiers.disk_dir = testing::MakeTempDir();
+  opt.tiers.disk_bytes = int64_t(1) << 30;
+  auto engine = Engine::Create(*m->model, opt);
+  ASSERT_TRUE(engine.ok());
+  int64_t cached = 0;
+  Drive(**engine, *m->model, 6, 2, &cached);
+  WaitIdle(**engine);
+  (*engine)->DrainTierCopies();
+  // Copies finish in the background; then nothing is pinned or half-written.
+  Status acct;
+  for (int i = 0; i < 200; ++i) {
+    acct = (*engine)->CheckTierAccounting();
+    if (acct.ok() && (*engine)->Stats().pages.used == (*engine)->Stats().cached_pages) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(acct.ok()) << acct.ToString();
+  const EngineStats s = (*engine)->Stats();
+  EXPECT_EQ(s.pages.used, s.cached_pages);
+  EXPECT_EQ(s.pages.reserved, 0);
+  const TierStats ts = (*engine)->tier_stats();
+  EXPECT_EQ(ts.l2_pinned, 0);
+  EXPECT_GT(ts.l2_pages_used, 0);
+  EXPECT_EQ(ts.l3_pages, ts.l2_pages_used) << "write-through: every L2 page also went to disk";
+}
+
+// The production bug: the indexer reads a layer's index-K before the load
+// lands. With the copy engine slowed, skipping only the index-K gate changes
+// outputs; with the gates, the same slow copies change nothing.
+TEST(Tiers, SkippingTheIndexKGateWithSlowCopiesCorruptsOutputs) {
+  auto m = MakePresetModel("tiny", TensorType::kF32);
+  const AttentionOptions a = Sparse(CacheDType::kBF16);
+  int mismatches[2] = {0, 0};
+  for (int ungated = 0; ungated < 2; ++ungated) {
+    EngineOptions opt;
+    opt.attention = a;
+    opt.cache_tokens = 64 * 16;
+    opt.max_running = 2;
+    opt.tiers.host_pages = 256;
+    opt.tiers.debug_copy_delay = std::chrono::microseconds(3000);
+    opt.debug_ungated_index_k = ungated == 1;
+    auto engine = Engine::Create(*m->model, opt);
+    ASSERT_TRUE(engine.ok());
+    int64_t cached = 0;
+    const Conversations conv = Drive(**engine, *m->model, 6, 3, &cached);
+    for (int i = 0; i < 6; ++i) {
+      std::vector<int32_t> p = PseudoRandomTokens(size_t(200 + 17 * i), m->model->config().vocab_size, uint32_t(100 + i));
+      for (int t = 0; t < 3; ++t) {
+        mismatches[ungated] += conv.outputs[size_t(i)][size_t(t)] != Reference(*m->model, a, p, 12);
+        const auto& out = conv.outputs[size_t(i)][size_t(t)];
+        p.insert(p.end(), out.begin(), out.end());
+        const auto more = PseudoRandomTokens(40, m->model->config().vocab_size, uint32_t(1000 * t + i));
+        p.insert(p.end(), more.begin(), more.end());
+      }
+    }
+    EXPECT_GT((*engine)->tier_stats().hit_tokens_l2, 0);
+  }
+  EXPECT_EQ(mismatches[0], 0) << "gated loads never change an output";
+  EXPECT_GT(mismatches[1], 0) << "the ungated index-K read must be caught";
+}
+
+TEST(Tiers, DiskPagesSurviveARestartAndACorruptOneIsDropped) {
+  auto m = MakePresetModel("tiny", TensorType::kF32);
+  const AttentionOptions a = Sparse(CacheDType::kFp8E4M3Scaled);
+  const std::string dir = testing::MakeTempDir();
+  EngineOptions opt;
+  opt.attention = a;
+  opt.tiers.host_pages = 64;
+  opt.tiers.disk_dir = dir;
+  opt.tiers.disk_bytes = int64_t(1) << 30;
+  const auto prompt = PseudoRandomTokens(1000, m->model->config().vocab_size, 77);
+  const auto want = Reference(*m->model, a, prompt, 10);
+  {
+    auto engine = Engine::Create(*m->model, opt);
+    ASSERT_TRUE(engine.ok());
+    EXPECT_EQ(Ask(**engine, prompt, 10), want);
+  }  // shutdown finishes the disk writes
+  size_t files = 0;
+  std::string victim;
+  for (const auto& d : std::filesystem::recursive_directory_iterator(dir)) {
+    if (d.path().extension() == ".page") {
+      ++files;
+      victim = d.path().string();
+    }
+  }
+  EXPECT_EQ(files, 15u) << "1000 tokens: 15 full pages";
+  {
+    auto engine = Engine::Create(*m->model, opt);  // a restart: L1 and L2 empty
+    ASSERT_TRUE(engine.ok());
+    int64_t cached = 0;
+    EXPECT_EQ(Ask(**engine, prompt, 10, &cached), want);
+    EXPECT_EQ(cached, 15 * 64);
+    EXPECT_EQ((*engine)->tier_stats().hit_tokens_l3, 15 * 64);
+  }
+  // Flip a payload byte of one page file: it fails its checksum, is dropped,
+  // and its tokens are recomputed — never served.
+  {
+    std::fstream f(victim, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-100, std::ios::end);
+    char b = 0;
+    f.read(&b, 1);
+    f.seekp(-100, std::ios::end);
+    b = char(b ^ 0x40);
+    f.write(&b, 1);
+  }
+  {
+    auto engine = Engine::Create(*m->model, opt);
+    ASSERT_TRUE(engine.ok());
+    EXPECT_EQ(Ask(**engine, prompt, 10), want);
+    const TierStats ts = (*engine)->tier_stats();
+    EXPECT_EQ(ts.disk_errors, 1);
+    EXPECT_LT(ts.hit_tokens_l3, 15 * 64);
+  }
+  // Files of another model or layout are never read: a dense engine starts empty.
+  {
+    EngineOptions dense = opt;
+    dense.attention = {};
+    auto engine = Engine::Create(*m->model, dense);
+    ASSERT_TRUE(engine.ok());
+    Ask(**engine, prompt, 4);
+    EXPECT_EQ((*engine)->tier_stats().hit_tokens_l3, 0);
+  }
+}
+
+TEST(Tiers, BadOptionsAreRefused) {
+  auto m = MakePresetModel("tiny", TensorType::kF32);
+  EngineOptions opt;
+  opt.tiers.host_bytes = 10;  // less than a page
+  EXPECT_EQ(Engine::Create(*m->model, opt).status().code(), StatusCode::kInvalidArgument);
+  opt.tiers.host_bytes = 0;
+  opt.tiers.host_pages = 8;
+  opt.prefix_cache = false;
+  EXPECT_EQ(Engine::Create(*m->model, opt).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(ParseWritePolicy("write-sometimes").ok());
+  EXPECT_EQ(*ParseWritePolicy("write-back"), WritePolicy::kWriteBack);
+}
+
+}  // namespace
+}  // namespace tandem
