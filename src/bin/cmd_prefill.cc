@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "bin/commands.h"
+#include "bin/tier_flags.h"
 #include "bin/model_options.h"
 #include "kernels/cpu.h"
 #include "prefill/prefill_worker.h"
@@ -29,6 +30,8 @@ struct PrefillArgs {
   int64_t debug_put_delay_us = 0;
   double debug_bit_flip_rate = 0;
   int64_t debug_wedge_after_messages = -1;
+  bool no_prefix_cache = false;
+  TierFlags tiers;
 };
 
 int RunPrefill(PrefillArgs& a) {
@@ -51,7 +54,14 @@ int RunPrefill(PrefillArgs& a) {
   transfer::SenderOptions so;
   so.chunk_size = a.chunk_size;
   so.unsafe_early_commit = a.unsafe_early_commit;
+  so.prefix_cache = !a.no_prefix_cache;
+  auto tiers = a.tiers.Resolve();
+  if (!tiers.ok()) return std::fprintf(stderr, "error: %s\n", tiers.status().ToString().c_str()), 1;
+  so.tiers = *tiers;
   PrefillWorker worker(**model, *spec, a.model.threads, (a.cache_tokens + kPageTokens - 1) / kPageTokens, so);
+  if (Status ts = worker.EnableTiers(WeightsIdentity(**model)); !ts.ok()) {
+    return std::fprintf(stderr, "error: %s\n", ts.ToString().c_str()), 1;
+  }
   // Declared before the transport: its threads may call the handlers below until it is gone.
   transfer::FaultPlan faults;
   faults.put_delay = std::chrono::microseconds(a.debug_put_delay_us);
@@ -98,8 +108,11 @@ int RunPrefill(PrefillArgs& a) {
   int sig = 0;
   sigwait(&set, &sig);
   const auto s = worker.stats();
-  std::fprintf(stderr, "tandem prefill: stopping (%lld committed, %lld aborted, %lld failed, %lld pages in use)\n",
-               (long long)s.committed, (long long)s.aborted, (long long)s.failed, (long long)s.pages_in_use);
+  std::fprintf(stderr,
+               "tandem prefill: stopping (%lld committed, %lld aborted, %lld failed, %lld pages in use, %lld held by "
+               "the prefix cache, %lld prompt tokens served from it)\n",
+               (long long)s.committed, (long long)s.aborted, (long long)s.failed, (long long)s.pages_in_use,
+               (long long)s.cached_pages, (long long)s.cached_tokens);
   return 0;
 }
 
@@ -120,6 +133,8 @@ void RegisterPrefill(CLI::App& app) {
                 "UNSAFE, tests only: commit before the index-K writes are flushed");
   cmd->add_option("--debug-put-delay-us", a->debug_put_delay_us, "Tests only: delay every page write")->check(CLI::NonNegativeNumber);
   cmd->add_option("--debug-bit-flip-rate", a->debug_bit_flip_rate, "Tests only: flip one bit in this share of page writes")->check(CLI::Range(0.0, 1.0));
+  cmd->add_flag("--no-prefix-cache", a->no_prefix_cache, "Compute every prompt from its first token");
+  a->tiers.AddTo(cmd);
   cmd->add_option("--debug-wedge-after-messages", a->debug_wedge_after_messages,
                   "Tests only: after sending this many messages on a connection, send none (commits and abort "
                   "acknowledgements never arrive: a wedged engine that stays connected)")

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "bin/commands.h"
+#include "bin/tier_flags.h"
 #include "bin/disagg_launcher.h"
 #include "bin/model_options.h"
 #include "kernels/cpu.h"
@@ -25,10 +26,7 @@ struct ServeArgs {
   std::string verify = "all";
   bool disagg = false;
   bool unsafe_early_commit = false;
-  std::string host_cache_size, disk_cache_dir, disk_cache_size = "4G", write_policy = "write-through";
-  int selective_hits = 2;
-  int64_t prefetch_timeout_ms = 2000;
-  int64_t debug_copy_delay_us = 0;
+  TierFlags tiers;
   bool debug_ungated_index_k = false;
   int64_t debug_put_delay_us = 0;          // --disagg: passed to the prefill engine
   int64_t debug_wedge_after_messages = -1;  // --disagg: passed to the prefill engine
@@ -53,6 +51,8 @@ DisaggLaunch LaunchFor(const ServeArgs& a) {
   if (a.no_prefix_cache) l.decode_args.push_back("--no-prefix-cache");
   l.prefill_args = {"--chunk-size", std::to_string(a.engine.chunk_size)};
   if (a.unsafe_early_commit) l.prefill_args.push_back("--debug-unsafe-early-commit");
+  // The tiers serve the prefill engine, which computes every prompt.
+  for (const std::string& t : a.tiers.Args()) l.prefill_args.push_back(t);
   if (a.debug_put_delay_us > 0) {
     l.prefill_args.insert(l.prefill_args.end(), {"--debug-put-delay-us", std::to_string(a.debug_put_delay_us)});
   }
@@ -73,40 +73,12 @@ int WaitForSignal() {
   return sig;
 }
 
-// "512M", "2G", "65536" (bytes); K/M/G/T are powers of 1024.
-StatusOr<int64_t> ParseBytes(const std::string& flag, const std::string& text) {
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  std::string unit = end ? std::string(end) : "";
-  double mult = 1;
-  if (unit == "K" || unit == "k") mult = 1024.0;
-  else if (unit == "M" || unit == "m") mult = 1024.0 * 1024;
-  else if (unit == "G" || unit == "g") mult = 1024.0 * 1024 * 1024;
-  else if (unit == "T" || unit == "t") mult = 1024.0 * 1024 * 1024 * 1024;
-  else if (!unit.empty()) return InvalidArgument(flag + " must be a size like 512M or 2G, not '" + text + "'");
-  if (end == text.c_str() || !(v > 0)) return InvalidArgument(flag + " must be a positive size, not '" + text + "'");
-  return int64_t(v * mult);
-}
-
 Status ApplyTierFlags(ServeArgs& a) {
-  if (a.host_cache_size.empty()) {
-    if (!a.disk_cache_dir.empty()) return InvalidArgument("--disk-cache-dir needs --host-cache-size (L3 pages pass through L2)");
-    return Status::Ok();
-  }
-  TANDEM_ASSIGN_OR_RETURN(a.engine.tiers.host_bytes, ParseBytes("--host-cache-size", a.host_cache_size));
-  a.engine.tiers.disk_dir = a.disk_cache_dir;
-  if (!a.disk_cache_dir.empty()) {
-    TANDEM_ASSIGN_OR_RETURN(a.engine.tiers.disk_bytes, ParseBytes("--disk-cache-size", a.disk_cache_size));
-  }
-  TANDEM_ASSIGN_OR_RETURN(a.engine.tiers.policy, ParseWritePolicy(a.write_policy));
-  a.engine.tiers.selective_hits = a.selective_hits;
-  a.engine.tiers.prefetch_deadline = std::chrono::milliseconds(a.prefetch_timeout_ms);
-  a.engine.tiers.debug_copy_delay = std::chrono::microseconds(a.debug_copy_delay_us);
+  TANDEM_ASSIGN_OR_RETURN(a.engine.tiers, a.tiers.Resolve());
   a.engine.debug_ungated_index_k = a.debug_ungated_index_k;
-  if (a.debug_copy_delay_us > 0 || a.debug_ungated_index_k) {
-    std::fprintf(stderr, "WARNING: cache-tier debug faults on (copy delay %lld us per layer%s): tests only\n",
-                 (long long)a.debug_copy_delay_us,
-                 a.debug_ungated_index_k ? ", the indexer reads loading layers WITHOUT waiting for their gates" : "");
+  if (a.debug_ungated_index_k) {
+    std::fprintf(stderr, "WARNING: --debug-ungated-index-k: the indexer reads layers still loading from L2 "
+                         "WITHOUT waiting for their gates (the production bug): tests only\n");
   }
   return Status::Ok();
 }
@@ -199,19 +171,7 @@ void RegisterServe(CLI::App& app) {
                 "Start a prefill engine, a decode server and a router on this host (router on --port)");
   cmd->add_flag("--debug-unsafe-early-commit", a->unsafe_early_commit,
                 "With --disagg, UNSAFE, tests only: the prefill engine commits before index-K is flushed");
-  cmd->add_option("--host-cache-size", a->host_cache_size,
-                  "L2: a host-memory tier under the prefix cache, e.g. 2G (default: none)");
-  cmd->add_option("--disk-cache-dir", a->disk_cache_dir, "L3: page files here survive restarts (needs --host-cache-size)");
-  cmd->add_option("--disk-cache-size", a->disk_cache_size, "L3 size limit, e.g. 20G");
-  cmd->add_option("--cache-write-policy", a->write_policy,
-                  "L1 -> L2: write-through, write-through-selective or write-back");
-  cmd->add_option("--cache-selective-hits", a->selective_hits, "write-through-selective: hits before a page is copied")
-      ->check(CLI::Range(1, 1000000));
-  cmd->add_option("--prefetch-timeout-ms", a->prefetch_timeout_ms,
-                  "How long a request waits for its L3 pages before recomputing them")
-      ->check(CLI::Range(int64_t(0), int64_t(3600000)));
-  cmd->add_option("--debug-copy-delay-us", a->debug_copy_delay_us, "Tests only: the tier copy engine sleeps per layer")
-      ->check(CLI::NonNegativeNumber);
+  a->tiers.AddTo(cmd);
   cmd->add_flag("--debug-ungated-index-k", a->debug_ungated_index_k,
                 "Tests only, UNSAFE: the indexer reads layers still loading from L2 (the production bug)");
   cmd->add_option("--debug-put-delay-us", a->debug_put_delay_us,

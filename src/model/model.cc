@@ -1,5 +1,7 @@
 #include "model/model.h"
 
+#include <xxhash.h>
+
 namespace tandem {
 
 StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path) {
@@ -22,6 +24,19 @@ StatusOr<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<GgufFile> gguf)
                     " rows");
   }
   return m;
+}
+
+std::string WeightsIdentity(const Model& model) {
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  for (const TensorInfo& t : model.gguf().tensors()) {
+    XXH3_64bits_update(st, t.name.data(), t.name.size());
+    XXH3_64bits_update(st, t.dims.data(), t.dims.size() * sizeof(t.dims[0]));
+    XXH3_64bits_update(st, t.data, size_t(t.n_bytes));
+  }
+  const uint64_t h = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return model.config().name + ":" + std::to_string(h);
 }
 
 }  // namespace tandem

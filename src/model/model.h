@@ -33,4 +33,8 @@ class Model {
   std::unique_ptr<Tokenizer> tokenizer_;
 };
 
+// Names the weights (model name + a hash of every tensor), not the file:
+// caches kept across restarts are only reused by the same weights.
+std::string WeightsIdentity(const Model& model);
+
 }  // namespace tandem

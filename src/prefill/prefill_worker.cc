@@ -32,7 +32,9 @@ PrefillWorker::Stats PrefillWorker::stats() const {
   Stats s = stats_;
   // The pool is touched only by the worker thread while a handoff runs; the
   // count is exact whenever no handoff is running.
-  s.pages_in_use = pool_.used_pages();
+  s.cached_pages = sender_.cached_pages();
+  s.pages_in_use = pool_.used_pages() - s.cached_pages;
+  s.cached_tokens = sender_.cached_tokens();
   return s;
 }
 

@@ -24,10 +24,14 @@ class PrefillWorker {
   // Transport thread: a message from the decode engine on `connection`.
   void OnMessage(std::shared_ptr<transfer::Connection> connection, const std::vector<uint8_t>& bytes);
   std::string layout_fingerprint() const;
+  // Sets up the sender's cache tiers (SenderOptions::tiers). Before any handoff.
+  Status EnableTiers(const std::string& weights_identity) { return sender_.EnableTiers(weights_identity); }
 
   struct Stats {
     int64_t committed = 0, failed = 0, aborted = 0;
-    int64_t pages_in_use = 0;  // of this engine's own pool; 0 when idle
+    int64_t pages_in_use = 0;  // of this engine's own pool, beyond the prefix cache; 0 when idle
+    int64_t cached_pages = 0;  // held by the prefix cache
+    int64_t cached_tokens = 0;  // prompt tokens not computed because they were cached
   };
   Stats stats() const;
 

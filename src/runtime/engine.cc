@@ -16,23 +16,7 @@ double SecondsBetween(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-namespace {
 
-// Names the weights, not the file: disk-cache pages of other weights are never read.
-std::string ModelIdentity(const Model& model) {
-  XXH3_state_t* st = XXH3_createState();
-  XXH3_64bits_reset(st);
-  for (const TensorInfo& t : model.gguf().tensors()) {
-    XXH3_64bits_update(st, t.name.data(), t.name.size());
-    XXH3_64bits_update(st, t.dims.data(), t.dims.size() * sizeof(t.dims[0]));
-    XXH3_64bits_update(st, t.data, size_t(t.n_bytes));
-  }
-  const uint64_t h = XXH3_64bits_digest(st);
-  XXH3_freeState(st);
-  return model.config().name + ":" + std::to_string(h);
-}
-
-}  // namespace
 
 // One request inside the engine. tokens = prompt + generated; the cache holds
 // tokens [0, computed); a step computes [computed, tokens.size()) (a prefill
@@ -87,7 +71,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
     if (engine->remote_) return InvalidArgument("cache tiers are not supported on a disaggregated decode server yet");
     if (!engine->index_) return InvalidArgument("cache tiers need the prefix cache (drop --no-prefix-cache)");
     TANDEM_ASSIGN_OR_RETURN(engine->tiers_, TieredCache::Create(*engine->pool_, engine->spec_.registry, options.tiers,
-                                                                ModelIdentity(model)));
+                                                                WeightsIdentity(model)));
     engine->index_->SetEvictHook([t = engine->tiers_.get()](uint64_t key, uint64_t parent,
                                                              std::span<const int32_t> tokens, int32_t page) {
       t->OnL1Evict(key, parent, tokens, page);

@@ -1,12 +1,89 @@
 #include "transfer/handoff_sender.h"
 
+#include <thread>
+
 #include "transfer/checksum.h"
 
 namespace tandem::transfer {
 
 HandoffSender::HandoffSender(const Model& model, const CacheSpec& spec, ThreadPool& threads,
                              PagePool& local, SenderOptions options)
-    : model_(model), spec_(spec), local_(local), forward_(model, spec, threads), options_(options) {}
+    : model_(model),
+      spec_(spec),
+      local_(local),
+      forward_(model, spec, threads),
+      options_(options),
+      index_(options.prefix_cache ? std::make_unique<PrefixIndex>(local) : nullptr) {}
+
+HandoffSender::~HandoffSender() {
+  if (tiers_) {
+    tiers_->Drain();
+    tiers_->Poll();
+  }
+  if (index_) index_->SetEvictHook(nullptr);
+  tiers_.reset();
+  index_.reset();  // gives its pages back to the pool
+}
+
+Status HandoffSender::EnableTiers(const std::string& weights_identity) {
+  if (options_.tiers.host_pages <= 0 && options_.tiers.host_bytes <= 0) return Status::Ok();
+  if (!index_) return InvalidArgument("cache tiers need the prefix cache");
+  TANDEM_ASSIGN_OR_RETURN(tiers_, TieredCache::Create(local_, spec_.registry, options_.tiers, weights_identity));
+  index_->SetEvictHook([t = tiers_.get()](uint64_t key, uint64_t parent, std::span<const int32_t> tokens,
+                                          int32_t page) { t->OnL1Evict(key, parent, tokens, page); });
+  return Status::Ok();
+}
+
+StatusOr<int64_t> HandoffSender::TakePages(const Destination& d, int64_t n_pages) {
+  const int64_t n = int64_t(d.tokens.size());
+  local_pages_.clear();
+  gates_.reset();
+  if (tiers_) tiers_->Poll();
+  if (index_) {
+    PrefixIndex::Match hit = index_->Lookup(d.tokens, n - 1);
+    local_pages_ = std::move(hit.pages);
+  }
+  const int64_t from_l1 = int64_t(local_pages_.size());
+  int64_t from_l2 = 0, from_l3 = 0;
+  if (tiers_) {
+    TieredCache::Match m = tiers_->Lookup(d.tokens, from_l1, n - 1);
+    if (m.l3_pages > 0) {
+      // One worker thread: wait for the prefetch here (bounded by its deadline).
+      tiers_->Unpin(m.l2_pages);
+      const int64_t before = int64_t(m.l2_pages.size());
+      auto p = tiers_->PrefetchFromL3(d.tokens, from_l1 + before, n - 1);
+      while (!p->Ready()) std::this_thread::sleep_for(std::chrono::microseconds(200));
+      m = tiers_->Lookup(d.tokens, from_l1, n - 1);
+      from_l3 = std::max<int64_t>(0, int64_t(m.l2_pages.size()) - before);
+    }
+    const int64_t want = int64_t(m.l2_pages.size());
+    while (want > 0 && local_.free_pages() < want && index_->Evict(want - local_.free_pages()) > 0) {
+    }
+    if (want > 0 && local_.free_pages() >= want) {
+      auto fresh = local_.Allocate(want);
+      gates_ = tiers_->LoadIntoL1(m.l2_pages, *fresh);
+      local_pages_.insert(local_pages_.end(), fresh->begin(), fresh->end());
+      from_l2 = want - from_l3;
+    } else {
+      tiers_->Unpin(m.l2_pages);
+      from_l3 = 0;
+    }
+    tiers_->RecordHits(from_l1 * kPageTokens, from_l2 * kPageTokens, from_l3 * kPageTokens);
+  }
+  const int64_t cached = int64_t(local_pages_.size());
+  const int64_t need = n_pages - cached;
+  if (index_ && local_.free_pages() < need) index_->Evict(need - local_.free_pages());
+  auto rest = local_.Allocate(need);
+  if (!rest.ok()) {
+    if (gates_) gates_->WaitAll();
+    local_.Release(local_pages_);
+    local_pages_.clear();
+    return rest.status();
+  }
+  local_pages_.insert(local_pages_.end(), rest->begin(), rest->end());
+  cached_tokens_ += cached * kPageTokens;
+  return cached * kPageTokens;
+}
 
 // Writes layer `layer` of every registered buffer for the prompt pages that
 // hold tokens [first_token, end_token) and lie past the decode side's cached
@@ -52,30 +129,41 @@ StatusOr<Commit> HandoffSender::Run(const Destination& d, const RemoteKey& remot
   }
   // Segment offsets in the decode pool depend on its size, not ours.
   remote_layout_ = std::make_unique<CacheLayout>(spec_.registry, int(model_.config().n_layers), d.pool_pages);
-  TANDEM_ASSIGN_OR_RETURN(local_pages_, local_.Allocate(n_pages));
+  TANDEM_ASSIGN_OR_RETURN(const int64_t cached_tokens, TakePages(d, n_pages));
   struct Release {
     PagePool& pool;
     std::vector<int32_t>& pages;
-    ~Release() { pool.Release(pages); pages.clear(); }
-  } release{local_, local_pages_};
+    std::shared_ptr<LayerGates>& gates;
+    ~Release() {
+      if (gates) gates->WaitAll();  // nothing may land in a page after it is freed
+      gates.reset();
+      pool.Release(pages);
+      pages.clear();
+    }
+  } release{local_, local_pages_, gates_};
   TANDEM_RETURN_IF_ERROR(machine.Transition(HandoffState::kTransferring, Clock::now()));
   const bool unsafe = options_.unsafe_early_commit && spec_.index_k >= 0;
   deferred_.clear();
   Status put_status = Status::Ok();
   int64_t chunk_begin = 0, chunk_end = 0;
+  int64_t put_begin = 0;  // first token whose pages the layer hook sends
   forward_.SetLayerHook([&](int layer) {
     if (put_status.ok()) {
-      put_status = PutLayer(layer, chunk_begin, chunk_end, d, remote, connection, unsafe);
+      if (gates_) gates_->Wait(layer);
+      put_status = PutLayer(layer, put_begin, chunk_end, d, remote, connection, unsafe);
     }
   });
   std::vector<float> logits;
   const auto compute_start = Clock::now();
-  for (chunk_begin = 0; chunk_begin < n; chunk_begin = chunk_end) {
+  // Cached pages the decode side lacks go out with the first chunk's layers
+  // (each layer after the forward pass has read it, so past its load gate).
+  for (chunk_begin = cached_tokens; chunk_begin < n; chunk_begin = chunk_end) {
     if (abort_id_.load() == d.handoff_id) break;
     if (machine.Expired(Clock::now())) break;
     chunk_end = std::min<int64_t>(n, chunk_begin + options_.chunk_size);
+    put_begin = chunk_begin == cached_tokens ? 0 : chunk_begin;
     SequenceChunk chunk{std::span<const int32_t>(d.tokens).subspan(size_t(chunk_begin), size_t(chunk_end - chunk_begin)),
-                        chunk_begin, local_pages_, false};
+                        chunk_begin, local_pages_, false, gates_.get()};
     logits.clear();
     Status st = forward_.Run({&chunk, 1}, local_, &logits);
     if (st.ok()) st = put_status;
@@ -123,6 +211,12 @@ StatusOr<Commit> HandoffSender::Run(const Destination& d, const RemoteKey& remot
   commit.transfer_us = uint64_t(std::chrono::duration_cast<std::chrono::microseconds>(flush_end - flush_start).count());
   TANDEM_RETURN_IF_ERROR(connection.Send(commit.Encode()));
   TANDEM_RETURN_IF_ERROR(machine.Transition(HandoffState::kCommitted, Clock::now()));
+  if (index_) {
+    // The whole prompt is computed here: its full pages serve the next round.
+    if (gates_) gates_->WaitAll();
+    index_->Insert(d.tokens, local_pages_);
+    if (tiers_) tiers_->OnL1Insert(d.tokens, local_pages_);
+  }
   if (unsafe) {
     // The commit is out while these writes are in flight. The local pages
     // must stay intact until they land, so flush before releasing them.

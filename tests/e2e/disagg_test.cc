@@ -288,7 +288,7 @@ TEST_F(Disagg, DecodeKilledMidHandoffThePrefillEngineReleasesEverything) {
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   EXPECT_EQ(prefill->Terminate(), 0);
   const std::string log = prefill->Log();
-  EXPECT_NE(log.find(" 0 pages in use)"), std::string::npos) << log;
+  EXPECT_NE(log.find(" 0 pages in use,"), std::string::npos) << log;
 }
 
 TEST_F(Disagg, TwoPrefillEnginesShareTheWorkAndOneMaySurviveTheOther) {

@@ -135,6 +135,7 @@ class HandoffHarness {
 
   PagePool& decode_pool() { return decode_pool_; }
   PagePool& prefill_pool() { return prefill_pool_; }
+  HandoffSender& sender() { return sender_; }
   HandoffReceiver& receiver() { return receiver_; }
 
   static constexpr int64_t kPages = 64;
@@ -180,7 +181,32 @@ TEST(Handoff, OutputsMatchTheColocatedOracleBitForBit) {
     EXPECT_EQ(h.receiver().stats().committed, 5);
     EXPECT_EQ(h.receiver().stats().verified, 5);
     EXPECT_EQ(h.decode_pool().accounting(), baseline);
-    EXPECT_EQ(h.prefill_pool().free_pages(), h.prefill_pool().total_pages());
+    // The prefill side keeps the full pages of what it computed (0+1+1+3+5), nothing else.
+    EXPECT_EQ(h.sender().cached_pages(), 10);
+    EXPECT_EQ(h.prefill_pool().used_pages(), h.sender().cached_pages());
+  }
+}
+
+// The next round of a conversation re-sends the last: the prefill engine
+// computes only past its cached prefix, sends the cached pages the decode
+// side lacks as they are, and the output is still the oracle's.
+TEST(Handoff, ThePrefillSidePrefixCacheComputesOnlyTheNewTokens) {
+  auto m = MakePresetModel("tiny", TensorType::kF32);
+  for (const AttentionOptions& attention : {AttentionOptions{}, SparseAttention(CacheDType::kBF16, 32)}) {
+    SenderOptions so;
+    so.chunk_size = 100;
+    HandoffHarness h(*m->model, attention, {}, {}, so);
+    auto prompt = PseudoRandomTokens(300, m->model->config().vocab_size, 9);
+    auto first = h.Run(1, prompt, 8);
+    ASSERT_TRUE(first.ok());
+    EXPECT_EQ(*first, h.Oracle(prompt, 8));
+    EXPECT_EQ(h.sender().cached_tokens(), 0);
+    const auto more = PseudoRandomTokens(90, m->model->config().vocab_size, 10);
+    prompt.insert(prompt.end(), more.begin(), more.end());
+    auto second = h.Run(2, prompt, 8);
+    ASSERT_TRUE(second.ok()) << second.status().ToString();
+    EXPECT_EQ(*second, h.Oracle(prompt, 8));
+    EXPECT_EQ(h.sender().cached_tokens(), 256) << "four full pages of the first prompt were reused";
   }
 }
 
