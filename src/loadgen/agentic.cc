@@ -20,14 +20,16 @@ using Clock = std::chrono::steady_clock;
 StatusOr<AgenticShape> AgenticPreset(const std::string& name) {
   AgenticShape s;
   if (name == "small") {
-    s.initial_tokens = 384;
+    // This 2-core machine: the shape scaled down (1.3k tokens growing by
+    // ~100 per round) so a sweep with verification takes a minute or two.
+    s.initial_tokens = 1280;
     s.rounds = 3;
-    s.gen_tokens = 24;
-    s.tool_min = 48;
-    s.tool_max = 96;
+    s.gen_tokens = 16;
+    s.tool_min = 16;
+    s.tool_max = 32;
     s.think_ms = 20;
-    s.request_timeout_s = 60;
-    s.sweep = {8, 16, 32, 64};
+    s.request_timeout_s = 120;
+    s.sweep = {4, 8, 16, 32};
   } else if (name == "medium") {
     s.initial_tokens = 2048;
     s.rounds = 8;
