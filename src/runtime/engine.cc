@@ -299,7 +299,14 @@ bool Engine::LookupTiers(Sequence& seq, PrefixIndex::Match& l1, int64_t max_toke
   }
   tiers_->OnL1Hit(seq.tokens, l1.pages);
   const int64_t n = int64_t(m.l2_pages.size());
-  if (n > 0) {
+  // Only for a request that can be admitted whole: pages taken for a load of
+  // one that then waits would starve the running ones (a livelock of
+  // preemption and re-admission under memory pressure).
+  const int64_t whole = (int64_t(seq.tokens.size()) + kPageTokens) / kPageTokens - from;
+  const bool admissible =
+      whole <= pool_->free_pages() + index_->evictable_pages() + tiers_->l1_pages_held();
+  if (n > 0 && !admissible) tiers_->Unpin(m.l2_pages);
+  if (n > 0 && admissible) {
     while (pool_->free_pages() < n &&
            (index_->Evict(n - pool_->free_pages()) > 0 || ReclaimTierCopies())) {
     }
