@@ -51,8 +51,13 @@ DisaggLaunch LaunchFor(const ServeArgs& a) {
   if (a.no_prefix_cache) l.decode_args.push_back("--no-prefix-cache");
   l.prefill_args = {"--chunk-size", std::to_string(a.engine.chunk_size)};
   if (a.unsafe_early_commit) l.prefill_args.push_back("--debug-unsafe-early-commit");
-  // The tiers serve the prefill engine, which computes every prompt.
-  for (const std::string& t : a.tiers.Args()) l.prefill_args.push_back(t);
+  // Tiers on both sides: the prefill engine's save computing a prompt's
+  // cached prefix, the decode server's save sending it. Separate L3 folders.
+  for (const char* side : {"prefill", "decode"}) {
+    TierFlags t = a.tiers;
+    if (!t.disk_cache_dir.empty()) t.disk_cache_dir += std::string("/") + side;
+    for (const std::string& arg : t.Args()) (side[0] == 'p' ? l.prefill_args : l.decode_args).push_back(arg);
+  }
   if (a.debug_put_delay_us > 0) {
     l.prefill_args.insert(l.prefill_args.end(), {"--debug-put-delay-us", std::to_string(a.debug_put_delay_us)});
   }

@@ -28,6 +28,7 @@ class RemotePrefill {
   uint8_t* arena() { return region_.data; }
   // Must be called once, before any other method, with the pool built on arena().
   void Attach(PagePool& pool, PrefixIndex* index, transfer::ReceiverOptions options);
+  void SetTiers(TieredCache* tiers) { receiver_->SetTiers(tiers); }
 
   // Reserves pages and sends the Destination to the next healthy prefill
   // engine. ResourceExhausted: no pages yet; Unavailable: no healthy link.

@@ -68,7 +68,6 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
   }
   auto engine = std::unique_ptr<Engine>(new Engine(model, options, std::move(spec), std::move(remote)));
   if (options.tiers.host_pages > 0 || options.tiers.host_bytes > 0) {
-    if (engine->remote_) return InvalidArgument("cache tiers are not supported on a disaggregated decode server yet");
     if (!engine->index_) return InvalidArgument("cache tiers need the prefix cache (drop --no-prefix-cache)");
     TANDEM_ASSIGN_OR_RETURN(engine->tiers_, TieredCache::Create(*engine->pool_, engine->spec_.registry, options.tiers,
                                                                 WeightsIdentity(model)));
@@ -76,6 +75,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
                                                              std::span<const int32_t> tokens, int32_t page) {
       t->OnL1Evict(key, parent, tokens, page);
     });
+    if (engine->remote_) engine->remote_->SetTiers(engine->tiers_.get());
   }
   engine->loop_ = std::thread([e = engine.get()] { e->Loop(); });
   return engine;

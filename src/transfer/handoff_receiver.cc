@@ -13,6 +13,8 @@ HandoffReceiver::~HandoffReceiver() {
 }
 
 void HandoffReceiver::Free(Entry& e) {
+  if (e.gates) e.gates->WaitAll();  // nothing may land in a page after it is freed
+  e.gates.reset();
   if (!e.cached_pages.empty()) pool_.Release(e.cached_pages);
   if (!e.reserved_pages.empty()) pool_.CancelReservation(e.reserved_pages);
   if (e.quarantined) stats_.quarantined_pages -= int64_t(e.reserved_pages.size());
@@ -32,6 +34,23 @@ StatusOr<Destination> HandoffReceiver::Begin(uint64_t handoff_id, std::vector<in
     e->skip_tokens = hit.tokens;
   }
   const int64_t total_pages = (int64_t(e->prompt.size()) + kPageTokens - 1) / kPageTokens;
+  if (tiers_) {
+    // More of the prefix from L2 (not L3: a disk read would hold up this
+    // loop thread; those pages are sent by the prefill side instead).
+    const int64_t l1 = int64_t(e->cached_pages.size());
+    TieredCache::Match m = tiers_->Lookup(e->prompt, l1, int64_t(e->prompt.size()) - 1);
+    const int64_t k = int64_t(m.l2_pages.size());
+    if (k > 0 && index_ && pool_.free_pages() < total_pages - l1) index_->Evict(total_pages - l1 - pool_.free_pages());
+    if (k > 0 && pool_.free_pages() >= total_pages - l1) {
+      auto fresh = pool_.Allocate(k);
+      e->gates = tiers_->LoadIntoL1(m.l2_pages, *fresh);
+      e->cached_pages.insert(e->cached_pages.end(), fresh->begin(), fresh->end());
+      e->skip_tokens += k * kPageTokens;
+    } else {
+      tiers_->Unpin(m.l2_pages);
+    }
+    tiers_->RecordHits(l1 * kPageTokens, int64_t(e->cached_pages.size() - size_t(l1)) * kPageTokens, 0);
+  }
   const int64_t need = total_pages - int64_t(e->cached_pages.size());
   if (index_ && pool_.free_pages() < need) index_->Evict(need - pool_.free_pages());
   auto reserved = pool_.Reserve(need);
@@ -67,6 +86,7 @@ StatusOr<HandoffReceiver::Ready> HandoffReceiver::OnCommit(const Commit& c, Cloc
                               " which is not waiting for input");
   }
   Entry& e = *it->second;
+  if (e.gates) e.gates->WaitAll();  // long done by now: it started with the handoff
   std::vector<int32_t> pages = e.cached_pages;
   pages.insert(pages.end(), e.reserved_pages.begin(), e.reserved_pages.end());
   const bool verify = options_.verify == VerifyMode::kAll ||

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cache/page_pool.h"
+#include "prefix/tiers.h"
 #include "prefix/prefix_index.h"
 #include "transfer/handoff_state.h"
 #include "transfer/messages.h"
@@ -43,6 +44,10 @@ class HandoffReceiver {
 
   StatusOr<Destination> Begin(uint64_t handoff_id, std::vector<int32_t> prompt, uint64_t peer,
                               Clock::time_point now);
+
+  // A host tier under the prefix index (may be null): Begin also loads the
+  // prompt's prefix from L2, which shortens what the prefill side must send.
+  void SetTiers(TieredCache* tiers) { tiers_ = tiers; }
 
   struct Ready {
     uint64_t handoff_id = 0;
@@ -79,12 +84,14 @@ class HandoffReceiver {
     int64_t skip_tokens = 0;
     HandoffStateMachine machine;
     bool quarantined = false;
+    std::shared_ptr<LayerGates> gates;  // L2 load into the first cached pages
   };
   void Free(Entry& e);
 
   PagePool& pool_;
   const RemoteKey region_key_;
   PrefixIndex* index_;
+  TieredCache* tiers_ = nullptr;
   const ReceiverOptions options_;
   std::map<uint64_t, std::unique_ptr<Entry>> entries_;  // open, and quarantined, handoffs
   ReceiverStats stats_;

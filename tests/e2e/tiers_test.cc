@@ -145,5 +145,33 @@ TEST(TiersE2E, APrefillEngineWithTiersHandsOffExactly) {
   EXPECT_GT(served, 0) << log.substr(comma == std::string::npos ? 0 : comma, 200);
 }
 
+// serve --disagg with a small decode L1 and host tiers on both sides: the
+// decode server loads prefixes from its L2 (shorter handoffs), every answer
+// verified by the oracle.
+TEST(TiersE2E, DisaggregatedEnginesUseTheirTiersAndStayExact) {
+  std::vector<std::string> a = {"serve", "--disagg", "-m", testing::TinyModelPath(), "--cache-tokens", "4096",
+                                "--host-cache-size", "128M"};
+  for (auto& x : SparseBf16()) a.push_back(x);
+  ServerProcess server(a, 120, "router at http://127.0.0.1:");
+  ASSERT_TRUE(server.ok()) << server.Log();
+  const std::string dir = testing::MakeTempDir();
+  auto r = RunTandem("bench agentic --quiet --url 127.0.0.1:" + std::to_string(server.port()) + " -m " +
+                         testing::TinyModelPath() + " --preset small --sweep 8 --out-dir " + dir,
+                     300);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  const json report = ReadJson(dir + "/report.json");
+  ASSERT_FALSE(report.is_discarded()) << r.output;
+  EXPECT_EQ(report["points"][0]["outcomes"]["ok"], 24) << report.dump();
+  EXPECT_GT(report["points"][0]["later_round_hit_rate"].get<double>(), 0.9) << report.dump();
+  // The decode server behind the router: prefixes came back from its L2.
+  const std::string routed = HttpGet(server.port(), "/metrics").body;
+  const size_t at = routed.find("backend=\"127.0.0.1:");
+  ASSERT_NE(at, std::string::npos) << routed;
+  const int decode_port = std::atoi(routed.c_str() + at + std::string("backend=\"127.0.0.1:").size());
+  const auto m = testing::ParseMetrics(HttpGet(decode_port, "/metrics").body);
+  EXPECT_GT(m.at("tandem_tier_hit_tokens_total{tier=\"l2\"}"), 0);
+  EXPECT_EQ(server.Terminate(), 0);
+}
+
 }  // namespace
 }  // namespace tandem
