@@ -7,7 +7,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <utility>
 
+#include "cache/page_copy.h"
 #include "prefix/prefix_index.h"
 
 namespace tandem {
@@ -39,8 +41,8 @@ bool SameTokens(const PageTokens& a, std::span<const int32_t> b) {
   return b.size() == a.size() && std::equal(a.begin(), a.end(), b.begin());
 }
 
-// L3 page file: this header, then the page's segments layer by layer, every
-// registered buffer within a layer, in registry order.
+// L3 page file: this header, then every (buffer, layer) segment of the page
+// in ForEachSegment order (cache/page_copy.h): a new buffer needs no change here.
 struct DiskHeader {
   char magic[8] = {'T', 'D', 'M', 'P', 'A', 'G', 'E', '1'};
   uint64_t key = 0, parent = 0;
@@ -197,14 +199,11 @@ void TieredCache::CopyL1ToHost(int32_t l1_page, uint64_t key) {
     host_page = it->second.page;
   }
   // The entry is not ready, so nothing reads or evicts its page meanwhile.
-  const CacheLayout& layout = l1_.layout();
   int64_t bytes = 0;
-  for (int l = 0; l < layout.n_layers(); ++l) {
-    for (CacheBufferId b = 0; b < layout.n_buffers(); ++b) {
-      std::memcpy(host_->Segment(b, l, host_page), l1_.Segment(b, l, l1_page), size_t(layout.page_stride(b)));
-      bytes += layout.page_stride(b);
-    }
-  }
+  ForEachSegment(l1_.layout(), [&](CacheBufferId b, int l, int64_t n) {
+    std::memcpy(host_->Segment(b, l, host_page), l1_.Segment(b, l, l1_page), size_t(n));
+    bytes += n;
+  });
   {
     std::lock_guard<std::mutex> lock(host_mu_);
     host_index_.at(key).ready = true;
@@ -283,29 +282,46 @@ std::shared_ptr<LayerGates> TieredCache::LoadIntoL1(std::vector<int32_t> l2_page
   return gates;
 }
 
+std::shared_ptr<LayerGates> TieredCache::LoadMatch(Match& m, const std::function<bool(int64_t)>& make_room,
+                                                   std::vector<int32_t>* l1_pages) {
+  const int64_t n = int64_t(m.l2_pages.size());
+  if (n == 0) return nullptr;
+  while (l1_.free_pages() < n && make_room && make_room(n - l1_.free_pages())) {
+  }
+  auto fresh = l1_.free_pages() >= n ? l1_.Allocate(n) : StatusOr<std::vector<int32_t>>(ResourceExhausted("L1 is full"));
+  if (!fresh.ok()) {
+    Unpin(m.l2_pages);
+    m.l2_pages.clear();
+    return nullptr;
+  }
+  l1_pages->insert(l1_pages->end(), fresh->begin(), fresh->end());
+  return LoadIntoL1(std::exchange(m.l2_pages, {}), std::move(fresh).value());
+}
+
 // ---------------------------------------------------------------- write policies
+
+void TieredCache::StoreFromL1(uint64_t key, uint64_t parent, std::span<const int32_t> tokens, int32_t page) {
+  {
+    std::lock_guard<std::mutex> lock(host_mu_);
+    if (ReserveHostLocked(key, parent, tokens) == nullptr) return;
+  }
+  l1_.AddRef(std::span<const int32_t>(&page, 1));  // until the copy is done
+  ++l1_refs_held_;
+  Submit([this, page, key] {
+    CopyL1ToHost(page, key);
+    if (!disk_subdir_.empty()) WriteDisk(key);
+    std::lock_guard<std::mutex> lock(job_mu_);
+    l1_to_release_.push_back(page);
+  });
+}
 
 void TieredCache::OnL1Insert(std::span<const int32_t> tokens, std::span<const int32_t> pages) {
   if (options_.policy != WritePolicy::kWriteThrough) return;
   const int64_t n = std::min<int64_t>(int64_t(tokens.size()) / kPageTokens, int64_t(pages.size()));
   const std::vector<uint64_t> keys = PageChainKeys(tokens, n);
-  for (int64_t i = 0; i < n; ++i) {
-    const uint64_t parent = i > 0 ? keys[size_t(i - 1)] : PrefixIndex::kRootSeed;
-    {
-      std::lock_guard<std::mutex> lock(host_mu_);
-      if (ReserveHostLocked(keys[size_t(i)], parent, tokens.subspan(size_t(i * kPageTokens), kPageTokens)) == nullptr) {
-        continue;  // already in L2, or L2 is full of pinned pages
-      }
-    }
-    const int32_t page = pages[size_t(i)];
-    l1_.AddRef(std::span<const int32_t>(&page, 1));  // until the copy is done
-    ++l1_refs_held_;
-    Submit([this, page, key = keys[size_t(i)]] {
-      CopyL1ToHost(page, key);
-      if (!disk_subdir_.empty()) WriteDisk(key);
-      std::lock_guard<std::mutex> lock(job_mu_);
-      l1_to_release_.push_back(page);
-    });
+  for (size_t i = 0; i < keys.size(); ++i) {
+    StoreFromL1(keys[i], i > 0 ? keys[i - 1] : PrefixIndex::kRootSeed, tokens.subspan(i * kPageTokens, kPageTokens),
+                pages[i]);
   }
 }
 
@@ -313,22 +329,9 @@ void TieredCache::OnL1Hit(std::span<const int32_t> tokens, std::span<const int32
   if (options_.policy != WritePolicy::kWriteThroughSelective) return;
   const std::vector<uint64_t> keys = PageChainKeys(tokens, int64_t(pages.size()));
   for (size_t i = 0; i < keys.size(); ++i) {
-    int& hits = l1_hits_[keys[i]];
-    if (++hits != options_.selective_hits) continue;
-    const uint64_t parent = i > 0 ? keys[i - 1] : PrefixIndex::kRootSeed;
-    {
-      std::lock_guard<std::mutex> lock(host_mu_);
-      if (ReserveHostLocked(keys[i], parent, tokens.subspan(i * kPageTokens, kPageTokens)) == nullptr) continue;
-    }
-    const int32_t page = pages[i];
-    l1_.AddRef(std::span<const int32_t>(&page, 1));
-    ++l1_refs_held_;
-    Submit([this, page, key = keys[i]] {
-      CopyL1ToHost(page, key);
-      if (!disk_subdir_.empty()) WriteDisk(key);
-      std::lock_guard<std::mutex> lock(job_mu_);
-      l1_to_release_.push_back(page);
-    });
+    if (++l1_hits_[keys[i]] != options_.selective_hits) continue;
+    StoreFromL1(keys[i], i > 0 ? keys[i - 1] : PrefixIndex::kRootSeed, tokens.subspan(i * kPageTokens, kPageTokens),
+                pages[i]);
   }
   if (l1_hits_.size() > 1u << 20) l1_hits_.clear();  // bounded; counts restart
 }
@@ -364,12 +367,10 @@ Status TieredCache::WriteDisk(uint64_t key) {
     h.parent = it->second.parent;
     std::copy(it->second.tokens.begin(), it->second.tokens.end(), h.tokens);
     size_t at = 0;
-    for (int l = 0; l < layout.n_layers(); ++l) {
-      for (CacheBufferId b = 0; b < layout.n_buffers(); ++b) {
-        std::memcpy(payload.data() + at, host_->Segment(b, l, it->second.page), size_t(layout.page_stride(b)));
-        at += size_t(layout.page_stride(b));
-      }
-    }
+    ForEachSegment(layout, [&](CacheBufferId b, int l, int64_t n) {
+      std::memcpy(payload.data() + at, host_->Segment(b, l, it->second.page), size_t(n));
+      at += size_t(n);
+    });
   }
   {
     std::lock_guard<std::mutex> lock(disk_mu_);
@@ -460,12 +461,10 @@ Status TieredCache::ReadDisk(uint64_t key) {
     host_page = e->page;
   }
   size_t at = 0;
-  for (int l = 0; l < layout.n_layers(); ++l) {
-    for (CacheBufferId b = 0; b < layout.n_buffers(); ++b) {
-      std::memcpy(host_->Segment(b, l, host_page), payload.data() + at, size_t(layout.page_stride(b)));
-      at += size_t(layout.page_stride(b));
-    }
-  }
+  ForEachSegment(layout, [&](CacheBufferId b, int l, int64_t n) {
+    std::memcpy(host_->Segment(b, l, host_page), payload.data() + at, size_t(n));
+    at += size_t(n);
+  });
   {
     std::lock_guard<std::mutex> lock(host_mu_);
     host_index_.at(key).ready = true;

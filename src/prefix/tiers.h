@@ -97,6 +97,11 @@ class TieredCache {
   // Copies pinned L2 pages into L1 pages, layer by layer, on the copy engine;
   // unpins them when done. The returned gates open layer by layer.
   std::shared_ptr<LayerGates> LoadIntoL1(std::vector<int32_t> l2_pages, std::vector<int32_t> l1_pages);
+  // Loads m's pinned L2 chain into new L1 pages, appended to *l1_pages, and
+  // returns their gates. make_room(n) may free L1 pages first (false: it has
+  // nothing more to free). Without room it unpins the chain and returns null.
+  std::shared_ptr<LayerGates> LoadMatch(Match& m, const std::function<bool(int64_t n)>& make_room,
+                                        std::vector<int32_t>* l1_pages);
 
   // Starts reading the L3 chain that follows `from_page` into L2. Done() says
   // when it finished or its deadline passed.
@@ -152,6 +157,9 @@ class TieredCache {
   void DropHostLocked(HostEntry& e);
   // Copies an L1 page into a reserved L2 entry and publishes it (any thread).
   void CopyL1ToHost(int32_t l1_page, uint64_t key);
+  // Loop thread: queues a copy of an L1 page into L2 (and L3), holding an L1
+  // reference until it is done; a no-op when L2 has the page or is full of pinned ones.
+  void StoreFromL1(uint64_t key, uint64_t parent, std::span<const int32_t> tokens, int32_t page);
   // L3 (copy engine thread, or Create).
   std::string PagePath(uint64_t key) const;
   Status WriteDisk(uint64_t key);  // L2 entry -> file

@@ -298,25 +298,15 @@ bool Engine::LookupTiers(Sequence& seq, PrefixIndex::Match& l1, int64_t max_toke
     return false;
   }
   tiers_->OnL1Hit(seq.tokens, l1.pages);
-  const int64_t n = int64_t(m.l2_pages.size());
   // Only for a request that can be admitted whole: pages taken for a load of
   // one that then waits would starve the running ones (a livelock of
   // preemption and re-admission under memory pressure).
   const int64_t whole = (int64_t(seq.tokens.size()) + kPageTokens) / kPageTokens - from;
-  const bool admissible =
-      whole <= pool_->free_pages() + index_->evictable_pages() + tiers_->l1_pages_held();
-  if (n > 0 && !admissible) tiers_->Unpin(m.l2_pages);
-  if (n > 0 && admissible) {
-    while (pool_->free_pages() < n &&
-           (index_->Evict(n - pool_->free_pages()) > 0 || ReclaimTierCopies())) {
-    }
-    auto pages = pool_->free_pages() >= n ? pool_->Allocate(n) : StatusOr<std::vector<int32_t>>(ResourceExhausted(""));
-    if (pages.ok()) {
-      seq.gates = tiers_->LoadIntoL1(m.l2_pages, *pages);
-      seq.pages = std::move(pages).value();
-    } else {
-      tiers_->Unpin(m.l2_pages);
-    }
+  if (whole <= pool_->free_pages() + index_->evictable_pages() + tiers_->l1_pages_held()) {
+    seq.gates = tiers_->LoadMatch(
+        m, [&](int64_t n) { return index_->Evict(n) > 0 || ReclaimTierCopies(); }, &seq.pages);
+  } else {
+    tiers_->Unpin(m.l2_pages);
   }
   const int64_t loaded = int64_t(seq.pages.size());
   const int64_t from_l3 = seq.prefetched ? std::max<int64_t>(0, loaded - seq.l2_pages_before_prefetch) : 0;

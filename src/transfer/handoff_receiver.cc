@@ -39,13 +39,12 @@ StatusOr<Destination> HandoffReceiver::Begin(uint64_t handoff_id, std::vector<in
     // loop thread; those pages are sent by the prefill side instead).
     const int64_t l1 = int64_t(e->cached_pages.size());
     TieredCache::Match m = tiers_->Lookup(e->prompt, l1, int64_t(e->prompt.size()) - 1);
-    const int64_t k = int64_t(m.l2_pages.size());
-    if (k > 0 && index_ && pool_.free_pages() < total_pages - l1) index_->Evict(total_pages - l1 - pool_.free_pages());
-    if (k > 0 && pool_.free_pages() >= total_pages - l1) {
-      auto fresh = pool_.Allocate(k);
-      e->gates = tiers_->LoadIntoL1(m.l2_pages, *fresh);
-      e->cached_pages.insert(e->cached_pages.end(), fresh->begin(), fresh->end());
-      e->skip_tokens += k * kPageTokens;
+    // Room for the whole rest of the prompt, or no load (the prefill side sends it).
+    const int64_t rest = total_pages - l1;
+    if (index_ && pool_.free_pages() < rest) index_->Evict(rest - pool_.free_pages());
+    if (pool_.free_pages() >= rest) {
+      e->gates = tiers_->LoadMatch(m, nullptr, &e->cached_pages);
+      e->skip_tokens = int64_t(e->cached_pages.size()) * kPageTokens;
     } else {
       tiers_->Unpin(m.l2_pages);
     }

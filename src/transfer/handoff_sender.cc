@@ -57,17 +57,9 @@ StatusOr<int64_t> HandoffSender::TakePages(const Destination& d, int64_t n_pages
       from_l3 = std::max<int64_t>(0, int64_t(m.l2_pages.size()) - before);
     }
     const int64_t want = int64_t(m.l2_pages.size());
-    while (want > 0 && local_.free_pages() < want && index_->Evict(want - local_.free_pages()) > 0) {
-    }
-    if (want > 0 && local_.free_pages() >= want) {
-      auto fresh = local_.Allocate(want);
-      gates_ = tiers_->LoadIntoL1(m.l2_pages, *fresh);
-      local_pages_.insert(local_pages_.end(), fresh->begin(), fresh->end());
-      from_l2 = want - from_l3;
-    } else {
-      tiers_->Unpin(m.l2_pages);
-      from_l3 = 0;
-    }
+    gates_ = tiers_->LoadMatch(m, [&](int64_t k) { return index_->Evict(k) > 0; }, &local_pages_);
+    if (!gates_) from_l3 = 0;
+    from_l2 = gates_ ? want - from_l3 : 0;
     tiers_->RecordHits(from_l1 * kPageTokens, from_l2 * kPageTokens, from_l3 * kPageTokens);
   }
   const int64_t cached = int64_t(local_pages_.size());
