@@ -309,7 +309,7 @@ void TieredCache::StoreFromL1(uint64_t key, uint64_t parent, std::span<const int
   ++l1_refs_held_;
   Submit([this, page, key] {
     CopyL1ToHost(page, key);
-    if (!disk_subdir_.empty()) WriteDisk(key);
+    if (!disk_subdir_.empty()) (void)WriteDisk(key);  // failures are counted in disk_errors
     std::lock_guard<std::mutex> lock(job_mu_);
     l1_to_release_.push_back(page);
   });
@@ -344,7 +344,7 @@ void TieredCache::OnL1Evict(uint64_t key, uint64_t parent_key, std::span<const i
     if (ReserveHostLocked(key, parent_key, tokens) == nullptr) return;
   }
   CopyL1ToHost(page, key);  // now: the page is about to be freed
-  if (!disk_subdir_.empty()) Submit([this, key] { WriteDisk(key); });
+  if (!disk_subdir_.empty()) Submit([this, key] { (void)WriteDisk(key); });
 }
 
 // ---------------------------------------------------------------- L3
@@ -394,7 +394,12 @@ Status TieredCache::WriteDisk(uint64_t key) {
   }
   std::error_code ec;
   fs::rename(tmp, path, ec);  // a crash leaves a .tmp, never half a page under its name
-  if (ec) return Unavailable("cannot rename " + tmp + ": " + ec.message());
+  if (ec) {
+    fs::remove(tmp, ec);
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.disk_errors;
+    return Unavailable("cannot rename " + tmp);
+  }
   const int64_t bytes = int64_t(sizeof(h) + payload.size());
   {
     std::lock_guard<std::mutex> lock(disk_mu_);
