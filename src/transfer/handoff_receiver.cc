@@ -27,7 +27,7 @@ StatusOr<Destination> HandoffReceiver::Begin(uint64_t handoff_id, std::vector<in
   if (prompt.empty()) return InvalidArgument("handoff of an empty prompt");
   if (entries_.count(handoff_id)) return InvalidArgument("handoff " + std::to_string(handoff_id) + " already exists");
   auto e = std::make_unique<Entry>(Entry{peer, std::move(prompt), {}, {}, 0,
-                                         HandoffStateMachine(HandoffSide::kDecode, options_.deadlines, now)});
+                                         HandoffStateMachine(HandoffSide::kDecode, options_.deadlines, now), false, nullptr});
   if (index_) {
     PrefixIndex::Match hit = index_->Lookup(e->prompt, int64_t(e->prompt.size()) - 1);
     e->cached_pages = std::move(hit.pages);
