@@ -45,6 +45,7 @@ struct AgenticArgs {
   std::string out_dir = "agentic-report";
   bool no_verify = false;
   bool quiet = false;
+  bool plain_openai = false;
 };
 
 // A one-line progress bar on stderr, only when it is a terminal.
@@ -128,6 +129,7 @@ int RunAgentic(AgenticArgs& a) {
     shape.tool_max = a.tool_tokens[1];
   }
   shape.seed = a.seed;
+  shape.extensions = !a.plain_openai;
   for (int c : shape.sweep) {
     if (c < 1 || c > 4096) return std::fprintf(stderr, "error: --sweep points must be in [1, 4096], not %d\n", c), 1;
   }
@@ -309,6 +311,8 @@ void RegisterAgenticBench(CLI::App& bench) {
   cmd->add_option("--out-dir", a->out_dir, "Where transcript.jsonl, report.json and report.svg go");
   cmd->add_flag("--no-verify", a->no_verify, "Do not replay answers on the reference engine");
   cmd->add_flag("--quiet", a->quiet, "No progress bar");
+  cmd->add_flag("--plain-openai", a->plain_openai,
+                "Send only standard OpenAI fields (no ignore_eos / return_token_ids); answers are judged by text");
   cmd->callback([a] { SetExitCode(RunAgentic(*a)); });
 }
 

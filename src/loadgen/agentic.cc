@@ -187,6 +187,7 @@ Json ToJson(const TranscriptHeader& h) {
                 {"seed", s.seed},
                 {"request_timeout_s", s.request_timeout_s},
                 {"tokens_per_word", s.tokens_per_word},
+                {"extensions", s.extensions},
                 {"sweep", s.sweep}}}};
 }
 
@@ -210,6 +211,7 @@ StatusOr<TranscriptHeader> HeaderFromJson(const Json& j) {
     h.shape.request_timeout_s = s.at("request_timeout_s").get<double>();
     h.shape.sweep = s.at("sweep").get<std::vector<int>>();
     h.shape.tokens_per_word = s.value("tokens_per_word", 1.0);
+    h.shape.extensions = s.value("extensions", true);
   } catch (const Json::exception& e) {
     return InvalidArgument(std::string("bad transcript header: ") + e.what());
   }
@@ -460,9 +462,11 @@ void RunSession(const std::string& host, int port, const std::string& model, con
     rec.request = {{"model", model},
                    {"max_tokens", shape.gen_tokens},
                    {"temperature", 0},
-                   {"seed", SessionSeed(shape, concurrency, session) & 0xffffffffu},
-                   {"ignore_eos", true},
-                   {"return_token_ids", true}};
+                   {"seed", SessionSeed(shape, concurrency, session) & 0xffffffffu}};
+    if (shape.extensions) {
+      rec.request["ignore_eos"] = true;
+      rec.request["return_token_ids"] = true;
+    }
     Json body = rec.request;
     body["messages"] = messages;
     rec.start_s = std::chrono::duration<double>(Clock::now() - t0).count();

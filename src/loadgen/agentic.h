@@ -35,6 +35,10 @@ struct AgenticShape {
   uint64_t seed = 1;
   double request_timeout_s = 120;  // client-side bound on one round's request
   double tokens_per_word = 1.0;    // the server's tokenizer on SyntheticText (Calibrate)
+  // Send "ignore_eos" and "return_token_ids" (tandem and vLLM understand them;
+  // the OpenAI API itself rejects unknown fields). Without them answers may
+  // end early and are judged by text.
+  bool extensions = true;
   std::vector<int> sweep = {16, 32, 48, 64, 80};
 };
 

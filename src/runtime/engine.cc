@@ -180,6 +180,7 @@ void Engine::Loop() {
     if (drain_over) {
       for (auto& s : running_) s->handle->Cancel();
       for (auto& s : waiting_) s->handle->Cancel();
+      for (auto& s : prefetching_) s->handle->Cancel();
     }
     DropCancelledAndExpired();
     if (stopping_ && running_.empty() && waiting_.empty() && prefetching_.empty()) break;

@@ -122,6 +122,28 @@ TEST(Agentic, AWedgedServerStopsTheSweepWithAClearMessage) {
   EXPECT_EQ(Outcome(report["points"][0], "corrupt"), 0);
 }
 
+// Standard OpenAI fields only: no token ids come back, answers may stop at
+// end-of-generation, and the oracle judges them by text.
+TEST(Agentic, PlainOpenAIRequestsAreJudgedByText) {
+  ServerProcess server({"serve", "-m", testing::TinyModelPath(), "--attention", "sparse", "--topk", "32"});
+  ASSERT_TRUE(server.ok()) << server.Log();
+  const std::string dir = testing::MakeTempDir();
+  auto r = RunTandem(Bench(server.port(), dir, "--plain-openai --sweep 4 --rounds 2 --initial-tokens 300"), 300);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  const json report = ReadJson(dir + "/report.json");
+  ASSERT_FALSE(report.is_discarded()) << r.output;
+  EXPECT_FALSE(report["shape"]["extensions"].get<bool>());
+  EXPECT_EQ(Outcome(report["points"][0], "ok"), 8) << report.dump();
+  std::ifstream in(dir + "/transcript.jsonl");
+  std::string line;
+  std::getline(in, line);
+  ASSERT_TRUE(std::getline(in, line));
+  const json round = json::parse(line);
+  EXPECT_FALSE(round.contains("token_ids"));
+  EXPECT_FALSE(round["request"].contains("return_token_ids"));
+  EXPECT_NE(round["verify_note"].get<std::string>().find("text identical"), std::string::npos) << line.substr(0, 300);
+}
+
 TEST(Agentic, BadArgumentsAreRefusedWithAMessage) {
   auto r = RunTandem("bench agentic --url nowhere", 30);
   EXPECT_EQ(r.exit_code, 1);
