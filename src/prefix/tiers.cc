@@ -58,13 +58,12 @@ struct DiskHeader {
 StatusOr<std::unique_ptr<TieredCache>> TieredCache::Create(PagePool& l1, const CacheBufferRegistry& registry,
                                                            const TierOptions& options,
                                                            const std::string& model_identity) {
-  TierOptions opts = options;
-  if (opts.host_pages == 0 && opts.host_bytes > 0) opts.host_pages = opts.host_bytes / l1.layout().BytesPerPage();
-  if (opts.host_pages < 1) {
+  TierOptions sized = options;
+  if (sized.host_pages == 0 && sized.host_bytes > 0) sized.host_pages = sized.host_bytes / l1.layout().BytesPerPage();
+  if (sized.host_pages < 1) {
     return InvalidArgument("--host-cache-size must hold at least one page (" +
                            std::to_string(l1.layout().BytesPerPage()) + " bytes)");
   }
-  const TierOptions& options_in = opts;
   if (options.selective_hits < 1) return InvalidArgument("write-through-selective needs at least 1 hit");
   std::string subdir;
   if (!options.disk_dir.empty()) {
@@ -80,7 +79,7 @@ StatusOr<std::unique_ptr<TieredCache>> TieredCache::Create(PagePool& l1, const C
     fs::create_directories(subdir, ec);
     if (ec) return Unavailable("cannot create the disk cache directory " + subdir + ": " + ec.message());
   }
-  auto t = std::unique_ptr<TieredCache>(new TieredCache(l1, registry, options_in, subdir));
+  auto t = std::unique_ptr<TieredCache>(new TieredCache(l1, registry, sized, subdir));
   if (!subdir.empty()) TANDEM_RETURN_IF_ERROR(t->ScanDisk());
   return t;
 }

@@ -274,8 +274,13 @@ TEST_F(Serve, SigtermDrainsInFlightStreamsThenExitsZero) {
   for (int i = 0; i < 1000 && !first_chunk; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   server.SendSigterm();
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  EXPECT_EQ(HttpGet(port, "/health").status, 503) << "draining: no new work";
-  EXPECT_EQ(HttpPost(port, "/v1/chat/completions", ChatBody("late", 4, false).dump()).status, 503);
+  // Draining: no new work. The in-flight stream may finish (and the server
+  // exit) within these milliseconds; then a late request finds nobody — also
+  // not served, which is what this checks.
+  const int health = HttpGet(port, "/health").status;
+  EXPECT_TRUE(health == 503 || health == 0) << health;
+  const int late = HttpPost(port, "/v1/chat/completions", ChatBody("late", 4, false).dump()).status;
+  EXPECT_TRUE(late == 503 || late == 0) << "a request after SIGTERM got HTTP " << late;
   const StreamResult r = stream.get();
   EXPECT_TRUE(r.done) << "the in-flight stream finished";
   EXPECT_FALSE(r.finish.empty());
