@@ -3,9 +3,10 @@
 // gate, transcripts, the exact oracle, and the report (table, JSON, SVG).
 // `tandem verify TRANSCRIPT`: the oracle alone, on a saved transcript.
 //
-// Exit codes: 0 every answer verified identical and the server healthy
-// throughout; 1 bad usage or an error; 3 the oracle found corrupt answers;
-// 4 the health gate stopped the sweep (or the server did not recover after it).
+// Exit codes: 0 every round answered and (unless --no-verify) verified
+// identical, the server healthy throughout; 1 bad usage or an error; 3 the
+// oracle found corrupt answers; 4 the health gate stopped the sweep (or the
+// server did not recover after it); 5 rounds timed out or failed.
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,6 +31,7 @@ using Json = nlohmann::json;
 
 constexpr int kExitCorrupt = 3;
 constexpr int kExitStopped = 4;
+constexpr int kExitFailed = 5;
 
 struct AgenticArgs {
   ModelOptions model;  // the reference model for verification
@@ -141,7 +143,7 @@ int RunAgentic(AgenticArgs& a) {
   TranscriptHeader header;
   header.preset = a.preset;
   header.shape = shape;
-  if (Status st = QueryModel(host, port, &header.model, &header.server_attention); !st.ok()) {
+  if (Status st = QueryModel(host, port, &header.model, &header.server_attention, &header.server_context); !st.ok()) {
     return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
   }
   auto tpw = CalibrateTokensPerWord(host, port, header.model);
@@ -209,10 +211,12 @@ int RunAgentic(AgenticArgs& a) {
     auto attention = AttentionFromHeader(header.server_attention, AttentionOptions{});
     if (!attention.ok()) return std::fprintf(stderr, "error: %s\n", attention.status().ToString().c_str()), 1;
     std::fprintf(stderr, "verifying %zu rounds on the reference engine (one sequence, no prefix cache)\n", all.size());
-    const Status st = VerifyRounds(*reference, *attention, a.model.threads, header.model, &all,
-                                   [&](size_t done, size_t total) {
-                                     if (tty) std::fprintf(stderr, "\r  verified %zu/%zu ", done, total);
-                                   });
+    const Status st = VerifyRounds(
+        *reference, *attention, a.model.threads, header.model, &all,
+        [&](size_t done, size_t total) {
+          if (tty) std::fprintf(stderr, "\r  verified %zu/%zu ", done, total);
+        },
+        header.server_context);
     if (tty) std::fprintf(stderr, "\n");
     if (!st.ok()) return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
     report.verified = true;
@@ -231,10 +235,16 @@ int RunAgentic(AgenticArgs& a) {
     return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
   }
   std::fprintf(stderr, "wrote %s/transcript.jsonl, report.json, report.svg\n", a.out_dir.c_str());
+  int64_t corrupt = 0, failed = 0;
+  for (const auto& p : report.points) {
+    for (const auto& [o, n] : p.outcomes) {
+      if (o == kCorrupt) corrupt += n;
+      if (o == kTimeout || o == kError) failed += n;
+    }
+  }
+  if (corrupt > 0) return kExitCorrupt;  // the finding that matters most
   if (!report.stopped.empty()) return kExitStopped;
-  int64_t corrupt = 0;
-  for (const auto& p : report.points) corrupt += p.outcomes.count(kCorrupt) ? p.outcomes.at(kCorrupt) : 0;
-  return corrupt > 0 ? kExitCorrupt : 0;
+  return failed > 0 ? kExitFailed : 0;
 }
 
 struct VerifyArgs {
@@ -257,7 +267,8 @@ int RunVerify(VerifyArgs& a) {
   if (!attention.ok()) return std::fprintf(stderr, "error: %s\n", attention.status().ToString().c_str()), 1;
   auto model = LoadReference(a.model, header.model);
   if (!model.ok()) return std::fprintf(stderr, "error: %s\n", model.status().ToString().c_str()), 1;
-  if (Status st = VerifyRounds(**model, *attention, a.model.threads, header.model, &rounds); !st.ok()) {
+  if (Status st = VerifyRounds(**model, *attention, a.model.threads, header.model, &rounds, {}, header.server_context);
+      !st.ok()) {
     return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
   }
   // One line per session: each round's verdict in order.
@@ -285,7 +296,8 @@ int RunVerify(VerifyArgs& a) {
       return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
     }
   }
-  return counts[kCorrupt] > 0 ? kExitCorrupt : 0;
+  if (counts[kCorrupt] > 0) return kExitCorrupt;
+  return counts[kTimeout] + counts[kError] > 0 ? kExitFailed : 0;
 }
 
 }  // namespace

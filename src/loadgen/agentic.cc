@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -148,6 +149,10 @@ StatusOr<RoundRecord> RoundFromJson(const Json& j) {
     if (!r.append.is_array() || !r.request.is_object()) return InvalidArgument("'append' must be an array and 'request' an object");
     r.http_status = j.value("http_status", 0);
     r.outcome = j.at("outcome").get<std::string>();
+    if (r.outcome != kOk && r.outcome != kCorrupt && r.outcome != kTimeout && r.outcome != kError &&
+        r.outcome != kUnverified) {
+      return InvalidArgument("unknown outcome '" + r.outcome + "'");
+    }
     r.error = j.value("error", "");
     r.text = j.value("text", "");
     if (j.contains("token_ids")) {
@@ -176,6 +181,7 @@ Json ToJson(const TranscriptHeader& h) {
               {"format", "tandem-agentic-transcript/1"},
               {"model", h.model},
               {"server_attention", h.server_attention},
+              {"server_context", h.server_context},
               {"preset", h.preset},
               {"shape",
                {{"initial_tokens", s.initial_tokens},
@@ -199,6 +205,7 @@ StatusOr<TranscriptHeader> HeaderFromJson(const Json& j) {
     }
     h.model = j.value("model", "");
     h.server_attention = j.contains("server_attention") ? j["server_attention"] : Json();
+    h.server_context = j.value("server_context", int64_t(0));
     h.preset = j.value("preset", "");
     const Json& s = j.at("shape");
     h.shape.initial_tokens = s.at("initial_tokens").get<int64_t>();
@@ -223,23 +230,25 @@ Status ReadTranscript(const std::string& path, TranscriptHeader* header, std::ve
   if (!in) return NotFound("cannot open transcript '" + path + "'");
   std::string line;
   int64_t n = 0;
+  bool have_header = false;
   rounds->clear();
   while (std::getline(in, line)) {
     ++n;
-    if (line.empty()) continue;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const Json j = Json::parse(line, nullptr, false);
     if (j.is_discarded()) return InvalidArgument(path + ":" + std::to_string(n) + ": not JSON");
-    if (n == 1) {
+    if (!have_header) {
       auto h = HeaderFromJson(j);
-      if (!h.ok()) return InvalidArgument(path + ":1: " + h.status().message());
+      if (!h.ok()) return InvalidArgument(path + ":" + std::to_string(n) + ": " + h.status().message());
       *header = std::move(h).value();
+      have_header = true;
       continue;
     }
     auto r = RoundFromJson(j);
     if (!r.ok()) return InvalidArgument(path + ":" + std::to_string(n) + ": " + r.status().message());
     rounds->push_back(std::move(r).value());
   }
-  if (n == 0) return InvalidArgument("transcript '" + path + "' is empty");
+  if (!have_header) return InvalidArgument("transcript '" + path + "' has no header line");
   return Status::Ok();
 }
 
@@ -293,6 +302,7 @@ std::vector<Sample> ParseMetricsText(const std::string& text) {
       s.name = line.substr(0, line.find(' '));
     }
     s.value = std::strtod(line.c_str() + space + 1, nullptr);
+    if (!std::isfinite(s.value)) continue;
     out.push_back(std::move(s));
   }
   return out;
@@ -350,15 +360,27 @@ ServerState ProbeServer(const std::string& host, int port) {
   }
   s.reachable = true;
   s.healthy = status == 200;
-  if (GetText(host, port, "/metrics", &status, &body) && status == 200) {
+  const bool metrics = GetText(host, port, "/metrics", &status, &body);
+  if (!metrics || (status != 200 && status != 404)) {
+    // 404: a server without metrics (judged by /health alone). Anything else is not healthy.
+    s.healthy = false;
+    s.detail += "/metrics did not answer; ";
+  } else if (status == 200) {
     const std::vector<Sample> samples = ParseMetricsText(body);
     AddEngineMetrics(samples, &s);
     // A tandem router: gate on the decode servers behind it too.
     for (const Sample& m : samples) {
       if (m.name != "tandem_router_backend_healthy") continue;
-      const size_t q = m.labels.find('"'), q2 = m.labels.rfind('"');
-      if (q == std::string::npos || q2 <= q) continue;
-      const std::string backend = m.labels.substr(q + 1, q2 - q - 1);
+      const std::string key = "backend=\"";
+      const size_t q = m.labels.find(key);
+      const size_t q2 = q == std::string::npos ? q : m.labels.find('"', q + key.size());
+      if (q2 == std::string::npos) continue;
+      const std::string backend = m.labels.substr(q + key.size(), q2 - q - key.size());
+      if (m.value != 1) {
+        s.healthy = false;
+        s.detail += "backend " + backend + " is unhealthy; ";
+        continue;
+      }
       const size_t colon = backend.rfind(':');
       if (colon == std::string::npos) continue;
       std::string text;
@@ -408,7 +430,7 @@ Status WaitForBaseline(const std::string& host, int port, double deadline_s,
                      secs + " s (" + (s.detail.empty() ? std::string("unhealthy") : s.detail) + ")");
 }
 
-Status QueryModel(const std::string& host, int port, std::string* id, Json* attention) {
+Status QueryModel(const std::string& host, int port, std::string* id, Json* attention, int64_t* context) {
   int status = 0;
   std::string body;
   if (!GetText(host, port, "/v1/models", &status, &body)) {
@@ -416,15 +438,17 @@ Status QueryModel(const std::string& host, int port, std::string* id, Json* atte
   }
   if (status != 200) return Unavailable("/v1/models answered " + std::to_string(status));
   const Json j = Json::parse(body, nullptr, false);
-  if (j.is_discarded() || !j.contains("data") || !j["data"].is_array() || j["data"].empty() ||
-      !j["data"][0].contains("id")) {
-    return InvalidArgument("/v1/models did not list a model");
+  if (j.is_discarded() || !j.is_object() || !j.contains("data") || !j["data"].is_array() || j["data"].empty() ||
+      !j["data"][0].is_object() || !j["data"][0].contains("id") || !j["data"][0]["id"].is_string()) {
+    return InvalidArgument("/v1/models did not list a model with a string id");
   }
-  *id = j["data"][0]["id"].get<std::string>();
+  const Json& m = j["data"][0];
+  *id = m["id"].get<std::string>();
   *attention = Json();
-  if (j["data"][0].contains("tandem") && j["data"][0]["tandem"].contains("attention")) {
-    *attention = j["data"][0]["tandem"]["attention"];
+  if (m.contains("tandem") && m["tandem"].is_object() && m["tandem"].contains("attention")) {
+    *attention = m["tandem"]["attention"];
   }
+  *context = m.contains("context_length") && m["context_length"].is_number_integer() ? m["context_length"].get<int64_t>() : 0;
   return Status::Ok();
 }
 

@@ -91,6 +91,7 @@ StatusOr<RoundRecord> RoundFromJson(const nlohmann::json& j);
 struct TranscriptHeader {
   std::string model;                   // the id the server reported
   nlohmann::json server_attention;     // /v1/models "tandem.attention", or null
+  int64_t server_context = 0;          // /v1/models "context_length", or 0
   std::string preset;
   AgenticShape shape;
 };
@@ -129,8 +130,9 @@ ServerState ProbeServer(const std::string& host, int port);
 Status WaitForBaseline(const std::string& host, int port, double deadline_s,
                        const std::function<void(const ServerState&)>& on_poll = {});
 
-// The model id and the tandem attention extension from GET /v1/models.
-Status QueryModel(const std::string& host, int port, std::string* id, nlohmann::json* attention);
+// The model id, the tandem attention extension and the context length (0
+// when not reported) from GET /v1/models.
+Status QueryModel(const std::string& host, int port, std::string* id, nlohmann::json* attention, int64_t* context);
 
 // ---------------------------------------------------------------- running
 

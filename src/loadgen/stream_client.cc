@@ -13,54 +13,94 @@ namespace {
 
 double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Consumes complete "data: ..." lines from buf.
+using Json = nlohmann::json;
+
+// Servers are untrusted: every field is read only when it has the expected type.
+int64_t IntOr(const Json& o, const char* key, int64_t fallback) {
+  auto it = o.find(key);
+  return it != o.end() && it->is_number_integer() ? it->get<int64_t>() : fallback;
+}
+
+std::string ErrorMessage(const Json& e, const std::string& fallback) {
+  if (e.is_string()) return e.get<std::string>();
+  if (e.is_object()) {
+    auto m = e.find("message");
+    if (m != e.end() && m->is_string()) return m->get<std::string>();
+  }
+  return fallback;
+}
+
+// One "data: {json}" frame.
+void ParseFrame(const Json& j, StreamTiming& t, Clock::time_point t0, Clock::time_point& last) {
+  if (!j.is_object()) {
+    t.error = "a stream frame is not a JSON object";
+    return;
+  }
+  if (auto e = j.find("error"); e != j.end() && !e->is_null()) {
+    t.error = ErrorMessage(*e, "error");
+    // A deadline the server enforced mid-stream is a timeout, not an error.
+    if (e->is_object() && e->contains("code") && (*e)["code"] == "timeout") t.server_timeout = true;
+  }
+  if (auto u = j.find("usage"); u != j.end() && u->is_object()) {
+    t.prompt_tokens = IntOr(*u, "prompt_tokens", 0);
+    t.completion_tokens = IntOr(*u, "completion_tokens", 0);
+    if (auto d = u->find("prompt_tokens_details"); d != u->end() && d->is_object()) {
+      t.cached_tokens = IntOr(*d, "cached_tokens", 0);
+    }
+  }
+  auto choices = j.find("choices");
+  if (choices == j.end() || !choices->is_array()) return;
+  for (const auto& c : *choices) {
+    if (!c.is_object()) continue;
+    if (auto f = c.find("finish_reason"); f != c.end() && f->is_string()) t.finish_reason = f->get<std::string>();
+    bool new_tokens = false;
+    if (auto ids = c.find("token_ids"); ids != c.end() && ids->is_array()) {
+      t.has_token_ids = true;
+      for (const auto& id : *ids) {
+        if (!id.is_number_integer()) {
+          t.error = "token_ids holds a value that is not an integer";
+          continue;
+        }
+        t.token_ids.push_back(id.get<int32_t>());
+      }
+      new_tokens = !ids->empty();
+    }
+    if (new_tokens && t.ttft_s == 0 && t.text.empty()) {
+      t.ttft_s = std::chrono::duration<double>(Clock::now() - t0).count();
+      last = Clock::now();
+    }
+    auto delta = c.find("delta");
+    if (delta == c.end() || !delta->is_object()) continue;
+    auto content = delta->find("content");
+    if (content == delta->end() || !content->is_string()) continue;
+    const std::string& piece = content->get_ref<const std::string&>();
+    if (piece.empty()) continue;
+    const auto now = Clock::now();
+    if (t.text.empty()) {
+      if (t.ttft_s == 0) t.ttft_s = std::chrono::duration<double>(now - t0).count();
+    } else {
+      t.gaps_s.push_back(std::chrono::duration<double>(now - last).count());
+    }
+    last = now;
+    t.text += piece;
+  }
+}
+
+// Consumes complete "data: ..." lines from buf. A frame that is not JSON
+// makes the answer an error: dropping it would shorten the answer silently.
 void ParseFrames(std::string& buf, StreamTiming& t, Clock::time_point t0, Clock::time_point& last) {
   size_t nl;
   while ((nl = buf.find('\n')) != std::string::npos) {
     std::string line = buf.substr(0, nl);
     buf.erase(0, nl + 1);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.rfind("data: ", 0) != 0 || line == "data: [DONE]") continue;
-    const auto j = nlohmann::json::parse(line.substr(6), nullptr, false);
-    if (j.is_discarded()) continue;
-    if (j.contains("error") && j["error"].is_object()) {
-      t.error = j["error"].value("message", "error");
-      // A deadline the server enforced mid-stream is a timeout, not an error.
-      if (j["error"].contains("code") && j["error"]["code"] == "timeout") t.server_timeout = true;
+    const auto j = Json::parse(line.substr(6), nullptr, false);
+    if (j.is_discarded()) {
+      t.error = "a stream frame is not valid JSON: " + line.substr(0, 120);
+      continue;
     }
-    if (j.contains("usage") && j["usage"].is_object()) {
-      t.prompt_tokens = j["usage"].value("prompt_tokens", int64_t(0));
-      t.completion_tokens = j["usage"].value("completion_tokens", int64_t(0));
-      if (j["usage"].contains("prompt_tokens_details") && j["usage"]["prompt_tokens_details"].is_object()) {
-        t.cached_tokens = j["usage"]["prompt_tokens_details"].value("cached_tokens", int64_t(0));
-      }
-    }
-    if (!j.contains("choices")) continue;
-    for (const auto& c : j["choices"]) {
-      if (c.contains("finish_reason") && c["finish_reason"].is_string()) t.finish_reason = c["finish_reason"];
-      bool new_tokens = false;
-      if (c.contains("token_ids") && c["token_ids"].is_array()) {
-        t.has_token_ids = true;
-        for (const auto& id : c["token_ids"]) {
-          if (id.is_number_integer()) t.token_ids.push_back(id.get<int32_t>());
-        }
-        new_tokens = !c["token_ids"].empty();
-      }
-      if (new_tokens && t.ttft_s == 0 && t.text.empty()) {
-        t.ttft_s = std::chrono::duration<double>(Clock::now() - t0).count();
-        last = Clock::now();
-      }
-      if (!c.contains("delta") || !c["delta"].contains("content") || !c["delta"]["content"].is_string()) continue;
-      const std::string piece = c["delta"]["content"];
-      if (piece.empty()) continue;
-      const auto now = Clock::now();
-      if (t.text.empty()) {
-        if (t.ttft_s == 0) t.ttft_s = std::chrono::duration<double>(now - t0).count();
-      } else {
-        t.gaps_s.push_back(std::chrono::duration<double>(now - last).count());
-      }
-      last = now;
-      t.text += piece;
-    }
+    ParseFrame(j, t, t0, last);
   }
 }
 
@@ -92,12 +132,14 @@ StreamTiming StreamChat(const std::string& host, int port, nlohmann::json body, 
   t.e2e_s = Since(t0);
   t.status = res.status > 0 ? res.status : 0;
   if (!ok && t.error.empty()) t.error = "connection error: " + httplib::to_string(err);
+  // Canceled: our receiver stopped at timeout_s. A failed read is a timeout
+  // only when the time is up (a peer that crashed mid-answer is an error).
   t.timed_out = t.e2e_s >= timeout_s || t.status == 504 || t.server_timeout ||
-                (!ok && (err == httplib::Error::Read || err == httplib::Error::Canceled));
+                (!ok && err == httplib::Error::Canceled);
   if (t.status >= 400 && t.error.empty()) {
     const std::string raw = res.body.empty() ? buf : res.body;  // a receiver takes the body
-    const auto j = nlohmann::json::parse(raw, nullptr, false);
-    t.error = !j.is_discarded() && j.contains("error") ? j["error"].value("message", raw) : raw;
+    const auto j = Json::parse(raw, nullptr, false);
+    t.error = !j.is_discarded() && j.is_object() && j.contains("error") ? ErrorMessage(j["error"], raw) : raw;
   }
   return t;
 }

@@ -40,26 +40,55 @@ void ReferenceVerifier::Judge(const Json& messages, RoundRecord* round) {
   } else {
     round->verify_note.clear();
   }
-  const bool same = round->has_token_ids ? JudgeTokens(req, round) : JudgeText(req, round);
-  round->outcome = same ? kOk : kCorrupt;
+  round->first_mismatch = -1;
+  Verdict v = round->has_token_ids ? JudgeTokens(req, round) : JudgeText(req, round);
+  if (v == Verdict::kSame && round->has_token_ids) v = CheckTextMatchesIds(req, round);
+  round->outcome = v == Verdict::kSame ? kOk : v == Verdict::kDiffers ? kCorrupt : kError;
 }
 
-bool ReferenceVerifier::JudgeTokens(const ParsedRequest& req, RoundRecord* round) {
+ReferenceVerifier::Verdict ReferenceVerifier::CheckTextMatchesIds(const ParsedRequest& req, RoundRecord* round) {
+  const std::vector<int32_t>& ids = round->token_ids;
+  if (round->completion_tokens > 0 && round->completion_tokens != int64_t(ids.size())) {
+    round->first_mismatch = std::min<int64_t>(round->completion_tokens, int64_t(ids.size()));
+    round->verify_note += "; but usage says " + std::to_string(round->completion_tokens) + " tokens and " +
+                          std::to_string(ids.size()) + " ids arrived";
+    return Verdict::kDiffers;
+  }
+  if (!req.spec.stop.empty()) return Verdict::kSame;  // stop strings cut the text; ids are the judge
+  StreamDecoder decoder(model_.tokenizer());
+  std::string text;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    text += decoder.Push(ids[i]);
+    if (round->text.compare(0, text.size(), text) != 0) {
+      round->first_mismatch = int64_t(i);
+      round->verify_note += "; but the streamed text differs from its token ids at token " + std::to_string(i);
+      return Verdict::kDiffers;
+    }
+  }
+  text += decoder.Flush();
+  if (text != round->text) {
+    round->first_mismatch = int64_t(ids.size());
+    round->verify_note += "; but the streamed text is not what its token ids spell";
+    return Verdict::kDiffers;
+  }
+  return Verdict::kSame;
+}
+
+ReferenceVerifier::Verdict ReferenceVerifier::JudgeTokens(const ParsedRequest& req, RoundRecord* round) {
   const std::vector<int32_t>& prompt = req.spec.prompt;
   const std::vector<int32_t>& served = round->token_ids;
   std::vector<int32_t> seq = prompt;
   seq.insert(seq.end(), served.begin(), served.end());
   const int64_t p = int64_t(prompt.size()), total = int64_t(seq.size());
   if (total + 1 > ctx_tokens_) {
-    round->first_mismatch = -1;
     round->verify_note += "too long to replay (" + std::to_string(total) + " tokens)";
-    return false;
+    return Verdict::kNotReplayed;
   }
   PagePool pool(spec_.registry, int(model_.config().n_layers), (total + kPageTokens) / kPageTokens);
   auto pages = pool.Allocate(pool.free_pages());
   if (!pages.ok()) {
     round->verify_note += "no pages: " + pages.status().ToString();
-    return false;
+    return Verdict::kNotReplayed;
   }
   struct Release {
     PagePool& pool;
@@ -83,7 +112,7 @@ bool ReferenceVerifier::JudgeTokens(const ParsedRequest& req, RoundRecord* round
   for (; start < p - 1; start = std::min(start + kChunk, p - 1)) {
     if (Status st = run(start, std::min(start + kChunk, p - 1), false); !st.ok()) {
       round->verify_note += st.ToString();
-      return false;
+      return Verdict::kNotReplayed;
     }
   }
   int64_t checked = 0;  // output positions judged so far
@@ -94,7 +123,7 @@ bool ReferenceVerifier::JudgeTokens(const ParsedRequest& req, RoundRecord* round
     const int64_t end = std::min(start + kChunk, total);
     if (Status st = run(start, end, true); !st.ok()) {
       round->verify_note += st.ToString();
-      return false;
+      return Verdict::kNotReplayed;
     }
     for (int64_t row = 0; row < end - start; ++row) {
       const int64_t i = start + row - (p - 1);  // output index this row predicts
@@ -107,23 +136,29 @@ bool ReferenceVerifier::JudgeTokens(const ParsedRequest& req, RoundRecord* round
           round->first_mismatch = i;
           round->verify_note += "token " + std::to_string(i) + ": server " + std::to_string(served[size_t(i)]) +
                                 ", reference " + std::to_string(want) + (stops_here ? " (end of generation)" : "");
-          return false;
+          return Verdict::kDiffers;
         }
         ++checked;
       } else if (expect_stop && !tok.IsEndOfGeneration(want)) {
         round->first_mismatch = i;
         round->verify_note += "the server stopped at token " + std::to_string(i) + "; the reference goes on with " +
                               std::to_string(want);
-        return false;
+        return Verdict::kDiffers;
       }
     }
   }
-  round->first_mismatch = -1;
+  // "length" before max_tokens is only right where the context ended.
+  if (round->finish_reason == "length" && n_out < req.spec.max_tokens && total < ctx_tokens_ - 1) {
+    round->first_mismatch = n_out;
+    round->verify_note += "the server stopped after " + std::to_string(n_out) + " of " +
+                          std::to_string(req.spec.max_tokens) + " tokens with room left";
+    return Verdict::kDiffers;
+  }
   round->verify_note += std::to_string(checked) + " tokens identical";
-  return true;
+  return Verdict::kSame;
 }
 
-bool ReferenceVerifier::JudgeText(const ParsedRequest& req, RoundRecord* round) {
+ReferenceVerifier::Verdict ReferenceVerifier::JudgeText(const ParsedRequest& req, RoundRecord* round) {
   Generator gen(model_, spec_, threads_, ctx_tokens_);
   GenerateOptions opt;
   opt.sampling = req.spec.sampling;
@@ -133,12 +168,11 @@ bool ReferenceVerifier::JudgeText(const ParsedRequest& req, RoundRecord* round) 
   auto result = gen.Run(req.spec.prompt, opt, nullptr);
   if (!result.ok()) {
     round->verify_note += "the reference failed: " + result.status().ToString();
-    return false;
+    return Verdict::kNotReplayed;
   }
   if (result->text == round->text) {
-    round->first_mismatch = -1;
     round->verify_note += "text identical (" + std::to_string(result->tokens.size()) + " tokens)";
-    return true;
+    return Verdict::kSame;
   }
   // The first reference token whose text no longer agrees with the served text.
   StreamDecoder decoder(model_.tokenizer());
@@ -150,7 +184,7 @@ bool ReferenceVerifier::JudgeText(const ParsedRequest& req, RoundRecord* round) 
   }
   round->first_mismatch = i;
   round->verify_note += "text differs from reference token " + std::to_string(i);
-  return false;
+  return Verdict::kDiffers;
 }
 
 StatusOr<AttentionOptions> AttentionFromHeader(const Json& a, const AttentionOptions& fallback) {
@@ -164,16 +198,19 @@ StatusOr<AttentionOptions> AttentionFromHeader(const Json& a, const AttentionOpt
 }
 
 Status VerifyRounds(const Model& model, const AttentionOptions& attention, int threads, const std::string& model_id,
-                    std::vector<RoundRecord>* rounds, const std::function<void(size_t, size_t)>& on_round) {
+                    std::vector<RoundRecord>* rounds, const std::function<void(size_t, size_t)>& on_round,
+                    int64_t server_context) {
   TANDEM_ASSIGN_OR_RETURN(CacheSpec spec, MakeCacheSpec(model.config(), attention));
   std::map<std::pair<int, int>, std::vector<RoundRecord*>> sessions;
   int64_t longest = 0;
   for (RoundRecord& r : *rounds) {
     sessions[{r.point, r.session}].push_back(&r);
-    longest = std::max(longest, r.prompt_tokens + int64_t(r.token_ids.size()) + r.completion_tokens);
+    longest = std::max(longest, r.prompt_tokens + std::max(int64_t(r.token_ids.size()), r.completion_tokens));
   }
-  // Room for the longest round, and never less than the model's own context.
-  const int64_t ctx = std::max<int64_t>(model.config().context_length, longest + kPageTokens);
+  // The server's context when known (the reference must stop where it did);
+  // else room for the longest round and never less than the model's context.
+  const int64_t ctx = server_context > 0 ? server_context
+                                         : std::max<int64_t>(model.config().context_length, longest + kPageTokens);
   ThreadPool pool(std::max(1, threads));
   ReferenceVerifier verifier(model, spec, pool, ctx, model_id);
   size_t total = 0, done = 0;

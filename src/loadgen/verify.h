@@ -32,13 +32,18 @@ class ReferenceVerifier {
                     const std::string& model_id);
 
   // Judges one answered round given the messages its request carried. Sets
-  // outcome (ok / corrupt), first_mismatch and verify_note; a round that
-  // cannot be replayed (its request no longer parses) becomes an error.
+  // outcome (ok / corrupt), first_mismatch and verify_note; a round the
+  // reference cannot replay (its request no longer parses, it does not fit,
+  // the reference fails) becomes an error, never corrupt.
   void Judge(const nlohmann::json& messages, RoundRecord* round);
 
  private:
-  bool JudgeTokens(const ParsedRequest& req, RoundRecord* round);
-  bool JudgeText(const ParsedRequest& req, RoundRecord* round);
+  enum class Verdict { kSame, kDiffers, kNotReplayed };
+  Verdict JudgeTokens(const ParsedRequest& req, RoundRecord* round);
+  Verdict JudgeText(const ParsedRequest& req, RoundRecord* round);
+  // The served ids must spell the served text (a decoder that loses bytes
+  // after a handoff corrupts the text, not the ids).
+  Verdict CheckTextMatchesIds(const ParsedRequest& req, RoundRecord* round);
 
   const Model& model_;
   CacheSpec spec_;
@@ -55,7 +60,10 @@ StatusOr<AttentionOptions> AttentionFromHeader(const nlohmann::json& server_atte
 // Judges every round whose outcome is unverified, ok or corrupt (timeouts and
 // errors stay what they are). Rounds are grouped into sessions by (point,
 // session) to rebuild each request's messages. on_round is called after each.
+// server_context: the server's context length (0: unknown), so the reference
+// stops where the server had to.
 Status VerifyRounds(const Model& model, const AttentionOptions& attention, int threads, const std::string& model_id,
-                    std::vector<RoundRecord>* rounds, const std::function<void(size_t done, size_t total)>& on_round = {});
+                    std::vector<RoundRecord>* rounds, const std::function<void(size_t done, size_t total)>& on_round = {},
+                    int64_t server_context = 0);
 
 }  // namespace tandem

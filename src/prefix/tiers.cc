@@ -67,9 +67,10 @@ StatusOr<std::unique_ptr<TieredCache>> TieredCache::Create(PagePool& l1, const C
   if (options.selective_hits < 1) return InvalidArgument("write-through-selective needs at least 1 hit");
   std::string subdir;
   if (!options.disk_dir.empty()) {
-    if (options.disk_bytes < l1.layout().BytesPerPage()) {
-      return InvalidArgument("--disk-cache-size must hold at least one page (" +
-                             std::to_string(l1.layout().BytesPerPage()) + " bytes)");
+    const int64_t file_bytes = int64_t(sizeof(DiskHeader)) + l1.layout().BytesPerPage();
+    if (options.disk_bytes < file_bytes) {
+      return InvalidArgument("--disk-cache-size must hold at least one page (" + std::to_string(file_bytes) +
+                             " bytes)");
     }
     const std::string identity = model_identity + "|" + l1.layout().Fingerprint();
     char name[32];
@@ -308,9 +309,11 @@ void TieredCache::StoreFromL1(uint64_t key, uint64_t parent, std::span<const int
   ++l1_refs_held_;
   Submit([this, page, key] {
     CopyL1ToHost(page, key);
+    {
+      std::lock_guard<std::mutex> lock(job_mu_);
+      l1_to_release_.push_back(page);  // the L1 page is no longer needed
+    }
     if (!disk_subdir_.empty()) (void)WriteDisk(key);  // failures are counted in disk_errors
-    std::lock_guard<std::mutex> lock(job_mu_);
-    l1_to_release_.push_back(page);
   });
 }
 
@@ -487,12 +490,17 @@ Status TieredCache::ScanDisk() {
   const int64_t expect = int64_t(sizeof(DiskHeader)) + l1_.layout().BytesPerPage();
   std::vector<std::pair<fs::file_time_type, fs::path>> files;
   std::error_code ec;
-  for (const auto& f : fs::directory_iterator(disk_subdir_, ec)) {
-    if (f.path().extension() == ".tmp") fs::remove(f.path(), ec);  // an interrupted write
-    if (f.path().extension() != ".page") continue;
-    files.emplace_back(f.last_write_time(ec), f.path());
-  }
+  fs::directory_iterator it(disk_subdir_, ec);
   if (ec) return Unavailable("cannot read the disk cache directory " + disk_subdir_ + ": " + ec.message());
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    if (ec) return Unavailable("cannot read the disk cache directory " + disk_subdir_ + ": " + ec.message());
+    const fs::path path = it->path();
+    std::error_code ignore;
+    if (path.extension() == ".tmp") fs::remove(path, ignore);  // an interrupted write
+    if (path.extension() != ".page") continue;
+    const auto time = fs::last_write_time(path, ignore);
+    files.emplace_back(time, path);
+  }
   std::sort(files.begin(), files.end());  // oldest first: LRU order
   std::lock_guard<std::mutex> lock(disk_mu_);
   for (const auto& [time, path] : files) {
@@ -523,6 +531,8 @@ std::shared_ptr<TieredCache::Prefetch> TieredCache::PrefetchFromL3(std::span<con
   const int64_t n_full = std::min<int64_t>(int64_t(tokens.size()), max_tokens) / kPageTokens;
   const std::vector<uint64_t> keys = PageChainKeys(tokens, n_full);
   std::vector<uint64_t> wanted(keys.begin() + std::min<int64_t>(from_page, n_full), keys.end());
+  // Never more than half of L2: reading a chain must not evict its own start.
+  if (int64_t(wanted.size()) > options_.host_pages / 2) wanted.resize(size_t(std::max<int64_t>(1, options_.host_pages / 2)));
   {
     std::lock_guard<std::mutex> lock(stats_mu_);
     ++stats_.prefetches;

@@ -247,6 +247,7 @@ bool Engine::EnsurePages(Sequence& seq, int64_t tokens) {
   while (pool_->free_pages() < need) {
     if (index_ && index_->Evict(need - pool_->free_pages()) > 0) continue;
     if (ReclaimTierCopies()) continue;
+    if (ReleaseWaitingPages(nullptr)) continue;
     if (!Preempt(&seq)) return false;
   }
   auto pages = pool_->Allocate(need);
@@ -262,6 +263,20 @@ bool Engine::ReclaimTierCopies() {
   tiers_->Drain();
   tiers_->Poll();
   return true;
+}
+
+// Gives back the pages waiting requests hold (prefix hits, loads from L2)
+// except `keep`'s: full pages go to the prefix index, and those requests look
+// their prefix up again when admitted. False when none held any.
+bool Engine::ReleaseWaitingPages(const Sequence* keep) {
+  bool any = false;
+  for (auto& w : waiting_) {
+    if (w.get() == keep || w->pages.empty()) continue;
+    Retire(*w);
+    w->computed = 0;
+    any = true;
+  }
+  return any;
 }
 
 // Frees the pages of the most recently admitted running sequence other than
@@ -365,6 +380,9 @@ void Engine::Admit() {
         waiting_.pop_front();
         continue;
       }
+      // Nothing runs, so nothing will free pages: take back what requests
+      // queued behind this one hold.
+      if (running_.empty() && ReleaseWaitingPages(&seq)) continue;
       break;  // wait for running sequences to finish
     }
     if (!seq.started) {

@@ -101,6 +101,7 @@ class Engine {
   bool EnsurePages(Sequence& seq, int64_t tokens);
   bool LookupTiers(Sequence& seq, PrefixIndex::Match& l1, int64_t max_tokens);
   bool ReclaimTierCopies();
+  bool ReleaseWaitingPages(const Sequence* keep);
   bool Preempt(const Sequence* keep);
   void Step();
   void Emit(Sequence& seq, int32_t token);

@@ -58,7 +58,10 @@ StatusOr<Destination> HandoffReceiver::Begin(uint64_t handoff_id, std::vector<in
     return reserved.status();  // the caller retries until the Bootstrapping deadline
   }
   e->reserved_pages = std::move(reserved).value();
-  TANDEM_RETURN_IF_ERROR(e->machine.Transition(HandoffState::kWaitingForInput, now));
+  if (Status st = e->machine.Transition(HandoffState::kWaitingForInput, now); !st.ok()) {
+    Free(*e);
+    return st;
+  }
   Destination d;
   d.handoff_id = handoff_id;
   d.skip_tokens = e->skip_tokens;
@@ -132,7 +135,10 @@ StatusOr<Abort> HandoffReceiver::StartAbort(uint64_t handoff_id, std::string rea
   Entry& e = *it->second;
   TANDEM_RETURN_IF_ERROR(e.machine.Transition(HandoffState::kAborted, now));
   ++stats_.aborted;
-  // Cached prefix pages were never written by the peer: release them now.
+  // Cached prefix pages were never written by the peer: release them now,
+  // once no load from our own L2 is still landing in them.
+  if (e.gates) e.gates->WaitAll();
+  e.gates.reset();
   if (!e.cached_pages.empty()) pool_.Release(e.cached_pages);
   e.cached_pages.clear();
   e.quarantined = true;

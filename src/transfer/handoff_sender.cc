@@ -34,6 +34,16 @@ Status HandoffSender::EnableTiers(const std::string& weights_identity) {
   return Status::Ok();
 }
 
+bool HandoffSender::MakeRoom(int64_t n) {
+  if (index_ && index_->Evict(n) > 0) return true;
+  if (tiers_ && tiers_->l1_pages_held() > 0) {  // copies to L2 still hold pages
+    tiers_->Drain();
+    tiers_->Poll();
+    return true;
+  }
+  return false;
+}
+
 StatusOr<int64_t> HandoffSender::TakePages(const Destination& d, int64_t n_pages) {
   const int64_t n = int64_t(d.tokens.size());
   local_pages_.clear();
@@ -57,14 +67,15 @@ StatusOr<int64_t> HandoffSender::TakePages(const Destination& d, int64_t n_pages
       from_l3 = std::max<int64_t>(0, int64_t(m.l2_pages.size()) - before);
     }
     const int64_t want = int64_t(m.l2_pages.size());
-    gates_ = tiers_->LoadMatch(m, [&](int64_t k) { return index_->Evict(k) > 0; }, &local_pages_);
+    gates_ = tiers_->LoadMatch(m, [&](int64_t k) { return MakeRoom(k); }, &local_pages_);
     if (!gates_) from_l3 = 0;
     from_l2 = gates_ ? want - from_l3 : 0;
     tiers_->RecordHits(from_l1 * kPageTokens, from_l2 * kPageTokens, from_l3 * kPageTokens);
   }
   const int64_t cached = int64_t(local_pages_.size());
   const int64_t need = n_pages - cached;
-  if (index_ && local_.free_pages() < need) index_->Evict(need - local_.free_pages());
+  while (local_.free_pages() < need && MakeRoom(need - local_.free_pages())) {
+  }
   auto rest = local_.Allocate(need);
   if (!rest.ok()) {
     if (gates_) gates_->WaitAll();

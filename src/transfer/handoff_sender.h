@@ -65,6 +65,8 @@ class HandoffSender {
   // Pages for the prompt: cached ones first (references taken), then L2
   // loads (gates set), then fresh ones. Returns how many tokens are cached.
   StatusOr<int64_t> TakePages(const Destination& d, int64_t n_pages);
+  // Frees up to n pages of the local pool (prefix cache, finished L2 copies); false when it cannot.
+  bool MakeRoom(int64_t n);
 
   const Model& model_;
   const CacheSpec& spec_;

@@ -25,7 +25,7 @@ class PrefillWorker {
  public:
   PrefillWorker(const Model& model, const CacheSpec& spec, PagePool& pool, std::shared_ptr<Connection> conn,
                 RemoteKey key)
-      : sender_(model, spec, threads_, pool, SenderOptions{4, {}, false}), conn_(std::move(conn)), key_(std::move(key)) {
+      : sender_(model, spec, threads_, pool, SenderOptions{4, {}, false, true, {}}), conn_(std::move(conn)), key_(std::move(key)) {
     thread_ = std::thread([this] { Run(); });
   }
   ~PrefillWorker() {
