@@ -31,6 +31,9 @@ struct PrefillArgs {
   double debug_bit_flip_rate = 0;
   int64_t debug_wedge_after_messages = -1;
   bool no_prefix_cache = false;
+  int64_t max_queue = 256;
+  int64_t peer_timeout_ms = 5000;
+  std::string transport = "auto";
   TierFlags tiers;
 };
 
@@ -51,15 +54,18 @@ int RunPrefill(PrefillArgs& a) {
                  "flushed. Decode engines may read index-K before it lands. This reproduces a production "
                  "corruption bug on purpose; never use it outside tests.\n");
   }
-  transfer::SenderOptions so;
-  so.chunk_size = a.chunk_size;
-  so.unsafe_early_commit = a.unsafe_early_commit;
-  so.prefix_cache = !a.no_prefix_cache;
+  PrefillOptions po;
+  po.sender.chunk_size = a.chunk_size;
+  po.sender.unsafe_early_commit = a.unsafe_early_commit;
+  po.sender.prefix_cache = !a.no_prefix_cache;
+  po.max_queue = size_t(a.max_queue);
+  po.peer_timeout = std::chrono::milliseconds(a.peer_timeout_ms);
+  po.heartbeat_interval = std::chrono::milliseconds(std::max<int64_t>(20, a.peer_timeout_ms / 5));
   auto tiers = a.tiers.Resolve();
   if (!tiers.ok()) return std::fprintf(stderr, "error: %s\n", tiers.status().ToString().c_str()), 1;
-  so.tiers = *tiers;
-  PrefillWorker worker(**model, *spec, a.model.threads, (a.cache_tokens + kPageTokens - 1) / kPageTokens, so);
-  if (Status ts = worker.EnableTiers(WeightsIdentity(**model)); !ts.ok()) {
+  po.sender.tiers = *tiers;
+  PrefillWorker worker(**model, *spec, a.model.threads, (a.cache_tokens + kPageTokens - 1) / kPageTokens, po);
+  if (Status ts = worker.EnableTiers(); !ts.ok()) {
     return std::fprintf(stderr, "error: %s\n", ts.ToString().c_str()), 1;
   }
   // Declared before the transport: its threads may call the handlers below until it is gone.
@@ -76,7 +82,9 @@ int RunPrefill(PrefillArgs& a) {
   }
   std::mutex wrapped_mu;
   std::map<transfer::Connection*, std::shared_ptr<transfer::Connection>> wrapped;  // guarded by wrapped_mu
-  auto transport = transfer::UcxTransport::Create();
+  auto lanes = transfer::ParseUcxLanes(a.transport);
+  if (!lanes.ok()) return std::fprintf(stderr, "error: %s\n", lanes.status().message().c_str()), 1;
+  auto transport = transfer::UcxTransport::Create(*lanes);
   if (!transport.ok()) return std::fprintf(stderr, "error: %s\n", transport.status().ToString().c_str()), 1;
   Status st = (*transport)->Listen(a.host + ":" + std::to_string(a.port), [&](std::shared_ptr<transfer::Connection> c) {
     transfer::ConnectionHandlers h;
@@ -95,16 +103,25 @@ int RunPrefill(PrefillArgs& a) {
       }
       if (conn) worker.OnMessage(conn, m);
     };
-    h.on_close = [&wrapped, &wrapped_mu](transfer::Connection& raw, const Status&) {
-      std::lock_guard<std::mutex> lock(wrapped_mu);
-      wrapped.erase(&raw);
+    h.on_close = [&worker, &wrapped, &wrapped_mu](transfer::Connection& raw, const Status&) {
+      std::shared_ptr<transfer::Connection> conn;
+      {
+        std::lock_guard<std::mutex> lock(wrapped_mu);
+        auto it = wrapped.find(&raw);
+        if (it == wrapped.end()) return;
+        conn = it->second;
+        wrapped.erase(it);
+      }
+      worker.OnClose(raw.id());
+      conn->Close();  // releases the endpoint (a no-op when it is already closed)
     };
     return h;
   });
   if (!st.ok()) return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
-  std::fprintf(stderr, "tandem prefill: %s, handoffs at ucx://%s:%d (%s kernels, %s attention, layout %s)\n",
+  std::fprintf(stderr, "tandem prefill: %s, handoffs at ucx://%s:%d (%s kernels, %s attention, layout %s, instance %llu)\n",
                (*model)->config().name.c_str(), a.host.c_str(), (*transport)->listen_port(),
-               kernels::IsaName(kernels::ActiveIsa()), a.attention.c_str(), worker.layout_fingerprint().c_str());
+               kernels::IsaName(kernels::ActiveIsa()), a.attention.c_str(), worker.layout_fingerprint().c_str(),
+               (unsigned long long)worker.instance_id());
   int sig = 0;
   sigwait(&set, &sig);
   const auto s = worker.stats();
@@ -134,6 +151,12 @@ void RegisterPrefill(CLI::App& app) {
   cmd->add_option("--debug-put-delay-us", a->debug_put_delay_us, "Tests only: delay every page write")->check(CLI::NonNegativeNumber);
   cmd->add_option("--debug-bit-flip-rate", a->debug_bit_flip_rate, "Tests only: flip one bit in this share of page writes")->check(CLI::Range(0.0, 1.0));
   cmd->add_flag("--no-prefix-cache", a->no_prefix_cache, "Compute every prompt from its first token");
+  cmd->add_option("--max-queue", a->max_queue, "Handoffs that may wait for the worker; more are refused")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+  cmd->add_option("--transport", a->transport, "How handoff bytes travel: auto (what UCX finds), shm or tcp");
+  cmd->add_option("--peer-timeout-ms", a->peer_timeout_ms,
+                  "A decode engine silent this long is declared dead and its connection closed")
+      ->check(CLI::Range(int64_t(100), int64_t(3600) * 1000));
   a->tiers.AddTo(cmd);
   cmd->add_option("--debug-wedge-after-messages", a->debug_wedge_after_messages,
                   "Tests only: after sending this many messages on a connection, send none (commits and abort "

@@ -30,6 +30,8 @@ struct ServeArgs {
   bool debug_ungated_index_k = false;
   int64_t debug_put_delay_us = 0;          // --disagg: passed to the prefill engine
   int64_t debug_wedge_after_messages = -1;  // --disagg: passed to the prefill engine
+  std::string transport = "auto";
+  int64_t peer_timeout_ms = 5000;
 };
 
 // Re-spells this command's options for the child processes of --disagg.
@@ -50,6 +52,9 @@ DisaggLaunch LaunchFor(const ServeArgs& a) {
   if (a.engine.context_tokens > 0) l.decode_args.insert(l.decode_args.end(), {"--ctx-size", std::to_string(a.engine.context_tokens)});
   if (a.no_prefix_cache) l.decode_args.push_back("--no-prefix-cache");
   l.prefill_args = {"--chunk-size", std::to_string(a.engine.chunk_size)};
+  for (auto* side : {&l.prefill_args, &l.decode_args}) {
+    side->insert(side->end(), {"--transport", a.transport, "--peer-timeout-ms", std::to_string(a.peer_timeout_ms)});
+  }
   if (a.unsafe_early_commit) l.prefill_args.push_back("--debug-unsafe-early-commit");
   // Tiers on both sides: the prefill engine's save computing a prompt's
   // cached prefix, the decode server's save sending it. Separate L3 folders.
@@ -115,6 +120,10 @@ int RunServe(ServeArgs& a) {
   a.engine.threads = a.model.threads;
   a.engine.prefix_cache = !a.no_prefix_cache;
   a.engine.request_timeout = std::chrono::milliseconds(int64_t(a.request_timeout_s * 1000));
+  auto lanes = transfer::ParseUcxLanes(a.transport);
+  if (!lanes.ok()) return std::fprintf(stderr, "error: %s\n", lanes.status().message().c_str()), 1;
+  a.engine.transport = *lanes;
+  a.engine.peer_timeout = std::chrono::milliseconds(a.peer_timeout_ms);
   if (a.verify == "off") {
     a.engine.verify = transfer::VerifyMode::kOff;
   } else if (a.verify == "sample") {
@@ -172,6 +181,11 @@ void RegisterServe(CLI::App& app) {
   cmd->add_option("--prefill", a->engine.prefill_address,
                   "Disaggregated decode: prefill engine's UCX address host:port (empty: colocated)");
   cmd->add_option("--verify-handoff", a->verify, "Check handoff digests: off, sample or all");
+  cmd->add_option("--transport", a->transport,
+                  "Disaggregated: how handoff bytes travel: auto (what UCX finds), shm (one host) or tcp");
+  cmd->add_option("--peer-timeout-ms", a->peer_timeout_ms,
+                  "Disaggregated: a prefill engine silent this long is declared dead (its connection closed)")
+      ->check(CLI::Range(int64_t(100), int64_t(3600) * 1000));
   cmd->add_flag("--disagg", a->disagg,
                 "Start a prefill engine, a decode server and a router on this host (router on --port)");
   cmd->add_flag("--debug-unsafe-early-commit", a->unsafe_early_commit,

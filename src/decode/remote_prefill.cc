@@ -8,38 +8,36 @@ namespace tandem {
 
 using transfer::Clock;
 
-StatusOr<std::unique_ptr<RemotePrefill>> RemotePrefill::Connect(const std::vector<std::string>& addresses,
-                                                                 size_t pool_bytes, std::string layout_fingerprint) {
-  if (addresses.empty()) return InvalidArgument("no prefill engine address");
-  auto r = std::unique_ptr<RemotePrefill>(new RemotePrefill());
-  r->fingerprint_ = std::move(layout_fingerprint);
-  TANDEM_ASSIGN_OR_RETURN(r->transport_, transfer::UcxTransport::Create());
-  TANDEM_ASSIGN_OR_RETURN(r->region_, r->transport_->AllocateRegion(pool_bytes));
-  RemotePrefill* self = r.get();
-  for (size_t i = 0; i < addresses.size(); ++i) {
-    transfer::ConnectionHandlers h;
-    h.on_message = [self, i](transfer::Connection&, std::vector<uint8_t> m) {
-      std::lock_guard<std::mutex> lock(self->mu_);
-      self->inbox_.push_back({i, std::move(m)});
-    };
-    h.on_close = [self, i](transfer::Connection&, const Status&) {
-      std::lock_guard<std::mutex> lock(self->mu_);
-      self->inbox_.push_back({i, {}, true});
-    };
+namespace {
+
+long long Ms(Clock::duration d) { return (long long)std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
+
+}  // namespace
+
+RemotePrefill::RemotePrefill(RemotePrefillOptions options)
+    : options_(std::move(options)), instance_id_(transfer::NewInstanceId()) {}
+
+StatusOr<std::unique_ptr<RemotePrefill>> RemotePrefill::Connect(RemotePrefillOptions options) {
+  if (options.addresses.empty()) return InvalidArgument("no prefill engine address");
+  auto r = std::unique_ptr<RemotePrefill>(new RemotePrefill(std::move(options)));
+  TANDEM_ASSIGN_OR_RETURN(r->transport_, transfer::UcxTransport::Create(r->options_.lanes));
+  TANDEM_ASSIGN_OR_RETURN(r->region_, r->transport_->AllocateRegion(r->options_.pool_bytes));
+  const auto now = Clock::now();
+  for (const std::string& address : r->options_.addresses) {
     Link link;
-    link.address = addresses[i];
-    auto conn = r->transport_->Connect(addresses[i], h);
-    if (!conn.ok()) return Status(conn.status().code(), "prefill engine " + addresses[i] + ": " + conn.status().message());
-    link.connection = std::move(conn).value();
-    TANDEM_RETURN_IF_ERROR(link.connection->Send(Hello{"decode", r->fingerprint_, 0}.Encode()));
+    link.address = address;
+    link.backoff = r->options_.reconnect_min;
     r->links_.push_back(std::move(link));
   }
+  for (size_t i = 0; i < r->links_.size(); ++i) r->Reconnect(i, now);
   return r;
 }
 
 RemotePrefill::~RemotePrefill() {
   receiver_.reset();  // releases what it holds before the connections go
-  for (Link& l : links_) l.connection->Close();
+  for (Link& l : links_) {
+    if (l.connection) l.connection->Close();
+  }
   links_.clear();
   // The transport's threads run our handlers (which touch inbox_) until it is
   // destroyed: destroy it while every other member is still alive.
@@ -48,42 +46,93 @@ RemotePrefill::~RemotePrefill() {
 
 void RemotePrefill::Attach(PagePool& pool, PrefixIndex* index, transfer::ReceiverOptions options) {
   receiver_ = std::make_unique<transfer::HandoffReceiver>(pool, region_.key, index, options);
+  const auto until = Clock::now() + options_.startup_wait;
+  auto connecting = [&] {
+    return std::any_of(links_.begin(), links_.end(), [](const Link& l) { return l.state == LinkState::kConnecting; });
+  };
+  while (connecting() && Clock::now() < until) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      arrived_.wait_until(lock, std::min(until, Clock::now() + std::chrono::milliseconds(50)),
+                          [&] { return !inbox_.empty(); });
+    }
+    (void)Poll();  // nothing can have begun yet: no outcomes
+  }
+}
+
+Hello RemotePrefill::MyHello(uint64_t peer_instance) const {
+  return Hello{"decode", options_.layout_fingerprint, options_.weights_identity, instance_id_, peer_instance};
 }
 
 bool RemotePrefill::healthy() const {
-  for (const Link& l : links_) {
-    if (l.healthy) return true;
-  }
-  return false;
+  return std::any_of(links_.begin(), links_.end(), [](const Link& l) { return l.state == LinkState::kUp; });
 }
 
 std::string RemotePrefill::problem() const {
   std::string out;
   for (const Link& l : links_) {
-    if (!l.healthy) out += (out.empty() ? "" : "; ") + l.address + ": " + l.problem;
+    if (l.state != LinkState::kUp) out += (out.empty() ? "" : "; ") + l.address + ": " + l.problem;
   }
   return out;
+}
+
+// Opens a fresh connection (and handshake) for a link that is down.
+void RemotePrefill::Reconnect(size_t i, Clock::time_point now) {
+  Link& link = links_[i];
+  transfer::ConnectionHandlers h;
+  h.on_message = [this, i](transfer::Connection& c, std::vector<uint8_t> m) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      inbox_.push_back({i, c.id(), std::move(m)});
+    }
+    arrived_.notify_all();
+  };
+  h.on_close = [this, i](transfer::Connection& c, const Status&) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      inbox_.push_back({i, c.id(), {}, true});
+    }
+    arrived_.notify_all();
+  };
+  link.last_heard = link.last_heartbeat = now;
+  auto conn = transport_->Connect(link.address, h);
+  Status st = conn.ok() ? (*conn)->Send(MyHello(0).Encode()) : conn.status();
+  if (!st.ok()) {
+    if (conn.ok()) (*conn)->Close();
+    link.state = LinkState::kDown;
+    link.problem = st.message();
+    link.retry_at = now + link.backoff;
+    link.backoff = std::min(options_.reconnect_max, link.backoff * 2);
+    return;
+  }
+  link.connection = std::move(conn).value();
+  link.connection_id = link.connection->id();
+  link.state = LinkState::kConnecting;
+  link.problem = "handshake in progress";
 }
 
 Status RemotePrefill::Start(uint64_t handoff_id, const std::vector<int32_t>& tokens, const SamplingParams& sampling) {
   size_t link = links_.size();
   for (size_t k = 0; k < links_.size(); ++k) {
     const size_t i = (next_link_ + k) % links_.size();
-    if (links_[i].healthy) {
+    if (links_[i].state == LinkState::kUp) {
       link = i;
       break;
     }
   }
   if (link == links_.size()) return Unavailable("no prefill engine is available: " + problem());
-  TANDEM_ASSIGN_OR_RETURN(Destination d, receiver_->Begin(handoff_id, tokens, link, Clock::now()));
+  const auto now = Clock::now();
+  TANDEM_ASSIGN_OR_RETURN(Destination d, receiver_->Begin(handoff_id, tokens, links_[link].connection_id, now));
   next_link_ = link + 1;
   d.sampling = sampling;
+  d.decode_instance_id = instance_id_;
+  d.time_budget_ms = std::max<int64_t>(1, Ms(receiver_->deadline(handoff_id) - now));
   handoff_link_[handoff_id] = link;
   Status st = links_[link].connection->Send(d.Encode());
   if (!st.ok()) {
     handoff_link_.erase(handoff_id);  // the caller fails this one now
-    (void)receiver_->StartAbort(handoff_id, "send failed", Clock::now());
-    LinkDown(link, st.ToString());
+    (void)receiver_->StartAbort(handoff_id, "send failed", now);
+    LinkDown(link, "sending a destination failed: " + st.message());
   }
   return st;
 }
@@ -91,29 +140,159 @@ Status RemotePrefill::Start(uint64_t handoff_id, const std::vector<int32_t>& tok
 void RemotePrefill::Abort(uint64_t handoff_id, const std::string& reason) {
   auto it = handoff_link_.find(handoff_id);
   auto abort = receiver_->StartAbort(handoff_id, reason, Clock::now());
-  if (abort.ok() && it != handoff_link_.end()) (void)links_[it->second].connection->Send(abort->Encode());
+  if (abort.ok() && it != handoff_link_.end() && links_[it->second].connection) {
+    (void)links_[it->second].connection->Send(abort->Encode());
+  }
   if (it != handoff_link_.end()) handoff_link_.erase(it);
 }
 
-// A link is gone: nothing of it can land any more, so its pages are freed and
-// its open handoffs fail (the engine fails their requests).
-void RemotePrefill::LinkDown(size_t link, const std::string& why) {
-  if (links_[link].healthy) {
-    links_[link].healthy = false;
-    links_[link].problem = why;
-    std::fprintf(stderr, "tandem decode: prefill engine %s unavailable: %s\n", links_[link].address.c_str(), why.c_str());
+void RemotePrefill::LinkDown(size_t i, const std::string& why) {
+  Link& link = links_[i];
+  const auto now = Clock::now();
+  if (link.state != LinkState::kDown) {
+    std::fprintf(stderr, "tandem decode: prefill engine %s unavailable: %s\n", link.address.c_str(), why.c_str());
   }
-  receiver_->OnPeerClosed(link, Clock::now());
+  link.state = LinkState::kDown;
+  link.problem = why;
+  link.retry_at = now + link.backoff;
+  link.backoff = std::min(options_.reconnect_max, link.backoff * 2);
+  if (link.connection) {
+    link.connection->Close();  // the fence: nothing of it can land any more
+    link.connection.reset();
+  }
+  receiver_->OnPeerClosed(link.connection_id, now);
   for (auto it = handoff_link_.begin(); it != handoff_link_.end();) {
-    if (it->second != link) {
+    if (it->second != i) {
       ++it;
       continue;
     }
     Outcome o;
     o.handoff_id = it->first;
-    o.status = Unavailable("prefill engine " + links_[link].address + " unavailable: " + why);
-    failed_.push_back(std::move(o));
+    o.status = Unavailable("prefill engine " + link.address + " unavailable: " + why);
+    o.retryable = true;
+    ended_.push_back(std::move(o));
     it = handoff_link_.erase(it);
+  }
+}
+
+void RemotePrefill::OnHello(size_t i, const std::vector<uint8_t>& bytes) {
+  Link& link = links_[i];
+  auto hello = Hello::Decode(bytes);
+  Status st = hello.ok() ? transfer::CheckHello(MyHello(hello->instance_id), *hello) : hello.status();
+  if (st.ok() && hello->peer_instance_id != instance_id_) {
+    st = FailedPrecondition("the prefill engine answered another decode instance (" +
+                            std::to_string(hello->peer_instance_id) + ")");
+  }
+  if (!st.ok()) {
+    std::fprintf(stderr, "tandem decode: refusing the prefill engine %s: %s\n", link.address.c_str(),
+                 st.message().c_str());
+    link.backoff = options_.reconnect_max;  // it will not change by itself soon
+    LinkDown(i, st.message());
+    return;
+  }
+  if (link.state != LinkState::kUp) {
+    std::fprintf(stderr, "tandem decode: prefill engine %s (instance %llu) is up\n", link.address.c_str(),
+                 (unsigned long long)hello->instance_id);
+  }
+  link.state = LinkState::kUp;
+  link.problem.clear();
+  link.prefill_instance = hello->instance_id;
+  link.backoff = options_.reconnect_min;
+}
+
+void RemotePrefill::Handle(const Arrival& a, std::vector<Outcome>& out) {
+  Link& link = links_[a.link];
+  if (a.connection_id != link.connection_id || !link.connection) return;  // a connection already given up
+  if (a.closed) return LinkDown(a.link, "the connection closed");
+  link.last_heard = Clock::now();
+  auto type = PeekType(a.bytes);
+  if (!type.ok()) {
+    std::fprintf(stderr, "tandem decode: dropping a malformed message from %s: %s\n", link.address.c_str(),
+                 type.status().ToString().c_str());
+    return;
+  }
+  if (*type == MessageType::kHello) return OnHello(a.link, a.bytes);
+  if (link.state != LinkState::kUp) return;  // nothing counts before the handshake
+  // A handoff's messages count only on the connection it was sent on.
+  auto mine = [&](uint64_t id) {
+    auto it = handoff_link_.find(id);
+    return it != handoff_link_.end() && it->second == a.link;
+  };
+  if (*type == MessageType::kCommit) {
+    auto commit = Commit::Decode(a.bytes);
+    if (!commit.ok()) {
+      std::fprintf(stderr, "tandem decode: bad commit from %s: %s\n", link.address.c_str(),
+                   commit.status().ToString().c_str());
+      return;  // no trustworthy id: that handoff ends at its deadline
+    }
+    if (!mine(commit->handoff_id)) {
+      // Ours but already aborted (quarantined): the commit follows the
+      // sender's flush, so it releases the quarantine like an AbortAck.
+      (void)receiver_->OnCommit(*commit, a.connection_id, Clock::now());
+      return;
+    }
+    handoff_link_.erase(commit->handoff_id);
+    auto ready = receiver_->OnCommit(*commit, a.connection_id, Clock::now());
+    Outcome o;
+    o.handoff_id = commit->handoff_id;
+    if (ready.ok()) {
+      o.ready = std::move(ready).value();
+    } else {
+      o.status = ready.status();
+    }
+    out.push_back(std::move(o));
+  } else if (*type == MessageType::kAbort) {
+    // The prefill side gave up or refused (it stopped writing and flushed
+    // first): whether the handoff was open or already quarantined, its pages are free.
+    auto abort = Abort::Decode(a.bytes);
+    if (!abort.ok()) return;
+    const bool open = mine(abort->handoff_id);
+    (void)receiver_->StartAbort(abort->handoff_id, abort->reason, Clock::now());
+    receiver_->OnAbortAck(abort->handoff_id, a.connection_id);
+    if (!open) return;
+    handoff_link_.erase(abort->handoff_id);
+    Outcome o;
+    o.handoff_id = abort->handoff_id;
+    o.status = Status(StatusCode::kAborted, "the prefill engine " + link.address + " failed the handoff: " + abort->reason);
+    o.retryable = true;
+    out.push_back(std::move(o));
+  } else if (*type == MessageType::kAbortAck) {
+    if (auto ack = AbortAck::Decode(a.bytes); ack.ok()) receiver_->OnAbortAck(ack->handoff_id, a.connection_id);
+  }
+}
+
+// Heartbeats out, silence detection, reconnects, and the quarantine deadline.
+void RemotePrefill::KeepAlive(Clock::time_point now) {
+  for (size_t i = 0; i < links_.size(); ++i) {
+    Link& link = links_[i];
+    if (link.state == LinkState::kDown) {
+      if (now >= link.retry_at) {
+        ++reconnects_;
+        Reconnect(i, now);
+      }
+      continue;
+    }
+    if (now - link.last_heard > options_.peer_timeout) {
+      ++peers_declared_dead_;
+      LinkDown(i, "silent for " + std::to_string(Ms(now - link.last_heard)) + " ms (peer timeout " +
+                      std::to_string(options_.peer_timeout.count()) + " ms): declared dead, connection closed");
+      continue;
+    }
+    if (now - link.last_heartbeat >= options_.heartbeat_interval) {
+      link.last_heartbeat = now;
+      if (Status st = link.connection->Send(Heartbeat{instance_id_}.Encode()); !st.ok()) {
+        LinkDown(i, "sending a heartbeat failed: " + st.message());
+      }
+    }
+  }
+  // An abort nobody acknowledges: closing the link is the fence that ends it.
+  for (uint64_t conn : receiver_->PeersQuarantinedSince(now - options_.peer_timeout)) {
+    for (size_t i = 0; i < links_.size(); ++i) {
+      if (links_[i].connection && links_[i].connection_id == conn) {
+        LinkDown(i, "an aborted handoff was not acknowledged within " + std::to_string(options_.peer_timeout.count()) +
+                        " ms: connection closed to release its pages");
+      }
+    }
   }
 }
 
@@ -124,55 +303,20 @@ std::vector<RemotePrefill::Outcome> RemotePrefill::Poll() {
     inbox.swap(inbox_);
   }
   std::vector<Outcome> out;
-  for (Arrival& a : inbox) {
-    if (a.closed) {
-      LinkDown(a.link, "the connection closed");
-      continue;
-    }
-    auto type = PeekType(a.bytes);
-    if (!type.ok()) continue;
-    if (*type == MessageType::kHello) {
-      auto hello = Hello::Decode(a.bytes);
-      Status st = hello.ok() ? transfer::CheckHello(Hello{"decode", fingerprint_, 0}, *hello) : hello.status();
-      if (!st.ok()) {
-        std::fprintf(stderr, "tandem decode: refusing the prefill engine %s: %s\n", links_[a.link].address.c_str(),
-                     st.message().c_str());
-        LinkDown(a.link, st.message());
-        links_[a.link].connection->Close();
-      }
-    } else if (*type == MessageType::kCommit) {
-      auto commit = Commit::Decode(a.bytes);
-      if (!commit.ok()) continue;
-      handoff_link_.erase(commit->handoff_id);
-      auto ready = receiver_->OnCommit(*commit, Clock::now());
-      Outcome o;
-      o.handoff_id = commit->handoff_id;
-      if (ready.ok()) {
-        o.ready = std::move(ready).value();
-      } else {
-        o.status = ready.status();
-      }
-      out.push_back(std::move(o));
-    } else if (*type == MessageType::kAbort) {
-      // The prefill side gave up (it stopped writing first): the handoff fails.
-      auto abort = Abort::Decode(a.bytes);
-      if (!abort.ok()) continue;
-      handoff_link_.erase(abort->handoff_id);
-      // The sender stops and flushes before it says so: whether the handoff
-      // was open or we had already aborted it (quarantined), its pages are free.
-      (void)receiver_->StartAbort(abort->handoff_id, abort->reason, Clock::now());
-      receiver_->OnAbortAck(abort->handoff_id);
-      Outcome o;
-      o.handoff_id = abort->handoff_id;
-      o.status = Status(StatusCode::kAborted, "the prefill engine failed the handoff: " + abort->reason);
-      out.push_back(std::move(o));
-    } else if (*type == MessageType::kAbortAck) {
-      if (auto ack = AbortAck::Decode(a.bytes); ack.ok()) receiver_->OnAbortAck(ack->handoff_id);
-    }
+  for (const Arrival& a : inbox) Handle(a, out);
+  const auto now = Clock::now();
+  KeepAlive(now);
+  for (uint64_t id : receiver_->Expired(now)) {
+    const bool open = handoff_link_.count(id) > 0;
+    Abort(id, "deadline");
+    if (!open) continue;
+    Outcome o;
+    o.handoff_id = id;
+    o.status = Status(StatusCode::kDeadlineExceeded, "the handoff did not commit before its deadline");
+    out.push_back(std::move(o));
   }
-  for (uint64_t id : receiver_->Expired(Clock::now())) Abort(id, "deadline");
-  out.insert(out.end(), std::make_move_iterator(failed_.begin()), std::make_move_iterator(failed_.end()));
-  failed_.clear();
+  out.insert(out.end(), std::make_move_iterator(ended_.begin()), std::make_move_iterator(ended_.end()));
+  ended_.clear();
   return out;
 }
 

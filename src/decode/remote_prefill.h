@@ -1,9 +1,25 @@
 // The decode engine's links to its prefill engines over UCX: one transport,
 // one region (the decode pool) that every prefill engine writes into, one
-// connection per prefill engine with its own Hello check and health, the
-// handoff receiver, and a queue of what arrived. Handoffs go round-robin to
-// healthy links. The decode engine's loop thread calls every method;
-// transport threads only append to the inbox.
+// link per prefill engine, the handoff receiver, and a queue of what arrived.
+//
+// Links heal. A link is Connecting (Hello sent, none accepted yet), Up
+// (Hello accepted: layout and weights match) or Down (waiting to reconnect,
+// with exponential backoff). Only Up links take handoffs. Both sides send a
+// Heartbeat every heartbeat interval; a link silent past the peer timeout is
+// declared dead: its connection is closed (the fence: a closed endpoint
+// delivers no more writes), its quarantined pages are freed and its open
+// handoffs fail at once (the engine may re-place them on another link).
+// A restarted prefill engine is a new connection with its own handshake.
+//
+// Every handoff ends: committed, failed (its link died, the peer refused or
+// failed it, a bad Commit) or aborted (deadline, or the engine cancelled
+// it), and each of those reaches the engine through Poll() the moment it is
+// known. Pages of an aborted handoff stay quarantined until the peer's
+// AbortAck (sent after its flush) or the link's closure; a quarantine older
+// than the peer timeout closes the link.
+//
+// Thread safety: the decode engine's loop thread calls every method;
+// transport threads only append to the inbox (mu_).
 #pragma once
 
 #include <deque>
@@ -17,64 +33,100 @@
 
 namespace tandem {
 
+struct RemotePrefillOptions {
+  std::vector<std::string> addresses;  // "host:port" each
+  size_t pool_bytes = 0;
+  std::string layout_fingerprint, weights_identity;
+  transfer::UcxLanes lanes = transfer::UcxLanes::kAuto;
+  std::chrono::milliseconds peer_timeout{5000};
+  std::chrono::milliseconds heartbeat_interval{500};
+  std::chrono::milliseconds reconnect_min{100}, reconnect_max{2000};
+  // How long Attach waits for the first handshakes (requests before a link is
+  // up would be refused).
+  std::chrono::milliseconds startup_wait{5000};
+};
+
 class RemotePrefill {
  public:
-  // Allocates the decode pool's memory as a UCX region and connects to every
-  // prefill engine in `addresses` ("host:port" each).
-  static StatusOr<std::unique_ptr<RemotePrefill>> Connect(const std::vector<std::string>& addresses,
-                                                          size_t pool_bytes, std::string layout_fingerprint);
+  // Allocates the decode pool's memory as a UCX region and starts connecting
+  // to every prefill engine.
+  static StatusOr<std::unique_ptr<RemotePrefill>> Connect(RemotePrefillOptions options);
   ~RemotePrefill();
 
   uint8_t* arena() { return region_.data; }
-  // Must be called once, before any other method, with the pool built on arena().
+  uint64_t instance_id() const { return instance_id_; }
+  // Must be called once, before any other method, with the pool built on
+  // arena(). Waits (up to startup_wait) for the first handshakes.
   void Attach(PagePool& pool, PrefixIndex* index, transfer::ReceiverOptions options);
   void SetTiers(TieredCache* tiers) { receiver_->SetTiers(tiers); }
 
   // Reserves pages and sends the Destination to the next healthy prefill
   // engine. ResourceExhausted: no pages yet; Unavailable: no healthy link.
   Status Start(uint64_t handoff_id, const std::vector<int32_t>& tokens, const SamplingParams& sampling);
+  // Ends an open handoff now; Poll reports nothing more for it.
   void Abort(uint64_t handoff_id, const std::string& reason);
 
   struct Outcome {
     uint64_t handoff_id = 0;
-    Status status;                             // not OK: the handoff failed
-    transfer::HandoffReceiver::Ready ready;    // when OK
+    Status status;  // not OK: the handoff failed
+    // The failure was the link's or the peer's refusal, not the data's: the
+    // request may be re-placed on another prefill engine.
+    bool retryable = false;
+    transfer::HandoffReceiver::Ready ready;  // when OK
   };
-  // Handles everything that arrived; returns finished (committed or failed) handoffs.
+  // Handles everything that arrived, heartbeats, liveness, reconnects and
+  // deadlines; returns the handoffs that ended since the last call.
   std::vector<Outcome> Poll();
 
-  // True while at least one prefill engine is usable.
+  // True while at least one prefill engine link is up.
   bool healthy() const;
   std::string problem() const;
   const transfer::ReceiverStats& stats() const { return receiver_->stats(); }
   // Handoffs begun and not yet committed, failed or acknowledged as aborted.
   size_t open_handoffs() const { return receiver_->open_handoffs(); }
+  int64_t reconnects() const { return reconnects_; }
+  int64_t peers_declared_dead() const { return peers_declared_dead_; }
 
  private:
+  enum class LinkState { kConnecting, kUp, kDown };
   struct Link {
     std::string address;
-    std::shared_ptr<transfer::Connection> connection;
-    bool healthy = true;
-    std::string problem;
+    std::shared_ptr<transfer::Connection> connection;  // null while down
+    uint64_t connection_id = 0;                         // of `connection`; arrivals of others are stale
+    LinkState state = LinkState::kDown;
+    std::string problem = "not connected yet";
+    uint64_t prefill_instance = 0;
+    transfer::Clock::time_point last_heard, last_heartbeat, retry_at;
+    std::chrono::milliseconds backoff{0};
   };
   struct Arrival {
     size_t link;
+    uint64_t connection_id;
     std::vector<uint8_t> bytes;  // empty with closed == true: the connection went away
     bool closed = false;
   };
-  RemotePrefill() = default;
-  // Marks a link dead; its open handoffs fail (reported by the next Poll).
+  explicit RemotePrefill(RemotePrefillOptions options);
+  void Reconnect(size_t link, transfer::Clock::time_point now);
+  // Marks a link down and closes its connection; its open handoffs fail
+  // (reported by the next Poll) and its quarantined pages are freed.
   void LinkDown(size_t link, const std::string& why);
+  void OnHello(size_t link, const std::vector<uint8_t>& bytes);
+  void Handle(const Arrival& a, std::vector<Outcome>& out);
+  void KeepAlive(transfer::Clock::time_point now);
+  Hello MyHello(uint64_t peer_instance) const;
 
+  const RemotePrefillOptions options_;
+  const uint64_t instance_id_;
   std::unique_ptr<transfer::UcxTransport> transport_;
   transfer::Region region_;
   std::vector<Link> links_;
   std::unique_ptr<transfer::HandoffReceiver> receiver_;
   std::map<uint64_t, size_t> handoff_link_;  // open handoffs -> the link serving them
-  std::vector<Outcome> failed_;              // handoffs of dead links, not yet reported
-  std::string fingerprint_;
+  std::vector<Outcome> ended_;               // ended outside Poll (dead links), not yet reported
   size_t next_link_ = 0;
+  int64_t reconnects_ = 0, peers_declared_dead_ = 0;
   std::mutex mu_;
+  std::condition_variable arrived_;
   std::deque<Arrival> inbox_;  // guarded by mu_
 };
 

@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cstdio>
 
 #include "decode/remote_prefill.h"
 #include "model/tokenizer.h"
@@ -40,6 +41,9 @@ struct Engine::Sequence {
   bool awaiting = false;  // disaggregated: waiting for that handoff's commit
   Clock::time_point handoff_sent, committed_at;
   double handoff_seconds = 0;
+  int32_t placements = 0;                 // handoffs begun for this request
+  Clock::time_point page_wait_since{};    // waiting for pages to begin a handoff, since
+  bool replace = false;                   // its handoff failed for the link's sake: place it again
   // Cache tiers: a load of this prompt's prefix from the host tier still
   // landing (each forward read waits on its layer's gate), and an L3 prefetch.
   std::shared_ptr<LayerGates> gates;
@@ -55,22 +59,30 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
   }
   TANDEM_ASSIGN_OR_RETURN(CacheSpec spec, MakeCacheSpec(model.config(), options.attention));
   std::unique_ptr<RemotePrefill> remote;
+  const bool tiers = options.tiers.host_pages > 0 || options.tiers.host_bytes > 0;
+  const std::string weights = !options.prefill_address.empty() || tiers ? WeightsIdentity(model) : "";
   if (!options.prefill_address.empty()) {
     const CacheLayout layout(spec.registry, int(model.config().n_layers),
                              (options.cache_tokens + kPageTokens - 1) / kPageTokens);
-    std::vector<std::string> addresses;
+    RemotePrefillOptions ro;
     for (size_t begin = 0; begin <= options.prefill_address.size();) {
       const size_t comma = std::min(options.prefill_address.find(',', begin), options.prefill_address.size());
-      if (comma > begin) addresses.push_back(options.prefill_address.substr(begin, comma - begin));
+      if (comma > begin) ro.addresses.push_back(options.prefill_address.substr(begin, comma - begin));
       begin = comma + 1;
     }
-    TANDEM_ASSIGN_OR_RETURN(remote, RemotePrefill::Connect(addresses, size_t(layout.TotalBytes()), layout.Fingerprint()));
+    ro.pool_bytes = size_t(layout.TotalBytes());
+    ro.layout_fingerprint = layout.Fingerprint();
+    ro.weights_identity = weights;
+    ro.lanes = options.transport;
+    ro.peer_timeout = options.peer_timeout;
+    ro.heartbeat_interval = std::max(std::chrono::milliseconds(20), options.peer_timeout / 5);
+    TANDEM_ASSIGN_OR_RETURN(remote, RemotePrefill::Connect(std::move(ro)));
   }
   auto engine = std::unique_ptr<Engine>(new Engine(model, options, std::move(spec), std::move(remote)));
-  if (options.tiers.host_pages > 0 || options.tiers.host_bytes > 0) {
+  if (tiers) {
     if (!engine->index_) return InvalidArgument("cache tiers need the prefix cache (drop --no-prefix-cache)");
     TANDEM_ASSIGN_OR_RETURN(engine->tiers_, TieredCache::Create(*engine->pool_, engine->spec_.registry, options.tiers,
-                                                                WeightsIdentity(model)));
+                                                                weights));
     engine->index_->SetEvictHook([t = engine->tiers_.get()](uint64_t key, uint64_t parent,
                                                              std::span<const int32_t> tokens, int32_t page) {
       t->OnL1Evict(key, parent, tokens, page);
@@ -96,7 +108,12 @@ Engine::Engine(const Model& model, const EngineOptions& options, CacheSpec spec,
                                                  (options.cache_tokens + kPageTokens - 1) / kPageTokens)),
       index_(options.prefix_cache ? std::make_unique<PrefixIndex>(*pool_) : nullptr),
       forward_(model, spec_, threads_) {
-  if (remote_) remote_->Attach(*pool_, index_.get(), transfer::ReceiverOptions{{}, options.verify, 8});
+  if (remote_) {
+    transfer::ReceiverOptions ro;
+    ro.vocab_size = model.config().vocab_size;
+    ro.verify = options.verify;
+    remote_->Attach(*pool_, index_.get(), ro);
+  }
   if (options.debug_ungated_index_k && spec_.index_k >= 0) forward_.SetDebugUngatedBuffer(spec_.index_k);
   loop_alive_ = true;
 }
@@ -337,16 +354,26 @@ void Engine::Admit() {
       // The prefill engine computes the prompt; the receiver reserves pages.
       seq.handoff = next_handoff_++;
       Status st = remote_->Start(seq.handoff, seq.tokens, seq.spec.sampling);
-      if (st.code() == StatusCode::kResourceExhausted) break;  // retry when pages free up
+      if (st.code() == StatusCode::kResourceExhausted) {
+        // Waiting for pages has a deadline of its own (Bootstrapping).
+        const auto now = Clock::now();
+        if (seq.page_wait_since == Clock::time_point{}) seq.page_wait_since = now;
+        const auto limit = transfer::HandoffDeadlines{}.bootstrapping;
+        if (now - seq.page_wait_since < limit) break;  // retry when pages free up
+        st = ResourceExhausted("no cache pages came free for this prompt within " + std::to_string(limit.count()) +
+                               " ms: " + st.message());
+      }
       if (!st.ok()) {
         Fail(seq, st);
         waiting_.pop_front();
         continue;
       }
+      seq.page_wait_since = Clock::time_point{};
+      ++seq.placements;
       seq.awaiting = true;
       seq.handoff_sent = Clock::now();
       metrics_.handoff_page_wait.Observe(SecondsBetween(seq.arrival, seq.handoff_sent));
-      if (!seq.started) {
+      if (!seq.started && seq.placements == 1) {
         metrics_.prompt_tokens.Increment(double(seq.prompt_len));
         counters_.prompt_tokens += seq.prompt_len;
       }
@@ -463,6 +490,12 @@ void Engine::PollRemote() {
     Sequence& s = **it;
     s.awaiting = false;
     if (!o.status.ok()) {
+      if (o.retryable && s.placements < options_.max_placements && remote_->healthy() && !s.handle->cancelled()) {
+        std::fprintf(stderr, "tandem decode: handoff %llu failed (%s): placing its request again\n",
+                     (unsigned long long)o.handoff_id, o.status.message().c_str());
+        s.replace = true;  // back to the queue; Admit begins a new handoff
+        continue;
+      }
       Fail(s, o.status);
       continue;
     }
@@ -495,7 +528,14 @@ void Engine::PollRemote() {
   metrics_.handoff_quarantined_pages.Set(double(r.quarantined_pages));
   metrics_.handoffs_in_flight.Set(double(remote_->open_handoffs()));
   link_healthy_ = remote_->healthy();
-  std::erase_if(running_, [](const auto& s) { return s->done; });
+  // Re-placed requests go back to the head of the queue, in their order.
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    if ((*it)->replace) {
+      (*it)->replace = false;
+      waiting_.push_front(std::move(*it));
+    }
+  }
+  std::erase_if(running_, [](const auto& s) { return s == nullptr || s->done; });
 }
 
 void Engine::Emit(Sequence& s, int32_t token) {

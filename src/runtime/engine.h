@@ -29,6 +29,7 @@
 #include "runtime/engine_metrics.h"
 #include "runtime/request.h"
 #include "transfer/handoff_receiver.h"
+#include "transfer/ucx.h"
 
 namespace tandem {
 
@@ -48,6 +49,11 @@ struct EngineOptions {
   // off; empty = colocated.
   std::string prefill_address;
   transfer::VerifyMode verify = transfer::VerifyMode::kAll;
+  transfer::UcxLanes transport = transfer::UcxLanes::kAuto;
+  std::chrono::milliseconds peer_timeout{5000};  // a prefill engine silent this long is declared dead
+  // A handoff that fails for its link's or peer's sake is re-placed on another
+  // prefill engine (new reservation, new handoff id) up to this many times.
+  int32_t max_placements = 3;
   // Host (L2) and disk (L3) tiers under the prefix cache; off when host_pages is 0.
   TierOptions tiers;
   bool debug_ungated_index_k = false;  // TESTS ONLY: the indexer reads loading layers without waiting

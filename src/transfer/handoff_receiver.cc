@@ -1,5 +1,7 @@
 #include "transfer/handoff_receiver.h"
 
+#include <algorithm>
+
 #include "transfer/checksum.h"
 
 namespace tandem::transfer {
@@ -27,7 +29,8 @@ StatusOr<Destination> HandoffReceiver::Begin(uint64_t handoff_id, std::vector<in
   if (prompt.empty()) return InvalidArgument("handoff of an empty prompt");
   if (entries_.count(handoff_id)) return InvalidArgument("handoff " + std::to_string(handoff_id) + " already exists");
   auto e = std::make_unique<Entry>(Entry{peer, std::move(prompt), {}, {}, 0,
-                                         HandoffStateMachine(HandoffSide::kDecode, options_.deadlines, now), false, nullptr});
+                                         HandoffStateMachine(HandoffSide::kDecode, options_.deadlines, now), false,
+                                         nullptr, 0, {}});
   if (index_) {
     PrefixIndex::Match hit = index_->Lookup(e->prompt, int64_t(e->prompt.size()) - 1);
     e->cached_pages = std::move(hit.pages);
@@ -69,12 +72,16 @@ StatusOr<Destination> HandoffReceiver::Begin(uint64_t handoff_id, std::vector<in
   for (int32_t p : e->reserved_pages) d.pages.push_back({p, pool_.Generation(p)});
   d.remote_key = region_key_.blob;
   d.pool_pages = pool_.total_pages();
+  e->pages_digest = PagesDigest(d.pages);
   entries_.emplace(handoff_id, std::move(e));
   return d;
 }
 
-StatusOr<HandoffReceiver::Ready> HandoffReceiver::OnCommit(const Commit& c, Clock::time_point now) {
+StatusOr<HandoffReceiver::Ready> HandoffReceiver::OnCommit(const Commit& c, uint64_t peer, Clock::time_point now) {
   auto it = entries_.find(c.handoff_id);
+  if (it != entries_.end() && it->second->peer != peer) {
+    return FailedPrecondition("commit for handoff " + std::to_string(c.handoff_id) + " from another peer");
+  }
   if (it != entries_.end() && it->second->quarantined) {
     // We aborted it, but the sender committed first. A Commit follows the
     // sender's flush, so nothing of it is still in flight: it acknowledges
@@ -94,24 +101,7 @@ StatusOr<HandoffReceiver::Ready> HandoffReceiver::OnCommit(const Commit& c, Cloc
   const bool verify = options_.verify == VerifyMode::kAll ||
                       (options_.verify == VerifyMode::kSample && commits_seen_ % options_.sample_every == 0);
   ++commits_seen_;
-  // Byte counts always; digests when verifying (hashing every byte costs a pass over them).
-  const auto local = DigestPages(pool_, pages, e.skip_tokens, int64_t(e.prompt.size()));
-  Status st = Status::Ok();
-  if (local.size() != c.digests.size()) {
-    st = DataLoss("commit carries " + std::to_string(c.digests.size()) + " buffer digests, expected " +
-                  std::to_string(local.size()));
-  }
-  for (size_t b = 0; st.ok() && b < local.size(); ++b) {
-    if (local[b].name != c.digests[b].name || local[b].bytes != c.digests[b].bytes) {
-      st = DataLoss("commit byte count for buffer '" + c.digests[b].name + "' does not match");
-    }
-  }
-  if (st.ok() && verify) {
-    ++stats_.verified;
-    st = VerifyDigests(c.digests, local);
-    if (!st.ok()) ++stats_.digest_mismatches;
-  }
-  if (!st.ok()) {
+  if (Status st = Validate(c, e, pages, verify); !st.ok()) {
     (void)e.machine.Transition(HandoffState::kFailed, now);
     ++stats_.failed;
     Free(e);
@@ -125,6 +115,32 @@ StatusOr<HandoffReceiver::Ready> HandoffReceiver::OnCommit(const Commit& c, Cloc
           e.skip_tokens};
   entries_.erase(it);
   return r;
+}
+
+Status HandoffReceiver::Validate(const Commit& c, const Entry& e, const std::vector<int32_t>& pages, bool verify) {
+  if (c.first_token < 0 || (options_.vocab_size > 0 && c.first_token >= options_.vocab_size)) {
+    return DataLoss("commit's first token " + std::to_string(c.first_token) + " is outside the vocabulary of " +
+                    std::to_string(options_.vocab_size));
+  }
+  if (c.pages_digest != e.pages_digest) {
+    return DataLoss("commit names another page reservation than handoff " + std::to_string(c.handoff_id) + "'s");
+  }
+  // Byte counts always; digests when verifying (hashing every byte costs a pass over them).
+  const auto local = DigestPages(pool_, pages, e.skip_tokens, int64_t(e.prompt.size()));
+  if (local.size() != c.digests.size()) {
+    return DataLoss("commit carries " + std::to_string(c.digests.size()) + " buffer digests, expected " +
+                    std::to_string(local.size()));
+  }
+  for (size_t b = 0; b < local.size(); ++b) {
+    if (local[b].name != c.digests[b].name || local[b].bytes != c.digests[b].bytes) {
+      return DataLoss("commit byte count for buffer '" + c.digests[b].name + "' does not match");
+    }
+  }
+  if (!verify) return Status::Ok();
+  ++stats_.verified;
+  Status st = VerifyDigests(c.digests, local);
+  if (!st.ok()) ++stats_.digest_mismatches;
+  return st;
 }
 
 StatusOr<Abort> HandoffReceiver::StartAbort(uint64_t handoff_id, std::string reason, Clock::time_point now) {
@@ -142,13 +158,14 @@ StatusOr<Abort> HandoffReceiver::StartAbort(uint64_t handoff_id, std::string rea
   if (!e.cached_pages.empty()) pool_.Release(e.cached_pages);
   e.cached_pages.clear();
   e.quarantined = true;
+  e.quarantined_at = now;
   stats_.quarantined_pages += int64_t(e.reserved_pages.size());
   return Abort{handoff_id, std::move(reason)};
 }
 
-void HandoffReceiver::OnAbortAck(uint64_t handoff_id) {
+void HandoffReceiver::OnAbortAck(uint64_t handoff_id, uint64_t peer) {
   auto it = entries_.find(handoff_id);
-  if (it == entries_.end() || !it->second->quarantined) return;  // duplicate or unknown ack
+  if (it == entries_.end() || !it->second->quarantined || it->second->peer != peer) return;  // duplicate, unknown, or not its peer
   Free(*it->second);
   entries_.erase(it);
 }
@@ -173,6 +190,23 @@ std::vector<uint64_t> HandoffReceiver::Expired(Clock::time_point now) const {
   std::vector<uint64_t> out;
   for (const auto& [id, e] : entries_) {
     if (e->machine.Expired(now)) out.push_back(id);
+  }
+  return out;
+}
+
+Clock::time_point HandoffReceiver::deadline(uint64_t handoff_id) const {
+  auto it = entries_.find(handoff_id);
+  return it == entries_.end() || it->second->machine.terminal() ? Clock::time_point::max()
+                                                                : it->second->machine.deadline();
+}
+
+std::vector<uint64_t> HandoffReceiver::PeersQuarantinedSince(Clock::time_point cutoff) const {
+  std::vector<uint64_t> out;
+  for (const auto& [id, e] : entries_) {
+    if (e->quarantined && e->quarantined_at < cutoff &&
+        std::find(out.begin(), out.end(), e->peer) == out.end()) {
+      out.push_back(e->peer);
+    }
   }
   return out;
 }

@@ -27,6 +27,7 @@ enum class VerifyMode { kOff, kSample, kAll };
 
 struct ReceiverOptions {
   HandoffDeadlines deadlines;
+  int32_t vocab_size = 0;  // a Commit's first token must lie in [0, vocab_size); 0: unchecked
   VerifyMode verify = VerifyMode::kAll;
   uint32_t sample_every = 8;  // kSample: verify one handoff in this many
 };
@@ -57,19 +58,30 @@ class HandoffReceiver {
     uint64_t compute_us = 0, transfer_us = 0;  // as the sender measured them
     int64_t cached_tokens = 0;  // prompt tokens found in this engine's prefix cache (not sent)
   };
-  // Verifies and publishes. On error the handoff has failed and its pages are
+  // Validates everything before anything changes (first token in the
+  // vocabulary, the reservation it names, byte counts, digests when
+  // verifying), then publishes. `peer` is the connection it came on; a
+  // Commit from another peer than the handoff's is refused and changes
+  // nothing. On any other error the handoff has failed and its pages are
   // free again: a Commit is only sent after the sender's flush, so nothing is
   // still in flight.
-  StatusOr<Ready> OnCommit(const Commit& commit, Clock::time_point now);
+  StatusOr<Ready> OnCommit(const Commit& commit, uint64_t peer, Clock::time_point now);
 
   // Ends a handoff that has not committed; returns the Abort to send to its peer.
   StatusOr<Abort> StartAbort(uint64_t handoff_id, std::string reason, Clock::time_point now);
-  void OnAbortAck(uint64_t handoff_id);
+  // The peer stopped writing and flushed: a quarantined handoff's pages are free.
+  // Ignored unless it comes from the handoff's own peer.
+  void OnAbortAck(uint64_t handoff_id, uint64_t peer);
   // The connection to `peer` is closed: no write of it can land any more, so
   // its quarantined pages are freed and its open handoffs fail.
   void OnPeerClosed(uint64_t peer, Clock::time_point now);
   // Handoffs whose state deadline has passed (the caller aborts them).
   std::vector<uint64_t> Expired(Clock::time_point now) const;
+  // The current state deadline of an open handoff (time_point::max() if none).
+  Clock::time_point deadline(uint64_t handoff_id) const;
+  // Peers holding a quarantine that began before `cutoff`: an abort they
+  // never acknowledged. Closing the connection to them ends it.
+  std::vector<uint64_t> PeersQuarantinedSince(Clock::time_point cutoff) const;
 
   HandoffState state(uint64_t handoff_id) const;
   const ReceiverStats& stats() const { return stats_; }
@@ -85,7 +97,11 @@ class HandoffReceiver {
     HandoffStateMachine machine;
     bool quarantined = false;
     std::shared_ptr<LayerGates> gates;  // L2 load into the first cached pages
+    uint64_t pages_digest = 0;          // PagesDigest of the Destination's page list
+    Clock::time_point quarantined_at;
   };
+  // The checks of OnCommit that change nothing.
+  Status Validate(const Commit& c, const Entry& e, const std::vector<int32_t>& pages, bool verify);
   void Free(Entry& e);
 
   PagePool& pool_;

@@ -115,10 +115,18 @@ Status HandoffSender::PutLayer(int layer, int64_t first_token, int64_t end_token
 }
 
 StatusOr<Commit> HandoffSender::Run(const Destination& d, const RemoteKey& remote,
-                                    Connection& connection) {
+                                    Connection& connection, Clock::time_point deadline) {
   const SamplingParams& sampling = d.sampling;
   const auto now = Clock::now();
-  HandoffStateMachine machine(HandoffSide::kPrefill, options_.deadlines, now);
+  fenced_ = true;  // nothing posted yet
+  HandoffDeadlines deadlines = options_.deadlines;
+  if (deadline != Clock::time_point::max()) {
+    // The destination's budget bounds the transfer too.
+    deadlines.transferring = std::min(deadlines.transferring,
+                                      std::chrono::duration_cast<std::chrono::milliseconds>(
+                                          std::max(deadline - now, Clock::duration::zero())));
+  }
+  HandoffStateMachine machine(HandoffSide::kPrefill, deadlines, now);
   const int64_t n = int64_t(d.tokens.size());
   const int64_t skip_pages = d.skip_tokens / kPageTokens;
   const int64_t n_pages = (n + kPageTokens - 1) / kPageTokens;
@@ -173,7 +181,7 @@ StatusOr<Commit> HandoffSender::Run(const Destination& d, const RemoteKey& remot
     if (!st.ok()) {
       // Our Abort frees the peer's pages: nothing of ours may still be in flight.
       forward_.SetLayerHook(nullptr);
-      (void)connection.Flush(std::max(machine.deadline(), Clock::now() + std::chrono::seconds(10)));
+      fenced_ = connection.Flush(std::max(machine.deadline(), Clock::now() + std::chrono::seconds(10))).ok();
       return st;
     }
   }
@@ -184,6 +192,7 @@ StatusOr<Commit> HandoffSender::Run(const Destination& d, const RemoteKey& remot
   // Past the deadline the flush still gets a bounded grace period: an Abort or
   // AbortAck must never overtake our own writes.
   const Status flushed = connection.Flush(std::max(machine.deadline(), Clock::now() + std::chrono::seconds(10)));
+  fenced_ = flushed.ok();
   const auto flush_end = Clock::now();
   if (abort_id_.load() == d.handoff_id) {
     (void)machine.Transition(HandoffState::kAborted, Clock::now());
@@ -195,6 +204,7 @@ StatusOr<Commit> HandoffSender::Run(const Destination& d, const RemoteKey& remot
   TANDEM_RETURN_IF_ERROR(flushed);
   Commit commit;
   commit.handoff_id = d.handoff_id;
+  commit.pages_digest = PagesDigest(d.pages);
   commit.first_token = sampler_.Sample(logits, sampling, d.tokens, n);
   if (unsafe) {
     // The production bug: the index-K pages go out last and the commit does
@@ -223,7 +233,7 @@ StatusOr<Commit> HandoffSender::Run(const Destination& d, const RemoteKey& remot
   if (unsafe) {
     // The commit is out while these writes are in flight. The local pages
     // must stay intact until they land, so flush before releasing them.
-    (void)connection.Flush(Clock::now() + std::chrono::seconds(30));
+    fenced_ = connection.Flush(Clock::now() + std::chrono::seconds(30)).ok();
   }
   return commit;
 }

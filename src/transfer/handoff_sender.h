@@ -42,14 +42,22 @@ class HandoffSender {
   Status EnableTiers(const std::string& weights_identity);
 
   // Runs one handoff to completion: compute, write, flush, send the Commit
-  // (over `connection`) and return it. Or an error:
-  // Aborted when RequestAbort(d.handoff_id) was called (writes stopped and
-  // flushed: the caller may send AbortAck), DeadlineExceeded, or a transport error.
-  // The first token is sampled with d.sampling.
-  StatusOr<Commit> Run(const Destination& d, const RemoteKey& remote, Connection& connection);
+  // (over `connection`) and return it. Or an error: Aborted when
+  // RequestAbort was called for it, DeadlineExceeded past `deadline` (or the
+  // state deadline, whichever is first), or a transport error. The first
+  // token is sampled with d.sampling.
+  // After an error, last_run_fenced() says whether the flush that followed
+  // the writes succeeded: only then may the caller acknowledge an abort or
+  // report the failure; otherwise it must close the connection (the fence).
+  StatusOr<Commit> Run(const Destination& d, const RemoteKey& remote, Connection& connection,
+                       Clock::time_point deadline = Clock::time_point::max());
+  bool last_run_fenced() const { return fenced_; }
 
   // Thread-safe: stops the handoff in flight at its next layer boundary.
+  // The caller names it by its id and clears the request (ClearAbort) before
+  // starting the next one, so an abort never outlives its handoff.
   void RequestAbort(uint64_t handoff_id) { abort_id_.store(handoff_id); }
+  void ClearAbort() { abort_id_.store(0); }
 
   // Pages the prefix cache holds (the worker thread's view; exact when idle).
   int64_t cached_pages() const { return index_ ? index_->cached_pages() : 0; }
@@ -75,6 +83,7 @@ class HandoffSender {
   Sampler sampler_;
   const SenderOptions options_;
   std::atomic<uint64_t> abort_id_{0};
+  bool fenced_ = true;  // the last Run's writes are known to have landed
   std::vector<int32_t> local_pages_;
   std::unique_ptr<CacheLayout> remote_layout_;  // the decode pool's, for the handoff in flight
   std::vector<std::pair<int, int32_t>> deferred_;  // unsafe mode: (layer, prompt page) of index-K

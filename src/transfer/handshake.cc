@@ -1,5 +1,6 @@
 #include "transfer/handshake.h"
 
+#include <random>
 #include <sstream>
 #include <vector>
 
@@ -20,7 +21,15 @@ Status CheckHello(const Hello& mine, const Hello& theirs) {
   if (mine.role == theirs.role) {
     return FailedPrecondition("both ends of the connection are " + mine.role + " engines");
   }
-  if (mine.layout_fingerprint == theirs.layout_fingerprint) return Status::Ok();
+  if (mine.layout_fingerprint == theirs.layout_fingerprint) {
+    if (mine.weights_identity == theirs.weights_identity) return Status::Ok();
+    return FailedPrecondition("model weights mismatch between " + mine.role + " engine " +
+                              std::to_string(mine.instance_id) + " (" + mine.weights_identity + ") and " +
+                              theirs.role + " engine " + std::to_string(theirs.instance_id) + " (" +
+                              theirs.weights_identity +
+                              "): a cache computed with one set of weights cannot be decoded with another "
+                              "(start both with the same model file)");
+  }
   const auto a = Parts(mine.layout_fingerprint), b = Parts(theirs.layout_fingerprint);
   std::string diff;
   for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
@@ -29,9 +38,16 @@ Status CheckHello(const Hello& mine, const Hello& theirs) {
                                                      theirs.role + " engine has " + y);
   }
   return FailedPrecondition("cache layout mismatch between " + mine.role + " engine " +
-                            std::to_string(mine.engine_id) + " and " + theirs.role + " engine " +
-                            std::to_string(theirs.engine_id) + ": " + diff +
+                            std::to_string(mine.instance_id) + " and " + theirs.role + " engine " +
+                            std::to_string(theirs.instance_id) + ": " + diff +
                             " (start both with the same model, --attention and --index-k-dtype)");
+}
+
+uint64_t NewInstanceId() {
+  std::random_device rd;
+  uint64_t id = 0;
+  while (id == 0) id = (uint64_t(rd()) << 32) ^ uint64_t(rd());
+  return id;
 }
 
 }  // namespace tandem::transfer

@@ -1,8 +1,9 @@
 // The first exchange on every prefill<->decode connection: each side sends
-// Hello{role, layout fingerprint, engine id}; a connection whose layouts
-// differ (page size, or any registered buffer's name, dtype or bytes per
-// token — e.g. fp8 index-K on one side and bf16 on the other) is refused
-// before a single page moves.
+// Hello{role, layout fingerprint, weights identity, instance ids}; a
+// connection whose layouts differ (page size, or any registered buffer's
+// name, dtype or bytes per token — e.g. fp8 index-K on one side and bf16 on
+// the other) or whose weights differ (same shapes, other values: f16 and
+// q8_0 files of one model) is refused by both sides before a page moves.
 #pragma once
 
 #include "transfer/messages.h"
@@ -12,5 +13,8 @@ namespace tandem::transfer {
 // OK when `theirs` may exchange pages with `mine`; otherwise
 // FailedPrecondition saying exactly which part of the layout differs.
 Status CheckHello(const Hello& mine, const Hello& theirs);
+
+// A random, non-zero id for this engine process (a restarted engine is a new peer).
+uint64_t NewInstanceId();
 
 }  // namespace tandem::transfer

@@ -4,6 +4,8 @@
 
 #include <type_traits>
 
+#include <xxhash.h>
+
 #include "cache/layout.h"
 
 namespace tandem {
@@ -146,7 +148,7 @@ StatusOr<BodyReader> OpenBody(std::span<const uint8_t> bytes, MessageType expect
 }
 
 bool KnownType(uint16_t type) {
-  return type >= uint16_t(MessageType::kHello) && type <= uint16_t(MessageType::kAbortAck);
+  return type >= uint16_t(MessageType::kHello) && type <= uint16_t(MessageType::kHeartbeat);
 }
 
 uint64_t PagesFor(uint64_t tokens) { return (tokens + kPageTokens - 1) / kPageTokens; }
@@ -160,6 +162,7 @@ const char* MessageTypeName(MessageType type) {
     case MessageType::kCommit: return "Commit";
     case MessageType::kAbort: return "Abort";
     case MessageType::kAbortAck: return "AbortAck";
+    case MessageType::kHeartbeat: return "Heartbeat";
   }
   return "?";
 }
@@ -207,7 +210,9 @@ std::vector<uint8_t> Hello::Encode() const {
   MessageWriter w(kType);
   w.PutString(role);
   w.PutString(layout_fingerprint);
-  w.Put(engine_id);
+  w.PutString(weights_identity);
+  w.Put(instance_id);
+  w.Put(peer_instance_id);
   return std::move(w).Finish();
 }
 
@@ -216,10 +221,13 @@ StatusOr<Hello> Hello::Decode(std::span<const uint8_t> bytes) {
   Hello m;
   m.role = r.String("role");
   m.layout_fingerprint = r.String("layout_fingerprint");
-  m.engine_id = r.Get<uint64_t>("engine_id");
+  m.weights_identity = r.String("weights_identity");
+  m.instance_id = r.Get<uint64_t>("instance_id");
+  m.peer_instance_id = r.Get<uint64_t>("peer_instance_id");
   if (r.ok() && m.role != "prefill" && m.role != "decode") {
     r.Fail("role", "'" + m.role.substr(0, 64) + "' is neither \"prefill\" nor \"decode\"");
   }
+  if (r.ok() && m.instance_id == 0) r.Fail("instance_id", "0 is not an instance id");
   TANDEM_RETURN_IF_ERROR(r.Finish());
   return m;
 }
@@ -227,7 +235,7 @@ StatusOr<Hello> Hello::Decode(std::span<const uint8_t> bytes) {
 std::vector<uint8_t> Destination::Encode() const {
   MessageWriter w(kType);
   w.Put(handoff_id);
-  w.Put(decode_engine_id);
+  w.Put(decode_instance_id);
   w.Put(skip_tokens);
   w.PutCount(tokens.size(), kMaxHandoffTokens);
   for (int32_t t : tokens) w.Put(t);
@@ -237,9 +245,8 @@ std::vector<uint8_t> Destination::Encode() const {
     w.Put(p.generation);
   }
   w.PutBytes(remote_key);
-  w.Put(remote_base);
   w.Put(pool_pages);
-  w.Put(deadline_unix_ms);
+  w.Put(time_budget_ms);
   w.PutFloat(sampling.temperature);
   w.Put(sampling.top_k);
   w.PutFloat(sampling.top_p);
@@ -253,10 +260,10 @@ std::vector<uint8_t> Destination::Encode() const {
 bool Destination::operator==(const Destination& o) const {
   const SamplingParams& a = sampling;
   const SamplingParams& b = o.sampling;
-  return handoff_id == o.handoff_id && decode_engine_id == o.decode_engine_id &&
+  return handoff_id == o.handoff_id && decode_instance_id == o.decode_instance_id &&
          skip_tokens == o.skip_tokens && tokens == o.tokens && pages == o.pages &&
-         remote_key == o.remote_key && remote_base == o.remote_base && pool_pages == o.pool_pages &&
-         deadline_unix_ms == o.deadline_unix_ms && a.temperature == b.temperature &&
+         remote_key == o.remote_key && pool_pages == o.pool_pages &&
+         time_budget_ms == o.time_budget_ms && a.temperature == b.temperature &&
          a.top_k == b.top_k && a.top_p == b.top_p && a.min_p == b.min_p &&
          a.repetition_penalty == b.repetition_penalty && a.repeat_last_n == b.repeat_last_n &&
          a.seed == b.seed;
@@ -266,7 +273,7 @@ StatusOr<Destination> Destination::Decode(std::span<const uint8_t> bytes) {
   TANDEM_ASSIGN_OR_RETURN(BodyReader r, OpenBody(bytes, kType));
   Destination m;
   m.handoff_id = r.Get<uint64_t>("handoff_id");
-  m.decode_engine_id = r.Get<uint64_t>("decode_engine_id");
+  m.decode_instance_id = r.Get<uint64_t>("decode_instance_id");
   m.skip_tokens = r.Get<int64_t>("skip_tokens");
   m.tokens.resize(r.Count("tokens", kMaxHandoffTokens, 4));
   for (int32_t& t : m.tokens) t = r.Get<int32_t>("tokens");
@@ -277,12 +284,14 @@ StatusOr<Destination> Destination::Decode(std::span<const uint8_t> bytes) {
     if (r.ok() && p.page < 0) r.Fail("pages.page", "negative page " + std::to_string(p.page));
   }
   m.remote_key = r.Bytes("remote_key");
-  m.remote_base = r.Get<uint64_t>("remote_base");
   m.pool_pages = r.Get<int64_t>("pool_pages");
   if (r.ok() && (m.pool_pages < 0 || m.pool_pages > int64_t(1) << 31)) {
     r.Fail("pool_pages", std::to_string(m.pool_pages) + " is out of range");
   }
-  m.deadline_unix_ms = r.Get<int64_t>("deadline_unix_ms");
+  m.time_budget_ms = r.Get<int64_t>("time_budget_ms");
+  if (r.ok() && (m.time_budget_ms < 1 || m.time_budget_ms > int64_t(24) * 3600 * 1000)) {
+    r.Fail("time_budget_ms", std::to_string(m.time_budget_ms) + " is outside [1 ms, 24 h]");
+  }
   m.sampling.temperature = r.GetFloat("sampling.temperature");
   m.sampling.top_k = r.Get<int32_t>("sampling.top_k");
   m.sampling.top_p = r.GetFloat("sampling.top_p");
@@ -312,6 +321,7 @@ StatusOr<Destination> Destination::Decode(std::span<const uint8_t> bytes) {
 std::vector<uint8_t> Commit::Encode() const {
   MessageWriter w(kType);
   w.Put(handoff_id);
+  w.Put(pages_digest);
   w.Put(first_token);
   w.PutCount(digests.size(), kMaxHandoffBuffers);
   for (const BufferDigest& d : digests) {
@@ -328,7 +338,9 @@ StatusOr<Commit> Commit::Decode(std::span<const uint8_t> bytes) {
   TANDEM_ASSIGN_OR_RETURN(BodyReader r, OpenBody(bytes, kType));
   Commit m;
   m.handoff_id = r.Get<uint64_t>("handoff_id");
+  m.pages_digest = r.Get<uint64_t>("pages_digest");
   m.first_token = r.Get<int32_t>("first_token");
+  if (r.ok() && m.first_token < 0) r.Fail("first_token", "negative token " + std::to_string(m.first_token));
   // Each digest is at least a 4-byte name length and two u64s.
   m.digests.resize(r.Count("digests", kMaxHandoffBuffers, 20));
   for (BufferDigest& d : m.digests) {
@@ -370,6 +382,30 @@ StatusOr<AbortAck> AbortAck::Decode(std::span<const uint8_t> bytes) {
   m.handoff_id = r.Get<uint64_t>("handoff_id");
   TANDEM_RETURN_IF_ERROR(r.Finish());
   return m;
+}
+
+std::vector<uint8_t> Heartbeat::Encode() const {
+  MessageWriter w(kType);
+  w.Put(instance_id);
+  return std::move(w).Finish();
+}
+
+StatusOr<Heartbeat> Heartbeat::Decode(std::span<const uint8_t> bytes) {
+  TANDEM_ASSIGN_OR_RETURN(BodyReader r, OpenBody(bytes, kType));
+  Heartbeat m;
+  m.instance_id = r.Get<uint64_t>("instance_id");
+  TANDEM_RETURN_IF_ERROR(r.Finish());
+  return m;
+}
+
+uint64_t PagesDigest(std::span<const PageRef> pages) {
+  std::vector<uint8_t> bytes;
+  bytes.reserve(pages.size() * 8);
+  for (const PageRef& p : pages) {
+    for (size_t i = 0; i < 4; ++i) bytes.push_back(uint8_t(uint32_t(p.page) >> (8 * i)));
+    for (size_t i = 0; i < 4; ++i) bytes.push_back(uint8_t(p.generation >> (8 * i)));
+  }
+  return XXH3_64bits(bytes.data(), bytes.size());
 }
 
 }  // namespace tandem

@@ -24,7 +24,7 @@
 namespace tandem {
 
 constexpr uint32_t kHandoffMagic = 0x4F484454;  // bytes "TDHO" read as little-endian u32
-constexpr uint16_t kHandoffVersion = 1;
+constexpr uint16_t kHandoffVersion = 2;
 constexpr size_t kHandoffHeaderBytes = 12;
 
 // Decoding caps. A message beyond any of them is rejected before allocating.
@@ -40,6 +40,7 @@ enum class MessageType : uint16_t {
   kCommit = 3,
   kAbort = 4,
   kAbortAck = 5,
+  kHeartbeat = 6,
 };
 
 const char* MessageTypeName(MessageType type);
@@ -57,13 +58,18 @@ StatusOr<MessageHeader> DecodeHeader(std::span<const uint8_t> bytes);
 // equals exactly the bytes after it. Use to dispatch to T::Decode.
 StatusOr<MessageType> PeekType(std::span<const uint8_t> bytes);
 
-// First message on a connection, both directions. A layout fingerprint
-// mismatch fails the connection (cache/layout.h: Fingerprint()).
+// First message on a connection, both directions. A layout fingerprint or
+// weights identity mismatch fails the connection on both sides
+// (transfer/handshake.h). Instance ids are random per engine process, so a
+// restarted engine is a new peer; the prefill side's answer names the decode
+// instance it answers (peer_instance_id), the decode side's first Hello has 0.
 struct Hello {
   static constexpr MessageType kType = MessageType::kHello;
   std::string role;  // "prefill" | "decode"; anything else is rejected
   std::string layout_fingerprint;
-  uint64_t engine_id = 0;
+  std::string weights_identity;  // model/model.h: WeightsIdentity()
+  uint64_t instance_id = 0;      // the sender's; never 0
+  uint64_t peer_instance_id = 0;  // the receiver's, when known
 
   std::vector<uint8_t> Encode() const;
   static StatusOr<Hello> Decode(std::span<const uint8_t> bytes);
@@ -78,21 +84,37 @@ struct PageRef {
   bool operator==(const PageRef&) const = default;
 };
 
+// Either direction, every heartbeat interval: a peer silent (no message of
+// any kind) past the peer timeout is declared dead and its endpoint closed.
+struct Heartbeat {
+  static constexpr MessageType kType = MessageType::kHeartbeat;
+  uint64_t instance_id = 0;  // the sender's
+
+  std::vector<uint8_t> Encode() const;
+  static StatusOr<Heartbeat> Decode(std::span<const uint8_t> bytes);
+  bool operator==(const Heartbeat&) const = default;
+};
+
 // Decode -> prefill: where to write the request's cache.
 // Decode checks: 0 <= skip_tokens <= tokens.size(), and pages covers exactly
 // the prompt's pages from the one holding skip_tokens to the last one:
 // pages.size() == ceil(tokens.size() / kPageTokens) - skip_tokens / kPageTokens.
+// A handoff is named by (decode_instance_id, handoff_id): the sequence number
+// is unique within one decode process, the instance id across processes and
+// restarts. The prefill side also keys it by the connection it came on.
 struct Destination {
   static constexpr MessageType kType = MessageType::kDestination;
   uint64_t handoff_id = 0;
-  uint64_t decode_engine_id = 0;
+  uint64_t decode_instance_id = 0;
   int64_t skip_tokens = 0;  // prefix already cached at decode; prefill does not send it
   std::vector<int32_t> tokens;  // the full prompt
   std::vector<PageRef> pages;   // cover [skip_tokens, tokens.size())
   std::vector<uint8_t> remote_key;  // the transport's opaque remote-memory key
-  uint64_t remote_base = 0;         // address of the decode pool arena
   int64_t pool_pages = 0;           // pages in the decode pool: segment offsets depend on it
-  int64_t deadline_unix_ms = 0;
+  // Milliseconds the prefill side has, from receipt, to commit (a relative
+  // budget, so the engines' clocks need not agree). A queued handoff past it
+  // is dropped with an Abort; a running one stops at its next layer.
+  int64_t time_budget_ms = 0;
   SamplingParams sampling;          // the prefill side samples the first token with these
 
   std::vector<uint8_t> Encode() const;
@@ -113,6 +135,9 @@ struct BufferDigest {
 struct Commit {
   static constexpr MessageType kType = MessageType::kCommit;
   uint64_t handoff_id = 0;
+  // PagesDigest(destination.pages): the commit names the very reservation
+  // (pages and their generations) it filled; any other is refused.
+  uint64_t pages_digest = 0;
   int32_t first_token = 0;
   std::vector<BufferDigest> digests;  // one per registered buffer, registry order
   uint64_t compute_us = 0;            // prefill side: forward passes of this prompt
@@ -143,6 +168,9 @@ struct AbortAck {
   static StatusOr<AbortAck> Decode(std::span<const uint8_t> bytes);
   bool operator==(const AbortAck&) const = default;
 };
+
+// XXH3 of the (page, generation) list, in order.
+uint64_t PagesDigest(std::span<const PageRef> pages);
 
 // Encode() REQUIRES every count and string within the caps above (a larger
 // message is a programming error, checked).

@@ -155,6 +155,10 @@ struct UcxTransport::Impl {
   }
   void RunProgress();
   void RunDelivery();
+  void Forget(ucp_ep_h ep) {
+    std::lock_guard<std::mutex> lock(mu);
+    connections.erase(ep);
+  }
   std::shared_ptr<UcxConnection> Find(ucp_ep_h ep) {
     std::lock_guard<std::mutex> lock(mu);
     auto it = connections.find(ep);
@@ -219,10 +223,15 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
     return Status::Ok();
   }
 
+  // Also after the peer died: releases the endpoints and forgets the
+  // connection, so a link that reconnects again and again leaks nothing.
   void Close() override {
-    if (!alive_.exchange(false)) return;
+    if (closed_.exchange(true)) return;
+    const bool was_alive = alive_.exchange(false);
+    ucp_ep_h ep = ep_;
     Release();
-    t_->Post({shared_from_this(), {}, true, Unavailable("connection closed by this side")});
+    t_->Forget(ep);
+    if (was_alive) t_->Post({shared_from_this(), {}, true, Unavailable("connection closed by this side")});
   }
 
   // The peer is gone (error callback): writes can no longer land.
@@ -347,6 +356,7 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   UcxTransport::Impl* t_;
   const uint64_t id_;
   std::atomic<bool> alive_{true};
+  std::atomic<bool> closed_{false};
   std::mutex mu_;
   std::map<std::vector<uint8_t>, ucp_rkey_h> rkeys_;
   std::vector<std::pair<void*, std::unique_ptr<std::vector<uint8_t>>>> pending_sends_;
@@ -435,11 +445,35 @@ ucs_status_t OnMessage(void* arg, const void*, size_t, void* data, size_t length
 
 }  // namespace
 
-StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create() {
+StatusOr<UcxLanes> ParseUcxLanes(const std::string& name) {
+  if (name == "auto") return UcxLanes::kAuto;
+  if (name == "shm") return UcxLanes::kShm;
+  if (name == "tcp") return UcxLanes::kTcp;
+  return InvalidArgument("--transport must be auto, shm or tcp, not '" + name + "'");
+}
+
+const char* UcxLanesName(UcxLanes lanes) {
+  switch (lanes) {
+    case UcxLanes::kAuto: return "auto";
+    case UcxLanes::kShm: return "shm";
+    case UcxLanes::kTcp: return "tcp";
+  }
+  return "?";
+}
+
+StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(UcxLanes lanes) {
   auto impl = std::make_unique<Impl>();
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return UcxError("ucp_config_read", st);
+  if (lanes != UcxLanes::kAuto) {
+    // Sockaddr connection setup always needs tcp.
+    st = ucp_config_modify(config, "TLS", lanes == UcxLanes::kTcp ? "tcp" : "sm,tcp");
+    if (st != UCS_OK) {
+      ucp_config_release(config);
+      return UcxError(std::string("ucp_config_modify TLS for --transport ") + UcxLanesName(lanes), st);
+    }
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
   params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;

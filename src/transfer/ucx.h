@@ -21,9 +21,17 @@ struct UcxKeyHeader {
   uint64_t ipc_identity = 0;  // which kernel and IPC namespace shmid lives in
 };
 
+// Which UCX transports carry the bytes. kAuto: whatever UCX finds (UCX_TLS
+// in the environment is honoured); kShm: shared memory for the puts, TCP
+// only to set connections up (one host); kTcp: TCP for everything (across
+// hosts, or where shared memory is not wanted).
+enum class UcxLanes { kAuto, kShm, kTcp };
+StatusOr<UcxLanes> ParseUcxLanes(const std::string& name);  // "auto" | "shm" | "tcp"
+const char* UcxLanesName(UcxLanes lanes);
+
 class UcxTransport : public Transport {
  public:
-  static StatusOr<std::unique_ptr<UcxTransport>> Create();
+  static StatusOr<std::unique_ptr<UcxTransport>> Create(UcxLanes lanes = UcxLanes::kAuto);
   ~UcxTransport() override;
 
   std::string name() const override { return "ucx"; }

@@ -65,6 +65,7 @@ class PrefillWorker {
       Destination d = std::move(queue_.front());
       queue_.pop_front();
       running_ = d.handoff_id;
+      sender_.ClearAbort();
       lock.unlock();
       auto commit = sender_.Run(d, key_, *conn_);
       if (!commit.ok() && commit.status().code() == StatusCode::kAborted) (void)conn_->Send(AbortAck{d.handoff_id}.Encode());
@@ -132,6 +133,7 @@ TEST(AbortStorm, HalfAbortedTenRoundsThenACleanRound) {
       const uint64_t id = next_id++;
       auto d = receiver.Begin(id, testing::PseudoRandomTokens(size_t(100 + 13 * i), 1024, uint32_t(id)), 1, Clock::now());
       EXPECT_TRUE(d.ok()) << d.status().ToString();
+      d->time_budget_ms = 60000;
       EXPECT_TRUE(decode_side->Send(d->Encode()).ok());
       open.insert(id);
       ids.push_back(id);
@@ -153,13 +155,13 @@ TEST(AbortStorm, HalfAbortedTenRoundsThenACleanRound) {
       lock.unlock();
       const auto type = PeekType(bytes);
       if (*type == MessageType::kCommit) {
-        auto ready = receiver.OnCommit(*Commit::Decode(bytes), Clock::now());
+        auto ready = receiver.OnCommit(*Commit::Decode(bytes), 1, Clock::now());
         if (ready.ok()) {
           ++committed;
           decode_pool.Release(ready->pages);
         }
       } else if (*type == MessageType::kAbortAck) {
-        receiver.OnAbortAck(AbortAck::Decode(bytes)->handoff_id);
+        receiver.OnAbortAck(AbortAck::Decode(bytes)->handoff_id, 1);
       }
     }
     return committed;

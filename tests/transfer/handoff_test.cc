@@ -81,13 +81,14 @@ class HandoffHarness {
   // tokens, or the error that failed the handoff.
   StatusOr<std::vector<int32_t>> Run(uint64_t id, const std::vector<int32_t>& prompt, int n_tokens) {
     TANDEM_ASSIGN_OR_RETURN(Destination d, receiver_.Begin(id, prompt, 1, Clock::now()));
+    d.time_budget_ms = 60000;
     TANDEM_ASSIGN_OR_RETURN(Destination wire, Destination::Decode(d.Encode()));
     RemoteKey key{wire.remote_key, region_.size};
     n_tokens_ = n_tokens;
     auto sent = sender_.Run(wire, key, *to_decode_);
     if (!sent.ok()) {
       (void)receiver_.StartAbort(id, "prefill failed", Clock::now());
-      receiver_.OnAbortAck(id);  // the sender flushed before returning
+      receiver_.OnAbortAck(id, 1);  // the sender flushed before returning
       return sent.status();
     }
     std::unique_lock<std::mutex> lock(mu_);
@@ -99,7 +100,7 @@ class HandoffHarness {
 
   StatusOr<std::vector<int32_t>> OnCommitMessage(const std::vector<uint8_t>& bytes) {
     TANDEM_ASSIGN_OR_RETURN(Commit commit, Commit::Decode(bytes));
-    TANDEM_ASSIGN_OR_RETURN(HandoffReceiver::Ready ready, receiver_.OnCommit(commit, Clock::now()));
+    TANDEM_ASSIGN_OR_RETURN(HandoffReceiver::Ready ready, receiver_.OnCommit(commit, 1, Clock::now()));
     return Continue(ready, n_tokens_);
   }
 
@@ -301,8 +302,10 @@ TEST(Handoff, AbortQuarantinesUntilAckAndPeerCloseFreesEverything) {
   ASSERT_TRUE(abort.ok());
   EXPECT_EQ(h.receiver().stats().quarantined_pages, 5);
   EXPECT_EQ(h.decode_pool().reserved_pages(), 10) << "no page is freed before the sender acknowledges";
-  h.receiver().OnAbortAck(7);
-  h.receiver().OnAbortAck(7);  // duplicates are harmless
+  h.receiver().OnAbortAck(7, 2);  // not its peer: ignored
+  EXPECT_EQ(h.receiver().stats().quarantined_pages, 5);
+  h.receiver().OnAbortAck(7, 1);
+  h.receiver().OnAbortAck(7, 1);  // duplicates are harmless
   EXPECT_EQ(h.receiver().stats().quarantined_pages, 0);
   EXPECT_EQ(h.decode_pool().reserved_pages(), 5);
   ASSERT_TRUE(h.receiver().StartAbort(8, "deadline", Clock::now()).ok());
@@ -325,7 +328,7 @@ TEST(Handoff, ACommitThatCrossesOurAbortReleasesTheQuarantine) {
   EXPECT_EQ(h.receiver().stats().quarantined_pages, 5);
   Commit late;
   late.handoff_id = 9;
-  auto r = h.receiver().OnCommit(late, Clock::now());
+  auto r = h.receiver().OnCommit(late, 1, Clock::now());
   EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(r.status().message().find("already aborted"), std::string::npos);
   EXPECT_EQ(h.receiver().stats().quarantined_pages, 0);

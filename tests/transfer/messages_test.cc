@@ -12,28 +12,29 @@ namespace tandem {
 namespace {
 
 Hello SampleHello() {
-  return {"decode", "page_tokens=64;layers=2;k:f32:32", 0x1122334455667788ull};
+  return {"decode", "page_tokens=64;layers=2;k:f32:32", "tiny:12345", 0x1122334455667788ull, 0};
 }
 
 Destination SampleDestination() {
   Destination d;
   d.handoff_id = 42;
-  d.decode_engine_id = 7;
+  d.decode_instance_id = 7;
   d.skip_tokens = 64;
   for (int32_t t = 0; t < 150; ++t) d.tokens.push_back(t * 3 - 5);
   d.pages = {{5, 1}, {9, 0xFFFFFFFFu}};  // tokens [64, 150) span pages 1 and 2
   d.remote_key = {0xde, 0xad, 0xbe, 0xef, 0x00, 0x01};
-  d.remote_base = 0x7f0000001000ull;
-  d.deadline_unix_ms = 1700000000123;
+  d.pool_pages = 1000;
+  d.time_budget_ms = 60000;
   return d;
 }
 
 Commit SampleCommit() {
-  return {99, 31337, {{"k", 1, 4096}, {"v", 2, 4096}, {"index_k", 0xFFFFFFFFFFFFFFFFull, 2112}}};
+  return {99, 0xABCDEF0123456789ull, 31337, {{"k", 1, 4096}, {"v", 2, 4096}, {"index_k", 0xFFFFFFFFFFFFFFFFull, 2112}}};
 }
 
 Abort SampleAbort() { return {42, "client went away"}; }
 AbortAck SampleAbortAck() { return {42}; }
+Heartbeat SampleHeartbeat() { return {0x0102030405060708ull}; }
 
 // Decodes with the decoder PeekType picks; what a connection loop does.
 Status DecodeAny(std::span<const uint8_t> bytes, std::vector<uint8_t>* reencoded) {
@@ -54,13 +55,15 @@ Status DecodeAny(std::span<const uint8_t> bytes, std::vector<uint8_t>* reencoded
       return run(Abort::Decode(bytes));
     case MessageType::kAbortAck:
       return run(AbortAck::Decode(bytes));
+    case MessageType::kHeartbeat:
+      return run(Heartbeat::Decode(bytes));
   }
   return Internal("unreachable");
 }
 
 std::vector<std::vector<uint8_t>> AllSamples() {
   return {SampleHello().Encode(), SampleDestination().Encode(), SampleCommit().Encode(),
-          SampleAbort().Encode(), SampleAbortAck().Encode()};
+          SampleAbort().Encode(), SampleAbortAck().Encode(), SampleHeartbeat().Encode()};
 }
 
 void PutU32(std::vector<uint8_t>& bytes, size_t at, uint32_t v) {
@@ -90,30 +93,55 @@ void ExpectRoundTrip(const M& m) {
 
 TEST(HandoffMessages, RoundTrip) {
   ExpectRoundTrip(SampleHello());
-  ExpectRoundTrip(Hello{"prefill", "", 0});
+  ExpectRoundTrip(Hello{"prefill", "", "", 1, 0});
   ExpectRoundTrip(SampleDestination());
   Destination whole_prompt_cached;
   whole_prompt_cached.tokens.assign(128, 1);
   whole_prompt_cached.skip_tokens = 128;
+  whole_prompt_cached.time_budget_ms = 1;
   ExpectRoundTrip(whole_prompt_cached);
-  ExpectRoundTrip(Destination{});
+  Destination empty;
+  empty.time_budget_ms = 24 * 3600 * 1000;
+  ExpectRoundTrip(empty);
   ExpectRoundTrip(SampleCommit());
   ExpectRoundTrip(Commit{});
   ExpectRoundTrip(SampleAbort());
   ExpectRoundTrip(Abort{1, ""});
   ExpectRoundTrip(SampleAbortAck());
+  ExpectRoundTrip(SampleHeartbeat());
+}
+
+TEST(HandoffMessages, FieldsOutOfRangeAreRejectedByName) {
+  Hello anonymous = SampleHello();
+  anonymous.instance_id = 0;
+  EXPECT_TRUE(IsDataLoss(Hello::Decode(anonymous.Encode()).status(), "'instance_id'"));
+  for (int64_t budget : {int64_t(0), int64_t(-5), int64_t(24) * 3600 * 1000 + 1}) {
+    Destination d = SampleDestination();
+    d.time_budget_ms = budget;
+    EXPECT_TRUE(IsDataLoss(Destination::Decode(d.Encode()).status(), "'time_budget_ms'")) << budget;
+  }
+  Commit negative = SampleCommit();
+  negative.first_token = -1;
+  EXPECT_TRUE(IsDataLoss(Commit::Decode(negative.Encode()).status(), "'first_token'"));
+}
+
+TEST(HandoffMessages, PagesDigestCoversPagesAndGenerations) {
+  const std::vector<PageRef> a = {{5, 1}, {9, 2}};
+  EXPECT_EQ(PagesDigest(a), PagesDigest(std::vector<PageRef>{{5, 1}, {9, 2}}));
+  EXPECT_NE(PagesDigest(a), PagesDigest(std::vector<PageRef>{{5, 1}, {9, 3}}));  // a reused page
+  EXPECT_NE(PagesDigest(a), PagesDigest(std::vector<PageRef>{{9, 2}, {5, 1}}));
 }
 
 TEST(HandoffMessages, ExactBytesOfHeaderAndBody) {
   const std::vector<uint8_t> ack = AbortAck{0x0102030405060708ull}.Encode();
   // clang-format off
-  const std::vector<uint8_t> want = {'T', 'D', 'H', 'O', 1, 0, 5, 0, 8, 0, 0, 0,  // header
+  const std::vector<uint8_t> want = {'T', 'D', 'H', 'O', 2, 0, 5, 0, 8, 0, 0, 0,  // header
                                      8, 7, 6, 5, 4, 3, 2, 1};                    // handoff_id
   // clang-format on
   EXPECT_EQ(ack, want);
   const std::vector<uint8_t> abort = Abort{1, "ab"}.Encode();
   // clang-format off
-  const std::vector<uint8_t> want_abort = {'T', 'D', 'H', 'O', 1, 0, 4, 0, 14, 0, 0, 0,  // header
+  const std::vector<uint8_t> want_abort = {'T', 'D', 'H', 'O', 2, 0, 4, 0, 14, 0, 0, 0,  // header
                                            1, 0, 0, 0, 0, 0, 0, 0,  // handoff_id
                                            2, 0, 0, 0, 'a', 'b'};   // reason
   // clang-format on
@@ -153,9 +181,9 @@ TEST(HandoffMessages, BadHeaderFields) {
   bad_magic[0] = 'X';
   EXPECT_TRUE(IsDataLoss(Hello::Decode(bad_magic).status(), "magic"));
   auto bad_version = bytes;
-  bad_version[4] = 2;
-  EXPECT_TRUE(IsDataLoss(Hello::Decode(bad_version).status(), "version 2"));
-  for (int type : {0, 6, 0xFFFF}) {
+  bad_version[4] = 1;  // the version before instance ids and heartbeats
+  EXPECT_TRUE(IsDataLoss(Hello::Decode(bad_version).status(), "version 1"));
+  for (int type : {0, 7, 0xFFFF}) {
     auto bad_type = bytes;
     bad_type[6] = uint8_t(type);
     bad_type[7] = uint8_t(type >> 8);
@@ -181,7 +209,7 @@ TEST(HandoffMessages, BodyLengthMismatch) {
 }
 
 TEST(HandoffMessages, HugeCountsAreRejectedBeforeAllocating) {
-  // Destination body: handoff_id, decode_engine_id, skip_tokens, then the token count.
+  // Destination body: handoff_id, decode_instance_id, skip_tokens, then the token count.
   const size_t tokens_count_at = kHandoffHeaderBytes + 24;
   auto tokens = SampleDestination().Encode();
   PutU32(tokens, tokens_count_at, 0xFFFFFFFFu);
@@ -194,12 +222,12 @@ TEST(HandoffMessages, HugeCountsAreRejectedBeforeAllocating) {
   PutU32(pages, tokens_count_at + 4 + 150 * 4, kMaxHandoffPages + 1);
   EXPECT_TRUE(IsDataLoss(Destination::Decode(pages).status(), "'pages'"));
 
-  // Commit body: handoff_id, first_token, then the digest count.
+  // Commit body: handoff_id, pages_digest, first_token, then the digest count.
   auto digests = SampleCommit().Encode();
-  PutU32(digests, kHandoffHeaderBytes + 12, kMaxHandoffBuffers + 1);
+  PutU32(digests, kHandoffHeaderBytes + 20, kMaxHandoffBuffers + 1);
   EXPECT_TRUE(IsDataLoss(Commit::Decode(digests).status(), "'digests': count 65 exceeds"));
 
-  auto name = Hello{"decode", "x", 1}.Encode();
+  auto name = Hello{"decode", "x", "w", 1, 0}.Encode();
   PutU32(name, kHandoffHeaderBytes, kMaxHandoffStringBytes + 1);
   EXPECT_TRUE(IsDataLoss(Hello::Decode(name).status(), "'role'"));
   auto reason = SampleAbort().Encode();
@@ -208,7 +236,7 @@ TEST(HandoffMessages, HugeCountsAreRejectedBeforeAllocating) {
 }
 
 TEST(HandoffMessages, MeaninglessValuesAreRejected) {
-  EXPECT_TRUE(IsDataLoss(Hello::Decode(Hello{"router", "f", 1}.Encode()).status(), "'role'"));
+  EXPECT_TRUE(IsDataLoss(Hello::Decode(Hello{"router", "f", "w", 1, 0}.Encode()).status(), "'role'"));
 
   Destination d = SampleDestination();
   d.skip_tokens = -1;
