@@ -32,6 +32,7 @@ struct ServeArgs {
   int64_t debug_wedge_after_messages = -1;  // --disagg: passed to the prefill engine
   std::string transport = "auto";
   int64_t peer_timeout_ms = 5000;
+  int64_t handoff_timeout_ms = 60000;
 };
 
 // Re-spells this command's options for the child processes of --disagg.
@@ -52,6 +53,7 @@ DisaggLaunch LaunchFor(const ServeArgs& a) {
   if (a.engine.context_tokens > 0) l.decode_args.insert(l.decode_args.end(), {"--ctx-size", std::to_string(a.engine.context_tokens)});
   if (a.no_prefix_cache) l.decode_args.push_back("--no-prefix-cache");
   l.prefill_args = {"--chunk-size", std::to_string(a.engine.chunk_size)};
+  l.decode_args.insert(l.decode_args.end(), {"--handoff-timeout-ms", std::to_string(a.handoff_timeout_ms)});
   for (auto* side : {&l.prefill_args, &l.decode_args}) {
     side->insert(side->end(), {"--transport", a.transport, "--peer-timeout-ms", std::to_string(a.peer_timeout_ms)});
   }
@@ -124,6 +126,7 @@ int RunServe(ServeArgs& a) {
   if (!lanes.ok()) return std::fprintf(stderr, "error: %s\n", lanes.status().message().c_str()), 1;
   a.engine.transport = *lanes;
   a.engine.peer_timeout = std::chrono::milliseconds(a.peer_timeout_ms);
+  a.engine.handoff_timeout = std::chrono::milliseconds(a.handoff_timeout_ms);
   if (a.verify == "off") {
     a.engine.verify = transfer::VerifyMode::kOff;
   } else if (a.verify == "sample") {
@@ -186,6 +189,10 @@ void RegisterServe(CLI::App& app) {
   cmd->add_option("--peer-timeout-ms", a->peer_timeout_ms,
                   "Disaggregated: a prefill engine silent this long is declared dead (its connection closed)")
       ->check(CLI::Range(int64_t(100), int64_t(3600) * 1000));
+  cmd->add_option("--handoff-timeout-ms", a->handoff_timeout_ms,
+                  "Disaggregated: a handoff not committed this long after its destination was sent is aborted "
+                  "(its request re-placed or failed)")
+      ->check(CLI::Range(int64_t(10), int64_t(3600) * 1000));
   cmd->add_flag("--disagg", a->disagg,
                 "Start a prefill engine, a decode server and a router on this host (router on --port)");
   cmd->add_flag("--debug-unsafe-early-commit", a->unsafe_early_commit,

@@ -1,5 +1,6 @@
 #include "decode/remote_prefill.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "transfer/handshake.h"
@@ -111,19 +112,29 @@ void RemotePrefill::Reconnect(size_t i, Clock::time_point now) {
   link.problem = "handshake in progress";
 }
 
-Status RemotePrefill::Start(uint64_t handoff_id, const std::vector<int32_t>& tokens, const SamplingParams& sampling) {
+int64_t RemotePrefill::links_up() const {
+  return std::count_if(links_.begin(), links_.end(), [](const Link& l) { return l.state == LinkState::kUp; });
+}
+
+Status RemotePrefill::Start(uint64_t handoff_id, const std::vector<int32_t>& tokens, const SamplingParams& sampling,
+                            uint64_t replaces) {
+  size_t avoid = links_.size();
+  if (auto f = failed_on_.find(replaces); f != failed_on_.end()) avoid = f->second;
   size_t link = links_.size();
-  for (size_t k = 0; k < links_.size(); ++k) {
-    const size_t i = (next_link_ + k) % links_.size();
-    if (links_[i].state == LinkState::kUp) {
-      link = i;
-      break;
+  for (int pass = 0; pass < 2 && link == links_.size(); ++pass) {
+    for (size_t k = 0; k < links_.size(); ++k) {
+      const size_t i = (next_link_ + k) % links_.size();
+      if (links_[i].state == LinkState::kUp && (pass == 1 || i != avoid)) {
+        link = i;
+        break;
+      }
     }
   }
   if (link == links_.size()) return Unavailable("no prefill engine is available: " + problem());
   const auto now = Clock::now();
   TANDEM_ASSIGN_OR_RETURN(Destination d, receiver_->Begin(handoff_id, tokens, links_[link].connection_id, now));
   next_link_ = link + 1;
+  failed_on_.erase(replaces);
   d.sampling = sampling;
   d.decode_instance_id = instance_id_;
   d.time_budget_ms = std::max<int64_t>(1, Ms(receiver_->deadline(handoff_id) - now));
@@ -170,6 +181,7 @@ void RemotePrefill::LinkDown(size_t i, const std::string& why) {
     o.handoff_id = it->first;
     o.status = Unavailable("prefill engine " + link.address + " unavailable: " + why);
     o.retryable = true;
+    failed_on_[it->first] = i;
     ended_.push_back(std::move(o));
     it = handoff_link_.erase(it);
   }
@@ -251,6 +263,7 @@ void RemotePrefill::Handle(const Arrival& a, std::vector<Outcome>& out) {
     receiver_->OnAbortAck(abort->handoff_id, a.connection_id);
     if (!open) return;
     handoff_link_.erase(abort->handoff_id);
+    failed_on_[abort->handoff_id] = a.link;
     Outcome o;
     o.handoff_id = abort->handoff_id;
     o.status = Status(StatusCode::kAborted, "the prefill engine " + link.address + " failed the handoff: " + abort->reason);
@@ -307,16 +320,20 @@ std::vector<RemotePrefill::Outcome> RemotePrefill::Poll() {
   const auto now = Clock::now();
   KeepAlive(now);
   for (uint64_t id : receiver_->Expired(now)) {
-    const bool open = handoff_link_.count(id) > 0;
+    auto it = handoff_link_.find(id);
+    const bool open = it != handoff_link_.end();
+    if (open) failed_on_[id] = it->second;
     Abort(id, "deadline");
     if (!open) continue;
     Outcome o;
     o.handoff_id = id;
     o.status = Status(StatusCode::kDeadlineExceeded, "the handoff did not commit before its deadline");
+    o.retryable = true;  // another prefill engine may be faster; the request's own deadline still bounds it
     out.push_back(std::move(o));
   }
   out.insert(out.end(), std::make_move_iterator(ended_.begin()), std::make_move_iterator(ended_.end()));
   ended_.clear();
+  if (failed_on_.size() > 4096) failed_on_.clear();  // hints only: never let them pile up
   return out;
 }
 

@@ -61,8 +61,11 @@ class RemotePrefill {
   void SetTiers(TieredCache* tiers) { receiver_->SetTiers(tiers); }
 
   // Reserves pages and sends the Destination to the next healthy prefill
-  // engine. ResourceExhausted: no pages yet; Unavailable: no healthy link.
-  Status Start(uint64_t handoff_id, const std::vector<int32_t>& tokens, const SamplingParams& sampling);
+  // engine — another than the one that failed `replaces` (an earlier handoff
+  // of the same request, 0: none) when there is one. ResourceExhausted: no
+  // pages yet; Unavailable: no healthy link.
+  Status Start(uint64_t handoff_id, const std::vector<int32_t>& tokens, const SamplingParams& sampling,
+               uint64_t replaces = 0);
   // Ends an open handoff now; Poll reports nothing more for it.
   void Abort(uint64_t handoff_id, const std::string& reason);
 
@@ -84,6 +87,7 @@ class RemotePrefill {
   const transfer::ReceiverStats& stats() const { return receiver_->stats(); }
   // Handoffs begun and not yet committed, failed or acknowledged as aborted.
   size_t open_handoffs() const { return receiver_->open_handoffs(); }
+  int64_t links_up() const;
   int64_t reconnects() const { return reconnects_; }
   int64_t peers_declared_dead() const { return peers_declared_dead_; }
 
@@ -123,6 +127,7 @@ class RemotePrefill {
   std::unique_ptr<transfer::HandoffReceiver> receiver_;
   std::map<uint64_t, size_t> handoff_link_;  // open handoffs -> the link serving them
   std::vector<Outcome> ended_;               // ended outside Poll (dead links), not yet reported
+  std::map<uint64_t, size_t> failed_on_;     // retryable failed handoffs -> their link, until re-placed
   size_t next_link_ = 0;
   int64_t reconnects_ = 0, peers_declared_dead_ = 0;
   std::mutex mu_;

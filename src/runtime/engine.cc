@@ -44,6 +44,7 @@ struct Engine::Sequence {
   int32_t placements = 0;                 // handoffs begun for this request
   Clock::time_point page_wait_since{};    // waiting for pages to begin a handoff, since
   bool replace = false;                   // its handoff failed for the link's sake: place it again
+  uint64_t replaces = 0;                  // that failed handoff (another prefill engine is preferred)
   // Cache tiers: a load of this prompt's prefix from the host tier still
   // landing (each forward read waits on its layer's gate), and an L3 prefetch.
   std::shared_ptr<LayerGates> gates;
@@ -111,6 +112,7 @@ Engine::Engine(const Model& model, const EngineOptions& options, CacheSpec spec,
   if (remote_) {
     transfer::ReceiverOptions ro;
     ro.vocab_size = model.config().vocab_size;
+    ro.deadlines.waiting_for_input = options.handoff_timeout;
     ro.verify = options.verify;
     remote_->Attach(*pool_, index_.get(), ro);
   }
@@ -353,7 +355,7 @@ void Engine::Admit() {
     if (remote_) {
       // The prefill engine computes the prompt; the receiver reserves pages.
       seq.handoff = next_handoff_++;
-      Status st = remote_->Start(seq.handoff, seq.tokens, seq.spec.sampling);
+      Status st = remote_->Start(seq.handoff, seq.tokens, seq.spec.sampling, seq.replaces);
       if (st.code() == StatusCode::kResourceExhausted) {
         // Waiting for pages has a deadline of its own (Bootstrapping).
         const auto now = Clock::now();
@@ -369,6 +371,7 @@ void Engine::Admit() {
         continue;
       }
       seq.page_wait_since = Clock::time_point{};
+      seq.replaces = 0;
       ++seq.placements;
       seq.awaiting = true;
       seq.handoff_sent = Clock::now();
@@ -494,6 +497,8 @@ void Engine::PollRemote() {
         std::fprintf(stderr, "tandem decode: handoff %llu failed (%s): placing its request again\n",
                      (unsigned long long)o.handoff_id, o.status.message().c_str());
         s.replace = true;  // back to the queue; Admit begins a new handoff
+        s.replaces = o.handoff_id;
+        metrics_.handoff_replacements.Increment();
         continue;
       }
       Fail(s, o.status);
@@ -528,6 +533,9 @@ void Engine::PollRemote() {
   metrics_.handoff_quarantined_pages.Set(double(r.quarantined_pages));
   metrics_.handoffs_in_flight.Set(double(remote_->open_handoffs()));
   link_healthy_ = remote_->healthy();
+  metrics_.prefill_links_up.Set(double(remote_->links_up()));
+  advance(metrics_.prefill_link_reconnects, remote_->reconnects(), seen_reconnects_);
+  advance(metrics_.prefill_links_declared_dead, remote_->peers_declared_dead(), seen_links_dead_);
   // Re-placed requests go back to the head of the queue, in their order.
   for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
     if ((*it)->replace) {

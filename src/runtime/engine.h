@@ -51,6 +51,7 @@ struct EngineOptions {
   transfer::VerifyMode verify = transfer::VerifyMode::kAll;
   transfer::UcxLanes transport = transfer::UcxLanes::kAuto;
   std::chrono::milliseconds peer_timeout{5000};  // a prefill engine silent this long is declared dead
+  std::chrono::milliseconds handoff_timeout{60000};  // destination sent -> Commit, before the handoff is aborted
   // A handoff that fails for its link's or peer's sake is re-placed on another
   // prefill engine (new reservation, new handoff id) up to this many times.
   int32_t max_placements = 3;
@@ -146,6 +147,7 @@ class Engine {
   std::atomic<bool> stopping_{false};
   std::atomic<bool> link_healthy_{true};
   transfer::ReceiverStats seen_;  // loop thread: receiver counters already exported
+  int64_t seen_reconnects_ = 0, seen_links_dead_ = 0;  // loop thread: link counters already exported
   double handoff_seconds_total_ = 0, request_seconds_total_ = 0;  // loop thread
   uint64_t next_handoff_ = 1;  // loop thread
   std::atomic<bool> loop_alive_{false};

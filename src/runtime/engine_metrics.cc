@@ -70,7 +70,14 @@ EngineMetrics::EngineMetrics()
                                   "Handoff wait not spent computing or flushing: queueing, messages, verification")),
       decode_phase(Seconds(*registry_, "tandem_decode_phase_seconds", "Commit accepted until the request finished")),
       handoff_time_share(Gauge(*registry_, "tandem_handoff_time_share",
-                               "Share of finished requests' time spent waiting for their handoff")) {}
+                               "Share of finished requests' time spent waiting for their handoff")),
+      prefill_links_up(Gauge(*registry_, "tandem_prefill_links_up", "Prefill engine links whose handshake was accepted")),
+      prefill_link_reconnects(Counter(*registry_, "tandem_prefill_link_reconnects_total",
+                                      "Reconnection attempts to prefill engines that went away")),
+      prefill_links_declared_dead(Counter(*registry_, "tandem_prefill_links_declared_dead_total",
+                                          "Prefill engine links closed because the peer was silent past the peer timeout")),
+      handoff_replacements(Counter(*registry_, "tandem_handoff_replacements_total",
+                                   "Requests placed on a prefill engine again after their handoff's link or peer failed")) {}
 
 void EngineMetrics::PublishTiers(const TierStats& s) {
   auto counter = [&](const std::string& key, const std::string& name, const std::string& help,

@@ -63,6 +63,10 @@ class EngineMetrics {
   prometheus::Histogram& handoff_commit_wait;  // the rest of handoff_wait: queueing, messages, verification
   prometheus::Histogram& decode_phase;       // commit accepted -> request finished
   prometheus::Gauge& handoff_time_share;     // handoff wait / request duration, over finished requests
+  prometheus::Gauge& prefill_links_up;       // links whose handshake was accepted
+  prometheus::Counter& prefill_link_reconnects;
+  prometheus::Counter& prefill_links_declared_dead;  // silent past the peer timeout
+  prometheus::Counter& handoff_replacements;  // requests placed again after their handoff's link or peer failed
  private:
   std::map<std::string, double> tier_seen_;  // counter values already exported
   std::map<std::string, prometheus::Counter*> tier_counters_;

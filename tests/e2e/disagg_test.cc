@@ -9,6 +9,7 @@
 #include <map>
 #include <thread>
 
+#include "support/disagg_client.h"
 #include "support/http_client.h"
 #include "support/paths.h"
 #include "support/process.h"
@@ -29,60 +30,22 @@ class Disagg : public ::testing::Test {
     model_ = &testing::TinyModelPath();
     ASSERT_FALSE(model_->empty());
   }
-  static std::vector<std::string> Attention(const std::string& dtype) {
-    return {"--attention", "sparse", "--topk", "32", "--index-k-dtype", dtype};
-  }
+  static std::vector<std::string> Attention(const std::string& dtype) { return testing::SparseArgs(dtype); }
   static std::unique_ptr<ServerProcess> Prefill(const std::string& dtype, std::vector<std::string> extra = {}) {
-    std::vector<std::string> a = {"prefill", "-m", *model_, "--chunk-size", "100"};
-    for (auto& x : Attention(dtype)) a.push_back(x);
-    a.insert(a.end(), extra.begin(), extra.end());
-    return std::make_unique<ServerProcess>(a, 60, "ucx://127.0.0.1:");
+    return testing::StartPrefill(*model_, dtype, std::move(extra));
   }
   static std::unique_ptr<ServerProcess> Serve(const std::string& dtype, int prefill_port = 0,
                                               std::vector<std::string> extra = {}) {
-    std::vector<std::string> a = {"serve", "-m", *model_, "--model-id", "tiny", "--request-timeout", "60"};
-    for (auto& x : Attention(dtype)) a.push_back(x);
-    a.insert(a.end(), extra.begin(), extra.end());
-    if (prefill_port > 0) {
-      a.push_back("--prefill");
-      a.push_back("127.0.0.1:" + std::to_string(prefill_port));
-    }
-    return std::make_unique<ServerProcess>(a);
+    return testing::StartServe(*model_, dtype, prefill_port > 0 ? testing::Loopback(prefill_port) : "",
+                               std::move(extra));
   }
   static const std::string* model_;
 };
 const std::string* Disagg::model_ = nullptr;
 
-std::string Complete(int port, const std::vector<int32_t>& prompt, int max_tokens, int* status = nullptr) {
-  auto r = HttpPost(port, "/v1/completions",
-                    json{{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}}.dump());
-  if (status) *status = r.status;
-  if (r.status != 200) return "HTTP " + std::to_string(r.status) + ": " + r.body;
-  return json::parse(r.body)["choices"][0]["text"].get<std::string>();
-}
-
-std::vector<int32_t> Prompt(int i) {
-  std::vector<int32_t> p(size_t(40 + 23 * i));
-  for (size_t k = 0; k < p.size(); ++k) p[k] = int32_t(3 + (k * 131 + size_t(i) * 17) % 1000);
-  return p;
-}
-
-// One two-turn chat: turn 2 re-sends turn 1 and its answer.
-std::vector<std::string> Conversation(int port, int i) {
-  std::string topic = "conversation " + std::to_string(i) + ":";
-  for (int w = 0; w < 20 + i * 3; ++w) topic += " word" + std::to_string((w * 7 + i) % 50);
-  json body = {{"messages", json::array({{{"role", "user"}, {"content", topic}}})}, {"max_tokens", 16}, {"temperature", 0}};
-  std::vector<std::string> answers;
-  for (int turn = 0; turn < 2; ++turn) {
-    auto r = HttpPost(port, "/v1/chat/completions", body.dump());
-    if (r.status != 200) return {"HTTP " + std::to_string(r.status) + ": " + r.body};
-    const std::string answer = json::parse(r.body)["choices"][0]["message"]["content"];
-    answers.push_back(answer);
-    body["messages"].push_back({{"role", "assistant"}, {"content", answer}});
-    body["messages"].push_back({{"role", "user"}, {"content", "and then? " + std::to_string(turn)}});
-  }
-  return answers;
-}
+using testing::Complete;
+using testing::Conversation;
+using testing::Prompt;
 
 TEST_F(Disagg, SixtyFourConcurrentConversationsMatchColocatedForFp8AndBf16) {
   for (const std::string dtype : {"fp8", "bf16"}) {
