@@ -108,6 +108,7 @@ void RemotePrefill::Reconnect(size_t i, Clock::time_point now) {
   }
   link.connection = std::move(conn).value();
   link.connection_id = link.connection->id();
+  link.prefill_instance = 0;  // until its Hello
   link.state = LinkState::kConnecting;
   link.problem = "handshake in progress";
 }
@@ -202,13 +203,24 @@ void RemotePrefill::OnHello(size_t i, const std::vector<uint8_t>& bytes) {
     LinkDown(i, st.message());
     return;
   }
-  if (link.state != LinkState::kUp) {
-    std::fprintf(stderr, "tandem decode: prefill engine %s (instance %llu) is up\n", link.address.c_str(),
-                 (unsigned long long)hello->instance_id);
-  }
-  link.state = LinkState::kUp;
-  link.problem.clear();
   link.prefill_instance = hello->instance_id;
+  if (link.probation && hello->instance_id != link.silent_instance) link.probation = false;  // a restarted engine
+  if (link.probation) {
+    link.probation_until = Clock::now() + 2 * options_.peer_timeout;
+    link.problem = "on probation after being declared dead: must stay live for " +
+                   std::to_string(2 * options_.peer_timeout.count()) + " ms";
+    return;  // KeepAlive brings it up
+  }
+  LinkUp(i);
+}
+
+void RemotePrefill::LinkUp(size_t i) {
+  Link& link = links_[i];
+  std::fprintf(stderr, "tandem decode: prefill engine %s (instance %llu) is up\n", link.address.c_str(),
+               (unsigned long long)link.prefill_instance);
+  link.state = LinkState::kUp;
+  link.probation = false;
+  link.problem.clear();
   link.backoff = options_.reconnect_min;
 }
 
@@ -287,9 +299,15 @@ void RemotePrefill::KeepAlive(Clock::time_point now) {
     }
     if (now - link.last_heard > options_.peer_timeout) {
       ++peers_declared_dead_;
+      link.probation = true;
+      link.silent_instance = link.prefill_instance;
       LinkDown(i, "silent for " + std::to_string(Ms(now - link.last_heard)) + " ms (peer timeout " +
                       std::to_string(options_.peer_timeout.count()) + " ms): declared dead, connection closed");
       continue;
+    }
+    if (link.state == LinkState::kConnecting && link.probation && link.prefill_instance != 0 &&
+        now >= link.probation_until) {
+      LinkUp(i);
     }
     if (now - link.last_heartbeat >= options_.heartbeat_interval) {
       link.last_heartbeat = now;

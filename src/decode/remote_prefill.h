@@ -9,7 +9,11 @@
 // declared dead: its connection is closed (the fence: a closed endpoint
 // delivers no more writes), its quarantined pages are freed and its open
 // handoffs fail at once (the engine may re-place them on another link).
-// A restarted prefill engine is a new connection with its own handshake.
+// A restarted prefill engine is a new connection with its own handshake. A
+// peer declared dead for silence (a wedge, not a crash) is on probation when
+// it comes back: its link stays out of service until it has stayed live for
+// two peer timeouts, so a peer that answers the handshake and then wedges
+// again never looks healthy.
 //
 // Every handoff ends: committed, failed (its link died, the peer refused or
 // failed it, a bad Commit) or aborted (deadline, or the engine cancelled
@@ -101,6 +105,9 @@ class RemotePrefill {
     std::string problem = "not connected yet";
     uint64_t prefill_instance = 0;
     transfer::Clock::time_point last_heard, last_heartbeat, retry_at;
+    bool probation = false;                   // it was declared dead for silence
+    uint64_t silent_instance = 0;             // the instance declared dead (a new one is no suspect)
+    transfer::Clock::time_point probation_until;  // Connecting -> Up no earlier
     std::chrono::milliseconds backoff{0};
   };
   struct Arrival {
@@ -115,6 +122,7 @@ class RemotePrefill {
   // (reported by the next Poll) and its quarantined pages are freed.
   void LinkDown(size_t link, const std::string& why);
   void OnHello(size_t link, const std::vector<uint8_t>& bytes);
+  void LinkUp(size_t link);
   void Handle(const Arrival& a, std::vector<Outcome>& out);
   void KeepAlive(transfer::Clock::time_point now);
   Hello MyHello(uint64_t peer_instance) const;

@@ -385,8 +385,15 @@ ServerState ProbeServer(const std::string& host, int port) {
       if (colon == std::string::npos) continue;
       std::string text;
       int st = 0;
-      if (!GetText(backend.substr(0, colon), std::atoi(backend.c_str() + colon + 1), "/metrics", &st, &text) ||
-          st != 200) {
+      const std::string backend_host = backend.substr(0, colon);
+      const int backend_port = std::atoi(backend.c_str() + colon + 1);
+      // The router's view of a backend is as old as its last probe: ask the backend itself.
+      if (!GetText(backend_host, backend_port, "/health", &st, &text) || st != 200) {
+        s.healthy = false;
+        s.detail += "backend " + backend + " /health is not 200; ";
+        continue;
+      }
+      if (!GetText(backend_host, backend_port, "/metrics", &st, &text) || st != 200) {
         s.healthy = false;
         s.detail += "backend " + backend + " does not answer /metrics; ";
         continue;

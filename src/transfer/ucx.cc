@@ -169,7 +169,7 @@ struct UcxTransport::Impl {
 class UcxConnection : public Connection, public std::enable_shared_from_this<UcxConnection> {
  public:
   UcxConnection(UcxTransport::Impl* t, uint64_t id) : t_(t), id_(id) {}
-  ~UcxConnection() override { Release(); }
+  ~UcxConnection() override { Release(!alive_); }
 
   uint64_t id() const override { return id_; }
   bool alive() const override { return alive_.load(); }
@@ -229,7 +229,7 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
     if (closed_.exchange(true)) return;
     const bool was_alive = alive_.exchange(false);
     ucp_ep_h ep = ep_;
-    Release();
+    Release(/*force=*/!was_alive);
     t_->Forget(ep);
     if (was_alive) t_->Post({shared_from_this(), {}, true, Unavailable("connection closed by this side")});
   }
@@ -302,8 +302,14 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
     return rkey;
   }
 
-  void CloseEndpoint(ucp_ep_h ep) {
+  // force: the peer is gone, so do not try to flush to it (a flush to a dead
+  // TCP peer only times out, and UCX logs an error for it).
+  void CloseEndpoint(ucp_ep_h ep, bool force) {
     ucp_request_param_t p{};
+    if (force) {
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    }
     ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
     if (r == nullptr || UCS_PTR_IS_ERR(r)) return;
     const auto until = Clock::now() + std::chrono::seconds(2);
@@ -320,30 +326,19 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
     });
   }
 
-  // Closes the endpoint: flushing it when the peer is alive, so no put of ours
-  // can land afterwards; forcing it when the peer is gone.
-  void Release() {
+  // Closes the endpoints: flushing them when the peer is alive, so no put of
+  // ours can land afterwards; forcing them when the peer is gone.
+  void Release(bool force) {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [blob, rkey] : rkeys_) ucp_rkey_destroy(rkey);
     rkeys_.clear();
     data_cv_.notify_all();
     if (data_ep_) {
-      CloseEndpoint(data_ep_);
+      CloseEndpoint(data_ep_, force);
       data_ep_ = nullptr;
     }
     if (!ep_) return;
-    ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = 0;
-    ucs_status_ptr_t r = ucp_ep_close_nbx(ep_, &p);
-    if (r != nullptr && !UCS_PTR_IS_ERR(r)) {
-      const auto until = Clock::now() + std::chrono::seconds(2);
-      while (ucp_request_check_status(r) == UCS_INPROGRESS && Clock::now() < until) ucp_worker_progress(t_->worker);
-      if (ucp_request_check_status(r) == UCS_INPROGRESS) {
-        ucp_request_cancel(t_->worker, r);
-      }
-      ucp_request_free(r);
-    }
+    CloseEndpoint(ep_, force);
     ep_ = nullptr;
     // The endpoint is gone: every send has completed or been cancelled.
     for (auto& [req, buf] : pending_sends_) {

@@ -104,8 +104,10 @@ TEST(Agentic, UnsafeEarlyCommitWithDelayedWritesIsReportedCorrupt) {
 }
 
 TEST(Agentic, AWedgedServerStopsTheSweepWithAClearMessage) {
-  // The prefill engine stops sending after 6 messages: commits and abort
-  // acknowledgements never arrive, so handoffs stay open and pages quarantined.
+  // The prefill engine stops sending after 6 messages: commits, heartbeats and
+  // abort acknowledgements never arrive. The decode server declares it dead
+  // (quarantine released by closing the link) and reports itself unhealthy:
+  // a wedged engine on probation never takes handoffs again.
   auto server = Disagg({"--debug-wedge-after-messages", "6", "--request-timeout", "3"});
   ASSERT_TRUE(server->ok()) << server->Log();
   const std::string dir = testing::MakeTempDir();
@@ -116,7 +118,12 @@ TEST(Agentic, AWedgedServerStopsTheSweepWithAClearMessage) {
   const json report = ReadJson(dir + "/report.json");
   ASSERT_FALSE(report.is_discarded()) << r.output;
   EXPECT_EQ(report["points"].size(), 1u);  // nothing measured after the gate refused
-  EXPECT_NE(report["stopped"].get<std::string>().find("quarantined"), std::string::npos) << report["stopped"];
+  // What the gate saw depends on when it looked: the aborted handoffs still
+  // quarantined (before the peer timeout), or the link declared dead.
+  const std::string stopped = report["stopped"].get<std::string>();
+  EXPECT_TRUE(stopped.find("/health is not 200") != std::string::npos ||
+              stopped.find("quarantined") != std::string::npos)
+      << stopped;
   // The stuck rounds are timeouts (the server's deadline), never corruption.
   EXPECT_GT(Outcome(report["points"][0], "timeout"), 0);
   EXPECT_EQ(Outcome(report["points"][0], "corrupt"), 0);
