@@ -71,6 +71,7 @@ void FaultyConnection::RunDelayed() {
 }
 
 Status FaultyConnection::Flush(Clock::time_point deadline) {
+  if (plan_.flush_never_confirms) return Status(StatusCode::kDeadlineExceeded, "flush did not confirm (injected fault)");
   {
     std::unique_lock<std::mutex> lock(mu_);
     if (!cv_.wait_until(lock, deadline, [&] { return delayed_.empty() || stop_; })) {

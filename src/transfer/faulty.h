@@ -26,6 +26,8 @@ struct FaultPlan {
   int64_t die_after_puts = -1;        // close the connection at this put (-1: never)
   int64_t drop_messages_after = -1;   // send nothing after this many messages (-1: never):
                                       // a wedged peer that stays connected
+  bool flush_never_confirms = false;  // every Flush times out at once: the sender cannot
+                                      // prove its writes landed
   uint64_t seed = 1;
 };
 

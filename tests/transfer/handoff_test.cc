@@ -336,6 +336,51 @@ TEST(Handoff, ACommitThatCrossesOurAbortReleasesTheQuarantine) {
   EXPECT_EQ(h.receiver().open_handoffs(), 0u);
 }
 
+// Regression: the Commit's first token was never range-checked before it
+// joined the decode batch, and the next step's validation failed every
+// request in that batch. Now a bad Commit fails its own handoff only, and one
+// from another peer changes nothing at all.
+TEST(Handoff, ABadCommitFailsOnlyItsOwnHandoff) {
+  auto m = MakePresetModel("tiny", TensorType::kF32);
+  ReceiverOptions ro;
+  ro.vocab_size = m->model->config().vocab_size;
+  HandoffHarness h(*m->model, {}, {}, ro, {});
+  const auto baseline = h.decode_pool().accounting();
+  const auto prompt = PseudoRandomTokens(300, m->model->config().vocab_size, 3);
+  auto d11 = h.receiver().Begin(11, prompt, 1, Clock::now());
+  auto d12 = h.receiver().Begin(12, prompt, 1, Clock::now());
+  ASSERT_TRUE(d11.ok() && d12.ok());
+  Commit bad;
+  bad.handoff_id = 11;
+  bad.pages_digest = PagesDigest(d11->pages);
+  bad.first_token = int32_t(ro.vocab_size);  // one past the vocabulary
+  auto r = h.receiver().OnCommit(bad, 1, Clock::now());
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(r.status().message().find("outside the vocabulary"), std::string::npos) << r.status().message();
+  EXPECT_EQ(h.receiver().open_handoffs(), 1u) << "only handoff 11 ended";
+  Commit other_reservation;
+  other_reservation.handoff_id = 12;
+  other_reservation.pages_digest = PagesDigest(d11->pages);
+  r = h.receiver().OnCommit(other_reservation, 1, Clock::now());
+  EXPECT_NE(r.status().message().find("another page reservation"), std::string::npos) << r.status().message();
+  EXPECT_EQ(h.receiver().open_handoffs(), 0u);
+  EXPECT_EQ(h.decode_pool().accounting(), baseline);
+  auto d13 = h.receiver().Begin(13, prompt, 1, Clock::now());
+  ASSERT_TRUE(d13.ok());
+  Commit foreign;
+  foreign.handoff_id = 13;
+  foreign.pages_digest = PagesDigest(d13->pages);
+  r = h.receiver().OnCommit(foreign, 2, Clock::now());  // peer 2 never served handoff 13
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(h.receiver().open_handoffs(), 1u) << "a commit from another peer changes nothing";
+  ASSERT_TRUE(h.receiver().StartAbort(13, "test over", Clock::now()).ok());
+  h.receiver().OnAbortAck(13, 1);
+  EXPECT_EQ(h.decode_pool().accounting(), baseline);
+  // A real handoff after all that is exact.
+  auto got = h.Run(14, prompt, 4);
+  EXPECT_TRUE(got.ok()) << got.status().ToString();
+}
+
 TEST(Handoff, PeerDeathMidTransferFailsCleanly) {
   auto m = MakePresetModel("tiny", TensorType::kF32);
   FaultPlan death;

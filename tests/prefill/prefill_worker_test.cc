@@ -1,0 +1,221 @@
+// The prefill engine's handoff loop over the loopback transport, one test
+// per defect it once had: handoff ids matched across connections, an abort
+// acknowledged after a flush that did not confirm, an unbounded queue, and
+// destinations served without an accepted handshake.
+#include "prefill/prefill_worker.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <deque>
+#include <optional>
+
+#include "support/test_models.h"
+#include "transfer/faulty.h"
+#include "transfer/handoff_receiver.h"
+#include "transfer/handshake.h"
+#include "transfer/loopback.h"
+
+namespace tandem {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::MakePresetModel;
+using transfer::Clock;
+using transfer::Connection;
+using transfer::ConnectionHandlers;
+
+constexpr int64_t kPages = 64;
+
+// One decode engine as the prefill worker sees it: a pool in transport
+// memory, a receiver that makes Destinations and checks Commits, and one
+// connection to the worker whose messages are collected here.
+class FakeDecode {
+ public:
+  FakeDecode(const Model& model, const CacheSpec& spec, transfer::Transport& transport)
+      : region_(*transport.AllocateRegion(size_t(CacheLayout(spec.registry, int(model.config().n_layers), kPages).TotalBytes()))),
+        pool_(spec.registry, int(model.config().n_layers), kPages, region_.data),
+        receiver_(pool_, region_.key, nullptr, Options(model)),
+        instance_(transfer::NewInstanceId()) {}
+
+  static transfer::ReceiverOptions Options(const Model& model) {
+    transfer::ReceiverOptions o;
+    o.vocab_size = model.config().vocab_size;
+    return o;
+  }
+  void OnMessage(std::vector<uint8_t> m) {
+    std::lock_guard<std::mutex> lock(mu_);
+    inbox_.push_back(std::move(m));
+    cv_.notify_all();
+  }
+  void OnClose() {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+    cv_.notify_all();
+  }
+  // The next message of `type` (others are skipped), or nullopt at the deadline or close.
+  std::optional<std::vector<uint8_t>> Next(MessageType type, Clock::duration limit = 20s) {
+    return NextOf({type}, limit);
+  }
+  std::optional<std::vector<uint8_t>> NextOf(std::vector<MessageType> types, Clock::duration limit = 20s) {
+    std::unique_lock<std::mutex> lock(mu_);
+    const auto until = Clock::now() + limit;
+    for (;;) {
+      while (!inbox_.empty()) {
+        auto m = std::move(inbox_.front());
+        inbox_.pop_front();
+        if (PeekType(m).ok() && std::count(types.begin(), types.end(), *PeekType(m))) return m;
+      }
+      if (closed_ || !cv_.wait_until(lock, until, [&] { return !inbox_.empty() || closed_; })) {
+        if (inbox_.empty()) return std::nullopt;
+      }
+    }
+  }
+  bool WaitClosed(Clock::duration limit = 20s) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, limit, [&] { return closed_; });
+  }
+  Hello MyHello(const std::string& weights) const {
+    return Hello{"decode", pool_.layout().Fingerprint(), weights, instance_, 0};
+  }
+  std::vector<uint8_t> DestinationFor(uint64_t id, const std::vector<int32_t>& prompt) {
+    auto d = receiver_.Begin(id, prompt, 1, Clock::now());
+    EXPECT_TRUE(d.ok()) << d.status().ToString();
+    d->decode_instance_id = instance_;
+    d->time_budget_ms = 30000;
+    return d->Encode();
+  }
+  transfer::HandoffReceiver& receiver() { return receiver_; }
+  PagePool& pool() { return pool_; }
+
+ private:
+  transfer::Region region_;
+  PagePool pool_;
+  transfer::HandoffReceiver receiver_;
+  const uint64_t instance_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::vector<uint8_t>> inbox_;
+  bool closed_ = false;
+};
+
+class PrefillWorkerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_ = MakePresetModel("tiny", TensorType::kF32);
+    spec_ = std::make_unique<CacheSpec>(*MakeCacheSpec(model_->model->config(), AttentionOptions{}));
+    net_ = std::make_shared<transfer::LoopbackNetwork>();
+    prefill_transport_ = std::make_unique<transfer::LoopbackTransport>(net_);
+    decode_transport_ = std::make_unique<transfer::LoopbackTransport>(net_);
+  }
+  void StartWorker(PrefillOptions options = {}) {
+    options.sender.chunk_size = 32;
+    worker_ = std::make_unique<PrefillWorker>(*model_->model, *spec_, 1, 64, options);
+    ASSERT_TRUE(prefill_transport_
+                    ->Listen("prefill",
+                             [this](std::shared_ptr<Connection> c) {
+                               std::shared_ptr<Connection> use = c;
+                               if (faults_) use = std::make_shared<transfer::FaultyConnection>(c, *faults_);
+                               ConnectionHandlers h;
+                               h.on_message = [this, use](Connection&, std::vector<uint8_t> m) { worker_->OnMessage(use, m); };
+                               h.on_close = [this](Connection& raw, const Status&) { worker_->OnClose(raw.id()); };
+                               return h;
+                             })
+                    .ok());
+  }
+  // A decode engine connected to the worker, its Hello sent.
+  std::pair<std::unique_ptr<FakeDecode>, std::shared_ptr<Connection>> Connect(const std::string& weights = "") {
+    auto decode = std::make_unique<FakeDecode>(*model_->model, *spec_, *decode_transport_);
+    FakeDecode* d = decode.get();
+    ConnectionHandlers h;
+    h.on_message = [d](Connection&, std::vector<uint8_t> m) { d->OnMessage(std::move(m)); };
+    h.on_close = [d](Connection&, const Status&) { d->OnClose(); };
+    auto c = decode_transport_->Connect("prefill", h);
+    EXPECT_TRUE(c.ok());
+    const std::string w = weights.empty() ? WeightsIdentity(*model_->model) : weights;
+    EXPECT_TRUE((*c)->Send(d->MyHello(w).Encode()).ok());
+    EXPECT_TRUE(d->Next(MessageType::kHello).has_value());
+    return {std::move(decode), *c};
+  }
+  std::vector<int32_t> Prompt(uint32_t seed) {
+    return testing::PseudoRandomTokens(200, model_->model->config().vocab_size, seed);
+  }
+
+  std::unique_ptr<testing::InMemoryModel> model_;
+  std::unique_ptr<CacheSpec> spec_;
+  std::shared_ptr<transfer::LoopbackNetwork> net_;
+  std::unique_ptr<transfer::LoopbackTransport> prefill_transport_, decode_transport_;
+  std::optional<transfer::FaultPlan> faults_;
+  std::unique_ptr<PrefillWorker> worker_;
+};
+
+// Regression: handoff ids restart at 1 in every decode process and the
+// prefill side matched an Abort by id across all connections, so one decode
+// server's Abort stopped another's handoff.
+TEST_F(PrefillWorkerTest, AnAbortFromAnotherConnectionDoesNotStopThisOnesHandoff) {
+  StartWorker();
+  auto [a, to_a] = Connect();
+  auto [b, to_b] = Connect();
+  ASSERT_TRUE(to_a->Send(a->DestinationFor(1, Prompt(1))).ok());
+  ASSERT_TRUE(to_b->Send(b->DestinationFor(1, Prompt(2))).ok());
+  ASSERT_TRUE(to_b->Send(Abort{1, "client gone"}.Encode()).ok());
+  auto commit = a->Next(MessageType::kCommit);
+  ASSERT_TRUE(commit.has_value()) << "A's handoff 1 must commit whatever B aborts";
+  auto ready = a->receiver().OnCommit(*Commit::Decode(*commit), 1, Clock::now());
+  EXPECT_TRUE(ready.ok()) << ready.status().ToString();
+  // B's own handoff 1 ends with an acknowledgement (or its commit, if it was already done).
+  EXPECT_TRUE(b->Next(MessageType::kAbortAck).has_value());
+}
+
+// Regression: the sender ignored a failed or timed-out Flush and the worker
+// still sent AbortAck — the decode side then freed pages late puts could land in.
+TEST_F(PrefillWorkerTest, AnAbortIsNeverAcknowledgedWhenTheFlushCannotBeConfirmed) {
+  faults_ = transfer::FaultPlan{};
+  faults_->flush_never_confirms = true;
+  faults_->put_delay = 2ms;
+  StartWorker();
+  auto [d, conn] = Connect();
+  ASSERT_TRUE(conn->Send(d->DestinationFor(5, Prompt(5))).ok());
+  ASSERT_TRUE(conn->Send(Abort{5, "deadline"}.Encode()).ok());
+  // No acknowledgement, no commit: the worker closes the connection (the fence).
+  EXPECT_TRUE(d->WaitClosed()) << "the worker must close the connection it cannot fence";
+  EXPECT_FALSE(d->Next(MessageType::kAbortAck, 0s).has_value());
+  EXPECT_FALSE(d->Next(MessageType::kCommit, 0s).has_value());
+  EXPECT_EQ(worker_->stats().peers_closed, 1);
+}
+
+TEST_F(PrefillWorkerTest, AFullQueueRefusesWithAReasonAndServesTheRest) {
+  PrefillOptions o;
+  o.max_queue = 1;
+  StartWorker(o);
+  auto [d, conn] = Connect();
+  for (uint64_t id = 1; id <= 6; ++id) ASSERT_TRUE(conn->Send(d->DestinationFor(id, Prompt(uint32_t(id)))).ok());
+  int commits = 0, refusals = 0;
+  for (int i = 0; i < 6; ++i) {  // each handoff ends in a Commit or an Abort that says why
+    auto m = d->NextOf({MessageType::kCommit, MessageType::kAbort});
+    ASSERT_TRUE(m.has_value()) << "handoff " << i << " never ended";
+    if (*PeekType(*m) == MessageType::kCommit) {
+      ++commits;
+      continue;
+    }
+    auto abort = Abort::Decode(*m);
+    ASSERT_TRUE(abort.ok());
+    EXPECT_NE(abort->reason.find("queue is full"), std::string::npos) << abort->reason;
+    ++refusals;
+  }
+  EXPECT_GT(refusals, 0);
+  EXPECT_GT(commits, 0);
+  EXPECT_EQ(worker_->stats().refused, refusals);  // counted before the refusal was sent
+  EXPECT_LE(worker_->stats().committed, commits);  // counted just after the commit went out
+}
+
+TEST_F(PrefillWorkerTest, AHelloWithOtherWeightsIsRefusedAndTheConnectionClosed) {
+  StartWorker();
+  auto [d, conn] = Connect("tiny:some other weights");  // refused: the worker closes the connection
+  EXPECT_TRUE(d->WaitClosed());
+  EXPECT_EQ(worker_->stats().peers_closed, 1);
+  EXPECT_EQ(worker_->stats().committed, 0);
+}
+
+}  // namespace
+}  // namespace tandem
