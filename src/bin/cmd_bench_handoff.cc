@@ -8,9 +8,17 @@
 #include <memory>
 #include <numeric>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <thread>
+
 #include "bin/commands.h"
 #include "common/splitmix.h"
-#include "transfer/ucx.h"
+#include "transfer/transport_kind.h"
 
 namespace tandem::cli {
 namespace {
@@ -21,6 +29,7 @@ struct HandoffBenchArgs {
   std::vector<int64_t> page_bytes = {16384, 8448};
   int64_t pages = 4096;
   int rounds = 5;
+  std::string transport = "auto";
 };
 
 double Seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -34,16 +43,70 @@ std::vector<int64_t> Scatter(int64_t n) {
   return order;
 }
 
+// A plain TCP socket over 127.0.0.1 moving the same pages into the same
+// scattered destination: the reference for the TCP transport. GB/s, or -1.
+double SocketCopyGBps(const uint8_t* src, uint8_t* dst, const std::vector<int64_t>& order, int64_t page) {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(sa);
+  if (listener < 0 || bind(listener, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 || listen(listener, 1) != 0 ||
+      getsockname(listener, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
+    if (listener >= 0) close(listener);
+    return -1;
+  }
+  const int out = socket(AF_INET, SOCK_STREAM, 0);
+  if (out < 0 || connect(out, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+    close(listener);
+    if (out >= 0) close(out);
+    return -1;
+  }
+  const int in = accept(listener, nullptr, nullptr);
+  close(listener);
+  const int one = 1;
+  setsockopt(out, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  const auto t0 = Clock::now();
+  std::thread receiver([&] {
+    for (size_t i = 0; i < order.size(); ++i) {
+      uint8_t* at = dst + order[i] * page;
+      for (int64_t got = 0; got < page;) {
+        const ssize_t r = recv(in, at + got, size_t(page - got), 0);
+        if (r <= 0) return;
+        got += r;
+      }
+    }
+  });
+  for (size_t i = 0; i < order.size(); ++i) {
+    for (int64_t sent = 0; sent < page;) {
+      const ssize_t w = send(out, src + int64_t(i) * page + sent, size_t(page - sent), 0);
+      if (w <= 0) break;
+      sent += w;
+    }
+  }
+  receiver.join();
+  const double s = Seconds(t0);
+  close(out);
+  close(in);
+  return double(page) * double(order.size()) / s / 1e9;
+}
+
 int RunHandoffBench(const HandoffBenchArgs& a) {
-  auto server = transfer::UcxTransport::Create();
-  auto client = transfer::UcxTransport::Create();
+  auto kind = transfer::ParseTransportKind(a.transport);
+  if (!kind.ok()) return std::fprintf(stderr, "error: %s\n", kind.status().message().c_str()), 1;
+  const bool tcp = *kind == transfer::TransportKind::kTcp;
+  auto server = transfer::MakeTransport(*kind);
+  auto client = transfer::MakeTransport(*kind);
   if (!server.ok() || !client.ok()) {
     std::fprintf(stderr, "error: %s\n", (!server.ok() ? server.status() : client.status()).ToString().c_str());
     return 1;
   }
-  std::printf("UCX put + flush of scattered pages, 127.0.0.1 (UCX_TLS=%s), vs single-threaded page-scatter memcpy\n\n",
-              std::getenv("UCX_TLS") ? std::getenv("UCX_TLS") : "default");
-  std::printf("%10s %8s | %12s %12s | %6s\n", "page bytes", "pages", "memcpy GB/s", "handoff GB/s", "ratio");
+  std::printf("put + flush of scattered pages, 127.0.0.1 (--transport %s, UCX_TLS=%s), vs single-threaded "
+              "page-scatter memcpy%s\n\n",
+              a.transport.c_str(), std::getenv("UCX_TLS") ? std::getenv("UCX_TLS") : "default",
+              tcp ? " and a plain TCP socket moving the same pages" : "");
+  std::printf("%10s %8s | %12s %12s | %6s", "page bytes", "pages", "memcpy GB/s", "handoff GB/s", "ratio");
+  std::printf(tcp ? " | %12s %9s\n" : "\n", "socket GB/s", "vs socket");
   for (int64_t page : a.page_bytes) {
     const size_t total = size_t(page * a.pages);
     auto region = (*server)->AllocateRegion(total);
@@ -61,8 +124,9 @@ int RunHandoffBench(const HandoffBenchArgs& a) {
     uint8_t* src = source->data;
     std::vector<uint8_t> local(total, 0);
     const auto order = Scatter(a.pages);
-    double best_copy = 0, best_put = 0;
+    double best_copy = 0, best_put = 0, best_socket = 0;
     for (int r = 0; r < a.rounds; ++r) {
+      if (tcp) best_socket = std::max(best_socket, SocketCopyGBps(src, local.data(), order, page));
       auto t0 = Clock::now();
       for (int64_t i = 0; i < a.pages; ++i) {
         std::memcpy(local.data() + order[size_t(i)] * page, src + i * page, size_t(page));
@@ -78,8 +142,10 @@ int RunHandoffBench(const HandoffBenchArgs& a) {
       best_put = std::max(best_put, double(total) / Seconds(t0) / 1e9);
     }
     const bool intact = std::memcmp(region->data + order[7] * page, src + 7 * page, size_t(page)) == 0;
-    std::printf("%10lld %8lld | %12.2f %12.2f | %6.2f%s\n", (long long)page, (long long)a.pages, best_copy,
-                best_put, best_put / best_copy, intact ? "" : "  (DATA MISMATCH)");
+    std::printf("%10lld %8lld | %12.2f %12.2f | %6.2f", (long long)page, (long long)a.pages, best_copy, best_put,
+                best_put / best_copy);
+    if (tcp) std::printf(" | %12.2f %9.2f", best_socket, best_put / best_socket);
+    std::printf("%s\n", intact ? "" : "  (DATA MISMATCH)");
     (*conn)->Close();
   }
   std::printf("\nbest of %d rounds each; both sides in this process, each with its own UCX worker.\n", a.rounds);
@@ -94,6 +160,7 @@ void RegisterHandoffBench(CLI::App& bench) {
   cmd->add_option("--page-bytes", a->page_bytes, "Page sizes")->delimiter(',');
   cmd->add_option("--pages", a->pages, "Pages per round")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   cmd->add_option("--rounds", a->rounds, "Rounds")->check(CLI::Range(1, 1000));
+  cmd->add_option("--transport", a->transport, "auto, shm or tcp (tcp also measures a plain TCP socket)");
   cmd->callback([a] { SetExitCode(RunHandoffBench(*a)); });
 }
 

@@ -13,7 +13,7 @@
 #include "kernels/cpu.h"
 #include "prefill/prefill_worker.h"
 #include "transfer/faulty.h"
-#include "transfer/ucx.h"
+#include "transfer/transport_kind.h"
 
 namespace tandem::cli {
 namespace {
@@ -82,9 +82,9 @@ int RunPrefill(PrefillArgs& a) {
   }
   std::mutex wrapped_mu;
   std::map<transfer::Connection*, std::shared_ptr<transfer::Connection>> wrapped;  // guarded by wrapped_mu
-  auto lanes = transfer::ParseUcxLanes(a.transport);
+  auto lanes = transfer::ParseTransportKind(a.transport);
   if (!lanes.ok()) return std::fprintf(stderr, "error: %s\n", lanes.status().message().c_str()), 1;
-  auto transport = transfer::UcxTransport::Create(*lanes);
+  auto transport = transfer::MakeTransport(*lanes);
   if (!transport.ok()) return std::fprintf(stderr, "error: %s\n", transport.status().ToString().c_str()), 1;
   Status st = (*transport)->Listen(a.host + ":" + std::to_string(a.port), [&](std::shared_ptr<transfer::Connection> c) {
     transfer::ConnectionHandlers h;
@@ -118,8 +118,9 @@ int RunPrefill(PrefillArgs& a) {
     return h;
   });
   if (!st.ok()) return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
-  std::fprintf(stderr, "tandem prefill: %s, handoffs at ucx://%s:%d (%s kernels, %s attention, layout %s, instance %llu)\n",
-               (*model)->config().name.c_str(), a.host.c_str(), (*transport)->listen_port(),
+  std::fprintf(stderr, "tandem prefill: %s, handoffs at %s://%s:%d (%s kernels, %s attention, layout %s, instance %llu)\n",
+               (*model)->config().name.c_str(), *lanes == transfer::TransportKind::kTcp ? "tcp" : "ucx",
+               a.host.c_str(), (*transport)->listen_port(),
                kernels::IsaName(kernels::ActiveIsa()), a.attention.c_str(), worker.layout_fingerprint().c_str(),
                (unsigned long long)worker.instance_id());
   int sig = 0;

@@ -54,6 +54,7 @@ DisaggLaunch LaunchFor(const ServeArgs& a) {
   if (a.no_prefix_cache) l.decode_args.push_back("--no-prefix-cache");
   l.prefill_args = {"--chunk-size", std::to_string(a.engine.chunk_size)};
   l.decode_args.insert(l.decode_args.end(), {"--handoff-timeout-ms", std::to_string(a.handoff_timeout_ms)});
+  l.transport_tcp = a.transport == "tcp";
   for (auto* side : {&l.prefill_args, &l.decode_args}) {
     side->insert(side->end(), {"--transport", a.transport, "--peer-timeout-ms", std::to_string(a.peer_timeout_ms)});
   }
@@ -122,7 +123,7 @@ int RunServe(ServeArgs& a) {
   a.engine.threads = a.model.threads;
   a.engine.prefix_cache = !a.no_prefix_cache;
   a.engine.request_timeout = std::chrono::milliseconds(int64_t(a.request_timeout_s * 1000));
-  auto lanes = transfer::ParseUcxLanes(a.transport);
+  auto lanes = transfer::ParseTransportKind(a.transport);
   if (!lanes.ok()) return std::fprintf(stderr, "error: %s\n", lanes.status().message().c_str()), 1;
   a.engine.transport = *lanes;
   a.engine.peer_timeout = std::chrono::milliseconds(a.peer_timeout_ms);

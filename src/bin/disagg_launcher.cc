@@ -123,7 +123,7 @@ int RunDisagg(const DisaggLaunch& l) {
   const std::string loop = l.host;
   auto prefill = std::make_unique<Child>(
       "prefill", Concat(Concat(Concat({"prefill", "--host", loop, "--port", "0"}, l.model_args), l.attention_args), l.prefill_args),
-      "ucx://" + loop + ":");
+      "handoffs at " + std::string(l.transport_tcp ? "tcp" : "ucx") + "://" + loop + ":");
   const int prefill_port = prefill->WaitPort(120);
   if (prefill_port <= 0) return std::fprintf(stderr, "tandem serve --disagg: the prefill engine did not start\n"), 1;
   auto decode = std::make_unique<Child>(

@@ -33,7 +33,7 @@
 
 #include "model/cache_spec.h"
 #include "transfer/handoff_receiver.h"
-#include "transfer/ucx.h"
+#include "transfer/transport_kind.h"
 
 namespace tandem {
 
@@ -41,7 +41,7 @@ struct RemotePrefillOptions {
   std::vector<std::string> addresses;  // "host:port" each
   size_t pool_bytes = 0;
   std::string layout_fingerprint, weights_identity;
-  transfer::UcxLanes lanes = transfer::UcxLanes::kAuto;
+  transfer::TransportKind transport = transfer::TransportKind::kAuto;
   std::chrono::milliseconds peer_timeout{5000};
   std::chrono::milliseconds heartbeat_interval{500};
   std::chrono::milliseconds reconnect_min{100}, reconnect_max{2000};
@@ -129,7 +129,7 @@ class RemotePrefill {
 
   const RemotePrefillOptions options_;
   const uint64_t instance_id_;
-  std::unique_ptr<transfer::UcxTransport> transport_;
+  std::unique_ptr<transfer::Transport> transport_;
   transfer::Region region_;
   std::vector<Link> links_;
   std::unique_ptr<transfer::HandoffReceiver> receiver_;

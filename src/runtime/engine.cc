@@ -74,7 +74,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
     ro.pool_bytes = size_t(layout.TotalBytes());
     ro.layout_fingerprint = layout.Fingerprint();
     ro.weights_identity = weights;
-    ro.lanes = options.transport;
+    ro.transport = options.transport;
     ro.peer_timeout = options.peer_timeout;
     ro.heartbeat_interval = std::max(std::chrono::milliseconds(20), options.peer_timeout / 5);
     TANDEM_ASSIGN_OR_RETURN(remote, RemotePrefill::Connect(std::move(ro)));

@@ -29,7 +29,7 @@
 #include "runtime/engine_metrics.h"
 #include "runtime/request.h"
 #include "transfer/handoff_receiver.h"
-#include "transfer/ucx.h"
+#include "transfer/transport_kind.h"
 
 namespace tandem {
 
@@ -49,7 +49,7 @@ struct EngineOptions {
   // off; empty = colocated.
   std::string prefill_address;
   transfer::VerifyMode verify = transfer::VerifyMode::kAll;
-  transfer::UcxLanes transport = transfer::UcxLanes::kAuto;
+  transfer::TransportKind transport = transfer::TransportKind::kAuto;
   std::chrono::milliseconds peer_timeout{5000};  // a prefill engine silent this long is declared dead
   std::chrono::milliseconds handoff_timeout{60000};  // destination sent -> Commit, before the handoff is aborted
   // A handoff that fails for its link's or peer's sake is re-placed on another

@@ -75,6 +75,7 @@ class LoopbackTransport : public Transport {
                 std::function<ConnectionHandlers(std::shared_ptr<Connection>)> on_accept) override;
   StatusOr<std::shared_ptr<Connection>> Connect(const std::string& address,
                                                 ConnectionHandlers handlers) override;
+  int listen_port() const override { return -1; }  // addresses are names, not ports
 
  private:
   std::shared_ptr<LoopbackNetwork> net_;

@@ -73,6 +73,9 @@ class Transport {
                         std::function<ConnectionHandlers(std::shared_ptr<Connection>)> on_accept) = 0;
   virtual StatusOr<std::shared_ptr<Connection>> Connect(const std::string& address,
                                                         ConnectionHandlers handlers) = 0;
+  // The port Listen bound (port 0 picks one); -1 before Listen, or for a
+  // transport without ports.
+  virtual int listen_port() const = 0;
 };
 
 }  // namespace tandem::transfer

@@ -1,5 +1,7 @@
 #include "transfer/ucx.h"
 
+#include "transfer/address.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/shm.h>
@@ -32,19 +34,6 @@ constexpr unsigned kAddressAmId = 8;
 
 Status UcxError(const std::string& what, ucs_status_t st) {
   return Unavailable(what + ": " + ucs_status_string(st));
-}
-
-StatusOr<sockaddr_in> ParseAddress(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos) return InvalidArgument("UCX address must be host:port, not '" + address + "'");
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  const std::string host = address.substr(0, colon) == "localhost" ? "127.0.0.1" : address.substr(0, colon);
-  if (inet_pton(AF_INET, host.c_str(), &sa.sin_addr) != 1) return InvalidArgument("bad IPv4 address '" + host + "'");
-  const int port = std::atoi(address.c_str() + colon + 1);
-  if (port < 0 || port > 65535) return InvalidArgument("bad port in '" + address + "'");
-  sa.sin_port = htons(uint16_t(port));
-  return sa;
 }
 
 // A region's remote key: UcxKeyHeader, then UCX's packed rkey.
@@ -440,33 +429,17 @@ ucs_status_t OnMessage(void* arg, const void*, size_t, void* data, size_t length
 
 }  // namespace
 
-StatusOr<UcxLanes> ParseUcxLanes(const std::string& name) {
-  if (name == "auto") return UcxLanes::kAuto;
-  if (name == "shm") return UcxLanes::kShm;
-  if (name == "tcp") return UcxLanes::kTcp;
-  return InvalidArgument("--transport must be auto, shm or tcp, not '" + name + "'");
-}
-
-const char* UcxLanesName(UcxLanes lanes) {
-  switch (lanes) {
-    case UcxLanes::kAuto: return "auto";
-    case UcxLanes::kShm: return "shm";
-    case UcxLanes::kTcp: return "tcp";
-  }
-  return "?";
-}
-
-StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(UcxLanes lanes) {
+StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(bool shm_only) {
   auto impl = std::make_unique<Impl>();
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return UcxError("ucp_config_read", st);
-  if (lanes != UcxLanes::kAuto) {
+  if (shm_only) {
     // Sockaddr connection setup always needs tcp.
-    st = ucp_config_modify(config, "TLS", lanes == UcxLanes::kTcp ? "tcp" : "sm,tcp");
+    st = ucp_config_modify(config, "TLS", "sm,tcp");
     if (st != UCS_OK) {
       ucp_config_release(config);
-      return UcxError(std::string("ucp_config_modify TLS for --transport ") + UcxLanesName(lanes), st);
+      return UcxError("ucp_config_modify TLS=sm,tcp for --transport shm", st);
     }
   }
   ucp_params_t params{};
@@ -564,7 +537,7 @@ StatusOr<Region> UcxTransport::AllocateRegion(size_t bytes) {
 
 Status UcxTransport::Listen(const std::string& address,
                             std::function<ConnectionHandlers(std::shared_ptr<Connection>)> on_accept) {
-  TANDEM_ASSIGN_OR_RETURN(sockaddr_in sa, ParseAddress(address));
+  TANDEM_ASSIGN_OR_RETURN(sockaddr_in sa, ParseHostPort(address));
   impl_->on_accept = std::move(on_accept);
   ucp_listener_params_t lp{};
   lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
@@ -608,7 +581,7 @@ int UcxTransport::listen_port() const {
 
 StatusOr<std::shared_ptr<Connection>> UcxTransport::Connect(const std::string& address,
                                                             ConnectionHandlers handlers) {
-  TANDEM_ASSIGN_OR_RETURN(sockaddr_in sa, ParseAddress(address));
+  TANDEM_ASSIGN_OR_RETURN(sockaddr_in sa, ParseHostPort(address));
   std::shared_ptr<UcxConnection> conn;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);

@@ -21,17 +21,11 @@ struct UcxKeyHeader {
   uint64_t ipc_identity = 0;  // which kernel and IPC namespace shmid lives in
 };
 
-// Which UCX transports carry the bytes. kAuto: whatever UCX finds (UCX_TLS
-// in the environment is honoured); kShm: shared memory for the puts, TCP
-// only to set connections up (one host); kTcp: TCP for everything (across
-// hosts, or where shared memory is not wanted).
-enum class UcxLanes { kAuto, kShm, kTcp };
-StatusOr<UcxLanes> ParseUcxLanes(const std::string& name);  // "auto" | "shm" | "tcp"
-const char* UcxLanesName(UcxLanes lanes);
-
 class UcxTransport : public Transport {
  public:
-  static StatusOr<std::unique_ptr<UcxTransport>> Create(UcxLanes lanes = UcxLanes::kAuto);
+  // shm_only: shared memory for the puts, TCP only to set connections up
+  // (one host); otherwise whatever UCX finds (UCX_TLS is honoured).
+  static StatusOr<std::unique_ptr<UcxTransport>> Create(bool shm_only = false);
   ~UcxTransport() override;
 
   std::string name() const override { return "ucx"; }
@@ -41,7 +35,7 @@ class UcxTransport : public Transport {
                 std::function<ConnectionHandlers(std::shared_ptr<Connection>)> on_accept) override;
   StatusOr<std::shared_ptr<Connection>> Connect(const std::string& address,
                                                 ConnectionHandlers handlers) override;
-  int listen_port() const;
+  int listen_port() const override;
 
   struct Impl;
 

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <thread>
 
 #include "support/http_client.h"
@@ -77,7 +78,8 @@ std::unique_ptr<ServerProcess> StartPrefill(const std::string& model, const std:
   std::vector<std::string> a = {"prefill", "-m", model, "--chunk-size", "100"};
   for (auto& x : SparseArgs(dtype)) a.push_back(x);
   a.insert(a.end(), extra.begin(), extra.end());
-  return std::make_unique<ServerProcess>(a, 60, "ucx://127.0.0.1:", fixed_port);
+  const bool tcp = std::find(a.begin(), a.end(), "tcp") != a.end();
+  return std::make_unique<ServerProcess>(a, 60, tcp ? "tcp://127.0.0.1:" : "ucx://127.0.0.1:", fixed_port);
 }
 
 std::unique_ptr<ServerProcess> StartServe(const std::string& model, const std::string& dtype,

@@ -14,7 +14,7 @@ class ServerProcess {
   // args: everything after `tandem` (e.g. {"serve", "-m", path}); "--port 0"
   // is appended and the chosen port read from the server's log.
   // marker: the log text right before the port ("http://127.0.0.1:" for
-  // HTTP servers, "ucx://127.0.0.1:" for a prefill engine).
+  // HTTP servers, "ucx://127.0.0.1:" or "tcp://127.0.0.1:" for a prefill engine).
   // fixed_port > 0 passes --port fixed_port instead of 0.
   explicit ServerProcess(std::vector<std::string> args, int startup_timeout_s = 60,
                          std::string marker = "http://127.0.0.1:", int fixed_port = 0);

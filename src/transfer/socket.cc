@@ -1,0 +1,471 @@
+#include "transfer/socket.h"
+
+#include <fcntl.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "transfer/address.h"
+#include "transfer/messages.h"
+
+namespace tandem::transfer {
+namespace {
+
+// Every frame starts with 32 bytes: type, 0, a, b, length (little-endian).
+enum FrameType : uint32_t { kPutFrame = 1, kMessageFrame = 2, kFlushFrame = 3, kFlushAckFrame = 4 };
+constexpr size_t kFrameHeaderBytes = 32;
+constexpr uint64_t kMaxMessageBytes = kHandoffHeaderBytes + kMaxHandoffBodyBytes;
+constexpr char kKeyMagic[4] = {'T', 'S', 'K', '1'};  // then the region id, u64
+constexpr auto kConnectTimeout = std::chrono::seconds(5);
+
+struct Frame {
+  uint32_t type = 0;
+  uint64_t a = 0, b = 0, length = 0;
+};
+
+void PutLe(uint8_t* at, uint64_t v, size_t n) {
+  for (size_t i = 0; i < n; ++i) at[i] = uint8_t(v >> (8 * i));
+}
+uint64_t GetLe(const uint8_t* at, size_t n) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < n; ++i) v |= uint64_t(at[i]) << (8 * i);
+  return v;
+}
+
+std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+// Sends every byte of the iovecs (partial writes continued). False on error.
+bool SendAll(int fd, iovec* iov, int n) {
+  while (n > 0) {
+    msghdr m{};
+    m.msg_iov = iov;
+    m.msg_iovlen = size_t(n);
+    const ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    size_t done = size_t(w);
+    while (n > 0 && done >= iov->iov_len) {
+      done -= iov->iov_len;
+      ++iov;
+      --n;
+    }
+    if (n > 0) {
+      iov->iov_base = static_cast<uint8_t*>(iov->iov_base) + done;
+      iov->iov_len -= done;
+    }
+  }
+  return true;
+}
+
+bool RecvAll(int fd, uint8_t* at, size_t n) {
+  while (n > 0) {
+    const ssize_t r = recv(fd, at, n, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    at += r;
+    n -= size_t(r);
+  }
+  return true;
+}
+
+}  // namespace
+
+struct SocketTransport::Impl {
+  std::mutex mu;
+  std::map<uint64_t, std::pair<uint8_t*, size_t>> regions;  // guarded by mu
+  uint64_t next_region = 1, next_id = 1;                     // guarded by mu
+  std::vector<std::weak_ptr<class SocketConnection>> connections;  // guarded by mu
+  int live_threads = 0;                                      // guarded by mu
+  std::condition_variable threads_cv;
+  int listen_fd = -1;
+  int port = -1;
+  std::atomic<bool> stop{false};
+  std::thread acceptor;
+
+  ~Impl() {
+    for (auto& [id, r] : regions) munmap(r.first, r.second);
+  }
+  // Where a put of `length` bytes at `offset` into region `id` lands, or null.
+  uint8_t* Target(uint64_t id, uint64_t offset, uint64_t length) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = regions.find(id);
+    if (it == regions.end() || offset > it->second.second || length > it->second.second - offset) return nullptr;
+    return it->second.first + offset;
+  }
+  void ThreadStarted() {
+    std::lock_guard<std::mutex> lock(mu);
+    ++live_threads;
+  }
+  void ThreadEnded() {
+    std::lock_guard<std::mutex> lock(mu);
+    --live_threads;
+    threads_cv.notify_all();
+  }
+};
+
+class SocketConnection : public Connection, public std::enable_shared_from_this<SocketConnection> {
+ public:
+  SocketConnection(std::shared_ptr<SocketTransport::Impl> t, uint64_t id, ConnectionHandlers handlers)
+      : t_(std::move(t)), id_(id), handlers_(std::move(handlers)) {}
+  ~SocketConnection() override {
+    if (fd_ >= 0) close(fd_);
+  }
+  void set_handlers(ConnectionHandlers h) { handlers_ = std::move(h); }
+
+  // Starts the threads; `fd` < 0: connect to `peer` first (on the reader thread).
+  void Start(int fd, sockaddr_in peer) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      fd_ = fd;
+      connected_ = fd >= 0;
+    }
+    auto self = shared_from_this();
+    t_->ThreadStarted();
+    t_->ThreadStarted();
+    std::thread([self, peer] { self->RunReader(peer); self->t_->ThreadEnded(); }).detach();
+    std::thread([self] { self->RunWriter(); self->t_->ThreadEnded(); }).detach();
+  }
+
+  uint64_t id() const override { return id_; }
+  bool alive() const override { return alive_.load(); }
+
+  Status Put(const void* src, size_t bytes, const RemoteKey& key, uint64_t offset) override {
+    if (key.blob.size() != 12 || std::memcmp(key.blob.data(), kKeyMagic, 4) != 0) {
+      return InvalidArgument("not a TCP transport remote key (the peers use different --transport settings?)");
+    }
+    if (offset > key.size || bytes > key.size - offset) {
+      return OutOfRange("put of " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
+                        " exceeds the " + std::to_string(key.size) + "-byte remote region");
+    }
+    return Post({kPutFrame, GetLe(key.blob.data() + 4, 8), offset, bytes}, src, {});
+  }
+
+  Status Send(std::vector<uint8_t> message) override {
+    if (message.size() > kMaxMessageBytes) return InvalidArgument("message over the transport's cap");
+    const uint64_t n = message.size();
+    return Post({kMessageFrame, 0, 0, n}, nullptr, std::move(message));
+  }
+
+  Status Flush(Clock::time_point deadline) override {
+    uint64_t seq = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      seq = ++flushes_posted_;
+    }
+    TANDEM_RETURN_IF_ERROR(Post({kFlushFrame, seq, 0, 0}, nullptr, {}));
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_until(lock, deadline, [&] { return flushes_acked_ >= seq || !alive_; })) {
+      return Status(StatusCode::kDeadlineExceeded, "flush did not complete before its deadline");
+    }
+    if (flushes_acked_ >= seq) return Status::Ok();
+    return Unavailable("TCP connection " + std::to_string(id_) + " closed during a flush: " + why_);
+  }
+
+  // Stops the reader before returning (the fence), then lets both threads end.
+  void Close() override {
+    std::unique_lock<std::mutex> lock(mu_);
+    closed_ = true;
+    FailLocked("closed by this side");
+    // The reader may be receiving a put into our memory: wait until it is not
+    // (it checks closed_ before each put). Never called with a put in progress
+    // on the reader thread itself: handlers run between frames.
+    cv_.wait(lock, [&] { return !in_put_; });
+  }
+
+ private:
+  struct Item {
+    Frame frame;
+    const void* src = nullptr;       // kPutFrame: the caller's bytes
+    std::vector<uint8_t> owned;      // kMessageFrame
+  };
+
+  Status Post(Frame f, const void* src, std::vector<uint8_t> owned) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!alive_) return Unavailable("TCP connection " + std::to_string(id_) + " is closed: " + why_);
+    queue_.push_back({f, src, std::move(owned)});
+    cv_.notify_all();
+    return Status::Ok();
+  }
+
+  void FailLocked(const std::string& why) {
+    if (alive_.exchange(false)) why_ = why;
+    if (fd_ >= 0) shutdown(fd_, SHUT_RDWR);
+    cv_.notify_all();
+  }
+  void Fail(const std::string& why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    FailLocked(why);
+  }
+
+  bool ConnectTo(sockaddr_in peer) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    if (fd < 0) return Fail(Errno("socket")), false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      fd_ = fd;
+      if (!alive_) return false;
+    }
+    int rc = connect(fd, reinterpret_cast<const sockaddr*>(&peer), sizeof(peer));
+    if (rc != 0 && errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      rc = poll(&p, 1, int(std::chrono::milliseconds(kConnectTimeout).count()));
+      int err = 0;
+      socklen_t len = sizeof(err);
+      if (rc == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0) {
+        rc = 0;
+      } else {
+        errno = rc == 0 ? ETIMEDOUT : (err != 0 ? err : errno);
+        rc = -1;
+      }
+    }
+    if (rc != 0) return Fail(Errno("connect")), false;
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    const int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    std::lock_guard<std::mutex> lock(mu_);
+    connected_ = true;
+    cv_.notify_all();
+    return alive_;
+  }
+
+  // Sends what is queued in batches: up to kBatch frames per sendmsg.
+  void RunWriter() {
+    constexpr size_t kBatch = 64;
+    std::vector<Item> batch;
+    std::vector<std::array<uint8_t, kFrameHeaderBytes>> headers(kBatch);
+    std::vector<iovec> iov;
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return connected_ || !alive_; });
+    for (;;) {
+      cv_.wait(lock, [&] { return !queue_.empty() || !alive_; });
+      if (!alive_) return;
+      batch.clear();
+      while (!queue_.empty() && batch.size() < kBatch) {
+        batch.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      const int fd = fd_;
+      lock.unlock();
+      iov.clear();
+      for (size_t i = 0; i < batch.size(); ++i) {
+        const Frame& f = batch[i].frame;
+        uint8_t* h = headers[i].data();
+        PutLe(h, f.type, 4);
+        PutLe(h + 4, 0, 4);
+        PutLe(h + 8, f.a, 8);
+        PutLe(h + 16, f.b, 8);
+        PutLe(h + 24, f.length, 8);
+        iov.push_back({h, kFrameHeaderBytes});
+        if (f.type == kPutFrame) iov.push_back({const_cast<void*>(batch[i].src), f.length});
+        if (f.type == kMessageFrame) iov.push_back({batch[i].owned.data(), batch[i].owned.size()});
+      }
+      const bool ok = SendAll(fd, iov.data(), int(iov.size()));
+      lock.lock();
+      if (!ok) return FailLocked(Errno("send"));
+    }
+  }
+
+  void RunReader(sockaddr_in peer) {
+    bool ok = true;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      ok = alive_;
+    }
+    if (ok && !connected_) ok = ConnectTo(peer);
+    while (ok) ok = ReadFrame();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      FailLocked("the peer closed the connection");
+    }
+    if (handlers_.on_close) handlers_.on_close(*this, Unavailable("TCP connection " + std::to_string(id_) + ": " + why_));
+  }
+
+  // Reads exactly n bytes into `at`: first what the read-ahead buffer holds,
+  // the rest straight from the socket (big payloads skip the buffer).
+  bool Read(uint8_t* at, size_t n) {
+    const size_t buffered = std::min(n, ahead_end_ - ahead_begin_);
+    std::memcpy(at, ahead_.data() + ahead_begin_, buffered);
+    ahead_begin_ += buffered;
+    at += buffered;
+    n -= buffered;
+    if (n == 0) return true;
+    if (n >= ahead_.size() / 2) return RecvAll(fd_, at, n);
+    // Small: refill the buffer (with whatever else has arrived) and copy.
+    ahead_begin_ = ahead_end_ = 0;
+    while (ahead_end_ < n) {
+      const ssize_t r = recv(fd_, ahead_.data() + ahead_end_, ahead_.size() - ahead_end_, 0);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) return false;
+      ahead_end_ += size_t(r);
+    }
+    std::memcpy(at, ahead_.data(), n);
+    ahead_begin_ = n;
+    return true;
+  }
+
+  bool ReadFrame() {
+    uint8_t header[kFrameHeaderBytes];
+    if (!Read(header, kFrameHeaderBytes)) return false;
+    Frame f{uint32_t(GetLe(header, 4)), GetLe(header + 8, 8), GetLe(header + 16, 8), GetLe(header + 24, 8)};
+    switch (f.type) {
+      case kPutFrame: {
+        uint8_t* dst = t_->Target(f.a, f.b, f.length);
+        if (!dst) return Fail("a put outside every region this engine announced"), false;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          if (closed_) return false;  // the fence: nothing lands after Close
+          in_put_ = true;
+        }
+        const bool ok = Read(dst, size_t(f.length));
+        std::lock_guard<std::mutex> lock(mu_);
+        in_put_ = false;
+        cv_.notify_all();
+        return ok;
+      }
+      case kMessageFrame: {
+        if (f.length > kMaxMessageBytes) return Fail("a message over the cap"), false;
+        std::vector<uint8_t> m(size_t(f.length));
+        if (!Read(m.data(), m.size())) return false;
+        if (handlers_.on_message) handlers_.on_message(*this, std::move(m));
+        return true;
+      }
+      case kFlushFrame:  // every put before it has landed: TCP kept the order
+        return Post({kFlushAckFrame, f.a, 0, 0}, nullptr, {}).ok();
+      case kFlushAckFrame: {
+        std::lock_guard<std::mutex> lock(mu_);
+        flushes_acked_ = std::max(flushes_acked_, f.a);
+        cv_.notify_all();
+        return true;
+      }
+    }
+    return Fail("an unknown frame type " + std::to_string(f.type)), false;
+  }
+
+  const std::shared_ptr<SocketTransport::Impl> t_;
+  const uint64_t id_;
+  ConnectionHandlers handlers_;  // set before Start, then read only by the reader thread
+  std::atomic<bool> alive_{true};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int fd_ = -1;                   // guarded by mu_ (set once; the threads read it after)
+  bool connected_ = false;        // guarded by mu_
+  bool closed_ = false;           // guarded by mu_: Close() was called
+  bool in_put_ = false;           // guarded by mu_: the reader is writing into a region
+  std::deque<Item> queue_;        // guarded by mu_
+  uint64_t flushes_posted_ = 0, flushes_acked_ = 0;  // guarded by mu_
+  std::string why_;               // guarded by mu_: why it is not alive
+  std::vector<uint8_t> ahead_ = std::vector<uint8_t>(size_t(64) << 10);  // reader thread only
+  size_t ahead_begin_ = 0, ahead_end_ = 0;                               // reader thread only
+};
+
+SocketTransport::SocketTransport() : impl_(std::make_shared<Impl>()) {}
+
+SocketTransport::~SocketTransport() {
+  impl_->stop = true;
+  if (impl_->acceptor.joinable()) impl_->acceptor.join();
+  if (impl_->listen_fd >= 0) close(impl_->listen_fd);
+  std::vector<std::shared_ptr<SocketConnection>> open;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    for (auto& w : impl_->connections) {
+      if (auto c = w.lock()) open.push_back(std::move(c));
+    }
+  }
+  for (auto& c : open) c->Close();
+  open.clear();
+  // The threads run the handlers, which may reach the owner's state: none may outlive us.
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  impl_->threads_cv.wait(lock, [&] { return impl_->live_threads == 0; });
+}
+
+StatusOr<Region> SocketTransport::AllocateRegion(size_t bytes) {
+  if (bytes == 0) return InvalidArgument("a region needs at least one byte");
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return ResourceExhausted(Errno(("mmap of " + std::to_string(bytes) + " bytes").c_str()));
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const uint64_t id = impl_->next_region++;
+  impl_->regions[id] = {static_cast<uint8_t*>(p), bytes};
+  Region r;
+  r.data = static_cast<uint8_t*>(p);
+  r.size = bytes;
+  r.key.blob.assign(kKeyMagic, kKeyMagic + 4);
+  r.key.blob.resize(12);
+  PutLe(r.key.blob.data() + 4, id, 8);
+  r.key.size = bytes;
+  return r;
+}
+
+Status SocketTransport::Listen(const std::string& address,
+                               std::function<ConnectionHandlers(std::shared_ptr<Connection>)> on_accept) {
+  TANDEM_ASSIGN_OR_RETURN(sockaddr_in sa, ParseHostPort(address));
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return Unavailable(Errno("socket"));
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  socklen_t len = sizeof(sa);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 || listen(fd, SOMAXCONN) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
+    const std::string why = Errno(("cannot listen on " + address).c_str());
+    close(fd);
+    return Unavailable(why);
+  }
+  impl_->listen_fd = fd;
+  impl_->port = ntohs(sa.sin_port);
+  std::shared_ptr<Impl> t = impl_;
+  impl_->acceptor = std::thread([t, fd, on_accept = std::move(on_accept)] {
+    while (!t->stop) {
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, 100) != 1) continue;
+      const int c = accept(fd, nullptr, nullptr);
+      if (c < 0) continue;
+      const int yes = 1;
+      setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
+      uint64_t id = 0;
+      {
+        std::lock_guard<std::mutex> lock(t->mu);
+        id = t->next_id++;
+      }
+      auto conn = std::make_shared<SocketConnection>(t, id, ConnectionHandlers{});
+      conn->set_handlers(on_accept(conn));
+      {
+        std::lock_guard<std::mutex> lock(t->mu);
+        std::erase_if(t->connections, [](const auto& w) { return w.expired(); });
+        t->connections.push_back(conn);
+      }
+      conn->Start(c, {});
+    }
+  });
+  return Status::Ok();
+}
+
+StatusOr<std::shared_ptr<Connection>> SocketTransport::Connect(const std::string& address,
+                                                               ConnectionHandlers handlers) {
+  TANDEM_ASSIGN_OR_RETURN(sockaddr_in sa, ParseHostPort(address));
+  std::shared_ptr<SocketConnection> conn;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    conn = std::make_shared<SocketConnection>(impl_, impl_->next_id++, std::move(handlers));
+    std::erase_if(impl_->connections, [](const auto& w) { return w.expired(); });
+    impl_->connections.push_back(conn);
+  }
+  conn->Start(-1, sa);
+  return std::shared_ptr<Connection>(conn);
+}
+
+int SocketTransport::listen_port() const { return impl_->port; }
+
+}  // namespace tandem::transfer

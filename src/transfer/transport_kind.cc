@@ -1,0 +1,30 @@
+#include "transfer/transport_kind.h"
+
+#include "transfer/socket.h"
+#include "transfer/ucx.h"
+
+namespace tandem::transfer {
+
+StatusOr<TransportKind> ParseTransportKind(const std::string& name) {
+  if (name == "auto") return TransportKind::kAuto;
+  if (name == "shm") return TransportKind::kShm;
+  if (name == "tcp") return TransportKind::kTcp;
+  return InvalidArgument("--transport must be auto, shm or tcp, not '" + name + "'");
+}
+
+const char* TransportKindName(TransportKind kind) {
+  switch (kind) {
+    case TransportKind::kAuto: return "auto";
+    case TransportKind::kShm: return "shm";
+    case TransportKind::kTcp: return "tcp";
+  }
+  return "?";
+}
+
+StatusOr<std::unique_ptr<Transport>> MakeTransport(TransportKind kind) {
+  if (kind == TransportKind::kTcp) return std::unique_ptr<Transport>(std::make_unique<SocketTransport>());
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<UcxTransport> ucx, UcxTransport::Create(kind == TransportKind::kShm));
+  return std::unique_ptr<Transport>(std::move(ucx));
+}
+
+}  // namespace tandem::transfer

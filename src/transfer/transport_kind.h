@@ -1,0 +1,23 @@
+// Which transport carries a deployment's handoffs (--transport):
+//   auto  UCX, with whatever it finds (UCX_TLS honoured): shared memory and
+//         CMA on one host;
+//   shm   UCX with shared memory for the puts (one host);
+//   tcp   plain TCP streams (transfer/socket.h): across hosts, or where
+//         shared memory is not wanted.
+// Both ends of a link must use the same kind: the remote keys differ.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "transfer/transport.h"
+
+namespace tandem::transfer {
+
+enum class TransportKind { kAuto, kShm, kTcp };
+
+StatusOr<TransportKind> ParseTransportKind(const std::string& name);  // "auto" | "shm" | "tcp"
+const char* TransportKindName(TransportKind kind);
+StatusOr<std::unique_ptr<Transport>> MakeTransport(TransportKind kind);
+
+}  // namespace tandem::transfer
