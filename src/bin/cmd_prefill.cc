@@ -94,6 +94,7 @@ int RunPrefill(PrefillArgs& a) {
       std::lock_guard<std::mutex> lock(wrapped_mu);
       wrapped[c.get()] = use;
     }
+    worker.OnAccept(use);
     h.on_message = [&worker, &wrapped, &wrapped_mu](transfer::Connection& raw, std::vector<uint8_t> m) {
       std::shared_ptr<transfer::Connection> conn;
       {
@@ -125,6 +126,7 @@ int RunPrefill(PrefillArgs& a) {
                (unsigned long long)worker.instance_id());
   int sig = 0;
   sigwait(&set, &sig);
+  worker.Stop();  // no thread of it touches a connection once the transport goes
   const auto s = worker.stats();
   std::fprintf(stderr,
                "tandem prefill: stopping (%lld committed, %lld aborted, %lld failed, %lld pages in use, %lld held by "

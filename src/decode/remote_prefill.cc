@@ -31,10 +31,26 @@ StatusOr<std::unique_ptr<RemotePrefill>> RemotePrefill::Connect(RemotePrefillOpt
     r->links_.push_back(std::move(link));
   }
   for (size_t i = 0; i < r->links_.size(); ++i) r->Reconnect(i, now);
+  r->heartbeat_thread_ = std::thread([p = r.get()] { p->RunHeartbeats(); });
   return r;
 }
 
+void RemotePrefill::RunHeartbeats() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    stop_cv_.wait_for(lock, options_.heartbeat_interval, [&] { return stop_; });
+    for (auto& [link, c] : beating_) (void)c->Send(Heartbeat{instance_id_}.Encode());
+  }
+}
+
 RemotePrefill::~RemotePrefill() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    beating_.clear();
+  }
+  stop_cv_.notify_all();
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
   receiver_.reset();  // releases what it holds before the connections go
   for (Link& l : links_) {
     if (l.connection) l.connection->Close();
@@ -95,7 +111,7 @@ void RemotePrefill::Reconnect(size_t i, Clock::time_point now) {
     }
     arrived_.notify_all();
   };
-  link.last_heard = link.last_heartbeat = now;
+  link.last_heard = now;
   auto conn = transport_->Connect(link.address, h);
   Status st = conn.ok() ? (*conn)->Send(MyHello(0).Encode()) : conn.status();
   if (!st.ok()) {
@@ -108,6 +124,10 @@ void RemotePrefill::Reconnect(size_t i, Clock::time_point now) {
   }
   link.connection = std::move(conn).value();
   link.connection_id = link.connection->id();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    beating_[i] = link.connection;
+  }
   link.prefill_instance = 0;  // until its Hello
   link.state = LinkState::kConnecting;
   link.problem = "handshake in progress";
@@ -158,7 +178,7 @@ void RemotePrefill::Abort(uint64_t handoff_id, const std::string& reason) {
   if (it != handoff_link_.end()) handoff_link_.erase(it);
 }
 
-void RemotePrefill::LinkDown(size_t i, const std::string& why) {
+void RemotePrefill::LinkDown(size_t i, const std::string& why, bool peer_gone) {
   Link& link = links_[i];
   const auto now = Clock::now();
   if (link.state != LinkState::kDown) {
@@ -169,10 +189,18 @@ void RemotePrefill::LinkDown(size_t i, const std::string& why) {
   link.retry_at = now + link.backoff;
   link.backoff = std::min(options_.reconnect_max, link.backoff * 2);
   if (link.connection) {
-    link.connection->Close();  // the fence: nothing of it can land any more
+    link.connection->Close();
     link.connection.reset();
+    std::lock_guard<std::mutex> lock(mu_);
+    beating_.erase(i);
   }
-  receiver_->OnPeerClosed(link.connection_id, now);
+  if (peer_gone || transport_->close_fences_peer_writes()) {
+    receiver_->OnPeerClosed(link.connection_id, now);  // nothing of it can land any more
+  } else if (link.connection_id != 0) {
+    receiver_->OnPeerSuspended(link.connection_id, now);  // it may still write: wait for the fence
+    link.suspended.push_back(link.connection_id);
+  }
+  link.connection_id = 0;
   for (auto it = handoff_link_.begin(); it != handoff_link_.end();) {
     if (it->second != i) {
       ++it;
@@ -204,6 +232,10 @@ void RemotePrefill::OnHello(size_t i, const std::vector<uint8_t>& bytes) {
     return;
   }
   link.prefill_instance = hello->instance_id;
+  // Its answer promises that no handoff of an earlier connection of ours still
+  // writes (a restarted engine cannot): the pages those held are free now.
+  for (uint64_t old : link.suspended) receiver_->OnPeerClosed(old, Clock::now());
+  link.suspended.clear();
   if (link.probation && hello->instance_id != link.silent_instance) link.probation = false;  // a restarted engine
   if (link.probation) {
     link.probation_until = Clock::now() + 2 * options_.peer_timeout;
@@ -227,9 +259,16 @@ void RemotePrefill::LinkUp(size_t i) {
 void RemotePrefill::Handle(const Arrival& a, std::vector<Outcome>& out) {
   Link& link = links_[a.link];
   if (a.connection_id != link.connection_id || !link.connection) return;  // a connection already given up
-  if (a.closed) return LinkDown(a.link, "the connection closed");
+  if (a.closed) return LinkDown(a.link, "the connection closed", /*peer_gone=*/true);
   link.last_heard = Clock::now();
   auto type = PeekType(a.bytes);
+  if (!type.ok() && link.state == LinkState::kConnecting) {
+    // Its first message is unreadable (another wire version, or not tandem): a refused handshake.
+    const std::string why = "refusing the prefill engine: its handshake is unreadable: " + type.status().message();
+    std::fprintf(stderr, "tandem decode: %s: %s\n", link.address.c_str(), why.c_str());
+    link.backoff = options_.reconnect_max;
+    return LinkDown(a.link, why);
+  }
   if (!type.ok()) {
     std::fprintf(stderr, "tandem decode: dropping a malformed message from %s: %s\n", link.address.c_str(),
                  type.status().ToString().c_str());
@@ -308,12 +347,6 @@ void RemotePrefill::KeepAlive(Clock::time_point now) {
     if (link.state == LinkState::kConnecting && link.probation && link.prefill_instance != 0 &&
         now >= link.probation_until) {
       LinkUp(i);
-    }
-    if (now - link.last_heartbeat >= options_.heartbeat_interval) {
-      link.last_heartbeat = now;
-      if (Status st = link.connection->Send(Heartbeat{instance_id_}.Encode()); !st.ok()) {
-        LinkDown(i, "sending a heartbeat failed: " + st.message());
-      }
     }
   }
   // An abort nobody acknowledges: closing the link is the fence that ends it.

@@ -30,6 +30,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 #include "model/cache_spec.h"
 #include "transfer/handoff_receiver.h"
@@ -104,7 +105,11 @@ class RemotePrefill {
     LinkState state = LinkState::kDown;
     std::string problem = "not connected yet";
     uint64_t prefill_instance = 0;
-    transfer::Clock::time_point last_heard, last_heartbeat, retry_at;
+    transfer::Clock::time_point last_heard, retry_at;
+    // Connections we closed while the peer may still write (no closing fence):
+    // their pages stay quarantined until this link's next accepted Hello,
+    // which promises that no earlier connection of ours still writes.
+    std::vector<uint64_t> suspended;
     bool probation = false;                   // it was declared dead for silence
     uint64_t silent_instance = 0;             // the instance declared dead (a new one is no suspect)
     transfer::Clock::time_point probation_until;  // Connecting -> Up no earlier
@@ -119,8 +124,11 @@ class RemotePrefill {
   explicit RemotePrefill(RemotePrefillOptions options);
   void Reconnect(size_t link, transfer::Clock::time_point now);
   // Marks a link down and closes its connection; its open handoffs fail
-  // (reported by the next Poll) and its quarantined pages are freed.
-  void LinkDown(size_t link, const std::string& why);
+  // (reported by the next Poll). Its pages are freed when the peer's end is
+  // gone (`peer_gone`) or the transport's close is a fence; otherwise they
+  // wait for the fence (see Link::suspended).
+  void LinkDown(size_t link, const std::string& why, bool peer_gone = false);
+  void RunHeartbeats();
   void OnHello(size_t link, const std::vector<uint8_t>& bytes);
   void LinkUp(size_t link);
   void Handle(const Arrival& a, std::vector<Outcome>& out);
@@ -141,6 +149,12 @@ class RemotePrefill {
   std::mutex mu_;
   std::condition_variable arrived_;
   std::deque<Arrival> inbox_;  // guarded by mu_
+  // The heartbeat thread's view: connections of links not down. Its own
+  // thread, so a slow engine step never makes us look dead to a prefill engine.
+  std::map<size_t, std::shared_ptr<transfer::Connection>> beating_;  // guarded by mu_
+  bool stop_ = false;                                                 // guarded by mu_
+  std::condition_variable stop_cv_;
+  std::thread heartbeat_thread_;
 };
 
 }  // namespace tandem

@@ -21,16 +21,7 @@ PrefillWorker::PrefillWorker(const Model& model, const CacheSpec& spec, int thre
   heartbeat_thread_ = std::thread([this] { RunHeartbeats(); });
 }
 
-PrefillWorker::~PrefillWorker() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-    if (running_handoff_) sender_.RequestAbort(running_handoff_);
-  }
-  cv_.notify_all();
-  thread_.join();
-  heartbeat_thread_.join();
-}
+PrefillWorker::~PrefillWorker() { Stop(); }
 
 std::string PrefillWorker::layout_fingerprint() const { return pool_.layout().Fingerprint(); }
 
@@ -52,45 +43,82 @@ void PrefillWorker::Refuse(transfer::Connection& c, uint64_t handoff_id, const s
   (void)c.Send(Abort{handoff_id, why}.Encode());
 }
 
-void PrefillWorker::OnHello(Peer& peer, const std::vector<uint8_t>& bytes) {
+void PrefillWorker::OnAccept(std::shared_ptr<transfer::Connection> connection) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Peer& peer = peers_[connection->id()];
+  peer.connection = std::move(connection);
+  peer.last_heard = Clock::now();  // silent from here on counts too
+}
+
+// Accepts or refuses a decode engine's Hello. Returns the connections to
+// close once mu_ is released: this one when refused, and earlier connections
+// of the same decode instance (it reconnected; they are dead to it).
+std::vector<std::shared_ptr<transfer::Connection>> PrefillWorker::OnHello(Peer& peer, const std::vector<uint8_t>& bytes) {
   auto hello = Hello::Decode(bytes);
   const uint64_t theirs = hello.ok() ? hello->instance_id : 0;
   const Hello mine{"prefill", layout_fingerprint(), weights_identity_, instance_id_, theirs};
   Status st = hello.ok() ? transfer::CheckHello(mine, *hello) : hello.status();
-  // Our Hello goes out either way: the decode side checks too, and reports.
-  (void)peer.connection->Send(mine.Encode());
-  if (st.ok()) {
-    peer.hello_ok = true;
-    peer.decode_instance = theirs;
-    return;
+  if (!st.ok()) {
+    std::fprintf(stderr, "tandem prefill: refusing decode engine %llu: %s\n", (unsigned long long)theirs,
+                 st.message().c_str());
+    (void)peer.connection->Send(mine.Encode());  // the decode side checks too, and reports
+    ++stats_.peers_closed;
+    return {peer.connection};
   }
-  std::fprintf(stderr, "tandem prefill: refusing decode engine %llu: %s\n", (unsigned long long)theirs,
-               st.message().c_str());
-  peer.hello_ok = false;
+  peer.hello_ok = true;
+  peer.decode_instance = theirs;
+  std::vector<std::shared_ptr<transfer::Connection>> stale;
+  for (auto& [id, other] : peers_) {
+    if (id != peer.connection->id() && other.decode_instance == theirs) stale.push_back(other.connection);
+  }
+  for (auto& c : stale) DropPeerLocked(c->id());
+  // Our answer promises the decode side that nothing of an earlier connection
+  // of its own still writes into its pages (docs/handoff-fence.md): while such
+  // a handoff runs, the answer waits for it to end.
+  if (running_connection_ != 0 && running_connection_ != peer.connection->id() && running_decode_instance_ == theirs) {
+    deferred_hellos_.push_back({peer.connection, mine});
+  } else {
+    (void)peer.connection->Send(mine.Encode());
+  }
+  return stale;
 }
 
 void PrefillWorker::OnMessage(std::shared_ptr<transfer::Connection> connection, const std::vector<uint8_t>& bytes) {
   auto type = PeekType(bytes);
   if (!connection->alive()) return;  // closed by us: its handoffs are already gone
-  std::unique_lock<std::mutex> lock(mu_);
-  Peer& peer = peers_[connection->id()];
-  if (!peer.connection) peer.connection = connection;
-  peer.last_heard = Clock::now();
-  if (!type.ok()) {
-    std::fprintf(stderr, "tandem prefill: dropping a malformed message: %s\n", type.status().ToString().c_str());
-    return;
+  std::vector<std::shared_ptr<transfer::Connection>> to_close;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Peer& peer = peers_[connection->id()];
+    if (!peer.connection) peer.connection = connection;
+    peer.last_heard = Clock::now();
+    if (!type.ok() && !peer.hello_ok) {
+      // A first message we cannot read (another wire version, or not tandem):
+      // a refused handshake, said plainly, not a silent drop.
+      std::fprintf(stderr, "tandem prefill: refusing a decode engine whose first message is unreadable: %s\n",
+                   type.status().ToString().c_str());
+      ++stats_.peers_closed;
+      DropPeerLocked(connection->id());
+      to_close.push_back(connection);
+    } else if (!type.ok()) {
+      std::fprintf(stderr, "tandem prefill: dropping a malformed message: %s\n", type.status().ToString().c_str());
+    } else if (*type == MessageType::kHello) {
+      to_close = OnHello(peer, bytes);
+    } else {
+      HandleLocked(peer, connection, *type, bytes);
+    }
+    // Closed under mu_: nothing else goes out on them first. (Close never
+    // blocks on our handlers: they run later, on the transport's threads.)
+    for (auto& c : to_close) c->Close();
   }
-  switch (*type) {
+}
+
+void PrefillWorker::HandleLocked(Peer& peer, const std::shared_ptr<transfer::Connection>& connection, MessageType type,
+                                 const std::vector<uint8_t>& bytes) {
+  switch (type) {
     case MessageType::kHello:
-      OnHello(peer, bytes);
-      if (!peer.hello_ok) {
-        ++stats_.peers_closed;
-        lock.unlock();
-        connection->Close();  // flushes our Hello out first
-      }
-      return;
     case MessageType::kHeartbeat:
-      return;  // last_heard is all it is for
+      return;  // last_heard is all a heartbeat is for
     case MessageType::kDestination: {
       auto d = Destination::Decode(bytes);
       if (!d.ok()) {
@@ -107,7 +135,7 @@ void PrefillWorker::OnMessage(std::shared_ptr<transfer::Connection> connection, 
                       "the prefill queue is full (" + std::to_string(options_.max_queue) + " handoffs)");
       }
       const auto deadline = Clock::now() + std::chrono::milliseconds(d->time_budget_ms);
-      queue_.push_back({std::move(d).value(), std::move(connection), deadline});
+      queue_.push_back({std::move(d).value(), connection, peer.decode_instance, deadline});
       cv_.notify_all();
       return;
     }
@@ -184,6 +212,9 @@ void PrefillWorker::FinishFailed(const Job& job, const Status& status) {
     std::fprintf(stderr, "tandem prefill: handoff %llu ended (%s) without a confirmed flush: closing connection %llu\n",
                  (unsigned long long)id, status.ToString().c_str(), (unsigned long long)job.connection->id());
     ++stats_.peers_closed;
+    DropPeerLocked(job.connection->id());
+    // Closed here, under mu_: no message of ours (an AbortAck for a late
+    // Abort, say) may go out on it before the close.
     job.connection->Close();
     return;
   }
@@ -210,15 +241,35 @@ void PrefillWorker::Run() {
     }
     running_connection_ = job.connection->id();
     running_handoff_ = job.destination.handoff_id;
+    running_decode_instance_ = job.decode_instance;
     sender_.ClearAbort();
     lock.unlock();
     const transfer::RemoteKey key{job.destination.remote_key, UINT64_MAX};
     auto commit = sender_.Run(job.destination, key, *job.connection, job.deadline);
     lock.lock();
-    if (!commit.ok()) FinishFailed(job, commit.status());
-    running_connection_ = running_handoff_ = 0;
-    if (commit.ok()) ++stats_.committed;
+    if (commit.ok()) {
+      ++stats_.committed;
+    } else {
+      FinishFailed(job, commit.status());
+    }
+    running_connection_ = running_handoff_ = running_decode_instance_ = 0;
+    // Nothing of that handoff can land any more (its writes flushed, or its
+    // connection closed): answer the Hellos that waited for it.
+    for (auto& [conn, hello] : deferred_hellos_) (void)conn->Send(hello.Encode());
+    deferred_hellos_.clear();
   }
+}
+
+void PrefillWorker::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return;
+    stop_ = true;
+    if (running_handoff_) sender_.RequestAbort(running_handoff_);
+  }
+  cv_.notify_all();
+  thread_.join();
+  heartbeat_thread_.join();
 }
 
 }  // namespace tandem

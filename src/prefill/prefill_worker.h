@@ -34,8 +34,13 @@ struct PrefillOptions {
 class PrefillWorker {
  public:
   PrefillWorker(const Model& model, const CacheSpec& spec, int threads, int64_t pool_pages, PrefillOptions options);
-  ~PrefillWorker();
+  ~PrefillWorker();  // Stop()
+  // Aborts the handoff in flight and joins the threads; afterwards no method
+  // touches a connection. Call before the transport goes away.
+  void Stop();
 
+  // Transport thread: a decode engine connected (it must say Hello within the peer timeout).
+  void OnAccept(std::shared_ptr<transfer::Connection> connection);
   // Transport thread: a message from the decode engine on `connection`.
   void OnMessage(std::shared_ptr<transfer::Connection> connection, const std::vector<uint8_t>& bytes);
   // Transport thread: `connection` is gone; its handoffs end (no write of it can land any more).
@@ -67,11 +72,15 @@ class PrefillWorker {
   struct Job {
     Destination destination;
     std::shared_ptr<transfer::Connection> connection;
+    uint64_t decode_instance = 0;
     transfer::Clock::time_point deadline;
   };
   void Run();
   void RunHeartbeats();
-  void OnHello(Peer& peer, const std::vector<uint8_t>& bytes);
+  // REQUIRES mu_ held (these three).
+  std::vector<std::shared_ptr<transfer::Connection>> OnHello(Peer& peer, const std::vector<uint8_t>& bytes);
+  void HandleLocked(Peer& peer, const std::shared_ptr<transfer::Connection>& connection, MessageType type,
+                    const std::vector<uint8_t>& bytes);
   // REQUIRES mu_ held. Sends an Abort for a Destination not taken.
   void Refuse(transfer::Connection& c, uint64_t handoff_id, const std::string& why);
   // REQUIRES mu_ held. Ends a job after Run failed: acknowledge / report, or
@@ -92,6 +101,10 @@ class PrefillWorker {
   std::map<uint64_t, Peer> peers_;  // by connection id; guarded by mu_
   std::deque<Job> queue_;           // guarded by mu_
   uint64_t running_connection_ = 0, running_handoff_ = 0;  // guarded by mu_; 0: none
+  uint64_t running_decode_instance_ = 0;                   // guarded by mu_
+  // Hellos answered once the running handoff (of an earlier connection of the
+  // same decode instance) has ended. Guarded by mu_.
+  std::vector<std::pair<std::shared_ptr<transfer::Connection>, Hello>> deferred_hellos_;
   bool stop_ = false;               // guarded by mu_
   Stats stats_;                     // guarded by mu_
   std::thread thread_, heartbeat_thread_;

@@ -375,7 +375,7 @@ void Engine::Admit() {
       ++seq.placements;
       seq.awaiting = true;
       seq.handoff_sent = Clock::now();
-      metrics_.handoff_page_wait.Observe(SecondsBetween(seq.arrival, seq.handoff_sent));
+      if (seq.placements == 1) metrics_.handoff_page_wait.Observe(SecondsBetween(seq.arrival, seq.handoff_sent));
       if (!seq.started && seq.placements == 1) {
         metrics_.prompt_tokens.Increment(double(seq.prompt_len));
         counters_.prompt_tokens += seq.prompt_len;

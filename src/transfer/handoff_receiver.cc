@@ -151,6 +151,11 @@ StatusOr<Abort> HandoffReceiver::StartAbort(uint64_t handoff_id, std::string rea
   Entry& e = *it->second;
   TANDEM_RETURN_IF_ERROR(e.machine.Transition(HandoffState::kAborted, now));
   ++stats_.aborted;
+  Quarantine(e, now);
+  return Abort{handoff_id, std::move(reason)};
+}
+
+void HandoffReceiver::Quarantine(Entry& e, Clock::time_point now) {
   // Cached prefix pages were never written by the peer: release them now,
   // once no load from our own L2 is still landing in them.
   if (e.gates) e.gates->WaitAll();
@@ -160,7 +165,6 @@ StatusOr<Abort> HandoffReceiver::StartAbort(uint64_t handoff_id, std::string rea
   e.quarantined = true;
   e.quarantined_at = now;
   stats_.quarantined_pages += int64_t(e.reserved_pages.size());
-  return Abort{handoff_id, std::move(reason)};
 }
 
 void HandoffReceiver::OnAbortAck(uint64_t handoff_id, uint64_t peer) {
@@ -183,6 +187,17 @@ void HandoffReceiver::OnPeerClosed(uint64_t peer, Clock::time_point now) {
     }
     Free(e);
     it = entries_.erase(it);
+  }
+}
+
+void HandoffReceiver::OnPeerSuspended(uint64_t peer, Clock::time_point now) {
+  for (auto& [id, e] : entries_) {
+    if (e->peer != peer || e->quarantined) continue;
+    if (!e->machine.terminal()) {
+      (void)e->machine.Transition(HandoffState::kFailed, now);
+      ++stats_.failed;
+    }
+    Quarantine(*e, now);
   }
 }
 

@@ -75,6 +75,10 @@ class HandoffReceiver {
   // The connection to `peer` is closed: no write of it can land any more, so
   // its quarantined pages are freed and its open handoffs fail.
   void OnPeerClosed(uint64_t peer, Clock::time_point now);
+  // We closed the connection to a live `peer` whose writes may still land
+  // (transport without a closing fence): its open handoffs fail, and every
+  // page of it stays quarantined until OnPeerClosed(peer) says the writes stopped.
+  void OnPeerSuspended(uint64_t peer, Clock::time_point now);
   // Handoffs whose state deadline has passed (the caller aborts them).
   std::vector<uint64_t> Expired(Clock::time_point now) const;
   // The current state deadline of an open handoff (time_point::max() if none).
@@ -103,6 +107,8 @@ class HandoffReceiver {
   // The checks of OnCommit that change nothing.
   Status Validate(const Commit& c, const Entry& e, const std::vector<int32_t>& pages, bool verify);
   void Free(Entry& e);
+  // Holds the peer-written pages (until ack or fence) and releases the cached ones.
+  void Quarantine(Entry& e, Clock::time_point now);
 
   PagePool& pool_;
   const RemoteKey region_key_;

@@ -76,6 +76,7 @@ class LoopbackTransport : public Transport {
   StatusOr<std::shared_ptr<Connection>> Connect(const std::string& address,
                                                 ConnectionHandlers handlers) override;
   int listen_port() const override { return -1; }  // addresses are names, not ports
+  bool close_fences_peer_writes() const override { return true; }
 
  private:
   std::shared_ptr<LoopbackNetwork> net_;

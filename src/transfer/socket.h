@@ -41,6 +41,7 @@ class SocketTransport : public Transport {
   StatusOr<std::shared_ptr<Connection>> Connect(const std::string& address,
                                                 ConnectionHandlers handlers) override;
   int listen_port() const override;
+  bool close_fences_peer_writes() const override { return true; }
 
   struct Impl;
 

@@ -59,7 +59,8 @@ class Connection {
   // Reliable and ordered with respect to other messages (not to Puts).
   virtual Status Send(std::vector<uint8_t> message) = 0;
   virtual bool alive() const = 0;
-  // After Close returns, no Put of this connection can still land anywhere.
+  // After Close returns no new Put, Send or Flush is accepted. Whether a put
+  // posted earlier can still land is Transport::close_fences_peer_writes().
   virtual void Close() = 0;
 };
 
@@ -76,6 +77,12 @@ class Transport {
   // The port Listen bound (port 0 picks one); -1 before Listen, or for a
   // transport without ports.
   virtual int listen_port() const = 0;
+  // True when closing a connection is a fence on this side: once Close()
+  // returns, nothing the peer sent can land in our regions (we do the
+  // receiving). False when the peer writes into our memory itself (shared
+  // memory): then only the peer closing its end, or proving in a new
+  // handshake that its old writes stopped, frees pages it may write.
+  virtual bool close_fences_peer_writes() const = 0;
 };
 
 }  // namespace tandem::transfer

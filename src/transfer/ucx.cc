@@ -18,6 +18,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <sstream>
 #include <thread>
 #include <utility>
@@ -148,6 +149,16 @@ struct UcxTransport::Impl {
     std::lock_guard<std::mutex> lock(mu);
     connections.erase(ep);
   }
+  // Closed connections: released by the closer thread, then kept until the
+  // transport goes (UCX may still name them in a late error callback).
+  std::mutex closer_mu;
+  std::condition_variable closer_cv;
+  std::deque<std::pair<std::shared_ptr<UcxConnection>, bool>> to_close;  // guarded by closer_mu
+  std::vector<std::shared_ptr<UcxConnection>> closed;                    // guarded by closer_mu
+  bool closer_stop = false;                                              // guarded by closer_mu
+  std::thread closer;
+  void CloseLater(std::shared_ptr<UcxConnection> c, bool force);
+  void RunCloser();
   std::shared_ptr<UcxConnection> Find(ucp_ep_h ep) {
     std::lock_guard<std::mutex> lock(mu);
     auto it = connections.find(ep);
@@ -163,8 +174,12 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   uint64_t id() const override { return id_; }
   bool alive() const override { return alive_.load(); }
 
+  // Put, Flush and SendAm hold ops_mu_ shared while they use the endpoints;
+  // Close takes it exclusively, so the endpoints and rkeys are released only
+  // once no operation uses them (closing_ makes waiting operations give up).
   Status Put(const void* src, size_t bytes, const RemoteKey& key, uint64_t offset) override {
-    if (!alive_) return Unavailable("UCX connection " + std::to_string(id_) + " is closed");
+    std::shared_lock<std::shared_mutex> ops(ops_mu_);
+    if (!alive_ || closing_) return Unavailable("UCX connection " + std::to_string(id_) + " is closed");
     if (key.blob.size() <= kKeyHeaderBytes) return InvalidArgument("UCX remote key is too short");
     if (offset > key.size || bytes > key.size - offset) {
       return OutOfRange("put of " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
@@ -182,7 +197,8 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   }
 
   Status Flush(Clock::time_point deadline) override {
-    if (!alive_) return Unavailable("UCX connection " + std::to_string(id_) + " is closed");
+    std::shared_lock<std::shared_mutex> ops(ops_mu_);
+    if (!alive_ || closing_) return Unavailable("UCX connection " + std::to_string(id_) + " is closed");
     ucp_ep_h data_ep = nullptr;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -197,7 +213,8 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   Status Send(std::vector<uint8_t> message) override { return SendAm(kAmId, std::move(message)); }
 
   Status SendAm(unsigned am_id, std::vector<uint8_t> message) {
-    if (!alive_) return Unavailable("UCX connection " + std::to_string(id_) + " is closed");
+    std::shared_lock<std::shared_mutex> ops(ops_mu_);
+    if (!alive_ || closing_) return Unavailable("UCX connection " + std::to_string(id_) + " is closed");
     auto owned = std::make_unique<std::vector<uint8_t>>(std::move(message));
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -212,16 +229,26 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
     return Status::Ok();
   }
 
-  // Also after the peer died: releases the endpoints and forgets the
-  // connection, so a link that reconnects again and again leaks nothing.
+  // Also after the peer died. Returns at once: no new operation starts, the
+  // ones in progress give up, and the transport's closer thread releases the
+  // endpoints (a flushing close can take seconds; nobody waits for it).
   void Close() override {
     if (closed_.exchange(true)) return;
+    closing_ = true;
     const bool was_alive = alive_.exchange(false);
-    ucp_ep_h ep = ep_;
-    Release(/*force=*/!was_alive);
-    t_->Forget(ep);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      data_cv_.notify_all();  // a Put waiting for the data endpoint gives up
+    }
+    std::unique_lock<std::shared_mutex> ops(ops_mu_);  // waits for operations in progress
+    ops.unlock();
+    t_->Forget(ep_);
+    t_->CloseLater(shared_from_this(), /*force=*/!was_alive);
     if (was_alive) t_->Post({shared_from_this(), {}, true, Unavailable("connection closed by this side")});
   }
+
+  // The closer thread: releases the endpoints.
+  void ReleaseNow(bool force) { Release(force); }
 
   // The peer is gone (error callback): writes can no longer land.
   void Died(ucs_status_t st) {
@@ -266,6 +293,10 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
     ucs_status_t st;
     while ((st = ucp_request_check_status(r)) == UCS_INPROGRESS) {
       ucp_worker_progress(t_->worker);
+      if (closing_) {
+        ucp_request_free(r);  // released by UCX when it completes
+        return Unavailable(std::string(what) + ": the connection was closed");
+      }
       if (Clock::now() >= deadline) {
         ucp_request_free(r);
         return Status(StatusCode::kDeadlineExceeded, std::string(what) + " did not complete before its deadline");
@@ -341,6 +372,8 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   const uint64_t id_;
   std::atomic<bool> alive_{true};
   std::atomic<bool> closed_{false};
+  std::atomic<bool> closing_{false};
+  std::shared_mutex ops_mu_;
   std::mutex mu_;
   std::map<std::vector<uint8_t>, ucp_rkey_h> rkeys_;
   std::vector<std::pair<void*, std::unique_ptr<std::vector<uint8_t>>>> pending_sends_;
@@ -348,6 +381,29 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   Status data_status_;          // guarded by mu_
   std::condition_variable data_cv_;
 };
+
+void UcxTransport::Impl::CloseLater(std::shared_ptr<UcxConnection> c, bool force) {
+  {
+    std::lock_guard<std::mutex> lock(closer_mu);
+    to_close.emplace_back(std::move(c), force);
+  }
+  closer_cv.notify_all();
+}
+
+void UcxTransport::Impl::RunCloser() {
+  std::unique_lock<std::mutex> lock(closer_mu);
+  for (;;) {
+    closer_cv.wait(lock, [&] { return closer_stop || !to_close.empty(); });
+    if (to_close.empty()) return;  // stopping, and nothing left to release
+    auto [c, force] = std::move(to_close.front());
+    to_close.pop_front();
+    lock.unlock();
+    c->ReleaseNow(force);
+    lock.lock();
+    closed.push_back(std::move(c));
+    if (closed.size() > 4096) closed.erase(closed.begin(), closed.begin() + 1024);  // long released
+  }
+}
 
 void UcxTransport::Impl::RunProgress() {
   while (!stop) {
@@ -431,6 +487,9 @@ ucs_status_t OnMessage(void* arg, const void*, size_t, void* data, size_t length
 
 StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(bool shm_only) {
   auto impl = std::make_unique<Impl>();
+  // A prefill engine restarted on its port must be able to listen there at
+  // once, even while connections of its previous life sit in TIME_WAIT.
+  setenv("UCX_CM_REUSEADDR", "y", /*overwrite=*/0);
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return UcxError("ucp_config_read", st);
@@ -477,6 +536,7 @@ StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(bool shm_only) {
   Impl* raw = impl.get();
   impl->progress = std::thread([raw] { raw->RunProgress(); });
   impl->delivery = std::thread([raw] { raw->RunDelivery(); });
+  impl->closer = std::thread([raw] { raw->RunCloser(); });
   return std::unique_ptr<UcxTransport>(new UcxTransport(std::move(impl)));
 }
 
@@ -489,6 +549,12 @@ UcxTransport::~UcxTransport() {
     conns.swap(impl_->connections);
   }
   for (auto& [ep, c] : conns) c->Close();
+  {
+    std::lock_guard<std::mutex> lock(impl_->closer_mu);
+    impl_->closer_stop = true;  // it releases what is queued first
+  }
+  impl_->closer_cv.notify_all();
+  impl_->closer.join();
   if (impl_->listener) ucp_listener_destroy(impl_->listener);
   impl_->stop = true;
   ucp_worker_signal(impl_->worker);
@@ -497,6 +563,7 @@ UcxTransport::~UcxTransport() {
   impl_->delivery.join();
   conns.clear();
   impl_->events.clear();
+  impl_->closed.clear();
   for (ucp_mem_h m : impl_->mems) ucp_mem_unmap(impl_->context, m);
   ucp_worker_destroy(impl_->worker);
   ucp_cleanup(impl_->context);
@@ -603,7 +670,10 @@ StatusOr<std::shared_ptr<Connection>> UcxTransport::Connect(const std::string& a
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->connections[conn->ep_] = conn;
   }
-  TANDEM_RETURN_IF_ERROR(conn->SendAm(kAddressAmId, impl_->worker_address));
+  if (Status sent = conn->SendAm(kAddressAmId, impl_->worker_address); !sent.ok()) {
+    conn->Close();
+    return sent;
+  }
   return std::shared_ptr<Connection>(conn);
 }
 
