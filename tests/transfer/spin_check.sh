@@ -11,7 +11,7 @@ cd "$work"
 check() {  # check VARIANT_FLAG EXPECTED_ERRORS(0 or 1)
   rm -f pan pan.*
   spin $1 -a "$model" > spin.log 2>&1 || { cat spin.log; exit 1; }
-  gcc -O2 -DSAFETY -o pan pan.c
+  gcc -O2 -DSAFETY -w -o pan pan.c
   timeout 300 ./pan -m1000000 > pan.log 2>&1 || true
   local errors
   errors=$(sed -n 's/.*errors: \([0-9]*\).*/\1/p' pan.log | tail -n 1)
@@ -29,4 +29,5 @@ check() {  # check VARIANT_FLAG EXPECTED_ERRORS(0 or 1)
 check "" 0
 check -DBROKEN_ACK_AFTER_FAILED_FLUSH 1
 check -DBROKEN_EARLY_COMMIT 1
-echo "the protocol verifies and both broken variants are caught"
+check -DBROKEN_FREE_ON_OWN_CLOSE 1
+echo "the protocol verifies and every broken variant is caught"
