@@ -211,6 +211,25 @@ TEST_F(PrefillWorkerTest, AFullQueueRefusesWithAReasonAndServesTheRest) {
   EXPECT_LE(worker_->stats().committed, commits);  // counted just after the commit went out
 }
 
+// A queued handoff has a deadline too (its time budget): it is refused with
+// the reason, not left to wait behind the running one.
+TEST_F(PrefillWorkerTest, AQueuedHandoffPastItsBudgetIsRefusedWithTheReason) {
+  StartWorker();
+  auto [d, conn] = Connect();
+  ASSERT_TRUE(conn->Send(d->DestinationFor(1, testing::PseudoRandomTokens(900, model_->model->config().vocab_size, 1))).ok());
+  auto late = Destination::Decode(d->DestinationFor(2, Prompt(2)));
+  ASSERT_TRUE(late.ok());
+  late->time_budget_ms = 1;  // gone by the time the first one is done
+  ASSERT_TRUE(conn->Send(late->Encode()).ok());
+  auto abort = d->Next(MessageType::kAbort);
+  ASSERT_TRUE(abort.has_value());
+  auto a = Abort::Decode(*abort);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->handoff_id, 2u);
+  EXPECT_NE(a->reason.find("time budget ran out"), std::string::npos) << a->reason;
+  EXPECT_TRUE(d->Next(MessageType::kCommit).has_value()) << "the first one still commits";
+}
+
 TEST_F(PrefillWorkerTest, AHelloWithOtherWeightsIsRefusedAndTheConnectionClosed) {
   StartWorker();
   auto [d, conn] = Connect("tiny:some other weights");  // refused: the worker closes the connection
