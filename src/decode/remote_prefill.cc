@@ -104,10 +104,11 @@ void RemotePrefill::Reconnect(size_t i, Clock::time_point now) {
     }
     arrived_.notify_all();
   };
-  h.on_close = [this, i](transfer::Connection& c, const Status&) {
+  h.on_close = [this, i](transfer::Connection& c, const Status& why) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      inbox_.push_back({i, c.id(), {}, true});
+      inbox_.push_back({i, c.id(), {}, true, why.code() == StatusCode::kDeadlineExceeded,
+                        why.code() == StatusCode::kNotFound, why.message()});
     }
     arrived_.notify_all();
   };
@@ -181,8 +182,9 @@ void RemotePrefill::Abort(uint64_t handoff_id, const std::string& reason) {
 void RemotePrefill::LinkDown(size_t i, const std::string& why, bool peer_gone) {
   Link& link = links_[i];
   const auto now = Clock::now();
-  if (link.state != LinkState::kDown) {
+  if (why != link.logged) {  // a peer that stays away is not logged at every retry
     std::fprintf(stderr, "tandem decode: prefill engine %s unavailable: %s\n", link.address.c_str(), why.c_str());
+    link.logged = why;
   }
   link.state = LinkState::kDown;
   link.problem = why;
@@ -259,7 +261,15 @@ void RemotePrefill::LinkUp(size_t i) {
 void RemotePrefill::Handle(const Arrival& a, std::vector<Outcome>& out) {
   Link& link = links_[a.link];
   if (a.connection_id != link.connection_id || !link.connection) return;  // a connection already given up
-  if (a.closed) return LinkDown(a.link, "the connection closed", /*peer_gone=*/true);
+  // A peer that stopped answering may still be writing: only a real close proves it is gone.
+  if (a.closed && a.refused && link.state == LinkState::kConnecting) {
+    // Nothing listens on its address: the engine that had our earlier
+    // connections has exited (a live one never stops listening), so none of
+    // their writes can land any more.
+    for (uint64_t old : link.suspended) receiver_->OnPeerClosed(old, Clock::now());
+    link.suspended.clear();
+  }
+  if (a.closed) return LinkDown(a.link, (a.timed_out ? "the peer stopped answering: " : "the connection closed: ") + a.why, !a.timed_out);
   link.last_heard = Clock::now();
   auto type = PeekType(a.bytes);
   if (!type.ok() && link.state == LinkState::kConnecting) {

@@ -104,6 +104,7 @@ class RemotePrefill {
     uint64_t connection_id = 0;                         // of `connection`; arrivals of others are stale
     LinkState state = LinkState::kDown;
     std::string problem = "not connected yet";
+    std::string logged;  // the last problem written to the log (each is written once)
     uint64_t prefill_instance = 0;
     transfer::Clock::time_point last_heard, retry_at;
     // Connections we closed while the peer may still write (no closing fence):
@@ -120,6 +121,9 @@ class RemotePrefill {
     uint64_t connection_id;
     std::vector<uint8_t> bytes;  // empty with closed == true: the connection went away
     bool closed = false;
+    bool timed_out = false;      // closed because the peer stopped answering (it may be alive)
+    bool refused = false;        // the connection was never made: nothing listens there
+    std::string why;             // the transport's reason
   };
   explicit RemotePrefill(RemotePrefillOptions options);
   void Reconnect(size_t link, transfer::Clock::time_point now);

@@ -50,10 +50,9 @@ void PrefillWorker::OnAccept(std::shared_ptr<transfer::Connection> connection) {
   peer.last_heard = Clock::now();  // silent from here on counts too
 }
 
-// Accepts or refuses a decode engine's Hello. Returns the connections to
-// close once mu_ is released: this one when refused, and earlier connections
-// of the same decode instance (it reconnected; they are dead to it).
-std::vector<std::shared_ptr<transfer::Connection>> PrefillWorker::OnHello(Peer& peer, const std::vector<uint8_t>& bytes) {
+// Accepts or refuses a decode engine's Hello; a refused connection, and the
+// earlier connections of a decode instance that reconnected, are closed.
+void PrefillWorker::OnHello(Peer& peer, const std::vector<uint8_t>& bytes) {
   auto hello = Hello::Decode(bytes);
   const uint64_t theirs = hello.ok() ? hello->instance_id : 0;
   const Hello mine{"prefill", layout_fingerprint(), weights_identity_, instance_id_, theirs};
@@ -63,53 +62,48 @@ std::vector<std::shared_ptr<transfer::Connection>> PrefillWorker::OnHello(Peer& 
                  st.message().c_str());
     (void)peer.connection->Send(mine.Encode());  // the decode side checks too, and reports
     ++stats_.peers_closed;
-    return {peer.connection};
+    DropPeerLocked(peer.connection->id());  // our Hello still goes out first
+    return;
   }
   peer.hello_ok = true;
   peer.decode_instance = theirs;
-  std::vector<std::shared_ptr<transfer::Connection>> stale;
-  for (auto& [id, other] : peers_) {
-    if (id != peer.connection->id() && other.decode_instance == theirs) stale.push_back(other.connection);
+  const uint64_t id = peer.connection->id();
+  std::vector<uint64_t> stale;  // earlier connections of the same decode instance: dead to it
+  for (auto& [other_id, other] : peers_) {
+    if (other_id != id && other.decode_instance == theirs) stale.push_back(other_id);
   }
-  for (auto& c : stale) DropPeerLocked(c->id());
+  for (uint64_t s : stale) DropPeerLocked(s);
   // Our answer promises the decode side that nothing of an earlier connection
-  // of its own still writes into its pages (docs/handoff-fence.md): while such
-  // a handoff runs, the answer waits for it to end.
-  if (running_connection_ != 0 && running_connection_ != peer.connection->id() && running_decode_instance_ == theirs) {
-    deferred_hellos_.push_back({peer.connection, mine});
+  // of its own still writes into its pages (docs/handoff-states.md, the fence).
+  auto conn = peers_.at(id).connection;
+  if (MayAnswerLocked(theirs, id)) {
+    (void)conn->Send(mine.Encode());
   } else {
-    (void)peer.connection->Send(mine.Encode());
+    deferred_hellos_.push_back({conn, mine});
   }
-  return stale;
 }
 
 void PrefillWorker::OnMessage(std::shared_ptr<transfer::Connection> connection, const std::vector<uint8_t>& bytes) {
   auto type = PeekType(bytes);
-  if (!connection->alive()) return;  // closed by us: its handoffs are already gone
-  std::vector<std::shared_ptr<transfer::Connection>> to_close;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    Peer& peer = peers_[connection->id()];
-    if (!peer.connection) peer.connection = connection;
-    peer.last_heard = Clock::now();
-    if (!type.ok() && !peer.hello_ok) {
-      // A first message we cannot read (another wire version, or not tandem):
-      // a refused handshake, said plainly, not a silent drop.
-      std::fprintf(stderr, "tandem prefill: refusing a decode engine whose first message is unreadable: %s\n",
-                   type.status().ToString().c_str());
-      ++stats_.peers_closed;
-      DropPeerLocked(connection->id());
-      to_close.push_back(connection);
-    } else if (!type.ok()) {
-      std::fprintf(stderr, "tandem prefill: dropping a malformed message: %s\n", type.status().ToString().c_str());
-    } else if (*type == MessageType::kHello) {
-      to_close = OnHello(peer, bytes);
-    } else {
-      HandleLocked(peer, connection, *type, bytes);
-    }
-    // Closed under mu_: nothing else goes out on them first. (Close never
-    // blocks on our handlers: they run later, on the transport's threads.)
-    for (auto& c : to_close) c->Close();
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = peers_.find(connection->id());
+  if (it == peers_.end() || !connection->alive()) return;  // dropped: its handoffs are already gone
+  Peer& peer = it->second;
+  peer.last_heard = Clock::now();
+  if (!type.ok() && !peer.hello_ok) {
+    // A first message we cannot read (another wire version, or not tandem): a
+    // refused handshake, said plainly (our Hello names our version), not a silent drop.
+    std::fprintf(stderr, "tandem prefill: refusing a decode engine whose first message is unreadable: %s\n",
+                 type.status().ToString().c_str());
+    (void)connection->Send(Hello{"prefill", layout_fingerprint(), weights_identity_, instance_id_, 0}.Encode());
+    ++stats_.peers_closed;
+    DropPeerLocked(connection->id());
+  } else if (!type.ok()) {
+    std::fprintf(stderr, "tandem prefill: dropping a malformed message: %s\n", type.status().ToString().c_str());
+  } else if (*type == MessageType::kHello) {
+    OnHello(peer, bytes);
+  } else {
+    HandleLocked(peer, connection, *type, bytes);
   }
 }
 
@@ -167,9 +161,40 @@ void PrefillWorker::OnClose(uint64_t connection_id) {
 }
 
 void PrefillWorker::DropPeerLocked(uint64_t connection_id) {
-  peers_.erase(connection_id);
+  auto it = peers_.find(connection_id);
+  if (it != peers_.end()) {
+    // Closed here, under mu_, so nothing else goes out on it first (Close never
+    // waits for our handlers: they run later, on the transport's threads).
+    it->second.connection->Close();
+    if (it->second.decode_instance != 0) closing_[it->second.decode_instance].push_back(it->second.connection);
+    peers_.erase(it);
+  }
   std::erase_if(queue_, [&](const Job& j) { return j.connection->id() == connection_id; });
   if (running_connection_ == connection_id) sender_.RequestAbort(running_handoff_);
+}
+
+// A Hello on a new connection promises that nothing of an earlier connection
+// of that decode instance still writes: answered once no handoff of one runs
+// and every one of them is released (its pending puts completed or cancelled).
+bool PrefillWorker::MayAnswerLocked(uint64_t decode_instance, uint64_t connection_id) {
+  if (running_connection_ != 0 && running_connection_ != connection_id && running_decode_instance_ == decode_instance) {
+    return false;
+  }
+  auto it = closing_.find(decode_instance);
+  if (it == closing_.end()) return true;
+  std::erase_if(it->second, [](const auto& c) { return c->WaitReleased(Clock::now()); });
+  if (!it->second.empty()) return false;
+  closing_.erase(it);
+  return true;
+}
+
+void PrefillWorker::AnswerDeferredHellosLocked() {
+  std::erase_if(deferred_hellos_, [&](const auto& d) {
+    if (!d.first->alive()) return true;
+    if (!MayAnswerLocked(d.second.peer_instance_id, d.first->id())) return false;
+    (void)d.first->Send(d.second.Encode());
+    return true;
+  });
 }
 
 void PrefillWorker::RunHeartbeats() {
@@ -186,21 +211,23 @@ void PrefillWorker::RunHeartbeats() {
         (void)peer.connection->Send(Heartbeat{instance_id_}.Encode());
       }
     }
-    for (auto& c : silent) DropPeerLocked(c->id());
+    for (auto& c : silent) {
+      std::fprintf(stderr, "tandem prefill: decode engine on connection %llu silent for more than %lld ms: closing\n",
+                   (unsigned long long)c->id(), (long long)options_.peer_timeout.count());
+      DropPeerLocked(c->id());  // closes it; its handoffs end
+    }
+    stats_.peers_closed += int64_t(silent.size());
     // Queued handoffs past their budget end now, not when the worker reaches them.
     std::erase_if(queue_, [&](const Job& j) {
       if (now < j.deadline) return false;
       Refuse(*j.connection, j.destination.handoff_id, "its time budget ran out while queued at the prefill engine");
       return true;
     });
-    stats_.peers_closed += int64_t(silent.size());
-    lock.unlock();
-    for (auto& c : silent) {
-      std::fprintf(stderr, "tandem prefill: decode engine on connection %llu silent for more than %lld ms: closing\n",
-                   (unsigned long long)c->id(), (long long)options_.peer_timeout.count());
-      c->Close();  // its on_close ends its handoffs
+    AnswerDeferredHellosLocked();
+    for (auto it = closing_.begin(); it != closing_.end();) {  // forget what is released
+      std::erase_if(it->second, [](const auto& c) { return c->WaitReleased(Clock::now()); });
+      it = it->second.empty() ? closing_.erase(it) : std::next(it);
     }
-    lock.lock();
   }
 }
 
@@ -212,10 +239,8 @@ void PrefillWorker::FinishFailed(const Job& job, const Status& status) {
     std::fprintf(stderr, "tandem prefill: handoff %llu ended (%s) without a confirmed flush: closing connection %llu\n",
                  (unsigned long long)id, status.ToString().c_str(), (unsigned long long)job.connection->id());
     ++stats_.peers_closed;
-    DropPeerLocked(job.connection->id());
-    // Closed here, under mu_: no message of ours (an AbortAck for a late
-    // Abort, say) may go out on it before the close.
-    job.connection->Close();
+    DropPeerLocked(job.connection->id());  // closes it, under mu_: no late AbortAck goes out first
+    job.connection->Close();               // (already dropped by a reconnect: close it all the same)
     return;
   }
   if (status.code() == StatusCode::kAborted) {
@@ -253,10 +278,9 @@ void PrefillWorker::Run() {
       FinishFailed(job, commit.status());
     }
     running_connection_ = running_handoff_ = running_decode_instance_ = 0;
-    // Nothing of that handoff can land any more (its writes flushed, or its
-    // connection closed): answer the Hellos that waited for it.
-    for (auto& [conn, hello] : deferred_hellos_) (void)conn->Send(hello.Encode());
-    deferred_hellos_.clear();
+    // Its writes flushed, or its connection closed: answer the Hellos that
+    // waited for it (once that connection is released too).
+    AnswerDeferredHellosLocked();
   }
 }
 

@@ -78,7 +78,9 @@ class PrefillWorker {
   void Run();
   void RunHeartbeats();
   // REQUIRES mu_ held (these three).
-  std::vector<std::shared_ptr<transfer::Connection>> OnHello(Peer& peer, const std::vector<uint8_t>& bytes);
+  void OnHello(Peer& peer, const std::vector<uint8_t>& bytes);
+  bool MayAnswerLocked(uint64_t decode_instance, uint64_t connection_id);
+  void AnswerDeferredHellosLocked();
   void HandleLocked(Peer& peer, const std::shared_ptr<transfer::Connection>& connection, MessageType type,
                     const std::vector<uint8_t>& bytes);
   // REQUIRES mu_ held. Sends an Abort for a Destination not taken.
@@ -86,7 +88,7 @@ class PrefillWorker {
   // REQUIRES mu_ held. Ends a job after Run failed: acknowledge / report, or
   // close the connection when the writes are not fenced.
   void FinishFailed(const Job& job, const Status& status);
-  // REQUIRES mu_ held. Forgets a connection and ends its handoffs.
+  // REQUIRES mu_ held. Closes and forgets a connection and ends its handoffs.
   void DropPeerLocked(uint64_t connection_id);
 
   const CacheSpec spec_;
@@ -105,6 +107,9 @@ class PrefillWorker {
   // Hellos answered once the running handoff (of an earlier connection of the
   // same decode instance) has ended. Guarded by mu_.
   std::vector<std::pair<std::shared_ptr<transfer::Connection>, Hello>> deferred_hellos_;
+  // Closed connections of each decode instance not yet released (puts of them
+  // may still land). Guarded by mu_.
+  std::map<uint64_t, std::vector<std::shared_ptr<transfer::Connection>>> closing_;
   bool stop_ = false;               // guarded by mu_
   Stats stats_;                     // guarded by mu_
   std::thread thread_, heartbeat_thread_;

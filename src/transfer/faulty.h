@@ -42,6 +42,7 @@ class FaultyConnection : public Connection {
   Status Send(std::vector<uint8_t> message) override;
   bool alive() const override { return inner_->alive(); }
   void Close() override;
+  bool WaitReleased(Clock::time_point deadline) override { return inner_->WaitReleased(deadline); }
 
   int64_t flipped_puts() const;  // how many puts were corrupted so far
 

@@ -60,6 +60,12 @@ class LoopbackConnection : public Connection, public std::enable_shared_from_thi
     return alive_;
   }
 
+  // Close drops this connection's queued puts under the network lock.
+  bool WaitReleased(Clock::time_point) override {
+    std::lock_guard<std::mutex> lock(net_->mu_);
+    return !alive_;
+  }
+
   void Close() override {
     std::lock_guard<std::mutex> lock(net_->mu_);
     CloseLocked(Unavailable("connection closed by this side"), Unavailable("peer closed the connection"));

@@ -175,15 +175,24 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
     return Unavailable("TCP connection " + std::to_string(id_) + " closed during a flush: " + why_);
   }
 
-  // Stops the reader before returning (the fence), then lets both threads end.
+  // Stops the reader landing anything before returning (the fence). Messages
+  // already posted (a refusal's Hello, say) still go out; puts not yet sent
+  // never do. Then both threads end.
   void Close() override {
     std::unique_lock<std::mutex> lock(mu_);
+    if (closed_) return;
     closed_ = true;
-    FailLocked("closed by this side");
+    if (why_.empty()) why_ = "closed by this side";
+    cv_.notify_all();
     // The reader may be receiving a put into our memory: wait until it is not
     // (it checks closed_ before each put). Never called with a put in progress
     // on the reader thread itself: handlers run between frames.
     cv_.wait(lock, [&] { return !in_put_; });
+  }
+
+  bool WaitReleased(Clock::time_point deadline) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_until(lock, deadline, [&] { return closed_ && writer_done_; });
   }
 
  private:
@@ -193,16 +202,24 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
     std::vector<uint8_t> owned;      // kMessageFrame
   };
 
+  // Messages (and flush acks) may overtake puts — the transport contract
+  // orders messages only among themselves — so a heartbeat never waits behind
+  // a backlog of pages. Flush markers stay behind the puts they cover.
   Status Post(Frame f, const void* src, std::vector<uint8_t> owned) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!alive_) return Unavailable("TCP connection " + std::to_string(id_) + " is closed: " + why_);
-    queue_.push_back({f, src, std::move(owned)});
+    if (!alive_ || closed_) return Unavailable("TCP connection " + std::to_string(id_) + " is closed: " + why_);
+    auto& q = f.type == kMessageFrame || f.type == kFlushAckFrame ? control_ : queue_;
+    q.push_back({f, src, std::move(owned)});
     cv_.notify_all();
     return Status::Ok();
   }
 
-  void FailLocked(const std::string& why) {
-    if (alive_.exchange(false)) why_ = why;
+  // code: kNotFound when the connection was refused (nothing listens there).
+  void FailLocked(const std::string& why, StatusCode code = StatusCode::kUnavailable) {
+    if (alive_.exchange(false)) {
+      why_ = why;
+      why_code_ = code;
+    }
     if (fd_ >= 0) shutdown(fd_, SHUT_RDWR);
     cv_.notify_all();
   }
@@ -232,7 +249,13 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
         rc = -1;
       }
     }
-    if (rc != 0) return Fail(Errno("connect")), false;
+    if (rc != 0) {
+      const bool refused = errno == ECONNREFUSED;
+      const std::string why = Errno("connect");
+      std::lock_guard<std::mutex> lock(mu_);
+      FailLocked(why, refused ? StatusCode::kNotFound : StatusCode::kUnavailable);
+      return false;
+    }
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     const int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -242,23 +265,33 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
     return alive_;
   }
 
-  // Sends what is queued in batches: up to kBatch frames per sendmsg.
+  // Sends what is queued in batches of up to kBatch frames per sendmsg,
+  // messages first. After Close, sends the messages still queued (bounded by
+  // a send timeout), drops the puts, and ends the connection.
   void RunWriter() {
     constexpr size_t kBatch = 64;
     std::vector<Item> batch;
     std::vector<std::array<uint8_t, kFrameHeaderBytes>> headers(kBatch);
     std::vector<iovec> iov;
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return connected_ || !alive_; });
+    cv_.wait(lock, [&] { return connected_ || !alive_ || closed_; });
     for (;;) {
-      cv_.wait(lock, [&] { return !queue_.empty() || !alive_; });
-      if (!alive_) return;
+      cv_.wait(lock, [&] { return !control_.empty() || !queue_.empty() || !alive_ || closed_; });
+      if (!alive_ || (closed_ && (control_.empty() || !connected_))) break;
       batch.clear();
-      while (!queue_.empty() && batch.size() < kBatch) {
+      while (!control_.empty() && batch.size() < kBatch) {
+        batch.push_back(std::move(control_.front()));
+        control_.pop_front();
+      }
+      while (!closed_ && !queue_.empty() && batch.size() < kBatch) {
         batch.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
       const int fd = fd_;
+      if (closed_) {
+        const timeval one_second{1, 0};
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &one_second, sizeof(one_second));
+      }
       lock.unlock();
       iov.clear();
       for (size_t i = 0; i < batch.size(); ++i) {
@@ -275,23 +308,42 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
       }
       const bool ok = SendAll(fd, iov.data(), int(iov.size()));
       lock.lock();
-      if (!ok) return FailLocked(Errno("send"));
+      if (!ok) {
+        FailLocked(Errno("send"));
+        break;
+      }
     }
+    queue_.clear();
+    control_.clear();
+    FailLocked(why_.empty() ? "closed" : why_);
+    writer_done_ = true;
+    cv_.notify_all();
   }
 
   void RunReader(sockaddr_in peer) {
-    bool ok = true;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      ok = alive_;
-    }
-    if (ok && !connected_) ok = ConnectTo(peer);
-    while (ok) ok = ReadFrame();
+    bool ok = true, connected = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      FailLocked("the peer closed the connection");
+      ok = alive_ && !closed_;
+      connected = connected_;
     }
-    if (handlers_.on_close) handlers_.on_close(*this, Unavailable("TCP connection " + std::to_string(id_) + ": " + why_));
+    if (ok && !connected) ok = ConnectTo(peer);
+    while (ok) ok = ReadFrame();
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (closed_) {
+        // Closed by its owner: the writer sends what was said last, then ends it.
+        cv_.wait(lock, [&] { return writer_done_; });
+      } else {
+        FailLocked("the peer closed the connection");
+      }
+    }
+    Status why;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      why = Status(why_code_, "TCP connection " + std::to_string(id_) + ": " + why_);
+    }
+    if (handlers_.on_close) handlers_.on_close(*this, why);
   }
 
   // Reads exactly n bytes into `at`: first what the read-ahead buffer holds,
@@ -327,7 +379,7 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
         if (!dst) return Fail("a put outside every region this engine announced"), false;
         {
           std::lock_guard<std::mutex> lock(mu_);
-          if (closed_) return false;  // the fence: nothing lands after Close
+          if (closed_) return false;  // the fence: nothing lands after Close (the writer ends the connection)
           in_put_ = true;
         }
         const bool ok = Read(dst, size_t(f.length));
@@ -340,6 +392,10 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
         if (f.length > kMaxMessageBytes) return Fail("a message over the cap"), false;
         std::vector<uint8_t> m(size_t(f.length));
         if (!Read(m.data(), m.size())) return false;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          if (closed_) return true;  // given up by its owner: nothing more is delivered
+        }
         if (handlers_.on_message) handlers_.on_message(*this, std::move(m));
         return true;
       }
@@ -347,6 +403,10 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
         return Post({kFlushAckFrame, f.a, 0, 0}, nullptr, {}).ok();
       case kFlushAckFrame: {
         std::lock_guard<std::mutex> lock(mu_);
+        if (f.a > flushes_posted_) {
+          FailLocked("an acknowledgement of a flush that was never asked for");
+          return false;
+        }
         flushes_acked_ = std::max(flushes_acked_, f.a);
         cv_.notify_all();
         return true;
@@ -365,9 +425,12 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
   bool connected_ = false;        // guarded by mu_
   bool closed_ = false;           // guarded by mu_: Close() was called
   bool in_put_ = false;           // guarded by mu_: the reader is writing into a region
-  std::deque<Item> queue_;        // guarded by mu_
+  std::deque<Item> queue_;        // guarded by mu_: puts and flush markers, in order
+  std::deque<Item> control_;      // guarded by mu_: messages and flush acks (go first)
+  bool writer_done_ = false;      // guarded by mu_: nothing more is sent
   uint64_t flushes_posted_ = 0, flushes_acked_ = 0;  // guarded by mu_
   std::string why_;               // guarded by mu_: why it is not alive
+  StatusCode why_code_ = StatusCode::kUnavailable;  // guarded by mu_
   std::vector<uint8_t> ahead_ = std::vector<uint8_t>(size_t(64) << 10);  // reader thread only
   size_t ahead_begin_ = 0, ahead_end_ = 0;                               // reader thread only
 };

@@ -60,8 +60,13 @@ class Connection {
   virtual Status Send(std::vector<uint8_t> message) = 0;
   virtual bool alive() const = 0;
   // After Close returns no new Put, Send or Flush is accepted. Whether a put
-  // posted earlier can still land is Transport::close_fences_peer_writes().
+  // posted earlier can still land at the peer is what WaitReleased answers;
+  // whether the peer's can still land here, Transport::close_fences_peer_writes().
   virtual void Close() = 0;
+  // After Close: true once nothing this side posted on the connection can
+  // still land at the peer (every put completed or was cancelled); false at
+  // `deadline` (pass now() to ask without waiting), and always before Close.
+  virtual bool WaitReleased(Clock::time_point deadline) = 0;
 };
 
 class Transport {

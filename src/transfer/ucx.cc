@@ -130,6 +130,7 @@ struct UcxTransport::Impl {
     bool close = false;
     Status status;
     bool peer_address = false;  // message holds the peer's worker address
+    bool accepted = false;      // a connection a peer made: run on_accept (never inside progress)
   };
   std::deque<Event> events;
   std::vector<ucp_mem_h> mems;
@@ -240,20 +241,36 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
       std::lock_guard<std::mutex> lock(mu_);
       data_cv_.notify_all();  // a Put waiting for the data endpoint gives up
     }
-    std::unique_lock<std::shared_mutex> ops(ops_mu_);  // waits for operations in progress
-    ops.unlock();
     t_->Forget(ep_);
     t_->CloseLater(shared_from_this(), /*force=*/!was_alive);
     if (was_alive) t_->Post({shared_from_this(), {}, true, Unavailable("connection closed by this side")});
   }
 
-  // The closer thread: releases the endpoints.
-  void ReleaseNow(bool force) { Release(force); }
+  // The closer thread: waits for operations in progress (they give up on
+  // closing_), then releases the endpoints — a flushing close completes the
+  // puts still pending, a forced one cancels them; either way none lands later.
+  void ReleaseNow(bool force) {
+    std::unique_lock<std::shared_mutex> ops(ops_mu_);
+    Release(force);
+  }
+  void MarkReleased() { released_ = true; }
+  bool WaitReleased(Clock::time_point deadline) override {
+    std::unique_lock<std::mutex> lock(t_->closer_mu);
+    return t_->closer_cv.wait_until(lock, deadline, [&] { return released_.load(); });
+  }
 
   // The peer is gone (error callback): writes can no longer land.
+  // A timeout says the peer did not answer, not that it is gone (a stalled
+  // process may resume): DeadlineExceeded then, Unavailable otherwise.
   void Died(ucs_status_t st) {
     if (!alive_.exchange(false)) return;
-    t_->Post({shared_from_this(), {}, true, UcxError("peer connection failed", st)});
+    const bool timeout = st == UCS_ERR_ENDPOINT_TIMEOUT || st == UCS_ERR_TIMED_OUT;
+    // Never connected (nothing listens there) is NotFound.
+    const bool refused = st == UCS_ERR_NOT_CONNECTED || st == UCS_ERR_UNREACHABLE || st == UCS_ERR_REJECTED;
+    Status why = timeout ? Status(StatusCode::kDeadlineExceeded, std::string("peer timed out: ") + ucs_status_string(st))
+                 : refused ? Status(StatusCode::kNotFound, std::string("could not connect: ") + ucs_status_string(st))
+                           : UcxError("peer connection failed", st);
+    t_->Post({shared_from_this(), {}, true, std::move(why)});
   }
 
   // Delivery thread: the peer's worker address arrived; make the data endpoint.
@@ -373,6 +390,7 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   std::atomic<bool> alive_{true};
   std::atomic<bool> closed_{false};
   std::atomic<bool> closing_{false};
+  std::atomic<bool> released_{false};  // set under t_->closer_mu
   std::shared_mutex ops_mu_;
   std::mutex mu_;
   std::map<std::vector<uint8_t>, ucp_rkey_h> rkeys_;
@@ -400,6 +418,8 @@ void UcxTransport::Impl::RunCloser() {
     lock.unlock();
     c->ReleaseNow(force);
     lock.lock();
+    c->MarkReleased();
+    closer_cv.notify_all();
     closed.push_back(std::move(c));
     if (closed.size() > 4096) closed.erase(closed.begin(), closed.begin() + 1024);  // long released
   }
@@ -420,7 +440,10 @@ void UcxTransport::Impl::RunDelivery() {
     Event e = std::move(events.front());
     events.pop_front();
     lock.unlock();
-    if (e.peer_address) {
+    if (e.accepted) {
+      e.conn->handlers_ = on_accept(e.conn);
+      (void)e.conn->SendAm(kAddressAmId, worker_address);
+    } else if (e.peer_address) {
       e.conn->SetPeerAddress(e.message);
     } else if (e.close) {
       if (e.conn->handlers_.on_close) e.conn->handlers_.on_close(*e.conn, e.status);
@@ -543,6 +566,8 @@ StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(bool shm_only) {
 UcxTransport::UcxTransport(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 UcxTransport::~UcxTransport() {
+  if (impl_->listener) ucp_listener_destroy(impl_->listener);  // no connection arrives after this
+  impl_->listener = nullptr;
   std::map<ucp_ep_h, std::shared_ptr<UcxConnection>> conns;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
@@ -555,7 +580,6 @@ UcxTransport::~UcxTransport() {
   }
   impl_->closer_cv.notify_all();
   impl_->closer.join();
-  if (impl_->listener) ucp_listener_destroy(impl_->listener);
   impl_->stop = true;
   ucp_worker_signal(impl_->worker);
   impl_->progress.join();
@@ -626,12 +650,15 @@ Status UcxTransport::Listen(const std::string& address,
     ep.err_handler.cb = &OnError;
     ep.err_handler.arg = conn.get();
     if (ucp_ep_create(t->worker, &ep, &conn->ep_) != UCS_OK) return;
-    conn->handlers_ = t->on_accept(conn);
     {
       std::lock_guard<std::mutex> lock(t->mu);
       t->connections[conn->ep_] = conn;
     }
-    (void)conn->SendAm(kAddressAmId, t->worker_address);
+    // The owner's on_accept runs on the delivery thread, never inside a
+    // progress call (a Flush progresses the worker while holding its locks).
+    UcxTransport::Impl::Event e{conn, {}};
+    e.accepted = true;
+    t->Post(std::move(e));
   };
   const ucs_status_t st = ucp_listener_create(impl_->worker, &lp, &impl_->listener);
   if (st != UCS_OK) return UcxError("cannot listen on " + address + " (ucp_listener_create)", st);

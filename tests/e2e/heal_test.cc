@@ -65,6 +65,18 @@ class Heal : public ::testing::Test {
                     << m["tandem_handoff_quarantined_pages"] << ", used " << m["tandem_cache_pages{state=\"used\"}"]
                     << " vs cached " << m["tandem_prefix_cache_pages"];
   }
+  // n requests at once (Prompt(0..n-1)); each future gives its HTTP status.
+  static std::vector<std::future<int>> Load(int port, int n) {
+    std::vector<std::future<int>> load;
+    for (int i = 0; i < n; ++i) {
+      load.push_back(std::async(std::launch::async, [port, i] {
+        int status = 0;
+        Complete(port, Prompt(i), 8, &status);
+        return status;
+      }));
+    }
+    return load;
+  }
   // Waits (bounded) until /health answers `status`; returns how long it took.
   static Clock::duration WaitForHealth(int port, int status, Clock::duration limit) {
     const auto t0 = Clock::now();
@@ -91,14 +103,7 @@ TEST_F(Heal, ARestartedPrefillEngineIsUsedAgainWithoutRestartingTheDecodeServer)
   auto decode = Decode(Loopback(port));
   ASSERT_TRUE(decode->ok()) << decode->Log();
   // Under load: 12 requests in flight when the engine dies.
-  std::vector<std::future<int>> load;
-  for (int i = 0; i < 12; ++i) {
-    load.push_back(std::async(std::launch::async, [&, i] {
-      int status = 0;
-      Complete(decode->port(), Prompt(i), 8, &status);
-      return status;
-    }));
-  }
+  auto load = Load(decode->port(), 12);
   std::this_thread::sleep_for(50ms);  // let handoffs start; the assertions below do not depend on it
   prefill->Kill9();
   const auto killed = Clock::now();
@@ -129,14 +134,7 @@ TEST_F(Heal, AWedgedPrefillEngineEndsRequestsWithinThePeerTimeoutAndReleasesTheQ
   auto decode = Decode(Loopback(port));
   ASSERT_TRUE(decode->ok()) << decode->Log();
   const auto t0 = Clock::now();
-  std::vector<std::future<int>> load;
-  for (int i = 0; i < 6; ++i) {
-    load.push_back(std::async(std::launch::async, [&, i] {
-      int status = 0;
-      Complete(decode->port(), Prompt(i), 8, &status);
-      return status;
-    }));
-  }
+  auto load = Load(decode->port(), 6);
   for (auto& f : load) EXPECT_NE(f.get(), 200) << "no commit can come from a wedged engine";
   EXPECT_LT(Clock::now() - t0, 8s) << "each request ends within the peer timeout (plus re-placements), not at 60 s";
   // Health tells the truth: the link is declared dead (it may come back for a
