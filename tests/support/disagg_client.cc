@@ -57,6 +57,12 @@ std::map<std::string, double> WaitForBaseline(int port, std::chrono::millisecond
   return m;
 }
 
+int LinksUp(const std::string& decode_log) {
+  int n = 0;
+  for (size_t at = decode_log.find(") is up"); at != std::string::npos; at = decode_log.find(") is up", at + 1)) ++n;
+  return n;
+}
+
 long long NumberAfter(const std::string& log, const std::string& key) {
   const size_t at = log.rfind(key);
   if (at == std::string::npos) return -1;

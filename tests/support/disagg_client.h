@@ -24,6 +24,12 @@ std::vector<std::string> Conversation(int port, int i);
 // `timeout`). Returns the last metrics read; `ok` says whether that state came.
 std::map<std::string, double> WaitForBaseline(int port, std::chrono::milliseconds timeout, bool* ok);
 
+// How many times a decode server's log says a prefill engine link came up.
+// Tests that kill an engine use it: with tests running in parallel, another
+// test's compatible engine may take the freed port, and the decode server
+// rightly connects to it (its address is all it knows).
+int LinksUp(const std::string& decode_log);
+
 // The number after `key` in the last line of `log` that contains it (the
 // prefill engine's "stopping (...)" line, say); -1 when absent.
 long long NumberAfter(const std::string& log, const std::string& key);
