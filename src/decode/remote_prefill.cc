@@ -108,7 +108,7 @@ void RemotePrefill::Reconnect(size_t i, Clock::time_point now) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       inbox_.push_back({i, c.id(), {}, true, why.code() == StatusCode::kDeadlineExceeded,
-                        why.code() == StatusCode::kNotFound, why.message()});
+                        why.code() == StatusCode::kNotFound, why.code() == StatusCode::kAborted, why.message()});
     }
     arrived_.notify_all();
   };
@@ -260,6 +260,14 @@ void RemotePrefill::LinkUp(size_t i) {
 
 void RemotePrefill::Handle(const Arrival& a, std::vector<Outcome>& out) {
   Link& link = links_[a.link];
+  if (a.closed && !a.timed_out && !a.by_us) {
+    // The peer's end of a connection we had given up is gone: what it held is free.
+    auto s = std::find(link.suspended.begin(), link.suspended.end(), a.connection_id);
+    if (s != link.suspended.end()) {
+      receiver_->OnPeerClosed(a.connection_id, Clock::now());
+      link.suspended.erase(s);
+    }
+  }
   if (a.connection_id != link.connection_id || !link.connection) return;  // a connection already given up
   // A peer that stopped answering may still be writing: only a real close proves it is gone.
   if (a.closed && a.refused && link.state == LinkState::kConnecting) {
@@ -269,7 +277,10 @@ void RemotePrefill::Handle(const Arrival& a, std::vector<Outcome>& out) {
     for (uint64_t old : link.suspended) receiver_->OnPeerClosed(old, Clock::now());
     link.suspended.clear();
   }
-  if (a.closed) return LinkDown(a.link, (a.timed_out ? "the peer stopped answering: " : "the connection closed: ") + a.why, !a.timed_out);
+  if (a.closed) {
+    return LinkDown(a.link, (a.timed_out ? "the peer stopped answering: " : "the connection closed: ") + a.why,
+                    !a.timed_out && !a.by_us);
+  }
   link.last_heard = Clock::now();
   auto type = PeekType(a.bytes);
   if (!type.ok() && link.state == LinkState::kConnecting) {

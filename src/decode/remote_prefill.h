@@ -123,6 +123,7 @@ class RemotePrefill {
     bool closed = false;
     bool timed_out = false;      // closed because the peer stopped answering (it may be alive)
     bool refused = false;        // the connection was never made: nothing listens there
+    bool by_us = false;          // closed by this side: proves nothing about the peer
     std::string why;             // the transport's reason
   };
   explicit RemotePrefill(RemotePrefillOptions options);

@@ -640,6 +640,7 @@ void Engine::Retire(Sequence& s) {
 }
 
 void Engine::PublishStats() {
+  if (remote_) link_healthy_ = remote_->healthy();  // also after Admit found a link dead
   EngineStats s = counters_;
   s.running = int64_t(running_.size());
   s.waiting = int64_t(waiting_.size());

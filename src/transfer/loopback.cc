@@ -68,7 +68,7 @@ class LoopbackConnection : public Connection, public std::enable_shared_from_thi
 
   void Close() override {
     std::lock_guard<std::mutex> lock(net_->mu_);
-    CloseLocked(Unavailable("connection closed by this side"), Unavailable("peer closed the connection"));
+    CloseLocked(Status(StatusCode::kAborted, "connection closed by this side"), Unavailable("peer closed the connection"));
   }
 
   // Both ends die at once; queued puts of either end are dropped under the

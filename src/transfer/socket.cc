@@ -182,7 +182,10 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
     std::unique_lock<std::mutex> lock(mu_);
     if (closed_) return;
     closed_ = true;
-    if (why_.empty()) why_ = "closed by this side";
+    if (why_.empty()) {
+      why_ = "closed by this side";
+      why_code_ = StatusCode::kAborted;
+    }
     cv_.notify_all();
     // The reader may be receiving a put into our memory: wait until it is not
     // (it checks closed_ before each put). Never called with a put in progress

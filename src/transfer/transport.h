@@ -41,7 +41,10 @@ class Connection;
 struct ConnectionHandlers {
   // Called on the transport's progress thread, one message at a time, in order.
   std::function<void(Connection&, std::vector<uint8_t>)> on_message;
-  // Called once when the connection is gone (peer closed, died, or Close()).
+  // Called once when the connection is gone, with why: Aborted when this side
+  // closed it; DeadlineExceeded when the peer stopped answering (it may be
+  // alive); NotFound when it was never made (nothing listens there);
+  // Unavailable when the peer closed it or died.
   std::function<void(Connection&, const Status&)> on_close;
 };
 

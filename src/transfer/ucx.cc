@@ -243,7 +243,7 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
     }
     t_->Forget(ep_);
     t_->CloseLater(shared_from_this(), /*force=*/!was_alive);
-    if (was_alive) t_->Post({shared_from_this(), {}, true, Unavailable("connection closed by this side")});
+    if (was_alive) t_->Post({shared_from_this(), {}, true, Status(StatusCode::kAborted, "connection closed by this side")});
   }
 
   // The closer thread: waits for operations in progress (they give up on

@@ -130,7 +130,7 @@ TEST_F(Disagg, PrefillDeathFailsRequestsFastAndHealthTurns503) {
   if (testing::LinksUp(decode->Log()) > 1) {
     std::cout << "[ note ] another test's prefill engine took the freed port; the decode server connected to it\n";
   } else {
-    EXPECT_EQ(health, 503);
+    EXPECT_EQ(health, 503) << decode->Log();
   }
   auto m = testing::ParseMetrics(HttpGet(decode->port(), "/metrics").body);
   EXPECT_EQ(m["tandem_cache_pages{state=\"reserved\"}"], 0) << "nothing left reserved for the dead peer";
