@@ -118,7 +118,11 @@ class PrefillWorkerTest : public ::testing::Test {
                                if (faults_) use = std::make_shared<transfer::FaultyConnection>(c, *faults_);
                                worker_->OnAccept(use);
                                ConnectionHandlers h;
-                               h.on_message = [this, use](Connection&, std::vector<uint8_t> m) { worker_->OnMessage(use, m); };
+                               // A weak reference: the connection owns its handlers (no cycle).
+                               std::weak_ptr<Connection> weak = use;
+                               h.on_message = [this, weak](Connection&, std::vector<uint8_t> m) {
+                                 if (auto c = weak.lock()) worker_->OnMessage(c, m);
+                               };
                                h.on_close = [this](Connection& raw, const Status&) { worker_->OnClose(raw.id()); };
                                return h;
                              })

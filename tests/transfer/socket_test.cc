@@ -73,9 +73,9 @@ class SocketTest : public ::testing::Test {
   }
 
   static constexpr size_t kRegion = size_t(1) << 20;
+  Inbox at_server_, at_client_;     // before the transports: their threads write here until they are gone
   SocketTransport server_, client_;
   Region region_;
-  Inbox at_server_, at_client_;
   std::shared_ptr<Connection> conn_;
   std::mutex accepted_mu_;
   std::condition_variable accepted_cv_;
@@ -141,8 +141,8 @@ TEST(Socket, AConnectionToAPortNobodyListensOnIsReportedAsRefused) {
     ASSERT_TRUE(gone.Listen("127.0.0.1:0", [](std::shared_ptr<Connection>) { return ConnectionHandlers{}; }).ok());
     port = gone.listen_port();
   }
+  Inbox at_client;  // outlives the transport, whose threads write into it
   SocketTransport client;
-  Inbox at_client;
   auto c = client.Connect("127.0.0.1:" + std::to_string(port), at_client.Handlers());
   ASSERT_TRUE(c.ok());
   ASSERT_TRUE(at_client.WaitClosed());
