@@ -255,6 +255,7 @@ void RemotePrefill::LinkUp(size_t i) {
   link.state = LinkState::kUp;
   link.probation = false;
   link.problem.clear();
+  link.logged.clear();  // the next failure is news again
   link.backoff = options_.reconnect_min;
 }
 
