@@ -4,11 +4,12 @@
 // connection to a port nobody listens on is reported as refused.
 #include "transfer/socket.h"
 
+#include "fakes/connection_inbox.h"
+
 #include <gtest/gtest.h>
 
 #include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <mutex>
 
 namespace tandem::transfer {
@@ -16,37 +17,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// Collects what arrives on one end of a connection.
-struct Inbox {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<std::vector<uint8_t>> messages;
-  bool closed = false;
-  Status why;
-  ConnectionHandlers Handlers() {
-    ConnectionHandlers h;
-    h.on_message = [this](Connection&, std::vector<uint8_t> m) {
-      std::lock_guard<std::mutex> lock(mu);
-      messages.push_back(std::move(m));
-      cv.notify_all();
-    };
-    h.on_close = [this](Connection&, const Status& s) {
-      std::lock_guard<std::mutex> lock(mu);
-      closed = true;
-      why = s;
-      cv.notify_all();
-    };
-    return h;
-  }
-  bool WaitMessages(size_t n) {
-    std::unique_lock<std::mutex> lock(mu);
-    return cv.wait_for(lock, 10s, [&] { return messages.size() >= n; });
-  }
-  bool WaitClosed() {
-    std::unique_lock<std::mutex> lock(mu);
-    return cv.wait_for(lock, 10s, [&] { return closed; });
-  }
-};
+using Inbox = testing::ConnectionInbox;
 
 class SocketTest : public ::testing::Test {
  protected:

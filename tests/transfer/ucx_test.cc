@@ -11,33 +11,17 @@
 #include <cstring>
 #include <thread>
 
+#include "fakes/connection_inbox.h"
+
 namespace tandem::transfer {
 namespace {
 
 using namespace std::chrono_literals;
 
-struct Inbox {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<std::vector<uint8_t>> messages;
-  std::atomic<int> closes{0};
-  ConnectionHandlers Handlers() {
-    ConnectionHandlers h;
-    h.on_message = [this](Connection&, std::vector<uint8_t> m) {
-      std::lock_guard<std::mutex> lock(mu);
-      messages.push_back(std::move(m));
-      cv.notify_all();
-    };
-    h.on_close = [this](Connection&, const Status&) { ++closes; };
-    return h;
-  }
-  bool WaitFor(size_t n) {
-    std::unique_lock<std::mutex> lock(mu);
-    return cv.wait_for(lock, 20s, [&] { return messages.size() >= n; });
-  }
-};
+using Inbox = testing::ConnectionInbox;
 
 TEST(Ucx, PutsFlushAndOrderedMessagesBetweenTwoWorkers) {
+  Inbox at_server, at_client;  // before the transports: their threads write here until they are gone
   auto server = UcxTransport::Create();
   auto client = UcxTransport::Create();
   ASSERT_TRUE(server.ok()) << server.status().ToString();
@@ -45,7 +29,6 @@ TEST(Ucx, PutsFlushAndOrderedMessagesBetweenTwoWorkers) {
   auto region = (*server)->AllocateRegion(1 << 20);
   ASSERT_TRUE(region.ok()) << region.status().ToString();
   std::memset(region->data, 0, region->size);
-  Inbox at_server, at_client;
   std::shared_ptr<Connection> accepted;
   ASSERT_TRUE((*server)
                   ->Listen("127.0.0.1:0",
@@ -70,14 +53,14 @@ TEST(Ucx, PutsFlushAndOrderedMessagesBetweenTwoWorkers) {
   // Messages, small and large (rendezvous), in order.
   for (uint8_t i = 0; i < 10; ++i) ASSERT_TRUE((*conn)->Send({i}).ok());
   ASSERT_TRUE((*conn)->Send(std::vector<uint8_t>(1 << 20, 42)).ok());
-  ASSERT_TRUE(at_server.WaitFor(11));
+  ASSERT_TRUE(at_server.WaitMessages(11));
   for (uint8_t i = 0; i < 10; ++i) EXPECT_EQ(at_server.messages[i], std::vector<uint8_t>{i});
   EXPECT_EQ(at_server.messages[10].size(), size_t(1) << 20);
   EXPECT_EQ(at_server.messages[10][12345], 42);
   // And back the other way on the accepted connection.
   ASSERT_NE(accepted, nullptr);
   ASSERT_TRUE(accepted->Send({9, 9}).ok());
-  ASSERT_TRUE(at_client.WaitFor(1));
+  ASSERT_TRUE(at_client.WaitMessages(1));
   EXPECT_EQ(at_client.messages[0], (std::vector<uint8_t>{9, 9}));
   (*conn)->Close();
   EXPECT_FALSE((*conn)->alive());
@@ -121,12 +104,12 @@ TEST(Ucx, PutIntoARegionWhoseOwnerExitedIsRefusedWithoutCrashing) {
     dead_key = region->key;
   }  // the owner is destroyed: its segment is unmapped and removed
   if (HeaderOf(dead_key).shmid < 0) GTEST_SKIP() << "UCX did not allocate the region from SysV shared memory";
+  Inbox at_server, at_client;  // before the transports: their threads write here until they are gone
   auto server = UcxTransport::Create();
   auto client = UcxTransport::Create();
   ASSERT_TRUE(server.ok() && client.ok());
   auto live = (*server)->AllocateRegion(1 << 16);
   ASSERT_TRUE(live.ok()) << live.status().ToString();
-  Inbox at_server, at_client;
   ASSERT_TRUE((*server)->Listen("127.0.0.1:0", [&](std::shared_ptr<Connection>) { return at_server.Handlers(); }).ok());
   auto conn = (*client)->Connect("127.0.0.1:" + std::to_string((*server)->listen_port()), at_client.Handlers());
   ASSERT_TRUE(conn.ok()) << conn.status().ToString();
