@@ -61,11 +61,13 @@ void FaultyConnection::RunDelayed() {
       continue;
     }
     DelayedPut put = delayed_.front();
+    const uint64_t cleared = clears_;
     lock.unlock();
     Status st = inner_->Put(put.src, put.bytes, put.key, put.offset);
     lock.lock();
     if (!st.ok() && delayed_error_.ok()) delayed_error_ = st;
-    delayed_.pop_front();
+    // Close() may have cleared the queue meanwhile: the front is then another put.
+    if (clears_ == cleared) delayed_.pop_front();
     cv_.notify_all();
   }
 }
@@ -109,6 +111,7 @@ void FaultyConnection::Close() {
   inner_->Close();
   std::lock_guard<std::mutex> lock(mu_);
   delayed_.clear();
+  ++clears_;
   cv_.notify_all();
 }
 

@@ -65,6 +65,7 @@ class FaultyConnection : public Connection {
   int64_t puts_ = 0, flipped_ = 0;              // guarded by mu_
   int64_t messages_sent_ = 0;                   // guarded by mu_
   std::deque<DelayedPut> delayed_;              // guarded by mu_
+  uint64_t clears_ = 0;                         // guarded by mu_: times Close() emptied delayed_
   std::deque<std::vector<uint8_t>> corrupted_;  // flipped copies; live until Close
   std::vector<uint8_t> held_message_;           // reorder: waiting for the next one
   bool holding_ = false, stop_ = false;

@@ -197,7 +197,7 @@ TEST_F(Heal, ADecodeServerKilledAndRestartedIsServedAgainThroughTheRouter) {
   for (auto& f : load) f.get();
   decode = testing::StartServe(model_, "bf16", Loopback(prefill->port()), kFastLiveness, decode_port);
   ASSERT_TRUE(decode->ok()) << decode->Log();
-  EXPECT_LT(WaitForHealth(router.port(), 200, 20s), 10s) << router.Log();
+  EXPECT_LT(WaitForHealth(router.port(), 200, 20s), 10s) << router.Log() << decode->Log() << prefill->Log();
   ExpectCleanRound(router.port(), 40, 8);
   ExpectBaseline(decode->port());
   // The prefill engine let go of the dead decode server's connection and work.
