@@ -11,7 +11,7 @@
 #include "bin/tier_flags.h"
 #include "bin/model_options.h"
 #include "kernels/cpu.h"
-#include "prefill/prefill_worker.h"
+#include "prefill/prefill_engine.h"
 #include "transfer/faulty.h"
 #include "transfer/transport_kind.h"
 
@@ -26,6 +26,8 @@ struct PrefillArgs {
   int64_t top_k = 2048;
   int64_t cache_tokens = 65536;
   int32_t chunk_size = 512;
+  int32_t max_batch_tokens = 2048;
+  int32_t max_running = 32;
   bool unsafe_early_commit = false;
   int64_t debug_put_delay_us = 0;
   double debug_bit_flip_rate = 0;
@@ -46,34 +48,45 @@ int RunPrefill(PrefillArgs& a) {
   auto model = a.model.Load();
   if (!model.ok()) return std::fprintf(stderr, "error: %s\n", model.status().ToString().c_str()), 1;
   auto attention = ParseAttentionOptions(a.attention, a.index_k_dtype, a.top_k);
-  auto spec = attention.ok() ? MakeCacheSpec((*model)->config(), *attention) : StatusOr<CacheSpec>(attention.status());
-  if (!spec.ok()) return std::fprintf(stderr, "error: %s\n", spec.status().ToString().c_str()), 1;
-  if (a.unsafe_early_commit) {
-    std::fprintf(stderr,
-                 "WARNING: --debug-unsafe-early-commit: commits are sent BEFORE the index-K writes are "
-                 "flushed. Decode engines may read index-K before it lands. This reproduces a production "
-                 "corruption bug on purpose; never use it outside tests.\n");
-  }
+  if (!attention.ok()) return std::fprintf(stderr, "error: %s\n", attention.status().ToString().c_str()), 1;
   PrefillOptions po;
-  po.sender.chunk_size = a.chunk_size;
-  po.sender.unsafe_early_commit = a.unsafe_early_commit;
-  po.sender.prefix_cache = !a.no_prefix_cache;
+  po.engine.attention = *attention;
+  po.engine.cache_tokens = a.cache_tokens;
+  po.engine.chunk_size = a.chunk_size;
+  po.engine.max_batch_tokens = a.max_batch_tokens;
+  po.engine.max_running = a.max_running;
+  po.engine.prefix_cache = !a.no_prefix_cache;
+  po.engine.threads = a.model.threads;
+  po.engine.request_timeout = std::chrono::hours(24);  // each handoff's own time budget is its deadline
   po.max_queue = size_t(a.max_queue);
   po.peer_timeout = std::chrono::milliseconds(a.peer_timeout_ms);
   po.heartbeat_interval = std::chrono::milliseconds(std::max<int64_t>(20, a.peer_timeout_ms / 5));
   auto tiers = a.tiers.Resolve();
   if (!tiers.ok()) return std::fprintf(stderr, "error: %s\n", tiers.status().ToString().c_str()), 1;
-  po.sender.tiers = *tiers;
-  PrefillWorker worker(**model, *spec, a.model.threads, (a.cache_tokens + kPageTokens - 1) / kPageTokens, po);
-  if (Status ts = worker.EnableTiers(); !ts.ok()) {
-    return std::fprintf(stderr, "error: %s\n", ts.ToString().c_str()), 1;
-  }
+  po.engine.tiers = *tiers;
+  auto created = PrefillEngine::Create(**model, po);
+  if (!created.ok()) return std::fprintf(stderr, "error: %s\n", created.status().ToString().c_str()), 1;
+  PrefillEngine& worker = **created;
   // Declared before the transport: its threads may call the handlers below until it is gone.
   transfer::FaultPlan faults;
   faults.put_delay = std::chrono::microseconds(a.debug_put_delay_us);
   faults.bit_flip_rate = a.debug_bit_flip_rate;
   faults.drop_messages_after = a.debug_wedge_after_messages;
-  const bool inject = a.debug_put_delay_us > 0 || a.debug_bit_flip_rate > 0 || a.debug_wedge_after_messages >= 0;
+  if (a.unsafe_early_commit) {
+    // The production bug as a transport fault: index-K writes are not covered
+    // by the flush the Commit waits for.
+    auto index_k = worker.engine().cache_spec().registry.Find("index_k");
+    if (!index_k.ok()) {
+      return std::fprintf(stderr, "error: --debug-unsafe-early-commit needs sparse attention (an index-K buffer)\n"), 1;
+    }
+    faults.unflushed_sources = worker.engine().BufferMemory(*index_k);
+    std::fprintf(stderr,
+                 "WARNING: --debug-unsafe-early-commit: index-K writes are NOT covered by the flush before each "
+                 "commit. Decode engines may read index-K before it lands. This reproduces a production "
+                 "corruption bug on purpose; never use it outside tests.\n");
+  }
+  const bool inject = a.debug_put_delay_us > 0 || a.debug_bit_flip_rate > 0 || a.debug_wedge_after_messages >= 0 ||
+                      a.unsafe_early_commit;
   if (inject) {
     std::fprintf(stderr,
                  "WARNING: injecting transfer faults (put delay %lld us, bit flip rate %g, wedge after %lld "
@@ -148,13 +161,17 @@ void RegisterPrefill(CLI::App& app) {
   cmd->add_option("--topk", a->top_k, "Sparse attention top-k")->check(CLI::Range(1, 1 << 24));
   cmd->add_option("--index-k-dtype", a->index_k_dtype, "fp8 or bf16 (must match the decode engines)");
   cmd->add_option("--cache-tokens", a->cache_tokens, "Local page pool size in tokens")->check(CLI::Range(int64_t(64), int64_t(1) << 30));
-  cmd->add_option("--chunk-size", a->chunk_size, "Prefill tokens per step")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--chunk-size", a->chunk_size, "Prefill tokens of one prompt per step")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-batch-tokens", a->max_batch_tokens, "Prefill tokens of all prompts together per step")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-running", a->max_running, "Prompts scheduled together (each holds its pages until handed off)")
+      ->check(CLI::Range(1, 4096));
   cmd->add_flag("--debug-unsafe-early-commit", a->unsafe_early_commit,
                 "UNSAFE, tests only: commit before the index-K writes are flushed");
   cmd->add_option("--debug-put-delay-us", a->debug_put_delay_us, "Tests only: delay every page write")->check(CLI::NonNegativeNumber);
   cmd->add_option("--debug-bit-flip-rate", a->debug_bit_flip_rate, "Tests only: flip one bit in this share of page writes")->check(CLI::Range(0.0, 1.0));
   cmd->add_flag("--no-prefix-cache", a->no_prefix_cache, "Compute every prompt from its first token");
-  cmd->add_option("--max-queue", a->max_queue, "Handoffs that may wait for the worker; more are refused")
+  cmd->add_option("--max-queue", a->max_queue, "Handoffs that may wait to be scheduled; more are refused")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   cmd->add_option("--transport", a->transport, "How handoff bytes travel: auto (what UCX finds), shm or tcp");
   cmd->add_option("--peer-timeout-ms", a->peer_timeout_ms,

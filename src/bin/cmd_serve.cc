@@ -27,7 +27,6 @@ struct ServeArgs {
   bool disagg = false;
   bool unsafe_early_commit = false;
   TierFlags tiers;
-  bool debug_ungated_index_k = false;
   int64_t debug_put_delay_us = 0;          // --disagg: passed to the prefill engine
   int64_t debug_wedge_after_messages = -1;  // --disagg: passed to the prefill engine
   std::string transport = "auto";
@@ -88,11 +87,6 @@ int WaitForSignal() {
 
 Status ApplyTierFlags(ServeArgs& a) {
   TANDEM_ASSIGN_OR_RETURN(a.engine.tiers, a.tiers.Resolve());
-  a.engine.debug_ungated_index_k = a.debug_ungated_index_k;
-  if (a.debug_ungated_index_k) {
-    std::fprintf(stderr, "WARNING: --debug-ungated-index-k: the indexer reads layers still loading from L2 "
-                         "WITHOUT waiting for their gates (the production bug): tests only\n");
-  }
   return Status::Ok();
 }
 
@@ -199,8 +193,6 @@ void RegisterServe(CLI::App& app) {
   cmd->add_flag("--debug-unsafe-early-commit", a->unsafe_early_commit,
                 "With --disagg, UNSAFE, tests only: the prefill engine commits before index-K is flushed");
   a->tiers.AddTo(cmd);
-  cmd->add_flag("--debug-ungated-index-k", a->debug_ungated_index_k,
-                "Tests only, UNSAFE: the indexer reads layers still loading from L2 (the production bug)");
   cmd->add_option("--debug-put-delay-us", a->debug_put_delay_us,
                   "With --disagg, tests only: the prefill engine delays every page write")
       ->check(CLI::NonNegativeNumber);

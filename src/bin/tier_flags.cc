@@ -38,12 +38,16 @@ void TierFlags::AddTo(CLI::App* cmd) {
       ->check(CLI::Range(int64_t(0), int64_t(3600000)));
   cmd->add_option("--debug-copy-delay-us", debug_copy_delay_us, "Tests only: the tier copy engine sleeps per layer")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--debug-ungated-index-k", debug_ungated_index_k,
+                "Tests only, UNSAFE: loads from L2 open each layer's gate before its index-K has landed (the "
+                "production bug); needs --host-cache-size and sparse attention");
 }
 
 StatusOr<TierOptions> TierFlags::Resolve() const {
   TierOptions t;
   if (host_cache_size.empty()) {
     if (!disk_cache_dir.empty()) return InvalidArgument("--disk-cache-dir needs --host-cache-size (L3 pages pass through L2)");
+    if (debug_ungated_index_k) return InvalidArgument("--debug-ungated-index-k is a fault of the L2 tier: it needs --host-cache-size");
     return t;
   }
   TANDEM_ASSIGN_OR_RETURN(t.host_bytes, ParseBytes("--host-cache-size", host_cache_size));
@@ -59,6 +63,11 @@ StatusOr<TierOptions> TierFlags::Resolve() const {
     std::fprintf(stderr, "WARNING: the cache-tier copy engine sleeps %lld us per layer: tests only\n",
                  (long long)debug_copy_delay_us);
   }
+  if (debug_ungated_index_k) {
+    t.debug_ungated_buffer = "index_k";
+    std::fprintf(stderr, "WARNING: --debug-ungated-index-k: loads from L2 open each layer's gate BEFORE its index-K "
+                         "has landed (the production bug): tests only\n");
+  }
   return t;
 }
 
@@ -69,6 +78,7 @@ std::vector<std::string> TierFlags::Args() const {
                                 std::to_string(prefetch_timeout_ms)};
   if (!disk_cache_dir.empty()) a.insert(a.end(), {"--disk-cache-dir", disk_cache_dir, "--disk-cache-size", disk_cache_size});
   if (debug_copy_delay_us > 0) a.insert(a.end(), {"--debug-copy-delay-us", std::to_string(debug_copy_delay_us)});
+  if (debug_ungated_index_k) a.push_back("--debug-ungated-index-k");
   return a;
 }
 

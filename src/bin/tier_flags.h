@@ -16,6 +16,7 @@ struct TierFlags {
   int selective_hits = 2;
   int64_t prefetch_timeout_ms = 2000;
   int64_t debug_copy_delay_us = 0;
+  bool debug_ungated_index_k = false;  // tests only: loads open gates before index-K lands
 
   void AddTo(CLI::App* cmd);
   bool enabled() const { return !host_cache_size.empty(); }

@@ -57,10 +57,6 @@ class ForwardPass {
   // out from here). Runs on the calling thread.
   void SetLayerHook(std::function<void(int layer)> hook) { layer_hook_ = std::move(hook); }
 
-  // TESTS ONLY: reads of this buffer skip the layer gates — the production
-  // bug where the indexer's read path lacked the wait the K/V path had.
-  void SetDebugUngatedBuffer(CacheBufferId b) { debug_ungated_ = b; }
-
  private:
   struct TokenRef {
     int chunk;
@@ -77,7 +73,7 @@ class ForwardPass {
   // The only way this pass reads cached rows: waits on the sequence's gate for
   // the layer first (writes of new tokens go to pages no load touches).
   kernels::PagedRows ReadRows(PagePool& cache, CacheBufferId b, int l, const SequenceChunk& s) const {
-    if (s.gates != nullptr && b != debug_ungated_) s.gates->Wait(l);
+    if (s.gates != nullptr) s.gates->Wait(l);
     return cache.Rows(b, l, s.pages);
   }
   // Several matmuls in one parallel region (one barrier); each output element
@@ -103,7 +99,6 @@ class ForwardPass {
   std::unique_ptr<Indexer> indexer_;  // sparse attention only
   std::string layout_fingerprint_;
   std::function<void(int)> layer_hook_;
-  CacheBufferId debug_ungated_ = -1;
   std::vector<TokenRef> tokens_;
   int64_t max_context_ = 0;
   // Activations, [n_tokens x width] each; reused across calls.

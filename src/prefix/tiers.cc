@@ -65,6 +65,15 @@ StatusOr<std::unique_ptr<TieredCache>> TieredCache::Create(PagePool& l1, const C
                            std::to_string(l1.layout().BytesPerPage()) + " bytes)");
   }
   if (options.selective_hits < 1) return InvalidArgument("write-through-selective needs at least 1 hit");
+  CacheBufferId ungated = -1;
+  if (!options.debug_ungated_buffer.empty()) {
+    auto b = registry.Find(options.debug_ungated_buffer);
+    if (!b.ok()) {
+      return InvalidArgument("the ungated-buffer fault names '" + options.debug_ungated_buffer +
+                             "', which this cache does not have (index_k needs sparse attention)");
+    }
+    ungated = *b;
+  }
   std::string subdir;
   if (!options.disk_dir.empty()) {
     const int64_t file_bytes = int64_t(sizeof(DiskHeader)) + l1.layout().BytesPerPage();
@@ -81,6 +90,7 @@ StatusOr<std::unique_ptr<TieredCache>> TieredCache::Create(PagePool& l1, const C
     if (ec) return Unavailable("cannot create the disk cache directory " + subdir + ": " + ec.message());
   }
   auto t = std::unique_ptr<TieredCache>(new TieredCache(l1, registry, sized, subdir));
+  t->ungated_ = ungated;
   if (!subdir.empty()) TANDEM_RETURN_IF_ERROR(t->ScanDisk());
   return t;
 }
@@ -267,11 +277,21 @@ std::shared_ptr<LayerGates> TieredCache::LoadIntoL1(std::vector<int32_t> l2_page
       // Every registered buffer of this layer, for every page, before its gate opens.
       for (size_t p = 0; p < src.size(); ++p) {
         for (CacheBufferId b = 0; b < layout.n_buffers(); ++b) {
+          if (b == ungated_) continue;  // the fault: copied after every gate is open
           std::memcpy(l1_.Segment(b, l, dst[p]), host_->Segment(b, l, src[p]), size_t(layout.page_stride(b)));
           bytes += layout.page_stride(b);
         }
       }
       gates->Open(l);
+    }
+    if (ungated_ >= 0) {  // TESTS ONLY (TierOptions::debug_ungated_buffer)
+      for (int l = 0; l < layout.n_layers(); ++l) {
+        DelayLayer();
+        for (size_t p = 0; p < src.size(); ++p) {
+          std::memcpy(l1_.Segment(ungated_, l, dst[p]), host_->Segment(ungated_, l, src[p]),
+                      size_t(layout.page_stride(ungated_)));
+        }
+      }
     }
     Unpin(src);
     std::lock_guard<std::mutex> lock(stats_mu_);

@@ -62,6 +62,9 @@ struct TierOptions {
   int selective_hits = 2;   // write-through-selective: L1 hits before a page goes to L2
   std::chrono::milliseconds prefetch_deadline{2000};  // L3 -> L2 before the request gives up on it
   std::chrono::microseconds debug_copy_delay{0};      // tests: the copy engine sleeps this long per layer
+  // TESTS ONLY, the incident's fault: loads open each layer's gate before this
+  // registered buffer (by name, e.g. "index_k") has landed; it is copied last.
+  std::string debug_ungated_buffer;
 };
 
 struct TierStats {
@@ -170,6 +173,7 @@ class TieredCache {
 
   PagePool& l1_;
   const TierOptions options_;
+  CacheBufferId ungated_ = -1;  // options_.debug_ungated_buffer, resolved
   const std::string disk_subdir_;
 
   mutable std::mutex host_mu_;

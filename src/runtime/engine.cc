@@ -53,7 +53,8 @@ struct Engine::Sequence {
   int64_t l2_pages_before_prefetch = 0;
 };
 
-StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineOptions& options) {
+StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineOptions& options,
+                                                 PrefillSink* sink) {
   if (options.max_running < 1 || options.max_waiting < 0 || options.chunk_size < 1 ||
       options.max_batch_tokens < 1 || options.cache_tokens < kPageTokens) {
     return InvalidArgument("engine options out of range (max-running, chunk-size, max-batch-tokens >= 1; cache >= one page)");
@@ -62,6 +63,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
   std::unique_ptr<RemotePrefill> remote;
   const bool tiers = options.tiers.host_pages > 0 || options.tiers.host_bytes > 0;
   const std::string weights = !options.prefill_address.empty() || tiers ? WeightsIdentity(model) : "";
+  if (sink && !options.prefill_address.empty()) return InvalidArgument("an engine cannot be both prefill and decode role");
   if (!options.prefill_address.empty()) {
     const CacheLayout layout(spec.registry, int(model.config().n_layers),
                              (options.cache_tokens + kPageTokens - 1) / kPageTokens);
@@ -79,7 +81,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
     ro.heartbeat_interval = std::max(std::chrono::milliseconds(20), options.peer_timeout / 5);
     TANDEM_ASSIGN_OR_RETURN(remote, RemotePrefill::Connect(std::move(ro)));
   }
-  auto engine = std::unique_ptr<Engine>(new Engine(model, options, std::move(spec), std::move(remote)));
+  auto engine = std::unique_ptr<Engine>(new Engine(model, options, std::move(spec), std::move(remote), sink));
   if (tiers) {
     if (!engine->index_) return InvalidArgument("cache tiers need the prefix cache (drop --no-prefix-cache)");
     TANDEM_ASSIGN_OR_RETURN(engine->tiers_, TieredCache::Create(*engine->pool_, engine->spec_.registry, options.tiers,
@@ -95,13 +97,14 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
 }
 
 Engine::Engine(const Model& model, const EngineOptions& options, CacheSpec spec,
-               std::unique_ptr<RemotePrefill> remote)
+               std::unique_ptr<RemotePrefill> remote, PrefillSink* sink)
     : model_(model),
       options_(options),
       spec_(std::move(spec)),
       context_tokens_(options.context_tokens > 0 ? options.context_tokens : model.config().context_length),
       threads_(options.threads),
       remote_(std::move(remote)),
+      sink_(sink),
       pool_(remote_ ? std::make_unique<PagePool>(spec_.registry, int(model.config().n_layers),
                                                  (options.cache_tokens + kPageTokens - 1) / kPageTokens,
                                                  remote_->arena())
@@ -116,7 +119,6 @@ Engine::Engine(const Model& model, const EngineOptions& options, CacheSpec spec,
     ro.verify = options.verify;
     remote_->Attach(*pool_, index_.get(), ro);
   }
-  if (options.debug_ungated_index_k && spec_.index_k >= 0) forward_.SetDebugUngatedBuffer(spec_.index_k);
   loop_alive_ = true;
 }
 
@@ -130,6 +132,15 @@ Engine::~Engine() {
   tiers_.reset();
   index_.reset();   // releases cached pages while the pool lives
   remote_.reset();  // the receiver's pages, then the connection; the pool's memory goes last
+}
+
+std::vector<std::pair<const uint8_t*, size_t>> Engine::BufferMemory(CacheBufferId b) const {
+  std::vector<std::pair<const uint8_t*, size_t>> ranges;
+  const CacheLayout& layout = pool_->layout();
+  for (int l = 0; l < layout.n_layers(); ++l) {
+    ranges.push_back({pool_->Segment(b, l, 0), size_t(layout.page_stride(b) * pool_->total_pages())});
+  }
+  return ranges;
 }
 
 void Engine::Shutdown(std::chrono::milliseconds drain) {
@@ -160,6 +171,7 @@ StatusOr<std::shared_ptr<RequestHandle>> Engine::Submit(RequestSpec spec) {
   auto seq = std::make_unique<Sequence>();
   seq->arrival = Clock::now();
   seq->deadline = seq->arrival + options_.request_timeout;
+  if (spec.deadline != Clock::time_point{}) seq->deadline = std::min(seq->deadline, spec.deadline);
   seq->prompt_len = int64_t(spec.prompt.size());
   seq->tokens = spec.prompt;
   seq->decoder = std::make_unique<StreamDecoder>(model_.tokenizer());
@@ -246,8 +258,9 @@ void Engine::DropCancelledAndExpired() {
     if (s.handle->cancelled()) {
       Finish(s, "cancelled");
     } else if (now > s.deadline) {
-      Fail(s, Status(StatusCode::kDeadlineExceeded, "the request exceeded its deadline of " +
-                                                        std::to_string(options_.request_timeout.count()) + " ms"));
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(s.deadline - s.arrival).count();
+      Fail(s, Status(StatusCode::kDeadlineExceeded,
+                     "the request exceeded its deadline of " + std::to_string(ms) + " ms"));
     }
   };
   for (auto& s : running_) check(*s);
@@ -460,8 +473,18 @@ void Engine::Step() {
     batch.push_back({std::span<const int32_t>(s->tokens).subspan(size_t(s->computed), size_t(n)),
                      s->computed, s->pages, false, s->gates.get()});
   }
+  std::vector<PrefilledChunk> streamed;
+  if (sink_) {
+    for (size_t b = 0; b < members.size(); ++b) {
+      streamed.push_back({members[b]->handle->id(), batch[b].start_pos,
+                          batch[b].start_pos + int64_t(batch[b].tokens.size()), members[b]->pages,
+                          members[b]->gates.get()});
+    }
+    forward_.SetLayerHook([&](int layer) { sink_->OnLayer(layer, streamed, *pool_); });
+  }
   logits_.clear();
   Status st = forward_.Run(batch, *pool_, &logits_);
+  if (sink_) forward_.SetLayerHook(nullptr);
   if (!st.ok()) {
     for (Sequence* s : members) Fail(*s, st);
     std::erase_if(running_, [](const auto& s) { return s->done; });
@@ -475,6 +498,10 @@ void Engine::Step() {
     const int64_t pos = int64_t(s.tokens.size());
     const int32_t token = sampler_.Sample(std::span<const float>(logits_).subspan(b * vocab, vocab),
                                           s.spec.sampling, s.tokens, pos);
+    if (sink_) {
+      HandOff(s, token);
+      continue;
+    }
     Emit(s, token);
   }
   std::erase_if(running_, [](const auto& s) { return s->done; });
@@ -570,6 +597,15 @@ void Engine::Emit(Sequence& s, int32_t token) {
   }
 }
 
+// Prefill role: the prompt is computed; the sink sends it on, and the request
+// ends here (its pages go to the prefix cache for the conversation's next round).
+void Engine::HandOff(Sequence& s, int32_t first_token) {
+  metrics_.ttft.Observe(SecondsBetween(s.arrival, Clock::now()));
+  const auto prompt = std::span<const int32_t>(s.tokens).first(size_t(s.prompt_len));
+  const bool taken = sink_->OnPrefilled(s.handle->id(), prompt, s.pages, first_token, *pool_);
+  Finish(s, taken ? "handed off" : "cancelled");
+}
+
 void Engine::Finish(Sequence& s, const std::string& reason) {
   if (s.done) return;
   if (s.awaiting) {
@@ -605,6 +641,12 @@ void Engine::Finish(Sequence& s, const std::string& reason) {
     ++counters_.requests_finished;
     metrics_.finished.Increment();
   }
+  if (sink_) {
+    sink_->OnEnd(s.handle->id(),
+                 reason == "handed off" ? Status::Ok()
+                 : reason == "cancelled" ? Status(StatusCode::kAborted, "cancelled")
+                                         : ResourceExhausted("the prompt does not fit in the prefill engine's cache"));
+  }
 }
 
 void Engine::Fail(Sequence& s, Status error) {
@@ -615,12 +657,13 @@ void Engine::Fail(Sequence& s, Status error) {
   }
   StreamEvent ev;
   ev.kind = StreamEvent::Kind::kError;
-  ev.error = std::move(error);
+  ev.error = error;
   s.handle->Push(std::move(ev));
   Retire(s);
   s.done = true;
   ++counters_.requests_failed;
   metrics_.failed.Increment();
+  if (sink_) sink_->OnEnd(s.handle->id(), error);
 }
 
 // Gives the sequence's computed full pages to the prefix index and drops its
@@ -630,6 +673,7 @@ void Engine::Retire(Sequence& s) {
     s.gates->WaitAll();  // nothing may still be landing in pages we hand on or free
     s.gates.reset();
   }
+  if (sink_) sink_->BeforeRelease(s.handle->id());
   if (index_ && !s.pages.empty()) {
     const auto computed = std::span<const int32_t>(s.tokens).first(size_t(s.computed));
     index_->Insert(computed, s.pages);

@@ -27,6 +27,7 @@
 #include "prefix/prefix_index.h"
 #include "prefix/tiers.h"
 #include "runtime/engine_metrics.h"
+#include "runtime/prefill_sink.h"
 #include "runtime/request.h"
 #include "transfer/handoff_receiver.h"
 #include "transfer/transport_kind.h"
@@ -57,7 +58,6 @@ struct EngineOptions {
   int32_t max_placements = 3;
   // Host (L2) and disk (L3) tiers under the prefix cache; off when host_pages is 0.
   TierOptions tiers;
-  bool debug_ungated_index_k = false;  // TESTS ONLY: the indexer reads loading layers without waiting
 };
 
 struct EngineStats {
@@ -71,7 +71,11 @@ struct EngineStats {
 
 class Engine {
  public:
-  static StatusOr<std::unique_ptr<Engine>> Create(const Model& model, const EngineOptions& options);
+  // With a sink the engine runs in the prefill role: each request's prompt is
+  // computed (batched with others), streamed to the sink layer by layer, and
+  // ends with its first token (runtime/prefill_sink.h).
+  static StatusOr<std::unique_ptr<Engine>> Create(const Model& model, const EngineOptions& options,
+                                                  PrefillSink* sink = nullptr);
   ~Engine();  // stops the loop, cancelling whatever is left
 
   // Queues a request. Fails with ResourceExhausted when the waiting queue is
@@ -87,6 +91,9 @@ class Engine {
   // Tier counters and occupancy (zeros without tiers). Thread-safe.
   TierStats tier_stats() const { return tiers_ ? tiers_->stats() : TierStats{}; }
   Status CheckTierAccounting() const { return tiers_ ? tiers_->CheckAccounting() : Status::Ok(); }
+  // Where buffer b of every layer lives in the page pool (fixed at start;
+  // thread-safe): what a fault rule of the transport matches puts against.
+  std::vector<std::pair<const uint8_t*, size_t>> BufferMemory(CacheBufferId b) const;
   // Blocks until the tiers' copy engine is idle (tests). Thread-safe.
   void DrainTierCopies() const {
     if (tiers_) tiers_->Drain();
@@ -99,7 +106,7 @@ class Engine {
  private:
   struct Sequence;
   Engine(const Model& model, const EngineOptions& options, CacheSpec spec,
-         std::unique_ptr<class RemotePrefill> remote);
+         std::unique_ptr<class RemotePrefill> remote, PrefillSink* sink);
   void PollRemote();
   void Loop();
   void TakeNewRequests();
@@ -112,6 +119,7 @@ class Engine {
   bool Preempt(const Sequence* keep);
   void Step();
   void Emit(Sequence& seq, int32_t token);
+  void HandOff(Sequence& seq, int32_t first_token);  // prefill role
   void Finish(Sequence& seq, const std::string& reason);
   void Fail(Sequence& seq, Status error);
   void Retire(Sequence& seq);
@@ -123,6 +131,7 @@ class Engine {
   const int64_t context_tokens_;
   ThreadPool threads_;
   std::unique_ptr<class RemotePrefill> remote_;  // disaggregated decode only; owns the pool memory
+  PrefillSink* const sink_;                      // prefill role only
   std::unique_ptr<PagePool> pool_;
   std::unique_ptr<PrefixIndex> index_;
   std::unique_ptr<TieredCache> tiers_;  // colocated only; after index_ (it holds L1 references)

@@ -25,6 +25,9 @@ struct RequestSpec {
   int32_t max_tokens = 256;
   std::vector<std::string> stop;  // stop strings (cut from the text)
   bool ignore_eos = false;
+  // When the request must be done by (the engine's request timeout applies
+  // too, whichever is first); the default: only that timeout.
+  std::chrono::steady_clock::time_point deadline{};
 };
 
 struct StreamEvent {

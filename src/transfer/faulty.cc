@@ -6,7 +6,7 @@ namespace tandem::transfer {
 
 FaultyConnection::FaultyConnection(std::shared_ptr<Connection> inner, FaultPlan plan)
     : inner_(std::move(inner)), plan_(plan) {
-  if (plan_.put_delay.count() > 0) thread_ = std::thread([this] { RunDelayed(); });
+  if (plan_.put_delay.count() > 0 || !plan_.unflushed_sources.empty()) thread_ = std::thread([this] { RunDelayed(); });
 }
 
 FaultyConnection::~FaultyConnection() {
@@ -32,6 +32,7 @@ Status FaultyConnection::Put(const void* src, size_t bytes, const RemoteKey& key
     return Unavailable("injected peer death");
   }
   ++puts_;
+  const bool unflushed = Unflushed(src);
   if (bytes > 0 && Draw(plan_.bit_flip_rate)) {
     const uint8_t* p = static_cast<const uint8_t*>(src);
     corrupted_.emplace_back(p, p + bytes);
@@ -39,6 +40,14 @@ Status FaultyConnection::Put(const void* src, size_t bytes, const RemoteKey& key
     corrupted_.back()[bit / 8] ^= uint8_t(1u << (bit % 8));
     src = corrupted_.back().data();
     ++flipped_;
+  }
+  if (unflushed) {
+    const uint8_t* p = static_cast<const uint8_t*>(src);
+    late_copies_.emplace_back(p, p + bytes);  // the sender may reuse its pages: it believes them flushed
+    const auto delay = plan_.put_delay.count() > 0 ? plan_.put_delay : std::chrono::microseconds(20000);
+    late_.push_back({Clock::now() + delay, late_copies_.back().data(), bytes, key, offset});
+    cv_.notify_all();
+    return Status::Ok();
   }
   if (plan_.put_delay.count() > 0) {
     delayed_.push_back({Clock::now() + plan_.put_delay, src, bytes, key, offset});
@@ -49,25 +58,36 @@ Status FaultyConnection::Put(const void* src, size_t bytes, const RemoteKey& key
   return inner_->Put(src, bytes, key, offset);
 }
 
+bool FaultyConnection::Unflushed(const void* src) const {
+  const auto* p = static_cast<const uint8_t*>(src);
+  for (auto [begin, size] : plan_.unflushed_sources) {
+    if (p >= begin && p < begin + size) return true;
+  }
+  return false;
+}
+
 void FaultyConnection::RunDelayed() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
-    if (delayed_.empty()) {
+    if (delayed_.empty() && late_.empty()) {
       cv_.wait(lock);
       continue;
     }
-    if (Clock::now() < delayed_.front().ready) {
-      cv_.wait_until(lock, delayed_.front().ready);
+    // The earlier of the two queues' fronts.
+    const bool late = delayed_.empty() || (!late_.empty() && late_.front().ready < delayed_.front().ready);
+    std::deque<DelayedPut>& queue = late ? late_ : delayed_;
+    if (Clock::now() < queue.front().ready) {
+      cv_.wait_until(lock, queue.front().ready);
       continue;
     }
-    DelayedPut put = delayed_.front();
+    DelayedPut put = queue.front();
     const uint64_t cleared = clears_;
     lock.unlock();
     Status st = inner_->Put(put.src, put.bytes, put.key, put.offset);
     lock.lock();
-    if (!st.ok() && delayed_error_.ok()) delayed_error_ = st;
+    if (!st.ok() && delayed_error_.ok() && !late) delayed_error_ = st;
     // Close() may have cleared the queue meanwhile: the front is then another put.
-    if (clears_ == cleared) delayed_.pop_front();
+    if (clears_ == cleared) queue.pop_front();
     cv_.notify_all();
   }
 }
@@ -111,6 +131,7 @@ void FaultyConnection::Close() {
   inner_->Close();
   std::lock_guard<std::mutex> lock(mu_);
   delayed_.clear();
+  late_.clear();
   ++clears_;
   cv_.notify_all();
 }

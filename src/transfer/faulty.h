@@ -6,6 +6,11 @@
 // Delayed puts are posted to the wrapped connection by the wrapper's own
 // thread when their delay expires; Flush first waits for them to be posted,
 // so a sender that flushes is still correct, and one that does not is caught.
+//
+// Unflushed sources reproduce the production incident at the transport: puts
+// whose source lies in those memory ranges (the index-K segments of the
+// sender's pool, say) are copied, posted later, and no Flush waits for them,
+// so a Commit sent after a "successful" flush overtakes them.
 #pragma once
 
 #include <condition_variable>
@@ -28,6 +33,8 @@ struct FaultPlan {
                                       // a wedged peer that stays connected
   bool flush_never_confirms = false;  // every Flush times out at once: the sender cannot
                                       // prove its writes landed
+  // Puts from these ranges land after put_delay (20 ms when 0), uncovered by any Flush.
+  std::vector<std::pair<const uint8_t*, size_t>> unflushed_sources;
   uint64_t seed = 1;
 };
 
@@ -56,6 +63,7 @@ class FaultyConnection : public Connection {
   };
   bool Draw(double rate);
   void RunDelayed();
+  bool Unflushed(const void* src) const;
 
   std::shared_ptr<Connection> inner_;
   const FaultPlan plan_;
@@ -65,6 +73,8 @@ class FaultyConnection : public Connection {
   int64_t puts_ = 0, flipped_ = 0;              // guarded by mu_
   int64_t messages_sent_ = 0;                   // guarded by mu_
   std::deque<DelayedPut> delayed_;              // guarded by mu_
+  std::deque<DelayedPut> late_;                 // guarded by mu_: unflushed puts, not waited for
+  std::deque<std::vector<uint8_t>> late_copies_;  // their bytes; live until Close
   uint64_t clears_ = 0;                         // guarded by mu_: times Close() emptied delayed_
   std::deque<std::vector<uint8_t>> corrupted_;  // flipped copies; live until Close
   std::vector<uint8_t> held_message_;           // reorder: waiting for the next one

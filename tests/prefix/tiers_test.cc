@@ -242,7 +242,7 @@ TEST(Tiers, SkippingTheIndexKGateWithSlowCopiesCorruptsOutputs) {
     opt.max_running = 2;
     opt.tiers.host_pages = 256;
     opt.tiers.debug_copy_delay = std::chrono::microseconds(3000);
-    opt.debug_ungated_index_k = ungated == 1;
+    opt.tiers.debug_ungated_buffer = ungated == 1 ? "index_k" : "";
     auto engine = Engine::Create(*m->model, opt);
     ASSERT_TRUE(engine.ok());
     int64_t cached = 0;

@@ -8,83 +8,16 @@
 #include <set>
 #include <thread>
 
+#include "prefill/prefill_engine.h"
 #include "support/test_models.h"
 #include "transfer/handoff_receiver.h"
-#include "transfer/handoff_sender.h"
+#include "transfer/handshake.h"
 #include "transfer/loopback.h"
 
 namespace tandem::transfer {
 namespace {
 
 using namespace std::chrono_literals;
-
-// The prefill side as a message-driven worker: Destinations queue up; an
-// Abort stops the running handoff, drops a queued one, and is acknowledged
-// in every case (after a commit there is nothing in flight to wait for).
-class PrefillWorker {
- public:
-  PrefillWorker(const Model& model, const CacheSpec& spec, PagePool& pool, std::shared_ptr<Connection> conn,
-                RemoteKey key)
-      : sender_(model, spec, threads_, pool, SenderOptions{4, {}, false, true, {}}), conn_(std::move(conn)), key_(std::move(key)) {
-    thread_ = std::thread([this] { Run(); });
-  }
-  ~PrefillWorker() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  void OnMessage(const std::vector<uint8_t>& bytes) {
-    auto type = PeekType(bytes);
-    if (!type.ok()) return;
-    std::lock_guard<std::mutex> lock(mu_);
-    if (*type == MessageType::kDestination) {
-      queue_.push_back(*Destination::Decode(bytes));
-    } else if (*type == MessageType::kAbort) {
-      const uint64_t id = Abort::Decode(bytes)->handoff_id;
-      if (id == running_) {
-        sender_.RequestAbort(id);  // acked when Run returns
-      } else {
-        const auto before = queue_.size();
-        std::erase_if(queue_, [&](const Destination& d) { return d.handoff_id == id; });
-        (void)before;
-        (void)conn_->Send(AbortAck{id}.Encode());
-      }
-    }
-    cv_.notify_all();
-  }
-
- private:
-  void Run() {
-    std::unique_lock<std::mutex> lock(mu_);
-    for (;;) {
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-      if (stop_) return;
-      Destination d = std::move(queue_.front());
-      queue_.pop_front();
-      running_ = d.handoff_id;
-      sender_.ClearAbort();
-      lock.unlock();
-      auto commit = sender_.Run(d, key_, *conn_);
-      if (!commit.ok() && commit.status().code() == StatusCode::kAborted) (void)conn_->Send(AbortAck{d.handoff_id}.Encode());
-      lock.lock();
-      running_ = 0;
-    }
-  }
-
-  ThreadPool threads_{1};
-  HandoffSender sender_;
-  std::shared_ptr<Connection> conn_;
-  RemoteKey key_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Destination> queue_;
-  uint64_t running_ = 0;
-  bool stop_ = false;
-  std::thread thread_;
-};
 
 TEST(AbortStorm, HalfAbortedTenRoundsThenACleanRound) {
   auto m = testing::MakePresetModel("tiny", TensorType::kF32);
@@ -98,32 +31,54 @@ TEST(AbortStorm, HalfAbortedTenRoundsThenACleanRound) {
   const int layers = int(model.config().n_layers);
   const int64_t pages = 256;
   auto net = std::make_shared<LoopbackNetwork>(LoopbackOptions{200us, 0us});
-  LoopbackTransport decode_t(net), prefill_t(net);
+  LoopbackTransport decode_t(net);
   Region region = *decode_t.AllocateRegion(size_t(CacheLayout(spec.registry, layers, pages).TotalBytes()));
-  PagePool decode_pool(spec.registry, layers, pages, region.data), prefill_pool(spec.registry, layers, pages);
+  PagePool decode_pool(spec.registry, layers, pages, region.data);
   const auto decode_baseline = decode_pool.accounting();
   HandoffReceiver receiver(decode_pool, region.key, nullptr, {});
   // The receiver belongs to one thread: messages are queued for the test thread.
   std::mutex mu;
   std::condition_variable cv;
   std::deque<std::vector<uint8_t>> to_decode;
-  std::unique_ptr<PrefillWorker> worker;
-  std::shared_ptr<Connection> decode_side;
-  ASSERT_TRUE(decode_t.Listen("d", [&](std::shared_ptr<Connection> c) {
-                decode_side = c;
+  // The prefill engine (small chunks: many steps per handoff, so aborts land mid-way).
+  PrefillOptions po;
+  po.engine.attention.kind = AttentionKind::kSparse;
+  po.engine.attention.top_k = 16;
+  po.engine.cache_tokens = pages * kPageTokens;
+  po.engine.chunk_size = 4;
+  po.engine.threads = 1;
+  po.peer_timeout = std::chrono::minutes(10);  // this decode side sends no heartbeats
+  auto worker = std::move(PrefillEngine::Create(model, po)).value();
+  LoopbackTransport prefill_t(net);  // after the engine: its handlers call it until the transport goes
+  ASSERT_TRUE(prefill_t.Listen("p", [&](std::shared_ptr<Connection> c) {
+                worker->OnAccept(c);
                 ConnectionHandlers h;
-                h.on_message = [&](Connection&, std::vector<uint8_t> b) {
-                  std::lock_guard<std::mutex> lock(mu);
-                  to_decode.push_back(std::move(b));
-                  cv.notify_all();
+                std::weak_ptr<Connection> weak = c;
+                h.on_message = [&worker, weak](Connection&, std::vector<uint8_t> b) {
+                  if (auto conn = weak.lock()) worker->OnMessage(conn, b);
                 };
+                h.on_close = [&worker](Connection& raw, const Status&) { worker->OnClose(raw.id()); };
                 return h;
               }).ok());
-  ConnectionHandlers prefill_handlers;
-  prefill_handlers.on_message = [&](Connection&, std::vector<uint8_t> b) { worker->OnMessage(b); };
-  auto conn = prefill_t.Connect("d", prefill_handlers);
+  ConnectionHandlers decode_handlers;
+  decode_handlers.on_message = [&](Connection&, std::vector<uint8_t> b) {
+    std::lock_guard<std::mutex> lock(mu);
+    to_decode.push_back(std::move(b));
+    cv.notify_all();
+  };
+  auto conn = decode_t.Connect("p", decode_handlers);
   ASSERT_TRUE(conn.ok());
-  worker = std::make_unique<PrefillWorker>(model, spec, prefill_pool, *conn, region.key);
+  std::shared_ptr<Connection> decode_side = *conn;
+  const uint64_t instance = NewInstanceId();
+  ASSERT_TRUE(decode_side->Send(Hello{"decode", decode_pool.layout().Fingerprint(), WeightsIdentity(model), instance, 0}
+                                    .Encode())
+                  .ok());
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, 20s, [&] { return !to_decode.empty(); })) << "no Hello from the prefill engine";
+    ASSERT_EQ(*PeekType(to_decode.front()), MessageType::kHello);
+    to_decode.pop_front();
+  }
 
   uint64_t next_id = 1;
   auto round = [&](bool abort_half) {
@@ -134,6 +89,7 @@ TEST(AbortStorm, HalfAbortedTenRoundsThenACleanRound) {
       auto d = receiver.Begin(id, testing::PseudoRandomTokens(size_t(100 + 13 * i), 1024, uint32_t(id)), 1, Clock::now());
       EXPECT_TRUE(d.ok()) << d.status().ToString();
       d->time_budget_ms = 60000;
+      d->decode_instance_id = instance;
       EXPECT_TRUE(decode_side->Send(d->Encode()).ok());
       open.insert(id);
       ids.push_back(id);
@@ -176,8 +132,15 @@ TEST(AbortStorm, HalfAbortedTenRoundsThenACleanRound) {
   EXPECT_GT(receiver.stats().aborted, 0);
   EXPECT_EQ(round(false), 8) << "a clean round after the storm succeeds completely";
   EXPECT_EQ(decode_pool.accounting(), decode_baseline);
-  worker.reset();
-  EXPECT_EQ(prefill_pool.free_pages(), prefill_pool.total_pages());
+  // Nothing of the prefill pool is held beyond its prefix cache.
+  PrefillEngine::Stats ps = worker->stats();
+  for (const auto until = Clock::now() + 10s; (ps.in_flight > 0 || ps.pages_in_use > 0) && Clock::now() < until;) {
+    std::this_thread::yield();
+    ps = worker->stats();
+  }
+  EXPECT_EQ(ps.pages_in_use, 0);
+  EXPECT_EQ(ps.in_flight, 0);
+  worker->Stop();
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// The handoff end to end in one process, over the loopback transport: a
+// The handoff end to end in one process, over the loopback transport: the
 // prefill engine computes the prompt and writes every registered buffer into
 // the decode engine's pages; the decode engine continues. The colocated
 // generator is the oracle: outputs must match bit for bit — and the oracle
@@ -7,12 +7,16 @@
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
+#include <thread>
+
+#include "prefill/prefill_engine.h"
 
 #include "runtime/generator.h"
 #include "support/test_models.h"
 #include "transfer/faulty.h"
 #include "transfer/handoff_receiver.h"
-#include "transfer/handoff_sender.h"
+#include "transfer/handshake.h"
 #include "transfer/loopback.h"
 #include "transfer/ucx.h"
 
@@ -31,12 +35,20 @@ AttentionOptions SparseAttention(CacheDType dtype, int64_t top_k) {
   return a;
 }
 
-// Two engines, one loopback network between them.
+// Two engines, one loopback network between them: the prefill engine
+// (prefill/prefill_engine.h, the production class) and a decode side made of
+// the receiver and a greedy continuation.
+struct PrefillSide {
+  int32_t chunk_size = 512;
+  bool prefix_cache = true;
+  bool unsafe_early_commit = false;  // the incident's fault, as a transport rule (transfer/faulty.h)
+};
+
 class HandoffHarness {
  public:
   // use_ucx: the two engines talk over UCX on 127.0.0.1 instead of loopback.
   HandoffHarness(const Model& model, const AttentionOptions& attention, LoopbackOptions net_options,
-                 ReceiverOptions receiver_options, SenderOptions sender_options, FaultPlan* faults = nullptr,
+                 ReceiverOptions receiver_options, PrefillSide prefill, FaultPlan* faults = nullptr,
                  bool use_ucx = false)
       : model_(model),
         spec_(*MakeCacheSpec(model.config(), attention)),
@@ -45,29 +57,60 @@ class HandoffHarness {
         prefill_transport_(MakeTransport(use_ucx)),
         region_(*decode_transport_->AllocateRegion(size_t(CacheLayout(spec_.registry, layers(), kPages).TotalBytes()))),
         decode_pool_(spec_.registry, layers(), kPages, region_.data),
-        prefill_pool_(spec_.registry, layers(), kPages / 2),  // pools of different sizes: offsets are the decode pool's
-        receiver_(decode_pool_, region_.key, nullptr, receiver_options),
-        sender_(model, spec_, threads_, prefill_pool_, sender_options) {
-    const std::string address = use_ucx ? "127.0.0.1:0" : "decode";
-    EXPECT_TRUE(decode_transport_->Listen(address, [this](std::shared_ptr<Connection> c) {
-                  accepted_ = c;
+        receiver_(decode_pool_, region_.key, nullptr, receiver_options) {
+    PrefillOptions po;
+    po.engine.attention = attention;
+    po.engine.cache_tokens = kPages / 2 * kPageTokens;  // pools of different sizes: offsets are the decode pool's
+    po.engine.chunk_size = prefill.chunk_size;
+    po.engine.prefix_cache = prefill.prefix_cache;
+    po.engine.threads = 2;
+    po.peer_timeout = std::chrono::minutes(10);  // this decode side sends no heartbeats
+    prefill_ = std::move(PrefillEngine::Create(model, po)).value();
+    if (faults) plan_ = *faults;
+    if (prefill.unsafe_early_commit) {
+      plan_.unflushed_sources = prefill_->engine().BufferMemory(*spec_.registry.Find("index_k"));
+    }
+    const bool wrap = faults != nullptr || prefill.unsafe_early_commit;
+    const std::string address = use_ucx ? "127.0.0.1:0" : "prefill";
+    EXPECT_TRUE(prefill_transport_->Listen(address, [this, wrap](std::shared_ptr<Connection> c) {
+                  std::shared_ptr<Connection> use = c;
+                  if (wrap) use = std::make_shared<FaultyConnection>(c, plan_);
+                  accepted_ = use;
+                  prefill_->OnAccept(use);
                   ConnectionHandlers h;
-                  // The decode side acts on a Commit the moment it arrives, on
-                  // the transport's thread: exactly when an early commit bites.
-                  h.on_message = [this](Connection&, std::vector<uint8_t> m) {
-                    auto result = OnCommitMessage(m);
-                    std::lock_guard<std::mutex> lock(mu_);
-                    results_.push_back(std::move(result));
-                    cv_.notify_all();
+                  std::weak_ptr<Connection> weak = use;
+                  h.on_message = [this, weak](Connection&, std::vector<uint8_t> m) {
+                    if (auto conn = weak.lock()) prefill_->OnMessage(conn, m);
                   };
+                  h.on_close = [this](Connection& raw, const Status&) { prefill_->OnClose(raw.id()); };
                   return h;
                 }).ok());
-    const std::string target = use_ucx ? "127.0.0.1:" + std::to_string(static_cast<UcxTransport*>(decode_transport_.get())->listen_port())
-                                       : "decode";
-    auto c = prefill_transport_->Connect(target, {});
-    EXPECT_TRUE(c.ok());
-    to_decode_ = *c;
-    if (faults) to_decode_ = std::make_shared<FaultyConnection>(to_decode_, *faults);
+    const std::string target = use_ucx ? "127.0.0.1:" + std::to_string(prefill_transport_->listen_port()) : "prefill";
+    ConnectionHandlers dh;
+    // The decode side acts on a Commit the moment it arrives, on the
+    // transport's thread: exactly when an early commit bites.
+    dh.on_message = [this](Connection&, std::vector<uint8_t> m) { OnMessage(m); };
+    dh.on_close = [this](Connection&, const Status&) {
+      std::lock_guard<std::mutex> lock(mu_);
+      closed_ = true;
+      receiver_.OnPeerClosed(1, Clock::now());
+      cv_.notify_all();
+    };
+    auto c = decode_transport_->Connect(target, dh);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    to_prefill_ = *c;
+    const Hello mine{"decode", decode_pool_.layout().Fingerprint(), WeightsIdentity(model), instance_, 0};
+    EXPECT_TRUE(to_prefill_->Send(mine.Encode()).ok());
+    std::unique_lock<std::mutex> lock(mu_);
+    EXPECT_TRUE(cv_.wait_for(lock, 10s, [&] { return hello_ || closed_; }) && hello_) << "no Hello from the prefill engine";
+  }
+  ~HandoffHarness() {
+    prefill_->Stop();  // before the transports go
+    // The transports' handlers point into this object: they go first.
+    to_prefill_.reset();
+    accepted_.reset();
+    prefill_transport_.reset();
+    decode_transport_.reset();
   }
 
   int layers() const { return int(model_.config().n_layers); }
@@ -80,22 +123,43 @@ class HandoffHarness {
   // One request through prefill -> handoff -> decode. Returns the generated
   // tokens, or the error that failed the handoff.
   StatusOr<std::vector<int32_t>> Run(uint64_t id, const std::vector<int32_t>& prompt, int n_tokens) {
+    std::unique_lock<std::mutex> lock(mu_);
     TANDEM_ASSIGN_OR_RETURN(Destination d, receiver_.Begin(id, prompt, 1, Clock::now()));
     d.time_budget_ms = 60000;
-    TANDEM_ASSIGN_OR_RETURN(Destination wire, Destination::Decode(d.Encode()));
-    RemoteKey key{wire.remote_key, region_.size};
+    d.decode_instance_id = instance_;
     n_tokens_ = n_tokens;
-    auto sent = sender_.Run(wire, key, *to_decode_);
-    if (!sent.ok()) {
-      (void)receiver_.StartAbort(id, "prefill failed", Clock::now());
-      receiver_.OnAbortAck(id, 1);  // the sender flushed before returning
-      return sent.status();
-    }
-    std::unique_lock<std::mutex> lock(mu_);
-    EXPECT_TRUE(cv_.wait_for(lock, 10s, [&] { return !results_.empty(); }));
+    if (closed_) return Unavailable("the prefill engine closed the connection");
+    TANDEM_RETURN_IF_ERROR(to_prefill_->Send(d.Encode()));
+    EXPECT_TRUE(cv_.wait_for(lock, 20s, [&] { return !results_.empty() || closed_; }));
+    if (results_.empty()) return Unavailable("the prefill engine closed the connection");
     auto result = std::move(results_.front());
     results_.pop_front();
     return result;
+  }
+
+  void OnMessage(const std::vector<uint8_t>& bytes) {
+    auto type = PeekType(bytes);
+    if (!type.ok()) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    switch (*type) {
+      case MessageType::kHello:
+        hello_ = true;
+        break;
+      case MessageType::kCommit:
+        results_.push_back(OnCommitMessage(bytes));
+        break;
+      case MessageType::kAbort: {
+        auto a = Abort::Decode(bytes);
+        if (!a.ok()) return;
+        (void)receiver_.StartAbort(a->handoff_id, a->reason, Clock::now());
+        receiver_.OnAbortAck(a->handoff_id, 1);  // the prefill side flushed before failing it
+        results_.push_back(Status(StatusCode::kAborted, "the prefill engine failed the handoff: " + a->reason));
+        break;
+      }
+      default:
+        return;
+    }
+    cv_.notify_all();
   }
 
   StatusOr<std::vector<int32_t>> OnCommitMessage(const std::vector<uint8_t>& bytes) {
@@ -134,9 +198,19 @@ class HandoffHarness {
     return gen.Run(prompt, opt, nullptr)->tokens;
   }
 
+  // The prefill engine's counts once it has settled (its stats are published
+  // after each step): waits, bounded, for `done` to hold.
+  PrefillEngine::Stats PrefillStats(const std::function<bool(const PrefillEngine::Stats&)>& done) {
+    const auto until = Clock::now() + 10s;
+    PrefillEngine::Stats s = prefill_->stats();
+    while (!done(s) && Clock::now() < until) {
+      std::this_thread::yield();
+      s = prefill_->stats();
+    }
+    return s;
+  }
+
   PagePool& decode_pool() { return decode_pool_; }
-  PagePool& prefill_pool() { return prefill_pool_; }
-  HandoffSender& sender() { return sender_; }
   HandoffReceiver& receiver() { return receiver_; }
 
   static constexpr int64_t kPages = 64;
@@ -146,16 +220,18 @@ class HandoffHarness {
   const CacheSpec spec_;
   ThreadPool threads_{2}, decode_threads_{2};
   int n_tokens_ = 0;
+  const uint64_t instance_ = NewInstanceId();
   std::shared_ptr<LoopbackNetwork> net_;
   std::unique_ptr<Transport> decode_transport_, prefill_transport_;
-  std::shared_ptr<Connection> accepted_;
   Region region_;
-  PagePool decode_pool_, prefill_pool_;
+  PagePool decode_pool_;
   HandoffReceiver receiver_;
-  HandoffSender sender_;
-  std::shared_ptr<Connection> to_decode_;
-  std::mutex mu_;
+  FaultPlan plan_;
+  std::unique_ptr<PrefillEngine> prefill_;
+  std::shared_ptr<Connection> accepted_, to_prefill_;
+  std::mutex mu_;  // the receiver and what follows
   std::condition_variable cv_;
+  bool hello_ = false, closed_ = false;
   std::deque<StatusOr<std::vector<int32_t>>> results_;
 };
 
@@ -169,7 +245,7 @@ TEST(Handoff, OutputsMatchTheColocatedOracleBitForBit) {
   auto m = MakePresetModel("tiny", TensorType::kF32);
   for (const AttentionOptions& attention :
        {AttentionOptions{}, SparseAttention(CacheDType::kFp8E4M3Scaled, 32), SparseAttention(CacheDType::kBF16, 32)}) {
-    SenderOptions so;
+    PrefillSide so;
     so.chunk_size = 100;  // several chunks: pages are streamed per chunk and layer
     HandoffHarness h(*m->model, attention, {}, {}, so);
     const auto baseline = h.decode_pool().accounting();
@@ -183,8 +259,9 @@ TEST(Handoff, OutputsMatchTheColocatedOracleBitForBit) {
     EXPECT_EQ(h.receiver().stats().verified, 5);
     EXPECT_EQ(h.decode_pool().accounting(), baseline);
     // The prefill side keeps the full pages of what it computed (0+1+1+3+5), nothing else.
-    EXPECT_EQ(h.sender().cached_pages(), 10);
-    EXPECT_EQ(h.prefill_pool().used_pages(), h.sender().cached_pages());
+    const auto s = h.PrefillStats([](const auto& s) { return s.in_flight == 0 && s.cached_pages == 10; });
+    EXPECT_EQ(s.cached_pages, 10);
+    EXPECT_EQ(s.pages_in_use, 0);
   }
 }
 
@@ -194,20 +271,21 @@ TEST(Handoff, OutputsMatchTheColocatedOracleBitForBit) {
 TEST(Handoff, ThePrefillSidePrefixCacheComputesOnlyTheNewTokens) {
   auto m = MakePresetModel("tiny", TensorType::kF32);
   for (const AttentionOptions& attention : {AttentionOptions{}, SparseAttention(CacheDType::kBF16, 32)}) {
-    SenderOptions so;
+    PrefillSide so;
     so.chunk_size = 100;
     HandoffHarness h(*m->model, attention, {}, {}, so);
     auto prompt = PseudoRandomTokens(300, m->model->config().vocab_size, 9);
     auto first = h.Run(1, prompt, 8);
     ASSERT_TRUE(first.ok());
     EXPECT_EQ(*first, h.Oracle(prompt, 8));
-    EXPECT_EQ(h.sender().cached_tokens(), 0);
+    EXPECT_EQ(h.PrefillStats([](const auto& s) { return s.in_flight == 0; }).cached_tokens, 0);
     const auto more = PseudoRandomTokens(90, m->model->config().vocab_size, 10);
     prompt.insert(prompt.end(), more.begin(), more.end());
     auto second = h.Run(2, prompt, 8);
     ASSERT_TRUE(second.ok()) << second.status().ToString();
     EXPECT_EQ(*second, h.Oracle(prompt, 8));
-    EXPECT_EQ(h.sender().cached_tokens(), 256) << "four full pages of the first prompt were reused";
+    EXPECT_EQ(h.PrefillStats([](const auto& s) { return s.cached_tokens == 256; }).cached_tokens, 256)
+        << "four full pages of the first prompt were reused";
   }
 }
 
@@ -215,7 +293,7 @@ TEST(Handoff, OverUcxOutputsMatchTheOracle) {
   auto m = MakePresetModel("tiny", TensorType::kF32);
   for (const AttentionOptions& attention :
        {SparseAttention(CacheDType::kFp8E4M3Scaled, 32), SparseAttention(CacheDType::kBF16, 32)}) {
-    SenderOptions so;
+    PrefillSide so;
     so.chunk_size = 100;
     HandoffHarness h(*m->model, attention, {}, {}, so, nullptr, /*use_ucx=*/true);
     uint64_t id = 1;
@@ -231,7 +309,7 @@ TEST(Handoff, OverUcxOutputsMatchTheOracle) {
 TEST(Handoff, UnsafeEarlyCommitIsCaughtByTheOracleAndByDigests) {
   auto m = MakePresetModel("tiny", TensorType::kF32);
   const auto attention = SparseAttention(CacheDType::kBF16, 16);
-  SenderOptions unsafe;
+  PrefillSide unsafe;
   unsafe.unsafe_early_commit = true;
   const LoopbackOptions slow_puts{50ms, 0us};
   {
@@ -391,7 +469,9 @@ TEST(Handoff, PeerDeathMidTransferFailsCleanly) {
   ASSERT_FALSE(got.ok());
   EXPECT_EQ(got.status().code(), StatusCode::kUnavailable) << got.status().ToString();
   EXPECT_EQ(h.decode_pool().accounting(), baseline);
-  EXPECT_EQ(h.prefill_pool().free_pages(), h.prefill_pool().total_pages());
+  // Nothing of the prefill pool is held beyond its prefix cache (the pages it
+  // computed before the peer died are correct, and may be cached).
+  EXPECT_EQ(h.PrefillStats([](const auto& s) { return s.in_flight == 0 && s.pages_in_use == 0; }).pages_in_use, 0);
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
-// The prefill engine's handoff loop over the loopback transport, one test
-// per defect it once had: handoff ids matched across connections, an abort
+// The prefill engine's links and handoffs over the loopback transport, one
+// test per defect it once had: handoff ids matched across connections, an abort
 // acknowledged after a flush that did not confirm, an unbounded queue, and
 // destinations served without an accepted handshake.
-#include "prefill/prefill_worker.h"
+#include "prefill/prefill_engine.h"
 
 #include <gtest/gtest.h>
 
@@ -99,7 +99,7 @@ class FakeDecode {
   bool closed_ = false;
 };
 
-class PrefillWorkerTest : public ::testing::Test {
+class PrefillEngineTest : public ::testing::Test {
  protected:
   void SetUp() override {
     model_ = MakePresetModel("tiny", TensorType::kF32);
@@ -109,8 +109,12 @@ class PrefillWorkerTest : public ::testing::Test {
     decode_transport_ = std::make_unique<transfer::LoopbackTransport>(net_);
   }
   void StartWorker(PrefillOptions options = {}) {
-    options.sender.chunk_size = 32;
-    worker_ = std::make_unique<PrefillWorker>(*model_->model, *spec_, 1, 64, options);
+    options.engine.chunk_size = 32;
+    options.engine.cache_tokens = 64 * kPageTokens;
+    options.engine.threads = 1;
+    auto worker = PrefillEngine::Create(*model_->model, options);
+    ASSERT_TRUE(worker.ok()) << worker.status().ToString();
+    worker_ = std::move(worker).value();
     ASSERT_TRUE(prefill_transport_
                     ->Listen("prefill",
                              [this](std::shared_ptr<Connection> c) {
@@ -151,13 +155,13 @@ class PrefillWorkerTest : public ::testing::Test {
   std::shared_ptr<transfer::LoopbackNetwork> net_;
   std::unique_ptr<transfer::LoopbackTransport> prefill_transport_, decode_transport_;
   std::optional<transfer::FaultPlan> faults_;
-  std::unique_ptr<PrefillWorker> worker_;
+  std::unique_ptr<PrefillEngine> worker_;
 };
 
 // Regression: handoff ids restart at 1 in every decode process and the
 // prefill side matched an Abort by id across all connections, so one decode
 // server's Abort stopped another's handoff.
-TEST_F(PrefillWorkerTest, AnAbortFromAnotherConnectionDoesNotStopThisOnesHandoff) {
+TEST_F(PrefillEngineTest, AnAbortFromAnotherConnectionDoesNotStopThisOnesHandoff) {
   StartWorker();
   auto [a, to_a] = Connect();
   auto [b, to_b] = Connect();
@@ -174,7 +178,7 @@ TEST_F(PrefillWorkerTest, AnAbortFromAnotherConnectionDoesNotStopThisOnesHandoff
 
 // Regression: the sender ignored a failed or timed-out Flush and the worker
 // still sent AbortAck — the decode side then freed pages late puts could land in.
-TEST_F(PrefillWorkerTest, AnAbortIsNeverAcknowledgedWhenTheFlushCannotBeConfirmed) {
+TEST_F(PrefillEngineTest, AnAbortIsNeverAcknowledgedWhenTheFlushCannotBeConfirmed) {
   faults_ = transfer::FaultPlan{};
   faults_->flush_never_confirms = true;
   faults_->put_delay = 2ms;
@@ -191,9 +195,10 @@ TEST_F(PrefillWorkerTest, AnAbortIsNeverAcknowledgedWhenTheFlushCannotBeConfirme
   EXPECT_EQ(worker_->stats().peers_closed, 1);
 }
 
-TEST_F(PrefillWorkerTest, AFullQueueRefusesWithAReasonAndServesTheRest) {
+TEST_F(PrefillEngineTest, AFullQueueRefusesWithAReasonAndServesTheRest) {
   PrefillOptions o;
   o.max_queue = 1;
+  o.engine.max_running = 1;  // one prompt at a time: the rest queue
   StartWorker(o);
   auto [d, conn] = Connect();
   for (uint64_t id = 1; id <= 6; ++id) ASSERT_TRUE(conn->Send(d->DestinationFor(id, Prompt(uint32_t(id)))).ok());
@@ -218,7 +223,7 @@ TEST_F(PrefillWorkerTest, AFullQueueRefusesWithAReasonAndServesTheRest) {
 
 // A queued handoff has a deadline too (its time budget): it is refused with
 // the reason, not left to wait behind the running one.
-TEST_F(PrefillWorkerTest, AQueuedHandoffPastItsBudgetIsRefusedWithTheReason) {
+TEST_F(PrefillEngineTest, AQueuedHandoffPastItsBudgetIsRefusedWithTheReason) {
   StartWorker();
   auto [d, conn] = Connect();
   ASSERT_TRUE(conn->Send(d->DestinationFor(1, testing::PseudoRandomTokens(900, model_->model->config().vocab_size, 1))).ok());
@@ -244,7 +249,7 @@ TEST_F(PrefillWorkerTest, AQueuedHandoffPastItsBudgetIsRefusedWithTheReason) {
   EXPECT_TRUE(refused);
 }
 
-TEST_F(PrefillWorkerTest, AHelloWithOtherWeightsIsRefusedAndTheConnectionClosed) {
+TEST_F(PrefillEngineTest, AHelloWithOtherWeightsIsRefusedAndTheConnectionClosed) {
   StartWorker();
   auto [d, conn] = Connect("tiny:some other weights");  // refused: the worker closes the connection
   EXPECT_TRUE(d->WaitClosed());

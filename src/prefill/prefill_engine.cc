@@ -1,0 +1,438 @@
+#include "prefill/prefill_engine.h"
+
+#include <cstdio>
+
+#include "transfer/checksum.h"
+#include "transfer/handshake.h"
+
+namespace tandem {
+
+using transfer::Clock;
+
+namespace {
+
+// However late, a flush that follows our writes gets a bounded grace period:
+// an Abort or AbortAck must never overtake them.
+Clock::time_point FlushDeadline(Clock::time_point deadline) {
+  return std::max(deadline, Clock::now() + std::chrono::seconds(10));
+}
+
+uint64_t Micros(Clock::duration d) {
+  return uint64_t(std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::microseconds>(d).count()));
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<PrefillEngine>> PrefillEngine::Create(const Model& model, PrefillOptions options) {
+  if (!options.engine.prefill_address.empty()) return InvalidArgument("a prefill engine has no prefill engines of its own");
+  if (options.max_queue < 1) return InvalidArgument("the prefill queue must hold at least one handoff");
+  options.engine.max_waiting = int32_t(std::min<size_t>(options.max_queue, 1 << 30));
+  auto p = std::unique_ptr<PrefillEngine>(new PrefillEngine(model, options));
+  TANDEM_ASSIGN_OR_RETURN(p->engine_, Engine::Create(model, p->options_.engine, p.get()));
+  const CacheSpec& spec = p->engine_->cache_spec();
+  p->layout_fingerprint_ = CacheLayout(spec.registry, int(model.config().n_layers),
+                                       (p->options_.engine.cache_tokens + kPageTokens - 1) / kPageTokens)
+                               .Fingerprint();
+  p->heartbeat_thread_ = std::thread([e = p.get()] { e->RunHeartbeats(); });
+  return p;
+}
+
+PrefillEngine::PrefillEngine(const Model& model, PrefillOptions options)
+    : model_(model),
+      options_(std::move(options)),
+      instance_id_(transfer::NewInstanceId()),
+      weights_identity_(WeightsIdentity(model)) {}
+
+PrefillEngine::~PrefillEngine() { Stop(); }
+
+PrefillEngine::Stats PrefillEngine::stats() const {
+  const EngineStats e = engine_->Stats();
+  std::lock_guard<std::mutex> lock(mu_);
+  Stats s = stats_;
+  s.connections = int64_t(peers_.size());
+  s.in_flight = int64_t(handoffs_.size());
+  s.queued = e.waiting;
+  s.cached_pages = e.cached_pages;
+  s.pages_in_use = e.pages.used - e.cached_pages;
+  s.cached_tokens = e.prefix_hit_tokens;
+  return s;
+}
+
+void PrefillEngine::Refuse(transfer::Connection& c, uint64_t handoff_id, const std::string& why) {
+  ++stats_.refused;
+  (void)c.Send(Abort{handoff_id, why}.Encode());
+}
+
+void PrefillEngine::OnAccept(std::shared_ptr<transfer::Connection> connection) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Peer& peer = peers_[connection->id()];
+  peer.connection = std::move(connection);
+  peer.last_heard = Clock::now();  // silent from here on counts too
+}
+
+// Accepts or refuses a decode engine's Hello; a refused connection, and the
+// earlier connections of a decode instance that reconnected, are closed.
+void PrefillEngine::OnHello(Peer& peer, const std::vector<uint8_t>& bytes) {
+  auto hello = Hello::Decode(bytes);
+  const uint64_t theirs = hello.ok() ? hello->instance_id : 0;
+  const Hello mine{"prefill", layout_fingerprint_, weights_identity_, instance_id_, theirs};
+  Status st = hello.ok() ? transfer::CheckHello(mine, *hello) : hello.status();
+  if (!st.ok()) {
+    std::fprintf(stderr, "tandem prefill: refusing decode engine %llu: %s\n", (unsigned long long)theirs,
+                 st.message().c_str());
+    (void)peer.connection->Send(mine.Encode());  // the decode side checks too, and reports
+    ++stats_.peers_closed;
+    DropPeerLocked(peer.connection->id());  // our Hello still goes out first
+    return;
+  }
+  peer.hello_ok = true;
+  peer.decode_instance = theirs;
+  const uint64_t id = peer.connection->id();
+  std::vector<uint64_t> stale;  // earlier connections of the same decode instance: dead to it
+  for (auto& [other_id, other] : peers_) {
+    if (other_id != id && other.decode_instance == theirs) stale.push_back(other_id);
+  }
+  for (uint64_t s : stale) DropPeerLocked(s);
+  // Our answer promises the decode side that nothing of an earlier connection
+  // of its own still writes into its pages (docs/handoff-states.md, the fence).
+  auto conn = peers_.at(id).connection;
+  if (MayAnswerLocked(theirs, id)) {
+    (void)conn->Send(mine.Encode());
+  } else {
+    deferred_hellos_.push_back({conn, mine});
+  }
+}
+
+void PrefillEngine::OnMessage(std::shared_ptr<transfer::Connection> connection, const std::vector<uint8_t>& bytes) {
+  auto type = PeekType(bytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = peers_.find(connection->id());
+  if (it == peers_.end() || !connection->alive() || stop_) return;  // dropped: its handoffs are already gone
+  Peer& peer = it->second;
+  peer.last_heard = Clock::now();
+  if (!type.ok() && !peer.hello_ok) {
+    // A first message we cannot read (another wire version, or not tandem): a
+    // refused handshake, said plainly (our Hello names our version), not a silent drop.
+    std::fprintf(stderr, "tandem prefill: refusing a decode engine whose first message is unreadable: %s\n",
+                 type.status().ToString().c_str());
+    (void)connection->Send(Hello{"prefill", layout_fingerprint_, weights_identity_, instance_id_, 0}.Encode());
+    ++stats_.peers_closed;
+    DropPeerLocked(connection->id());
+    return;
+  }
+  if (!type.ok()) {
+    std::fprintf(stderr, "tandem prefill: dropping a malformed message: %s\n", type.status().ToString().c_str());
+    return;
+  }
+  switch (*type) {
+    case MessageType::kHello:
+      return OnHello(peer, bytes);
+    case MessageType::kHeartbeat:
+      return;  // last_heard is all a heartbeat is for
+    case MessageType::kDestination:
+      return OnDestination(peer, connection, bytes);
+    case MessageType::kAbort:
+      return OnAbort(connection, bytes);
+    case MessageType::kCommit:
+    case MessageType::kAbortAck:
+      return;  // decode engines send neither; ignored
+  }
+}
+
+void PrefillEngine::OnDestination(Peer& peer, const std::shared_ptr<transfer::Connection>& connection,
+                                  const std::vector<uint8_t>& bytes) {
+  auto d = Destination::Decode(bytes);
+  if (!d.ok()) {
+    // Without a valid message there is no id to answer; the decode side's deadline ends it.
+    std::fprintf(stderr, "tandem prefill: bad destination: %s\n", d.status().ToString().c_str());
+    return;
+  }
+  const uint64_t id = d->handoff_id;
+  if (!peer.hello_ok) return Refuse(*connection, id, "no accepted Hello on this connection");
+  if (d->decode_instance_id != peer.decode_instance) {
+    return Refuse(*connection, id, "destination names another decode instance than its Hello");
+  }
+  const int64_t n = int64_t(d->tokens.size());
+  const int64_t n_pages = (n + kPageTokens - 1) / kPageTokens;
+  if (d->skip_tokens % kPageTokens != 0 || d->skip_tokens >= n ||
+      int64_t(d->pages.size()) != n_pages - d->skip_tokens / kPageTokens) {
+    return Refuse(*connection, id, "destination does not cover the prompt: " + std::to_string(d->pages.size()) +
+                                       " pages for " + std::to_string(n) + " tokens after " +
+                                       std::to_string(d->skip_tokens));
+  }
+  if (d->pool_pages < 1) return Refuse(*connection, id, "destination names no decode pool size");
+  for (const PageRef& p : d->pages) {
+    if (p.page >= d->pool_pages) {
+      return Refuse(*connection, id, "destination page " + std::to_string(p.page) + " is outside the decode pool");
+    }
+  }
+  if (by_peer_.count({connection->id(), id})) return Refuse(*connection, id, "this handoff id is already in flight");
+  auto h = std::make_shared<Handoff>();
+  h->connection = connection;
+  h->decode_instance = peer.decode_instance;
+  h->deadline = Clock::now() + std::chrono::milliseconds(d->time_budget_ms);
+  h->remote_layout = std::make_unique<CacheLayout>(engine_->cache_spec().registry, int(model_.config().n_layers),
+                                                   d->pool_pages);
+  h->sent_upto = d->skip_tokens;
+  RequestSpec spec;
+  spec.prompt = d->tokens;
+  spec.sampling = d->sampling;
+  spec.max_tokens = 1;
+  spec.ignore_eos = true;  // the first token is the decode side's to judge
+  spec.deadline = h->deadline;
+  h->destination = std::move(d).value();
+  // Submitted under mu_: the engine's calls for it wait until it is in the table.
+  auto handle = engine_->Submit(std::move(spec));
+  if (!handle.ok()) {
+    if (handle.status().code() == StatusCode::kResourceExhausted) {
+      return Refuse(*connection, id, "the prefill queue is full (" + std::to_string(options_.max_queue) + " handoffs)");
+    }
+    return Refuse(*connection, id, handle.status().message());
+  }
+  h->handle = *handle;
+  by_peer_[{connection->id(), id}] = h->handle->id();
+  handoffs_[h->handle->id()] = std::move(h);
+}
+
+void PrefillEngine::OnAbort(const std::shared_ptr<transfer::Connection>& connection, const std::vector<uint8_t>& bytes) {
+  auto abort = Abort::Decode(bytes);
+  if (!abort.ok()) return;
+  const uint64_t id = abort->handoff_id;
+  auto it = by_peer_.find({connection->id(), id});
+  if (it != by_peer_.end()) {
+    Handoff& h = *handoffs_.at(it->second);
+    if (!h.committed) {
+      // Acknowledged when the engine has dropped it and its writes are flushed (OnEnd).
+      h.abort_requested = true;
+      h.handle->Cancel();
+      return;
+    }
+  }
+  ++stats_.aborted;
+  // Committed, or unknown: nothing of ours is in flight for it.
+  (void)connection->Send(AbortAck{id}.Encode());
+}
+
+void PrefillEngine::OnClose(uint64_t connection_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  DropPeerLocked(connection_id);
+}
+
+void PrefillEngine::DropPeerLocked(uint64_t connection_id) {
+  auto it = peers_.find(connection_id);
+  if (it != peers_.end()) {
+    // Closed here, under mu_, so nothing else goes out on it first (Close never
+    // waits for our handlers: they run later, on the transport's threads).
+    it->second.connection->Close();
+    if (it->second.decode_instance != 0) closing_[it->second.decode_instance].push_back(it->second.connection);
+    peers_.erase(it);
+  }
+  for (auto& [request, h] : handoffs_) {
+    if (h->connection->id() != connection_id) continue;
+    h->peer_gone = true;
+    h->handle->Cancel();  // the engine drops it at its next step
+  }
+}
+
+// A Hello on a new connection promises that nothing of an earlier connection
+// of that decode instance still writes: answered once no handoff of one is
+// left and every one of them is released (its pending puts completed or cancelled).
+bool PrefillEngine::MayAnswerLocked(uint64_t decode_instance, uint64_t connection_id) {
+  for (const auto& [request, h] : handoffs_) {
+    if (h->decode_instance == decode_instance && h->connection->id() != connection_id) return false;
+  }
+  auto it = closing_.find(decode_instance);
+  if (it == closing_.end()) return true;
+  std::erase_if(it->second, [](const auto& c) { return c->WaitReleased(Clock::now()); });
+  if (!it->second.empty()) return false;
+  closing_.erase(it);
+  return true;
+}
+
+void PrefillEngine::AnswerDeferredHellosLocked() {
+  std::erase_if(deferred_hellos_, [&](const auto& d) {
+    if (!d.first->alive()) return true;
+    if (!MayAnswerLocked(d.second.peer_instance_id, d.first->id())) return false;
+    (void)d.first->Send(d.second.Encode());
+    return true;
+  });
+}
+
+void PrefillEngine::RunHeartbeats() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    cv_.wait_for(lock, options_.heartbeat_interval, [&] { return stop_; });
+    if (stop_) return;
+    const auto now = Clock::now();
+    std::vector<std::shared_ptr<transfer::Connection>> silent;
+    for (auto& [id, peer] : peers_) {
+      if (now - peer.last_heard > options_.peer_timeout || !peer.connection->alive()) {
+        silent.push_back(peer.connection);
+      } else {
+        (void)peer.connection->Send(Heartbeat{instance_id_}.Encode());
+      }
+    }
+    for (auto& c : silent) {
+      std::fprintf(stderr, "tandem prefill: decode engine on connection %llu silent for more than %lld ms: closing\n",
+                   (unsigned long long)c->id(), (long long)options_.peer_timeout.count());
+      DropPeerLocked(c->id());  // closes it; its handoffs end
+    }
+    stats_.peers_closed += int64_t(silent.size());
+    AnswerDeferredHellosLocked();
+    for (auto it = closing_.begin(); it != closing_.end();) {  // forget what is released
+      std::erase_if(it->second, [](const auto& c) { return c->WaitReleased(Clock::now()); });
+      it = it->second.empty() ? closing_.erase(it) : std::next(it);
+    }
+  }
+}
+
+std::shared_ptr<PrefillEngine::Handoff> PrefillEngine::Find(uint64_t request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = handoffs_.find(request);
+  return it == handoffs_.end() ? nullptr : it->second;
+}
+
+// Writes layer `layer` of every registered buffer for the prompt pages that
+// hold tokens [first_token, end_token) and lie past the decode side's cached
+// prefix. Whole page segments are sent; rows past the prompt are don't-care.
+Status PrefillEngine::PutLayer(Handoff& h, int layer, int64_t first_token, int64_t end_token,
+                               std::span<const int32_t> pages, PagePool& pool) {
+  const Destination& d = h.destination;
+  const CacheLayout& layout = pool.layout();
+  const transfer::RemoteKey key{d.remote_key, UINT64_MAX};
+  const int64_t skip_pages = d.skip_tokens / kPageTokens;
+  const int64_t first_page = std::max(first_token / kPageTokens, skip_pages);
+  const int64_t end_page = (end_token + kPageTokens - 1) / kPageTokens;
+  for (int64_t p = first_page; p < end_page; ++p) {
+    const PageRef& dst = d.pages[size_t(p - skip_pages)];
+    for (CacheBufferId b = 0; b < layout.n_buffers(); ++b) {
+      const uint64_t offset = uint64_t(h.remote_layout->SegmentBase(b, layer)) +
+                              uint64_t(dst.page) * uint64_t(h.remote_layout->page_stride(b));
+      h.posted = true;
+      TANDEM_RETURN_IF_ERROR(h.connection->Put(pool.Segment(b, layer, pages[size_t(p)]),
+                                               size_t(layout.page_stride(b)), key, offset));
+    }
+  }
+  return Status::Ok();
+}
+
+void PrefillEngine::OnLayer(int layer, std::span<const PrefilledChunk> chunks, PagePool& pool) {
+  const int last_layer = int(model_.config().n_layers) - 1;
+  for (const PrefilledChunk& c : chunks) {
+    std::shared_ptr<Handoff> h = Find(c.request);
+    if (!h || !h->error.ok()) continue;
+    if (layer == 0) {
+      // The first step after a prefix hit also sends the cached pages the decode side lacks.
+      h->step_from = std::min(h->sent_upto, c.begin);
+      if (h->compute_start == Clock::time_point{}) h->compute_start = Clock::now();
+    }
+    if (c.gates != nullptr) c.gates->Wait(layer);  // cached rows loaded from a lower tier have landed
+    Status st = PutLayer(*h, layer, h->step_from, c.end, c.pages, pool);
+    if (!st.ok()) {
+      h->error = st;
+      h->handle->Cancel();  // nothing more to compute for it
+      continue;
+    }
+    if (layer == last_layer) h->sent_upto = std::max(h->sent_upto, c.end);
+  }
+}
+
+bool PrefillEngine::OnPrefilled(uint64_t request, std::span<const int32_t> prompt, std::span<const int32_t> pages,
+                                int32_t first_token, PagePool& pool) {
+  std::shared_ptr<Handoff> h = Find(request);
+  if (!h || !h->error.ok() || h->handle->cancelled()) return false;
+  const Destination& d = h->destination;
+  // Layer writes overlap the compute; what remains after it is the flush.
+  const auto flush_start = Clock::now();
+  Status flushed = h->connection->Flush(FlushDeadline(h->deadline));
+  const auto flush_end = Clock::now();
+  h->fenced = flushed.ok();
+  h->posted = false;
+  if (!flushed.ok()) {
+    h->error = flushed;
+    return false;
+  }
+  if (flush_end > h->deadline) {
+    h->error = Status(StatusCode::kDeadlineExceeded, "its time budget ran out at the prefill engine (" +
+                                                         std::to_string(d.time_budget_ms) + " ms)");
+    return false;
+  }
+  Commit commit;
+  commit.handoff_id = d.handoff_id;
+  commit.pages_digest = PagesDigest(d.pages);
+  commit.first_token = first_token;
+  commit.digests = DigestPages(pool, pages, d.skip_tokens, int64_t(prompt.size()));
+  commit.compute_us = Micros(flush_start - (h->compute_start == Clock::time_point{} ? flush_start : h->compute_start));
+  commit.transfer_us = Micros(flush_end - flush_start);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (h->handle->cancelled()) return false;  // an Abort came first: acknowledged in OnEnd
+  Status sent = h->connection->Send(commit.Encode());
+  if (!sent.ok()) {
+    h->error = sent;
+    return false;
+  }
+  h->committed = true;
+  return true;
+}
+
+void PrefillEngine::BeforeRelease(uint64_t request) {
+  std::shared_ptr<Handoff> h = Find(request);
+  if (!h || !h->posted) return;
+  // Pages about to be freed (or recomputed) may not be read by a write in flight.
+  h->fenced = h->connection->Flush(FlushDeadline(h->deadline)).ok();
+  h->posted = false;
+}
+
+void PrefillEngine::OnEnd(uint64_t request, const Status& status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = handoffs_.find(request);
+  if (it == handoffs_.end()) return;
+  std::shared_ptr<Handoff> h = std::move(it->second);
+  handoffs_.erase(it);
+  const uint64_t id = h->destination.handoff_id;
+  by_peer_.erase({h->connection->id(), id});
+  const Status why = !h->error.ok() ? h->error : status;
+  if (h->committed && why.ok()) {
+    ++stats_.committed;
+  } else if (!h->fenced) {
+    // We cannot prove our writes landed: never acknowledge. Closing the
+    // endpoint is what frees the decode side's pages.
+    std::fprintf(stderr, "tandem prefill: handoff %llu ended (%s) without a confirmed flush: closing connection %llu\n",
+                 (unsigned long long)id, why.ToString().c_str(), (unsigned long long)h->connection->id());
+    ++stats_.peers_closed;
+    DropPeerLocked(h->connection->id());  // closes it, under mu_: no late AbortAck goes out first
+    h->connection->Close();               // (already dropped by a reconnect: close it all the same)
+  } else if (h->peer_gone) {
+    ++stats_.aborted;  // its connection is closed: nothing to say
+  } else if (h->abort_requested) {
+    ++stats_.aborted;
+    (void)h->connection->Send(AbortAck{id}.Encode());
+  } else {
+    std::string reason = why.message();
+    if (why.code() == StatusCode::kDeadlineExceeded) {
+      reason = "its time budget ran out at the prefill engine (" + std::to_string(h->destination.time_budget_ms) +
+               " ms, " + why.message() + ")";
+    } else if (why.code() == StatusCode::kAborted) {
+      reason = "the prefill engine is stopping";
+    }
+    ++stats_.failed;
+    std::fprintf(stderr, "tandem prefill: handoff %llu failed: %s\n", (unsigned long long)id, reason.c_str());
+    (void)h->connection->Send(Abort{id, reason}.Encode());
+  }
+  // Its writes flushed, or its connection closed: answer the Hellos that
+  // waited for it (once that connection is released too).
+  AnswerDeferredHellosLocked();
+}
+
+void PrefillEngine::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return;
+    stop_ = true;  // no new handoffs
+  }
+  cv_.notify_all();
+  if (engine_) engine_->Shutdown(std::chrono::milliseconds(0));  // ends every handoff (OnEnd)
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+}
+
+}  // namespace tandem

@@ -1,0 +1,148 @@
+// The prefill role: decode engines connect, send Destinations, and receive
+// each prompt's cache and its first token.
+//
+// The prompts run on the same engine as every other role (runtime/engine.h):
+// many requests' prompt chunks are batched per step under the token budget,
+// with prefix reuse, tiers, preemption and deadlines. As each layer of a step
+// finishes, each request's pages of that layer are written straight into its
+// own destination; when its last chunk is done the connection is flushed and
+// only then is its Commit sent (invariant 2).
+//
+// Every handoff is named by (connection, handoff id): two decode engines (or
+// one before and after a restart) may use the same ids without touching each
+// other's work. Every waiting state ends (docs/handoff-states.md): the queue
+// is bounded (a full queue refuses with an Abort that says so), a handoff past
+// its time budget ends with an Abort, a connection silent past the peer
+// timeout is closed and its handoffs dropped. An Abort cancels the handoff
+// (the engine drops it at its next step) and is acknowledged only after a
+// flush of its writes succeeded; one whose flush cannot be confirmed closes
+// the connection instead (the fence: a closed endpoint delivers no more writes).
+//
+// Threads: transport threads call OnAccept/OnMessage/OnClose; the engine's
+// loop thread calls the PrefillSink methods; one heartbeat thread. mu_ guards
+// the links and the handoff table; page writes and flushes run outside it.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "runtime/engine.h"
+#include "transfer/messages.h"
+#include "transfer/transport.h"
+
+namespace tandem {
+
+struct PrefillOptions {
+  // The scheduler: pool size (cache_tokens), chunk_size, max_batch_tokens,
+  // max_running (prompts batched together), prefix cache, tiers, threads.
+  EngineOptions engine;
+  size_t max_queue = 256;                             // handoffs waiting to be scheduled, all connections together
+  std::chrono::milliseconds peer_timeout{5000};       // silence that declares a decode engine dead
+  std::chrono::milliseconds heartbeat_interval{500};  // how often this engine says it is alive
+};
+
+class PrefillEngine : public PrefillSink {
+ public:
+  static StatusOr<std::unique_ptr<PrefillEngine>> Create(const Model& model, PrefillOptions options);
+  ~PrefillEngine() override;  // Stop()
+  // Ends every handoff and joins the threads; afterwards no method touches a
+  // connection. Call before the transport goes away.
+  void Stop();
+
+  // Transport thread: a decode engine connected (it must say Hello within the peer timeout).
+  void OnAccept(std::shared_ptr<transfer::Connection> connection);
+  // Transport thread: a message from the decode engine on `connection`.
+  void OnMessage(std::shared_ptr<transfer::Connection> connection, const std::vector<uint8_t>& bytes);
+  // Transport thread: `connection` is gone; its handoffs end (no write of it can land any more).
+  void OnClose(uint64_t connection_id);
+
+  std::string layout_fingerprint() const { return layout_fingerprint_; }
+  uint64_t instance_id() const { return instance_id_; }
+  Engine& engine() { return *engine_; }
+
+  struct Stats {
+    int64_t committed = 0, failed = 0, aborted = 0;
+    int64_t refused = 0;        // Destinations refused: queue full, bad destination, no valid Hello
+    int64_t peers_closed = 0;   // connections closed for silence, a refused Hello or an unconfirmed flush
+    int64_t connections = 0;    // open now
+    int64_t queued = 0;         // waiting to be scheduled, now
+    int64_t in_flight = 0;      // handoffs taken and not yet ended, now
+    int64_t pages_in_use = 0;   // of this engine's own pool, beyond the prefix cache; 0 when idle
+    int64_t cached_pages = 0;   // held by the prefix cache
+    int64_t cached_tokens = 0;  // prompt tokens not computed because they were cached
+  };
+  // The engine's counts as of its last step (exact when idle).
+  Stats stats() const;
+
+  // PrefillSink: the engine's loop thread.
+  void OnLayer(int layer, std::span<const PrefilledChunk> chunks, PagePool& pool) override;
+  bool OnPrefilled(uint64_t request, std::span<const int32_t> prompt, std::span<const int32_t> pages,
+                   int32_t first_token, PagePool& pool) override;
+  void BeforeRelease(uint64_t request) override;
+  void OnEnd(uint64_t request, const Status& status) override;
+
+ private:
+  struct Peer {
+    std::shared_ptr<transfer::Connection> connection;
+    bool hello_ok = false;
+    uint64_t decode_instance = 0;
+    transfer::Clock::time_point last_heard;
+  };
+  // One Destination taken. Fields marked "loop" belong to the engine's loop
+  // thread; the others are guarded by mu_.
+  struct Handoff {
+    Destination destination;
+    std::shared_ptr<transfer::Connection> connection;
+    std::shared_ptr<RequestHandle> handle;
+    uint64_t decode_instance = 0;
+    transfer::Clock::time_point deadline;
+    std::unique_ptr<CacheLayout> remote_layout;  // the decode pool's (offsets depend on its size)
+    bool abort_requested = false, peer_gone = false, committed = false;
+    int64_t sent_upto = 0;       // loop: rows below this token are written (from skip_tokens)
+    int64_t step_from = 0;       // loop: first token the current step's layers write
+    bool posted = false;         // loop: puts posted since the last flush
+    bool fenced = true;          // loop: every put posted is known to have landed
+    Status error;                // loop: a write or flush failed
+    transfer::Clock::time_point compute_start{};  // loop: its first layer written
+  };
+  PrefillEngine(const Model& model, PrefillOptions options);
+  void RunHeartbeats();
+  Status PutLayer(Handoff& h, int layer, int64_t first_token, int64_t end_token,
+                  std::span<const int32_t> pages, PagePool& pool);
+  std::shared_ptr<Handoff> Find(uint64_t request);
+  // REQUIRES mu_ held (all below).
+  void OnHello(Peer& peer, const std::vector<uint8_t>& bytes);
+  void OnDestination(Peer& peer, const std::shared_ptr<transfer::Connection>& connection,
+                     const std::vector<uint8_t>& bytes);
+  void OnAbort(const std::shared_ptr<transfer::Connection>& connection, const std::vector<uint8_t>& bytes);
+  bool MayAnswerLocked(uint64_t decode_instance, uint64_t connection_id);
+  void AnswerDeferredHellosLocked();
+  void Refuse(transfer::Connection& c, uint64_t handoff_id, const std::string& why);
+  void DropPeerLocked(uint64_t connection_id);
+
+  const Model& model_;
+  const PrefillOptions options_;
+  const uint64_t instance_id_;
+  const std::string weights_identity_;
+  std::string layout_fingerprint_;
+  std::unique_ptr<Engine> engine_;  // its loop thread calls the sink methods
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<uint64_t, Peer> peers_;                                  // by connection id; guarded by mu_
+  std::map<uint64_t, std::shared_ptr<Handoff>> handoffs_;           // by request id; guarded by mu_
+  std::map<std::pair<uint64_t, uint64_t>, uint64_t> by_peer_;       // (connection, handoff id) -> request; mu_
+  // Hellos answered once no handoff of an earlier connection of the same
+  // decode instance is left. Guarded by mu_.
+  std::vector<std::pair<std::shared_ptr<transfer::Connection>, Hello>> deferred_hellos_;
+  // Closed connections of each decode instance not yet released (puts of them
+  // may still land). Guarded by mu_.
+  std::map<uint64_t, std::vector<std::shared_ptr<transfer::Connection>>> closing_;
+  bool stop_ = false;  // guarded by mu_
+  Stats stats_;        // guarded by mu_
+  std::thread heartbeat_thread_;
+};
+
+}  // namespace tandem
