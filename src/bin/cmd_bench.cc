@@ -221,6 +221,7 @@ void RegisterBench(CLI::App& app) {
   indexer->callback([iargs] { SetExitCode(RunIndexerBench(*iargs)); });
   RegisterServeBench(*bench);
   RegisterHandoffBench(*bench);
+  RegisterPrefillBench(*bench);
   RegisterAgenticBench(*bench);
 }
 

@@ -15,6 +15,7 @@ void RegisterPrefill(CLI::App& app);
 void RegisterRouter(CLI::App& app);
 void RegisterServeBench(CLI::App& bench);  // under `bench`
 void RegisterHandoffBench(CLI::App& bench);
+void RegisterPrefillBench(CLI::App& bench);
 void RegisterAgenticBench(CLI::App& bench);
 void RegisterVerify(CLI::App& app);
 

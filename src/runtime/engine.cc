@@ -441,13 +441,27 @@ void Engine::Step() {
   std::vector<SequenceChunk> batch;
   std::vector<Sequence*> members;
   int64_t budget = options_.max_batch_tokens;
-  // Decode tokens first (one each), then prefill chunks in admission order.
+  // Decode tokens first (one each), then prefill chunks: the oldest prompt's
+  // first (it always progresses), then the others shortest remaining first,
+  // so a short append does not wait behind every long prompt ahead of it.
+  // (Any order gives the same tokens: invariant 5.)
+  std::vector<Sequence*> order;
   for (int pass = 0; pass < 2; ++pass) {
-    for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
-      Sequence& s = *running_[i];
-      if (s.awaiting) continue;
+    order.clear();
+    for (auto& r : running_) {
+      const int64_t pending = int64_t(r->tokens.size()) - r->computed;
+      if (!r->awaiting && pending > 0 && (pass == 0) == (pending == 1)) order.push_back(r.get());
+    }
+    auto remaining = [](const Sequence* x) { return int64_t(x->tokens.size()) - x->computed; };
+    if (pass == 1 && order.size() > 2) {
+      std::stable_sort(order.begin() + 1, order.end(),
+                       [&](const Sequence* x, const Sequence* y) { return remaining(x) < remaining(y); });
+    }
+    for (size_t i = 0; i < order.size() && budget > 0; ++i) {
+      Sequence& s = *order[i];
+      const bool still_running = std::any_of(running_.begin(), running_.end(), [&](const auto& r) { return r.get() == &s; });
+      if (s.done || !still_running) continue;  // preempted by an earlier one's EnsurePages
       const int64_t pending = int64_t(s.tokens.size()) - s.computed;
-      if ((pass == 0) != (pending == 1) || pending <= 0) continue;
       const int64_t n = std::min({pending, int64_t(options_.chunk_size), budget});
       if (!EnsurePages(s, s.computed + n)) {
         // Nothing left to evict or preempt: this sequence alone fills the cache.

@@ -44,9 +44,8 @@ Status FaultyConnection::Put(const void* src, size_t bytes, const RemoteKey& key
   if (unflushed) {
     const uint8_t* p = static_cast<const uint8_t*>(src);
     late_copies_.emplace_back(p, p + bytes);  // the sender may reuse its pages: it believes them flushed
-    const auto delay = plan_.put_delay.count() > 0 ? plan_.put_delay : std::chrono::microseconds(20000);
-    late_.push_back({Clock::now() + delay, late_copies_.back().data(), bytes, key, offset});
-    cv_.notify_all();
+    // Held until a message goes out after it (the Commit overtakes it), then put_delay more.
+    late_.push_back({Clock::time_point::max(), late_copies_.back().data(), bytes, key, offset});
     return Status::Ok();
   }
   if (plan_.put_delay.count() > 0) {
@@ -76,6 +75,10 @@ void FaultyConnection::RunDelayed() {
     // The earlier of the two queues' fronts.
     const bool late = delayed_.empty() || (!late_.empty() && late_.front().ready < delayed_.front().ready);
     std::deque<DelayedPut>& queue = late ? late_ : delayed_;
+    if (queue.front().ready == Clock::time_point::max()) {
+      cv_.wait(lock);  // held until a message goes out
+      continue;
+    }
     if (Clock::now() < queue.front().ready) {
       cv_.wait_until(lock, queue.front().ready);
       continue;
@@ -124,7 +127,17 @@ Status FaultyConnection::Send(std::vector<uint8_t> message) {
     }
   }
   for (auto& m : out) TANDEM_RETURN_IF_ERROR(inner_->Send(std::move(m)));
+  ReleaseLatePuts();
   return Status::Ok();
+}
+
+void FaultyConnection::ReleaseLatePuts() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto delay = plan_.put_delay.count() > 0 ? plan_.put_delay : std::chrono::microseconds(20000);
+  for (DelayedPut& p : late_) {
+    if (p.ready == Clock::time_point::max()) p.ready = Clock::now() + delay;
+  }
+  cv_.notify_all();
 }
 
 void FaultyConnection::Close() {

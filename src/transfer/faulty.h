@@ -9,8 +9,9 @@
 //
 // Unflushed sources reproduce the production incident at the transport: puts
 // whose source lies in those memory ranges (the index-K segments of the
-// sender's pool, say) are copied, posted later, and no Flush waits for them,
-// so a Commit sent after a "successful" flush overtakes them.
+// sender's pool, say) are copied and held until the next message has gone
+// out, then land put_delay later (20 ms when 0); no Flush waits for them, so
+// a Commit sent after a "successful" flush overtakes them.
 #pragma once
 
 #include <condition_variable>
@@ -33,7 +34,7 @@ struct FaultPlan {
                                       // a wedged peer that stays connected
   bool flush_never_confirms = false;  // every Flush times out at once: the sender cannot
                                       // prove its writes landed
-  // Puts from these ranges land after put_delay (20 ms when 0), uncovered by any Flush.
+  // Puts from these ranges land after the next message (+ put_delay), uncovered by any Flush.
   std::vector<std::pair<const uint8_t*, size_t>> unflushed_sources;
   uint64_t seed = 1;
 };
@@ -64,6 +65,7 @@ class FaultyConnection : public Connection {
   bool Draw(double rate);
   void RunDelayed();
   bool Unflushed(const void* src) const;
+  void ReleaseLatePuts();  // a message went out: the held unflushed puts land put_delay later
 
   std::shared_ptr<Connection> inner_;
   const FaultPlan plan_;

@@ -1,0 +1,268 @@
+// `tandem bench prefill`: the prefill engine under an agent-shaped burst, in
+// one process over the loopback transport. Every request is a conversation's
+// next round: a prefix both sides have cached (a warm-up round computed it)
+// plus 300..2000 new tokens. All of them arrive at once; the time from each
+// Destination to its Commit is that request's time to first token on the
+// prefill side. The same burst runs on the batching scheduler and with one
+// prompt at a time (--max-running 1: what the prefill worker did before it
+// ran on the shared engine), so the ratio is measured in one run.
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "bin/commands.h"
+#include "bin/model_options.h"
+#include "common/splitmix.h"
+#include "prefill/prefill_engine.h"
+#include "prefix/prefix_index.h"
+#include "transfer/handoff_receiver.h"
+#include "transfer/handshake.h"
+#include "transfer/loopback.h"
+
+namespace tandem::cli {
+namespace {
+
+using transfer::Clock;
+
+struct PrefillBenchArgs {
+  ModelOptions model;
+  int requests = 64;
+  int64_t prefix_tokens = 1024;
+  int64_t new_min = 300, new_max = 2000;
+  int32_t chunk_size = 512, max_batch_tokens = 2048, max_running = 64;
+  std::string attention = "dense";
+};
+
+struct BurstResult {
+  double seconds = 0;         // first Destination -> last Commit
+  std::vector<double> ttft;   // per request, seconds
+  int64_t new_tokens = 0, cached_tokens = 0;
+  int failed = 0;
+};
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[size_t(std::min<double>(double(v.size() - 1), p * double(v.size() - 1) + 0.5))];
+}
+
+// A decode engine reduced to what the prefill side sees: its pool in
+// transport memory, a prefix cache, the receiver, one connection.
+class BenchDecode {
+ public:
+  BenchDecode(const Model& model, const CacheSpec& spec, transfer::Transport& transport, int64_t pages)
+      : region_(*transport.AllocateRegion(size_t(CacheLayout(spec.registry, int(model.config().n_layers), pages).TotalBytes()))),
+        pool_(spec.registry, int(model.config().n_layers), pages, region_.data),
+        index_(pool_),
+        receiver_(pool_, region_.key, &index_, Options(model)) {}
+  static transfer::ReceiverOptions Options(const Model& model) {
+    transfer::ReceiverOptions o;
+    o.vocab_size = model.config().vocab_size;
+    return o;
+  }
+  PagePool& pool() { return pool_; }
+  transfer::HandoffReceiver& receiver() { return receiver_; }
+  PrefixIndex& index() { return index_; }
+
+ private:
+  transfer::Region region_;
+  PagePool pool_;
+  PrefixIndex index_;
+  transfer::HandoffReceiver receiver_;
+};
+
+StatusOr<BurstResult> RunBurst(const Model& model, const PrefillBenchArgs& a, int32_t max_running) {
+  PrefillOptions po;
+  TANDEM_ASSIGN_OR_RETURN(po.engine.attention, ParseAttentionOptions(a.attention, "bf16", 2048));
+  const int64_t per_request = a.prefix_tokens + a.new_max + kPageTokens;
+  po.engine.cache_tokens = 2 * int64_t(a.requests) * per_request;  // prefixes cached + the burst in flight
+  po.engine.chunk_size = a.chunk_size;
+  po.engine.max_batch_tokens = max_running == 1 ? a.chunk_size : a.max_batch_tokens;
+  po.engine.max_running = max_running;
+  po.engine.threads = a.model.threads;
+  po.engine.request_timeout = std::chrono::hours(1);
+  po.max_queue = size_t(a.requests) * 2;
+  po.peer_timeout = std::chrono::hours(1);
+  TANDEM_ASSIGN_OR_RETURN(auto prefill, PrefillEngine::Create(model, po));
+  const CacheSpec& spec = prefill->engine().cache_spec();
+
+  auto net = std::make_shared<transfer::LoopbackNetwork>();
+  transfer::LoopbackTransport decode_t(net);
+  BenchDecode decode(model, spec, decode_t, po.engine.cache_tokens / kPageTokens);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<uint64_t, Clock::time_point> committed;  // guarded by mu
+  int failed = 0;                                     // guarded by mu
+  bool hello = false;                                 // guarded by mu
+  transfer::LoopbackTransport prefill_t(net);  // after the engine: its handlers call it
+  TANDEM_RETURN_IF_ERROR(prefill_t.Listen("prefill", [&](std::shared_ptr<transfer::Connection> c) {
+    prefill->OnAccept(c);
+    transfer::ConnectionHandlers h;
+    std::weak_ptr<transfer::Connection> weak = c;
+    h.on_message = [&prefill, weak](transfer::Connection&, std::vector<uint8_t> m) {
+      if (auto conn = weak.lock()) prefill->OnMessage(conn, m);
+    };
+    h.on_close = [&prefill](transfer::Connection& raw, const Status&) { prefill->OnClose(raw.id()); };
+    return h;
+  }));
+  transfer::ConnectionHandlers dh;
+  dh.on_message = [&](transfer::Connection&, std::vector<uint8_t> bytes) {
+    auto type = PeekType(bytes);
+    if (!type.ok()) return;
+    std::lock_guard<std::mutex> lock(mu);
+    if (*type == MessageType::kHello) {
+      hello = true;
+    } else if (*type == MessageType::kCommit) {
+      auto commit = Commit::Decode(bytes);
+      auto ready = decode.receiver().OnCommit(*commit, 1, Clock::now());
+      if (ready.ok()) {
+        decode.index().Insert(ready->prompt, ready->pages);  // the decode side's prefix cache
+        decode.pool().Release(ready->pages);
+      } else {
+        ++failed;
+        std::fprintf(stderr, "handoff %llu failed: %s\n", (unsigned long long)commit->handoff_id,
+                     ready.status().ToString().c_str());
+      }
+      committed[commit->handoff_id] = Clock::now();
+    } else if (*type == MessageType::kAbort) {
+      auto abort = Abort::Decode(bytes);
+      if (!abort.ok()) return;
+      std::fprintf(stderr, "handoff %llu refused: %s\n", (unsigned long long)abort->handoff_id, abort->reason.c_str());
+      (void)decode.receiver().StartAbort(abort->handoff_id, abort->reason, Clock::now());
+      decode.receiver().OnAbortAck(abort->handoff_id, 1);
+      ++failed;
+      committed[abort->handoff_id] = Clock::now();
+    }
+    cv.notify_all();
+  };
+  TANDEM_ASSIGN_OR_RETURN(auto conn, decode_t.Connect("prefill", dh));
+  const uint64_t instance = transfer::NewInstanceId();
+  TANDEM_RETURN_IF_ERROR(
+      conn->Send(Hello{"decode", decode.pool().layout().Fingerprint(), WeightsIdentity(model), instance, 0}.Encode()));
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    if (!cv.wait_for(lock, std::chrono::seconds(10), [&] { return hello; })) {
+      return Unavailable("the prefill engine did not answer the Hello");
+    }
+  }
+  // Sends every prompt at once and waits (bounded) for all of them to end.
+  uint64_t next_id = 1;
+  auto burst = [&](const std::vector<std::vector<int32_t>>& prompts, std::vector<Clock::time_point>* sent)
+      -> StatusOr<std::vector<uint64_t>> {
+    std::vector<uint64_t> ids;
+    std::unique_lock<std::mutex> lock(mu);
+    for (const auto& p : prompts) {
+      TANDEM_ASSIGN_OR_RETURN(Destination d, decode.receiver().Begin(next_id, p, 1, Clock::now()));
+      d.decode_instance_id = instance;
+      d.time_budget_ms = 3'600'000;
+      if (sent) sent->push_back(Clock::now());
+      TANDEM_RETURN_IF_ERROR(conn->Send(d.Encode()));
+      ids.push_back(next_id++);
+    }
+    const auto limit = std::chrono::minutes(30);
+    if (!cv.wait_for(lock, limit, [&] { return std::all_of(ids.begin(), ids.end(), [&](uint64_t id) { return committed.count(id) > 0; }); })) {
+      return Status(StatusCode::kDeadlineExceeded, "the burst did not finish within 30 minutes");
+    }
+    return ids;
+  };
+  std::vector<std::vector<int32_t>> prefixes, prompts;
+  BurstResult r;
+  const int32_t vocab = model.config().vocab_size;
+  for (int i = 0; i < a.requests; ++i) {
+    std::vector<int32_t> p(size_t(a.prefix_tokens));
+    for (size_t t = 0; t < p.size(); ++t) p[t] = int32_t(SplitMix64(uint64_t(i) * 1000003u + t) % uint64_t(vocab));
+    prefixes.push_back(p);
+    const int64_t extra = a.new_min + int64_t(SplitMix64(0x5eed + uint64_t(i)) % uint64_t(a.new_max - a.new_min + 1));
+    for (int64_t t = 0; t < extra; ++t) p.push_back(int32_t(SplitMix64(uint64_t(i) * 7919u + uint64_t(t) + 77) % uint64_t(vocab)));
+    r.new_tokens += extra;
+    prompts.push_back(std::move(p));
+  }
+  TANDEM_RETURN_IF_ERROR(burst(prefixes, nullptr).status());  // the previous round: both sides cache it
+  const int64_t cached_before = prefill->stats().cached_tokens;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    failed = 0;
+  }
+  std::vector<Clock::time_point> sent;
+  const auto t0 = Clock::now();
+  TANDEM_ASSIGN_OR_RETURN(auto ids, burst(prompts, &sent));
+  Clock::time_point last = t0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const auto at = committed.at(ids[i]);
+      last = std::max(last, at);
+      r.ttft.push_back(std::chrono::duration<double>(at - sent[i]).count());
+    }
+    r.failed = failed;
+  }
+  r.seconds = std::chrono::duration<double>(last - t0).count();
+  // Published after the engine's step: settle (bounded) before reading.
+  for (const auto until = Clock::now() + std::chrono::seconds(5);
+       prefill->stats().in_flight > 0 && Clock::now() < until;) {
+    std::this_thread::yield();
+  }
+  r.cached_tokens = prefill->stats().cached_tokens - cached_before;
+  prefill->Stop();
+  conn->Close();
+  return r;
+}
+
+int RunPrefillBench(const PrefillBenchArgs& a) {
+  if (a.new_min < 1 || a.new_max < a.new_min) {
+    return std::fprintf(stderr, "error: need 1 <= --new-min <= --new-max\n"), 1;
+  }
+  auto model = a.model.Load();
+  if (!model.ok()) return std::fprintf(stderr, "error: %s\n", model.status().ToString().c_str()), 1;
+  std::printf("prefill engine, %d requests at once: each %lld cached tokens + %lld..%lld new ones (%s, %d threads, "
+              "%s attention)\n\n",
+              a.requests, (long long)a.prefix_tokens, (long long)a.new_min, (long long)a.new_max,
+              (*model)->config().name.c_str(), a.model.threads, a.attention.c_str());
+  std::printf("%-28s | %12s | %10s %10s | %10s %s\n", "scheduler", "prefill tok/s", "TTFT p50", "TTFT p99",
+              "cached tok", "");
+  double base_rate = 0, base_p99 = 0;
+  for (int32_t running : {int32_t(1), a.max_running}) {
+    auto r = RunBurst(**model, a, running);
+    if (!r.ok()) return std::fprintf(stderr, "error: %s\n", r.status().ToString().c_str()), 1;
+    const double rate = double(r->new_tokens) / r->seconds, p50 = Percentile(r->ttft, 0.5),
+                 p99 = Percentile(r->ttft, 0.99);
+    char label[64];
+    std::snprintf(label, sizeof(label), running == 1 ? "one prompt at a time" : "batched (max-running %d)", running);
+    std::printf("%-28s | %12.0f | %9.2fs %9.2fs | %10lld", label, rate, p50, p99, (long long)r->cached_tokens);
+    if (running == 1) {
+      base_rate = rate;
+      base_p99 = p99;
+      std::printf("\n");
+    } else {
+      std::printf("   %.2fx tok/s, p99 %.2fx\n", rate / base_rate, p99 / base_p99);
+    }
+    if (r->failed > 0) return std::fprintf(stderr, "error: %d handoffs failed\n", r->failed), 1;
+  }
+  std::printf("\nTTFT here: Destination sent -> Commit received (prefill side only; no network delay).\n");
+  return 0;
+}
+
+}  // namespace
+
+void RegisterPrefillBench(CLI::App& bench) {
+  auto a = std::make_shared<PrefillBenchArgs>();
+  CLI::App* cmd = bench.add_subcommand("prefill", "Prefill engine under a burst of next-round prompts: batched vs one at a time");
+  a->model.AddTo(cmd);
+  cmd->add_option("--requests", a->requests, "Requests in the burst")->check(CLI::Range(1, 4096));
+  cmd->add_option("--prefix-tokens", a->prefix_tokens, "Cached tokens before each request's new ones")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
+  cmd->add_option("--new-min", a->new_min, "Fewest new tokens")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+  cmd->add_option("--new-max", a->new_max, "Most new tokens")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+  cmd->add_option("--chunk-size", a->chunk_size, "Prefill tokens of one prompt per step")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-batch-tokens", a->max_batch_tokens, "Batched: tokens of all prompts per step")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-running", a->max_running, "Batched: prompts scheduled together")->check(CLI::Range(2, 4096));
+  cmd->add_option("--attention", a->attention, "dense or sparse");
+  cmd->callback([a] { SetExitCode(RunPrefillBench(*a)); });
+}
+
+}  // namespace tandem::cli
