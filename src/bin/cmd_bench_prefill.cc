@@ -80,6 +80,7 @@ StatusOr<BurstResult> RunBurst(const Model& model, const PrefillBenchArgs& a, in
   TANDEM_ASSIGN_OR_RETURN(po.engine.attention, ParseAttentionOptions(a.attention, "bf16", 2048));
   const int64_t per_request = a.prefix_tokens + a.new_max + kPageTokens;
   po.engine.cache_tokens = 2 * int64_t(a.requests) * per_request;  // prefixes cached + the burst in flight
+  po.engine.context_tokens = per_request;  // past the model's own length when asked (as serve --ctx-size)
   po.engine.chunk_size = a.chunk_size;
   po.engine.max_batch_tokens = max_running == 1 ? a.chunk_size : a.max_batch_tokens;
   po.engine.max_running = max_running;
