@@ -141,11 +141,13 @@ int RunPrefill(PrefillArgs& a) {
   sigwait(&set, &sig);
   worker.Stop();  // no thread of it touches a connection once the transport goes
   const auto s = worker.stats();
+  const EngineStats e = worker.engine().Stats();
   std::fprintf(stderr,
                "tandem prefill: stopping (%lld committed, %lld aborted, %lld failed, %lld pages in use, %lld held by "
-               "the prefix cache, %lld prompt tokens served from it)\n",
+               "the prefix cache; %lld of %lld prompt tokens served from it: prefix hit rate %.1f%%)\n",
                (long long)s.committed, (long long)s.aborted, (long long)s.failed, (long long)s.pages_in_use,
-               (long long)s.cached_pages, (long long)s.cached_tokens);
+               (long long)s.cached_pages, (long long)s.cached_tokens, (long long)e.prompt_tokens,
+               e.prompt_tokens > 0 ? 100.0 * double(s.cached_tokens) / double(e.prompt_tokens) : 0.0);
   return 0;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "common/placement.h"
 #include "transfer/handshake.h"
 
 namespace tandem {
@@ -100,7 +101,11 @@ void RemotePrefill::Reconnect(size_t i, Clock::time_point now) {
   h.on_message = [this, i](transfer::Connection& c, std::vector<uint8_t> m) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      inbox_.push_back({i, c.id(), std::move(m)});
+      Arrival a;
+      a.link = i;
+      a.connection_id = c.id();
+      a.bytes = std::move(m);
+      inbox_.push_back(std::move(a));
     }
     arrived_.notify_all();
   };
@@ -142,26 +147,39 @@ Status RemotePrefill::Start(uint64_t handoff_id, const std::vector<int32_t>& tok
                             uint64_t replaces) {
   size_t avoid = links_.size();
   if (auto f = failed_on_.find(replaces); f != failed_on_.end()) avoid = f->second;
-  size_t link = links_.size();
-  for (int pass = 0; pass < 2 && link == links_.size(); ++pass) {
-    for (size_t k = 0; k < links_.size(); ++k) {
-      const size_t i = (next_link_ + k) % links_.size();
-      if (links_[i].state == LinkState::kUp && (pass == 1 || i != avoid)) {
-        link = i;
-        break;
-      }
-    }
+  // Where the conversation's prefix is cached: the engine that computed the
+  // longest full-page prefix of this prompt (as far as we know), unless it
+  // is clearly busier than the others (common/placement.h).
+  std::vector<uint64_t> keys;
+  for (uint64_t parent = 0, p = 0; (p + 1) * kPageTokens <= tokens.size(); ++p) {
+    parent = PrefixIndex::DefaultChainKey(
+        parent, std::span<const int32_t>(tokens).subspan(size_t(p * kPageTokens), size_t(kPageTokens)));
+    keys.push_back(parent);
   }
-  if (link == links_.size()) return Unavailable("no prefill engine is available: " + problem());
+  int preferred = -1;
+  for (size_t k = keys.size(); k-- > 0 && preferred < 0;) preferred = affinity_.Find(keys[k]);
+  std::vector<int64_t> load(links_.size(), 0);
+  for (const auto& [id, l] : handoff_link_) ++load[l];
+  int picked = -1;
+  for (int pass = 0; pass < 2 && picked < 0; ++pass) {
+    std::vector<bool> usable(links_.size());
+    for (size_t i = 0; i < links_.size(); ++i) usable[i] = links_[i].state == LinkState::kUp && (pass == 1 || i != avoid);
+    picked = PickTarget(load, usable, preferred, &next_link_);
+  }
+  if (picked < 0) return Unavailable("no prefill engine is available: " + problem());
+  const size_t link = size_t(picked);
   const auto now = Clock::now();
   TANDEM_ASSIGN_OR_RETURN(Destination d, receiver_->Begin(handoff_id, tokens, links_[link].connection_id, now));
-  next_link_ = link + 1;
   failed_on_.erase(replaces);
   d.sampling = sampling;
   d.decode_instance_id = instance_id_;
   d.time_budget_ms = std::max<int64_t>(1, Ms(receiver_->deadline(handoff_id) - now));
   handoff_link_[handoff_id] = link;
   Status st = links_[link].connection->Send(d.Encode());
+  if (st.ok()) {
+    for (uint64_t k : keys) affinity_.Record(k, int(link));  // its full pages will be cached there
+    if (preferred >= 0) ++affinity_hits_;
+  }
   if (!st.ok()) {
     handoff_link_.erase(handoff_id);  // the caller fails this one now
     (void)receiver_->StartAbort(handoff_id, "send failed", now);
@@ -233,7 +251,10 @@ void RemotePrefill::OnHello(size_t i, const std::vector<uint8_t>& bytes) {
     LinkDown(i, st.message());
     return;
   }
-  link.prefill_instance = hello->instance_id;
+  if (link.known_instance != 0 && link.known_instance != hello->instance_id) {
+    affinity_.ForgetTarget(int(i));  // a restarted engine: its prefix cache is empty
+  }
+  link.known_instance = link.prefill_instance = hello->instance_id;
   // Its answer promises that no handoff of an earlier connection of ours still
   // writes (a restarted engine cannot): the pages those held are free now.
   for (uint64_t old : link.suspended) receiver_->OnPeerClosed(old, Clock::now());

@@ -32,6 +32,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/placement.h"
 #include "model/cache_spec.h"
 #include "transfer/handoff_receiver.h"
 #include "transfer/transport_kind.h"
@@ -94,6 +95,7 @@ class RemotePrefill {
   size_t open_handoffs() const { return receiver_->open_handoffs(); }
   int64_t links_up() const;
   int64_t reconnects() const { return reconnects_; }
+  int64_t affinity_hits() const { return affinity_hits_; }
   int64_t peers_declared_dead() const { return peers_declared_dead_; }
 
  private:
@@ -106,6 +108,7 @@ class RemotePrefill {
     std::string problem = "not connected yet";
     std::string logged;  // the last problem written to the log (each is written once)
     uint64_t prefill_instance = 0;
+    uint64_t known_instance = 0;  // the last one accepted (a change empties its share of affinity_)
     transfer::Clock::time_point last_heard, retry_at;
     // Connections we closed while the peer may still write (no closing fence):
     // their pages stay quarantined until this link's next accepted Hello,
@@ -150,6 +153,8 @@ class RemotePrefill {
   std::vector<Outcome> ended_;               // ended outside Poll (dead links), not yet reported
   std::map<uint64_t, size_t> failed_on_;     // retryable failed handoffs -> their link, until re-placed
   size_t next_link_ = 0;
+  AffinityMap affinity_;        // prompt prefixes (page chain keys) -> the link that computed them
+  int64_t affinity_hits_ = 0;   // handoffs placed where a prefix of theirs was computed
   int64_t reconnects_ = 0, peers_declared_dead_ = 0;
   std::mutex mu_;
   std::condition_variable arrived_;

@@ -3,6 +3,8 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include <xxhash.h>
+
 #include <condition_variable>
 #include <deque>
 
@@ -50,12 +52,36 @@ void Router::CheckHealth() {
   }
 }
 
-Router::Backend* Router::Pick() {
-  for (size_t tries = 0; tries < backends_.size(); ++tries) {
-    Backend* b = backends_[next_++ % backends_.size()].get();
-    if (b->healthy) return b;
+// A conversation's identity across rounds: its first two messages (system
+// prompt and first user turn) or its prompt's first 512 bytes; 0: none.
+uint64_t ConversationKey(const nlohmann::json& body) {
+  if (!body.is_object()) return 0;
+  std::string text;
+  if (auto m = body.find("messages"); m != body.end() && m->is_array() && !m->empty()) {
+    text = (*m)[0].dump();
+    if (m->size() > 1) text += (*m)[1].dump();
+  } else if (auto p = body.find("prompt"); p != body.end() && p->is_string()) {
+    text = p->get<std::string>().substr(0, 512);
+  } else {
+    return 0;
   }
-  return nullptr;
+  return XXH3_64bits(text.data(), text.size()) | 1;
+}
+
+Router::Backend* Router::Pick(uint64_t conversation) {
+  std::vector<int64_t> load;
+  std::vector<bool> usable;
+  for (auto& b : backends_) {
+    load.push_back(b->in_flight->load());
+    usable.push_back(b->healthy.load());
+  }
+  std::lock_guard<std::mutex> lock(place_mu_);
+  const int preferred = conversation != 0 ? affinity_.Find(conversation) : -1;
+  const int i = PickTarget(load, usable, preferred, &next_);
+  if (i < 0) return nullptr;
+  if (conversation != 0) affinity_.Record(conversation, i);
+  if (i == preferred) ++affinity_hits_;
+  return backends_[size_t(i)].get();
 }
 
 Status Router::Start() {
@@ -99,14 +125,19 @@ void Router::Stop() {
 }
 
 void Router::Forward(const httplib::Request& req, httplib::Response& res) {
-  Backend* b = Pick();
+  const auto body = nlohmann::json::parse(req.body, nullptr, false);
+  Backend* b = Pick(body.is_discarded() ? 0 : ConversationKey(body));
   if (!b) {
     ++unavailable_;
     return Unavailable503(res, "no healthy decode backend");
   }
-  const auto body = nlohmann::json::parse(req.body, nullptr, false);
   const bool stream = !body.is_discarded() && body.is_object() && body.value("stream", false) == true;
   if (stream) return ForwardStream(req, res, *b);
+  ++*b->in_flight;
+  struct Done {
+    std::atomic<int64_t>& n;
+    ~Done() { --n; }
+  } done{*b->in_flight};
   httplib::Client cli(b->host, b->port);
   cli.set_read_timeout(std::chrono::milliseconds(int64_t(options_.request_timeout_s * 1000)));
   auto up = req.method == "GET" ? cli.Get(req.path.c_str())
@@ -138,7 +169,12 @@ void Router::ForwardStream(const httplib::Request& req, httplib::Response& res, 
   const std::string body = req.body, path = req.path, host = b.host;
   const int port = b.port;
   const double timeout = options_.request_timeout_s;
-  relay->upstream = std::thread([relay, body, path, host, port, timeout] {
+  ++*b.in_flight;
+  relay->upstream = std::thread([relay, body, path, host, port, timeout, in_flight = b.in_flight] {
+    struct Done {
+      std::atomic<int64_t>& n;
+      ~Done() { --n; }
+    } done{*in_flight};
     httplib::Client cli(host, port);
     cli.set_read_timeout(std::chrono::milliseconds(int64_t(timeout * 1000)));
     httplib::Request up;
@@ -232,6 +268,14 @@ std::string Router::MetricsText() const {
   out += "# HELP tandem_router_unavailable_total Requests answered 503 for lack of a healthy backend\n"
          "# TYPE tandem_router_unavailable_total counter\ntandem_router_unavailable_total " +
          std::to_string(unavailable_.load()) + "\n";
+  out += "# HELP tandem_router_affinity_hits_total Requests placed on the backend that served their conversation before\n"
+         "# TYPE tandem_router_affinity_hits_total counter\ntandem_router_affinity_hits_total " +
+         std::to_string(affinity_hits_.load()) + "\n";
+  out += "# HELP tandem_router_backend_in_flight Requests forwarded and not yet answered\n# TYPE tandem_router_backend_in_flight gauge\n";
+  for (const auto& b : backends_) {
+    out += "tandem_router_backend_in_flight{backend=\"" + b->host + ":" + std::to_string(b->port) + "\"} " +
+           std::to_string(b->in_flight->load()) + "\n";
+  }
   return out;
 }
 

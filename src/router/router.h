@@ -1,10 +1,15 @@
 // The router: the public OpenAI endpoint of a disaggregated deployment. It
 // forwards each request to a healthy decode server (each decode server owns
 // its link to a prefill engine, so a decode server stands for a
-// (prefill, decode) pair), round-robin, and relays the answer — streamed
+// (prefill, decode) pair) and relays the answer — streamed
 // chunk by chunk; a client that hangs up closes the upstream request, which
 // cancels it there. A health checker polls every backend's /health; with no
 // healthy backend the router answers 503 at once.
+//
+// Placement keeps caches warm: a conversation (named by a hash of its first
+// two messages, or of its prompt's start) goes back to the decode server that
+// served it, unless that one is down or clearly busier than the least loaded
+// (requests in flight); new conversations go to the least loaded.
 //
 // The prompt is tokenized once, by the decode server that serves it.
 #pragma once
@@ -16,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/placement.h"
 #include "common/status.h"
 
 namespace httplib {
@@ -48,16 +54,22 @@ class Router {
     int port = 0;
     std::atomic<bool> healthy{false};
     std::atomic<int64_t> forwarded{0}, failed{0};
+    // Requests forwarded and not yet answered (shared with stream relays,
+    // which may outlive a request handler).
+    std::shared_ptr<std::atomic<int64_t>> in_flight = std::make_shared<std::atomic<int64_t>>(0);
   };
   void CheckHealth();
-  Backend* Pick();
+  Backend* Pick(uint64_t conversation);
   void Forward(const httplib::Request& req, httplib::Response& res);
   void ForwardStream(const httplib::Request& req, httplib::Response& res, Backend& b);
   std::string MetricsText() const;
 
   RouterOptions options_;
   std::vector<std::unique_ptr<Backend>> backends_;
-  std::atomic<size_t> next_{0};
+  std::mutex place_mu_;
+  size_t next_ = 0;            // guarded by place_mu_
+  AffinityMap affinity_;       // guarded by place_mu_: conversation -> backend index
+  std::atomic<int64_t> affinity_hits_{0};
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> unavailable_{0};
   std::unique_ptr<httplib::Server> server_;

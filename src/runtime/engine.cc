@@ -577,6 +577,7 @@ void Engine::PollRemote() {
   metrics_.prefill_links_up.Set(double(remote_->links_up()));
   advance(metrics_.prefill_link_reconnects, remote_->reconnects(), seen_reconnects_);
   advance(metrics_.prefill_links_declared_dead, remote_->peers_declared_dead(), seen_links_dead_);
+  advance(metrics_.prefill_affinity_hits, remote_->affinity_hits(), seen_affinity_hits_);
   // Re-placed requests go back to the head of the queue, in their order.
   for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
     if ((*it)->replace) {

@@ -156,7 +156,7 @@ class Engine {
   std::atomic<bool> stopping_{false};
   std::atomic<bool> link_healthy_{true};
   transfer::ReceiverStats seen_;  // loop thread: receiver counters already exported
-  int64_t seen_reconnects_ = 0, seen_links_dead_ = 0;  // loop thread: link counters already exported
+  int64_t seen_reconnects_ = 0, seen_links_dead_ = 0, seen_affinity_hits_ = 0;  // loop thread: link counters already exported
   double handoff_seconds_total_ = 0, request_seconds_total_ = 0;  // loop thread
   uint64_t next_handoff_ = 1;  // loop thread
   std::atomic<bool> loop_alive_{false};

@@ -77,7 +77,9 @@ EngineMetrics::EngineMetrics()
       prefill_links_declared_dead(Counter(*registry_, "tandem_prefill_links_declared_dead_total",
                                           "Prefill engine links closed because the peer was silent past the peer timeout")),
       handoff_replacements(Counter(*registry_, "tandem_handoff_replacements_total",
-                                   "Requests placed on a prefill engine again after their handoff's link or peer failed")) {}
+                                   "Requests placed on a prefill engine again after their handoff's link or peer failed")),
+      prefill_affinity_hits(Counter(*registry_, "tandem_prefill_affinity_hits_total",
+                                    "Handoffs placed on the prefill engine that computed a prefix of their prompt")) {}
 
 void EngineMetrics::PublishTiers(const TierStats& s) {
   auto counter = [&](const std::string& key, const std::string& name, const std::string& help,

@@ -67,6 +67,7 @@ class EngineMetrics {
   prometheus::Counter& prefill_link_reconnects;
   prometheus::Counter& prefill_links_declared_dead;  // silent past the peer timeout
   prometheus::Counter& handoff_replacements;  // requests placed again after their handoff's link or peer failed
+  prometheus::Counter& prefill_affinity_hits;  // placed where a prefix of the prompt was computed
  private:
   std::map<std::string, double> tier_seen_;  // counter values already exported
   std::map<std::string, prometheus::Counter*> tier_counters_;

@@ -99,7 +99,9 @@ TEST(AbortStorm, HalfAbortedTenRoundsThenACleanRound) {
       std::this_thread::sleep_for(2ms);
       for (size_t i = 0; i < ids.size(); i += 2) {
         auto abort = receiver.StartAbort(ids[i], "client gone", Clock::now());
-        if (abort.ok()) EXPECT_TRUE(decode_side->Send(abort->Encode()).ok());
+        if (abort.ok()) {
+          EXPECT_TRUE(decode_side->Send(abort->Encode()).ok());
+        }
       }
     }
     const auto until = Clock::now() + 30s;
