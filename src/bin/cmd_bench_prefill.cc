@@ -19,7 +19,7 @@
 #include "common/splitmix.h"
 #include "prefill/prefill_engine.h"
 #include "prefix/prefix_index.h"
-#include "transfer/handoff_receiver.h"
+#include "decode/handoff_receiver.h"
 #include "transfer/handshake.h"
 #include "transfer/loopback.h"
 

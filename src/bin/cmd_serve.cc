@@ -11,6 +11,7 @@
 #include "bin/disagg_launcher.h"
 #include "bin/model_options.h"
 #include "kernels/cpu.h"
+#include "decode/remote_prefill.h"
 #include "server/http_server.h"
 
 namespace tandem::cli {
@@ -20,6 +21,7 @@ struct ServeArgs {
   ModelOptions model;
   ServerOptions server;
   EngineOptions engine;
+  DecodeOptions decode;  // the decode role, with --prefill
   std::string attention = "dense", index_k_dtype = "fp8";
   double request_timeout_s = 600, shutdown_timeout_s = 30;
   bool no_prefix_cache = false;
@@ -119,20 +121,30 @@ int RunServe(ServeArgs& a) {
   a.engine.request_timeout = std::chrono::milliseconds(int64_t(a.request_timeout_s * 1000));
   auto lanes = transfer::ParseTransportKind(a.transport);
   if (!lanes.ok()) return std::fprintf(stderr, "error: %s\n", lanes.status().message().c_str()), 1;
-  a.engine.transport = *lanes;
-  a.engine.peer_timeout = std::chrono::milliseconds(a.peer_timeout_ms);
-  a.engine.handoff_timeout = std::chrono::milliseconds(a.handoff_timeout_ms);
+  a.decode.transport = *lanes;
+  a.decode.peer_timeout = std::chrono::milliseconds(a.peer_timeout_ms);
+  a.decode.handoff_timeout = std::chrono::milliseconds(a.handoff_timeout_ms);
   if (a.verify == "off") {
-    a.engine.verify = transfer::VerifyMode::kOff;
+    a.decode.verify = transfer::VerifyMode::kOff;
   } else if (a.verify == "sample") {
-    a.engine.verify = transfer::VerifyMode::kSample;
+    a.decode.verify = transfer::VerifyMode::kSample;
   } else if (a.verify == "all") {
-    a.engine.verify = transfer::VerifyMode::kAll;
+    a.decode.verify = transfer::VerifyMode::kAll;
   } else {
     std::fprintf(stderr, "error: --verify-handoff must be off, sample or all, not '%s'\n", a.verify.c_str());
     return 1;
   }
-  auto engine = Engine::Create(**model, a.engine);
+  Engine::Role role;
+  if (!a.decode.prefill_addresses.empty()) {
+    // The decode role: prompts are computed by the prefill engines and handed off.
+    auto remote = ConnectPrefillEngines(**model, a.engine, a.decode);
+    if (!remote.ok()) {
+      std::fprintf(stderr, "error: %s\n", remote.status().ToString().c_str());
+      return 1;
+    }
+    role.decode = std::move(remote).value();
+  }
+  auto engine = Engine::Create(**model, a.engine, std::move(role));
   if (!engine.ok()) {
     std::fprintf(stderr, "error: %s\n", engine.status().ToString().c_str());
     return 1;
@@ -176,7 +188,7 @@ void RegisterServe(CLI::App& app) {
   cmd->add_option("--topk", a->engine.attention.top_k, "Sparse attention top-k")->check(CLI::Range(1, 1 << 24));
   cmd->add_option("--index-k-dtype", a->index_k_dtype, "fp8 or bf16");
   cmd->add_flag("--no-prefix-cache", a->no_prefix_cache, "Disable prefix reuse");
-  cmd->add_option("--prefill", a->engine.prefill_address,
+  cmd->add_option("--prefill", a->decode.prefill_addresses,
                   "Disaggregated decode: prefill engine's UCX address host:port (empty: colocated)");
   cmd->add_option("--verify-handoff", a->verify, "Check handoff digests: off, sample or all");
   cmd->add_option("--transport", a->transport,

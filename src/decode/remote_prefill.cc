@@ -62,8 +62,8 @@ RemotePrefill::~RemotePrefill() {
   transport_.reset();
 }
 
-void RemotePrefill::Attach(PagePool& pool, PrefixIndex* index, transfer::ReceiverOptions options) {
-  receiver_ = std::make_unique<transfer::HandoffReceiver>(pool, region_.key, index, options);
+void RemotePrefill::Attach(PagePool& pool, PrefixIndex* index) {
+  receiver_ = std::make_unique<transfer::HandoffReceiver>(pool, region_.key, index, options_.receiver);
   const auto until = Clock::now() + options_.startup_wait;
   auto connecting = [&] {
     return std::any_of(links_.begin(), links_.end(), [](const Link& l) { return l.state == LinkState::kConnecting; });
@@ -137,6 +137,23 @@ void RemotePrefill::Reconnect(size_t i, Clock::time_point now) {
   link.prefill_instance = 0;  // until its Hello
   link.state = LinkState::kConnecting;
   link.problem = "handshake in progress";
+}
+
+RemotePrompts::Counters RemotePrefill::counters() const {
+  const transfer::ReceiverStats& r = receiver_->stats();
+  Counters c;
+  c.committed = r.committed;
+  c.failed = r.failed;
+  c.aborted = r.aborted;
+  c.verified = r.verified;
+  c.digest_mismatches = r.digest_mismatches;
+  c.quarantined_pages = r.quarantined_pages;
+  c.in_flight = int64_t(receiver_->open_handoffs());
+  c.links_up = links_up();
+  c.reconnects = reconnects_;
+  c.links_declared_dead = peers_declared_dead_;
+  c.affinity_hits = affinity_hits_;
+  return c;
 }
 
 int64_t RemotePrefill::links_up() const {
@@ -227,7 +244,7 @@ void RemotePrefill::LinkDown(size_t i, const std::string& why, bool peer_gone) {
       continue;
     }
     Outcome o;
-    o.handoff_id = it->first;
+    o.id = it->first;
     o.status = Unavailable("prefill engine " + link.address + " unavailable: " + why);
     o.retryable = true;
     failed_on_[it->first] = i;
@@ -340,9 +357,13 @@ void RemotePrefill::Handle(const Arrival& a, std::vector<Outcome>& out) {
     handoff_link_.erase(commit->handoff_id);
     auto ready = receiver_->OnCommit(*commit, a.connection_id, Clock::now());
     Outcome o;
-    o.handoff_id = commit->handoff_id;
+    o.id = commit->handoff_id;
     if (ready.ok()) {
-      o.ready = std::move(ready).value();
+      o.ready.pages = std::move(ready->pages);
+      o.ready.first_token = ready->first_token;
+      o.ready.cached_tokens = ready->cached_tokens;
+      o.ready.compute_us = ready->compute_us;
+      o.ready.transfer_us = ready->transfer_us;
     } else {
       o.status = ready.status();
     }
@@ -359,7 +380,7 @@ void RemotePrefill::Handle(const Arrival& a, std::vector<Outcome>& out) {
     handoff_link_.erase(abort->handoff_id);
     failed_on_[abort->handoff_id] = a.link;
     Outcome o;
-    o.handoff_id = abort->handoff_id;
+    o.id = abort->handoff_id;
     o.status = Status(StatusCode::kAborted, "the prefill engine " + link.address + " failed the handoff: " + abort->reason);
     o.retryable = true;
     out.push_back(std::move(o));
@@ -403,7 +424,7 @@ void RemotePrefill::KeepAlive(Clock::time_point now) {
   }
 }
 
-std::vector<RemotePrefill::Outcome> RemotePrefill::Poll() {
+std::vector<RemotePrompts::Outcome> RemotePrefill::Poll() {
   std::deque<Arrival> inbox;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -420,7 +441,7 @@ std::vector<RemotePrefill::Outcome> RemotePrefill::Poll() {
     Abort(id, "deadline");
     if (!open) continue;
     Outcome o;
-    o.handoff_id = id;
+    o.id = id;
     o.status = Status(StatusCode::kDeadlineExceeded, "the handoff did not commit before its deadline");
     o.retryable = true;  // another prefill engine may be faster; the request's own deadline still bounds it
     out.push_back(std::move(o));
@@ -429,6 +450,31 @@ std::vector<RemotePrefill::Outcome> RemotePrefill::Poll() {
   ended_.clear();
   if (failed_on_.size() > 4096) failed_on_.clear();  // hints only: never let them pile up
   return out;
+}
+
+StatusOr<std::unique_ptr<RemotePrompts>> ConnectPrefillEngines(const Model& model, const EngineOptions& engine,
+                                                               const DecodeOptions& options) {
+  TANDEM_ASSIGN_OR_RETURN(CacheSpec spec, MakeCacheSpec(model.config(), engine.attention));
+  const CacheLayout layout(spec.registry, int(model.config().n_layers),
+                           (engine.cache_tokens + kPageTokens - 1) / kPageTokens);
+  RemotePrefillOptions ro;
+  const std::string& list = options.prefill_addresses;
+  for (size_t begin = 0; begin <= list.size();) {
+    const size_t comma = std::min(list.find(',', begin), list.size());
+    if (comma > begin) ro.addresses.push_back(list.substr(begin, comma - begin));
+    begin = comma + 1;
+  }
+  ro.pool_bytes = size_t(layout.TotalBytes());
+  ro.layout_fingerprint = layout.Fingerprint();
+  ro.weights_identity = WeightsIdentity(model);
+  ro.transport = options.transport;
+  ro.peer_timeout = options.peer_timeout;
+  ro.heartbeat_interval = std::max(std::chrono::milliseconds(20), options.peer_timeout / 5);
+  ro.receiver.vocab_size = model.config().vocab_size;
+  ro.receiver.deadlines.waiting_for_input = options.handoff_timeout;
+  ro.receiver.verify = options.verify;
+  TANDEM_ASSIGN_OR_RETURN(auto remote, RemotePrefill::Connect(std::move(ro)));
+  return std::unique_ptr<RemotePrompts>(std::move(remote));
 }
 
 }  // namespace tandem

@@ -34,7 +34,9 @@
 
 #include "common/placement.h"
 #include "model/cache_spec.h"
-#include "transfer/handoff_receiver.h"
+#include "decode/handoff_receiver.h"
+#include "runtime/engine.h"
+#include "runtime/remote_prompts.h"
 #include "transfer/transport_kind.h"
 
 namespace tandem {
@@ -50,45 +52,39 @@ struct RemotePrefillOptions {
   // How long Attach waits for the first handshakes (requests before a link is
   // up would be refused).
   std::chrono::milliseconds startup_wait{5000};
+  transfer::ReceiverOptions receiver;  // vocabulary, deadlines, verification
 };
 
-class RemotePrefill {
+class RemotePrefill : public RemotePrompts {
  public:
   // Allocates the decode pool's memory as a UCX region and starts connecting
   // to every prefill engine.
   static StatusOr<std::unique_ptr<RemotePrefill>> Connect(RemotePrefillOptions options);
-  ~RemotePrefill();
+  ~RemotePrefill() override;
 
-  uint8_t* arena() { return region_.data; }
+  uint8_t* PoolMemory() override { return region_.data; }
   uint64_t instance_id() const { return instance_id_; }
   // Must be called once, before any other method, with the pool built on
-  // arena(). Waits (up to startup_wait) for the first handshakes.
-  void Attach(PagePool& pool, PrefixIndex* index, transfer::ReceiverOptions options);
-  void SetTiers(TieredCache* tiers) { receiver_->SetTiers(tiers); }
+  // PoolMemory(). Waits (up to startup_wait) for the first handshakes.
+  void Attach(PagePool& pool, PrefixIndex* index) override;
+  void SetTiers(TieredCache* tiers) override { receiver_->SetTiers(tiers); }
 
   // Reserves pages and sends the Destination to the next healthy prefill
   // engine — another than the one that failed `replaces` (an earlier handoff
   // of the same request, 0: none) when there is one. ResourceExhausted: no
   // pages yet; Unavailable: no healthy link.
   Status Start(uint64_t handoff_id, const std::vector<int32_t>& tokens, const SamplingParams& sampling,
-               uint64_t replaces = 0);
+               uint64_t replaces) override;
   // Ends an open handoff now; Poll reports nothing more for it.
-  void Abort(uint64_t handoff_id, const std::string& reason);
+  void Abort(uint64_t handoff_id, const std::string& reason) override;
 
-  struct Outcome {
-    uint64_t handoff_id = 0;
-    Status status;  // not OK: the handoff failed
-    // The failure was the link's or the peer's refusal, not the data's: the
-    // request may be re-placed on another prefill engine.
-    bool retryable = false;
-    transfer::HandoffReceiver::Ready ready;  // when OK
-  };
   // Handles everything that arrived, heartbeats, liveness, reconnects and
   // deadlines; returns the handoffs that ended since the last call.
-  std::vector<Outcome> Poll();
+  std::vector<Outcome> Poll() override;
 
   // True while at least one prefill engine link is up.
-  bool healthy() const;
+  bool healthy() const override;
+  Counters counters() const override;
   std::string problem() const;
   const transfer::ReceiverStats& stats() const { return receiver_->stats(); }
   // Handoffs begun and not yet committed, failed or acknowledged as aborted.
@@ -166,5 +162,19 @@ class RemotePrefill {
   std::condition_variable stop_cv_;
   std::thread heartbeat_thread_;
 };
+
+// The decode role's options (serve --prefill ...).
+struct DecodeOptions {
+  std::string prefill_addresses;  // "host:port", comma-separated
+  transfer::VerifyMode verify = transfer::VerifyMode::kAll;
+  transfer::TransportKind transport = transfer::TransportKind::kAuto;
+  std::chrono::milliseconds peer_timeout{5000};      // a prefill engine silent this long is declared dead
+  std::chrono::milliseconds handoff_timeout{60000};  // destination sent -> Commit, before the handoff is aborted
+};
+
+// The decode role of an engine built with `engine`: its pool memory and its
+// links to the prefill engines (pass it as Engine::Role::decode).
+StatusOr<std::unique_ptr<RemotePrompts>> ConnectPrefillEngines(const Model& model, const EngineOptions& engine,
+                                                               const DecodeOptions& options);
 
 }  // namespace tandem

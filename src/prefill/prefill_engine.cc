@@ -24,11 +24,10 @@ uint64_t Micros(Clock::duration d) {
 }  // namespace
 
 StatusOr<std::unique_ptr<PrefillEngine>> PrefillEngine::Create(const Model& model, PrefillOptions options) {
-  if (!options.engine.prefill_address.empty()) return InvalidArgument("a prefill engine has no prefill engines of its own");
   if (options.max_queue < 1) return InvalidArgument("the prefill queue must hold at least one handoff");
   options.engine.max_waiting = int32_t(std::min<size_t>(options.max_queue, 1 << 30));
   auto p = std::unique_ptr<PrefillEngine>(new PrefillEngine(model, options));
-  TANDEM_ASSIGN_OR_RETURN(p->engine_, Engine::Create(model, p->options_.engine, p.get()));
+  TANDEM_ASSIGN_OR_RETURN(p->engine_, Engine::Create(model, p->options_.engine, Engine::Role{p.get(), nullptr}));
   const CacheSpec& spec = p->engine_->cache_spec();
   p->layout_fingerprint_ = CacheLayout(spec.registry, int(model.config().n_layers),
                                        (p->options_.engine.cache_tokens + kPageTokens - 1) / kPageTokens)

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "decode/remote_prefill.h"
 #include "model/tokenizer.h"
 #include "runtime/stop_strings.h"
 
@@ -53,35 +52,16 @@ struct Engine::Sequence {
   int64_t l2_pages_before_prefetch = 0;
 };
 
-StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineOptions& options,
-                                                 PrefillSink* sink) {
+StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineOptions& options, Role role) {
   if (options.max_running < 1 || options.max_waiting < 0 || options.chunk_size < 1 ||
       options.max_batch_tokens < 1 || options.cache_tokens < kPageTokens) {
     return InvalidArgument("engine options out of range (max-running, chunk-size, max-batch-tokens >= 1; cache >= one page)");
   }
   TANDEM_ASSIGN_OR_RETURN(CacheSpec spec, MakeCacheSpec(model.config(), options.attention));
-  std::unique_ptr<RemotePrefill> remote;
+  if (role.prefill && role.decode) return InvalidArgument("an engine cannot be both prefill and decode role");
   const bool tiers = options.tiers.host_pages > 0 || options.tiers.host_bytes > 0;
-  const std::string weights = !options.prefill_address.empty() || tiers ? WeightsIdentity(model) : "";
-  if (sink && !options.prefill_address.empty()) return InvalidArgument("an engine cannot be both prefill and decode role");
-  if (!options.prefill_address.empty()) {
-    const CacheLayout layout(spec.registry, int(model.config().n_layers),
-                             (options.cache_tokens + kPageTokens - 1) / kPageTokens);
-    RemotePrefillOptions ro;
-    for (size_t begin = 0; begin <= options.prefill_address.size();) {
-      const size_t comma = std::min(options.prefill_address.find(',', begin), options.prefill_address.size());
-      if (comma > begin) ro.addresses.push_back(options.prefill_address.substr(begin, comma - begin));
-      begin = comma + 1;
-    }
-    ro.pool_bytes = size_t(layout.TotalBytes());
-    ro.layout_fingerprint = layout.Fingerprint();
-    ro.weights_identity = weights;
-    ro.transport = options.transport;
-    ro.peer_timeout = options.peer_timeout;
-    ro.heartbeat_interval = std::max(std::chrono::milliseconds(20), options.peer_timeout / 5);
-    TANDEM_ASSIGN_OR_RETURN(remote, RemotePrefill::Connect(std::move(ro)));
-  }
-  auto engine = std::unique_ptr<Engine>(new Engine(model, options, std::move(spec), std::move(remote), sink));
+  const std::string weights = tiers ? WeightsIdentity(model) : "";
+  auto engine = std::unique_ptr<Engine>(new Engine(model, options, std::move(spec), std::move(role)));
   if (tiers) {
     if (!engine->index_) return InvalidArgument("cache tiers need the prefix cache (drop --no-prefix-cache)");
     TANDEM_ASSIGN_OR_RETURN(engine->tiers_, TieredCache::Create(*engine->pool_, engine->spec_.registry, options.tiers,
@@ -96,29 +76,22 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
   return engine;
 }
 
-Engine::Engine(const Model& model, const EngineOptions& options, CacheSpec spec,
-               std::unique_ptr<RemotePrefill> remote, PrefillSink* sink)
+Engine::Engine(const Model& model, const EngineOptions& options, CacheSpec spec, Role role)
     : model_(model),
       options_(options),
       spec_(std::move(spec)),
       context_tokens_(options.context_tokens > 0 ? options.context_tokens : model.config().context_length),
       threads_(options.threads),
-      remote_(std::move(remote)),
-      sink_(sink),
+      remote_(std::move(role.decode)),
+      sink_(role.prefill),
       pool_(remote_ ? std::make_unique<PagePool>(spec_.registry, int(model.config().n_layers),
                                                  (options.cache_tokens + kPageTokens - 1) / kPageTokens,
-                                                 remote_->arena())
+                                                 remote_->PoolMemory())
                     : std::make_unique<PagePool>(spec_.registry, int(model.config().n_layers),
                                                  (options.cache_tokens + kPageTokens - 1) / kPageTokens)),
       index_(options.prefix_cache ? std::make_unique<PrefixIndex>(*pool_) : nullptr),
       forward_(model, spec_, threads_) {
-  if (remote_) {
-    transfer::ReceiverOptions ro;
-    ro.vocab_size = model.config().vocab_size;
-    ro.deadlines.waiting_for_input = options.handoff_timeout;
-    ro.verify = options.verify;
-    remote_->Attach(*pool_, index_.get(), ro);
-  }
+  if (remote_) remote_->Attach(*pool_, index_.get());
   loop_alive_ = true;
 }
 
@@ -373,7 +346,7 @@ void Engine::Admit() {
         // Waiting for pages has a deadline of its own (Bootstrapping).
         const auto now = Clock::now();
         if (seq.page_wait_since == Clock::time_point{}) seq.page_wait_since = now;
-        const auto limit = transfer::HandoffDeadlines{}.bootstrapping;
+        const auto limit = options_.page_wait;
         if (now - seq.page_wait_since < limit) break;  // retry when pages free up
         st = ResourceExhausted("no cache pages came free for this prompt within " + std::to_string(limit.count()) +
                                " ms: " + st.message());
@@ -524,9 +497,9 @@ void Engine::Step() {
 // Committed handoffs become runnable sequences whose first token is already
 // sampled; failed ones fail their request (never serving its tokens).
 void Engine::PollRemote() {
-  for (RemotePrefill::Outcome& o : remote_->Poll()) {
+  for (RemotePrompts::Outcome& o : remote_->Poll()) {
     auto it = std::find_if(running_.begin(), running_.end(),
-                           [&](const auto& s) { return s->awaiting && s->handoff == o.handoff_id; });
+                           [&](const auto& s) { return s->awaiting && s->handoff == o.id; });
     if (it == running_.end()) {
       if (o.status.ok()) pool_->Release(o.ready.pages);  // its request is gone
       continue;
@@ -536,9 +509,9 @@ void Engine::PollRemote() {
     if (!o.status.ok()) {
       if (o.retryable && s.placements < options_.max_placements && remote_->healthy() && !s.handle->cancelled()) {
         std::fprintf(stderr, "tandem decode: handoff %llu failed (%s): placing its request again\n",
-                     (unsigned long long)o.handoff_id, o.status.message().c_str());
+                     (unsigned long long)o.id, o.status.message().c_str());
         s.replace = true;  // back to the queue; Admit begins a new handoff
-        s.replaces = o.handoff_id;
+        s.replaces = o.id;
         metrics_.handoff_replacements.Increment();
         continue;
       }
@@ -560,8 +533,8 @@ void Engine::PollRemote() {
     metrics_.handoff_commit_wait.Observe(std::max(0.0, wait - compute - transfer));
     Emit(s, o.ready.first_token);
   }
-  // Receiver counters -> Prometheus (counters only move forward).
-  const transfer::ReceiverStats& r = remote_->stats();
+  // Decode-role counters -> Prometheus (counters only move forward).
+  const RemotePrompts::Counters r = remote_->counters();
   auto advance = [](prometheus::Counter& c, int64_t now, int64_t& seen) {
     if (now > seen) c.Increment(double(now - seen));
     seen = now;
@@ -572,12 +545,12 @@ void Engine::PollRemote() {
   advance(metrics_.handoffs_verified, r.verified, seen_.verified);
   advance(metrics_.handoff_digest_mismatches, r.digest_mismatches, seen_.digest_mismatches);
   metrics_.handoff_quarantined_pages.Set(double(r.quarantined_pages));
-  metrics_.handoffs_in_flight.Set(double(remote_->open_handoffs()));
+  metrics_.handoffs_in_flight.Set(double(r.in_flight));
   link_healthy_ = remote_->healthy();
-  metrics_.prefill_links_up.Set(double(remote_->links_up()));
-  advance(metrics_.prefill_link_reconnects, remote_->reconnects(), seen_reconnects_);
-  advance(metrics_.prefill_links_declared_dead, remote_->peers_declared_dead(), seen_links_dead_);
-  advance(metrics_.prefill_affinity_hits, remote_->affinity_hits(), seen_affinity_hits_);
+  metrics_.prefill_links_up.Set(double(r.links_up));
+  advance(metrics_.prefill_link_reconnects, r.reconnects, seen_.reconnects);
+  advance(metrics_.prefill_links_declared_dead, r.links_declared_dead, seen_.links_declared_dead);
+  advance(metrics_.prefill_affinity_hits, r.affinity_hits, seen_.affinity_hits);
   // Re-placed requests go back to the head of the queue, in their order.
   for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
     if ((*it)->replace) {

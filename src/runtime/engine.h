@@ -28,9 +28,8 @@
 #include "prefix/tiers.h"
 #include "runtime/engine_metrics.h"
 #include "runtime/prefill_sink.h"
+#include "runtime/remote_prompts.h"
 #include "runtime/request.h"
-#include "transfer/handoff_receiver.h"
-#include "transfer/transport_kind.h"
 
 namespace tandem {
 
@@ -45,17 +44,12 @@ struct EngineOptions {
   bool prefix_cache = true;
   std::chrono::milliseconds request_timeout{600'000};
   int threads = 2;
-  // Disaggregated decode: prompts are prefilled by the prefill engines at these
-  // UCX addresses ("host:port", comma-separated, used round-robin) and handed
-  // off; empty = colocated.
-  std::string prefill_address;
-  transfer::VerifyMode verify = transfer::VerifyMode::kAll;
-  transfer::TransportKind transport = transfer::TransportKind::kAuto;
-  std::chrono::milliseconds peer_timeout{5000};  // a prefill engine silent this long is declared dead
-  std::chrono::milliseconds handoff_timeout{60000};  // destination sent -> Commit, before the handoff is aborted
-  // A handoff that fails for its link's or peer's sake is re-placed on another
-  // prefill engine (new reservation, new handoff id) up to this many times.
+  // Decode role: a prompt whose remote prefill fails for the link's or the
+  // peer's sake is placed again (new reservation, new attempt id) up to this
+  // many times in all.
   int32_t max_placements = 3;
+  // Decode role: how long a request may wait for pages to begin its remote prefill.
+  std::chrono::milliseconds page_wait{30'000};
   // Host (L2) and disk (L3) tiers under the prefix cache; off when host_pages is 0.
   TierOptions tiers;
 };
@@ -71,11 +65,19 @@ struct EngineStats {
 
 class Engine {
  public:
-  // With a sink the engine runs in the prefill role: each request's prompt is
-  // computed (batched with others), streamed to the sink layer by layer, and
-  // ends with its first token (runtime/prefill_sink.h).
-  static StatusOr<std::unique_ptr<Engine>> Create(const Model& model, const EngineOptions& options,
-                                                  PrefillSink* sink = nullptr);
+  // The role, at most one of: a sink (prefill role: each request's prompt is
+  // computed, batched with others, streamed to the sink layer by layer, and
+  // ends with its first token; runtime/prefill_sink.h) or remote prompts
+  // (decode role: each prompt is computed elsewhere and its cache lands in
+  // this engine's pool; runtime/remote_prompts.h). Neither: colocated.
+  struct Role {
+    PrefillSink* prefill = nullptr;
+    std::unique_ptr<RemotePrompts> decode;
+  };
+  static StatusOr<std::unique_ptr<Engine>> Create(const Model& model, const EngineOptions& options, Role role);
+  static StatusOr<std::unique_ptr<Engine>> Create(const Model& model, const EngineOptions& options) {
+    return Create(model, options, Role{});
+  }
   ~Engine();  // stops the loop, cancelling whatever is left
 
   // Queues a request. Fails with ResourceExhausted when the waiting queue is
@@ -105,8 +107,7 @@ class Engine {
 
  private:
   struct Sequence;
-  Engine(const Model& model, const EngineOptions& options, CacheSpec spec,
-         std::unique_ptr<class RemotePrefill> remote, PrefillSink* sink);
+  Engine(const Model& model, const EngineOptions& options, CacheSpec spec, Role role);
   void PollRemote();
   void Loop();
   void TakeNewRequests();
@@ -130,7 +131,7 @@ class Engine {
   const CacheSpec spec_;
   const int64_t context_tokens_;
   ThreadPool threads_;
-  std::unique_ptr<class RemotePrefill> remote_;  // disaggregated decode only; owns the pool memory
+  std::unique_ptr<RemotePrompts> remote_;  // decode role only; owns the pool memory
   PrefillSink* const sink_;                      // prefill role only
   std::unique_ptr<PagePool> pool_;
   std::unique_ptr<PrefixIndex> index_;
@@ -155,8 +156,7 @@ class Engine {
 
   std::atomic<bool> stopping_{false};
   std::atomic<bool> link_healthy_{true};
-  transfer::ReceiverStats seen_;  // loop thread: receiver counters already exported
-  int64_t seen_reconnects_ = 0, seen_links_dead_ = 0, seen_affinity_hits_ = 0;  // loop thread: link counters already exported
+  RemotePrompts::Counters seen_;  // loop thread: decode-role counters already exported
   double handoff_seconds_total_ = 0, request_seconds_total_ = 0;  // loop thread
   uint64_t next_handoff_ = 1;  // loop thread
   std::atomic<bool> loop_alive_{false};

@@ -8,22 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "common/sampling_params.h"
 #include "common/status.h"
 
 namespace tandem {
-
-struct SamplingParams {
-  float temperature = 0.0f;  // <= 0: greedy
-  int32_t top_k = 0;         // 0: off
-  float top_p = 1.0f;        // 1: off
-  float min_p = 0.0f;        // 0: off
-  float repetition_penalty = 1.0f;
-  int32_t repeat_last_n = 64;
-  uint64_t seed = 0;
-
-  // Rejects out-of-range values with a message naming the parameter.
-  Status Validate() const;
-};
 
 // Uniform in [0, 1) from (seed, position); 24 random bits.
 float CounterUniform(uint64_t seed, int64_t position);

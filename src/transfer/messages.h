@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "runtime/sampler.h"
+#include "common/sampling_params.h"
 
 namespace tandem {
 

@@ -12,7 +12,7 @@
 
 #include "support/test_models.h"
 #include "transfer/faulty.h"
-#include "transfer/handoff_receiver.h"
+#include "decode/handoff_receiver.h"
 #include "transfer/handshake.h"
 #include "transfer/loopback.h"
 

@@ -10,7 +10,7 @@
 
 #include "prefill/prefill_engine.h"
 #include "support/test_models.h"
-#include "transfer/handoff_receiver.h"
+#include "decode/handoff_receiver.h"
 #include "transfer/handshake.h"
 #include "transfer/loopback.h"
 

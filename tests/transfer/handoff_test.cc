@@ -15,7 +15,7 @@
 #include "runtime/generator.h"
 #include "support/test_models.h"
 #include "transfer/faulty.h"
-#include "transfer/handoff_receiver.h"
+#include "decode/handoff_receiver.h"
 #include "transfer/handshake.h"
 #include "transfer/loopback.h"
 #include "transfer/ucx.h"

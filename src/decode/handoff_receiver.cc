@@ -1,4 +1,4 @@
-#include "transfer/handoff_receiver.h"
+#include "decode/handoff_receiver.h"
 
 #include <algorithm>
 
