@@ -33,7 +33,7 @@ for _ in $(seq 1 600); do
   sleep 0.2
 done
 [ -n "$port" ] || { cat "$log"; echo "the servers did not start in 120 s" >&2; exit 1; }
-grep -E "^\[(prefill|decode|router)\] tandem" "$log" || true
+grep -E "^\[(prefill|decode|router)\] .* info  tandem (prefill|serve|router):" "$log" || true
 
 echo "== tandem bench agentic --preset small (sweep ${TANDEM_DEMO_SWEEP:-8,16,32,64} sessions) =="
 status=0

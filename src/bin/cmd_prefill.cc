@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "bin/commands.h"
+#include "common/log.h"
 #include "bin/tier_flags.h"
 #include "bin/model_options.h"
 #include "kernels/cpu.h"
@@ -28,6 +29,8 @@ struct PrefillArgs {
   int32_t chunk_size = 512;
   int32_t max_batch_tokens = 2048;
   int32_t max_running = 32;
+  std::string prefill_order = "arrival";
+  std::string log_level = "info";
   bool unsafe_early_commit = false;
   int64_t debug_put_delay_us = 0;
   double debug_bit_flip_rate = 0;
@@ -40,21 +43,25 @@ struct PrefillArgs {
 };
 
 int RunPrefill(PrefillArgs& a) {
+  if (!StartLog("prefill", a.log_level)) return 2;
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   auto model = a.model.Load();
-  if (!model.ok()) return std::fprintf(stderr, "error: %s\n", model.status().ToString().c_str()), 1;
+  if (!model.ok()) return TLOG_ERROR("error: %s\n", model.status().ToString().c_str()), 1;
   auto attention = ParseAttentionOptions(a.attention, a.index_k_dtype, a.top_k);
-  if (!attention.ok()) return std::fprintf(stderr, "error: %s\n", attention.status().ToString().c_str()), 1;
+  if (!attention.ok()) return TLOG_ERROR("error: %s\n", attention.status().ToString().c_str()), 1;
   PrefillOptions po;
   po.engine.attention = *attention;
   po.engine.cache_tokens = a.cache_tokens;
   po.engine.chunk_size = a.chunk_size;
   po.engine.max_batch_tokens = a.max_batch_tokens;
   po.engine.max_running = a.max_running;
+  auto order = ParsePrefillOrder(a.prefill_order);
+  if (!order.ok()) return TLOG_ERROR("error: %s\n", order.status().message().c_str()), 1;
+  po.engine.prefill_order = *order;
   po.engine.prefix_cache = !a.no_prefix_cache;
   po.engine.threads = a.model.threads;
   po.engine.request_timeout = std::chrono::hours(24);  // each handoff's own time budget is its deadline
@@ -62,10 +69,10 @@ int RunPrefill(PrefillArgs& a) {
   po.peer_timeout = std::chrono::milliseconds(a.peer_timeout_ms);
   po.heartbeat_interval = std::chrono::milliseconds(std::max<int64_t>(20, a.peer_timeout_ms / 5));
   auto tiers = a.tiers.Resolve();
-  if (!tiers.ok()) return std::fprintf(stderr, "error: %s\n", tiers.status().ToString().c_str()), 1;
+  if (!tiers.ok()) return TLOG_ERROR("error: %s\n", tiers.status().ToString().c_str()), 1;
   po.engine.tiers = *tiers;
   auto created = PrefillEngine::Create(**model, po);
-  if (!created.ok()) return std::fprintf(stderr, "error: %s\n", created.status().ToString().c_str()), 1;
+  if (!created.ok()) return TLOG_ERROR("error: %s\n", created.status().ToString().c_str()), 1;
   PrefillEngine& worker = **created;
   // Declared before the transport: its threads may call the handlers below until it is gone.
   transfer::FaultPlan faults;
@@ -77,28 +84,26 @@ int RunPrefill(PrefillArgs& a) {
     // by the flush the Commit waits for.
     auto index_k = worker.engine().cache_spec().registry.Find("index_k");
     if (!index_k.ok()) {
-      return std::fprintf(stderr, "error: --debug-unsafe-early-commit needs sparse attention (an index-K buffer)\n"), 1;
+      return TLOG_ERROR("error: --debug-unsafe-early-commit needs sparse attention (an index-K buffer)\n"), 1;
     }
     faults.unflushed_sources = worker.engine().BufferMemory(*index_k);
-    std::fprintf(stderr,
-                 "WARNING: --debug-unsafe-early-commit: index-K writes are NOT covered by the flush before each "
+    TLOG_WARN("WARNING: --debug-unsafe-early-commit: index-K writes are NOT covered by the flush before each "
                  "commit. Decode engines may read index-K before it lands. This reproduces a production "
                  "corruption bug on purpose; never use it outside tests.\n");
   }
   const bool inject = a.debug_put_delay_us > 0 || a.debug_bit_flip_rate > 0 || a.debug_wedge_after_messages >= 0 ||
                       a.unsafe_early_commit;
   if (inject) {
-    std::fprintf(stderr,
-                 "WARNING: injecting transfer faults (put delay %lld us, bit flip rate %g, wedge after %lld "
+    TLOG_WARN("WARNING: injecting transfer faults (put delay %lld us, bit flip rate %g, wedge after %lld "
                  "messages): tests only\n",
                  (long long)a.debug_put_delay_us, a.debug_bit_flip_rate, (long long)a.debug_wedge_after_messages);
   }
   std::mutex wrapped_mu;
   std::map<transfer::Connection*, std::shared_ptr<transfer::Connection>> wrapped;  // guarded by wrapped_mu
   auto lanes = transfer::ParseTransportKind(a.transport);
-  if (!lanes.ok()) return std::fprintf(stderr, "error: %s\n", lanes.status().message().c_str()), 1;
+  if (!lanes.ok()) return TLOG_ERROR("error: %s\n", lanes.status().message().c_str()), 1;
   auto transport = transfer::MakeTransport(*lanes);
-  if (!transport.ok()) return std::fprintf(stderr, "error: %s\n", transport.status().ToString().c_str()), 1;
+  if (!transport.ok()) return TLOG_ERROR("error: %s\n", transport.status().ToString().c_str()), 1;
   Status st = (*transport)->Listen(a.host + ":" + std::to_string(a.port), [&](std::shared_ptr<transfer::Connection> c) {
     transfer::ConnectionHandlers h;
     std::shared_ptr<transfer::Connection> use = c;
@@ -131,8 +136,8 @@ int RunPrefill(PrefillArgs& a) {
     };
     return h;
   });
-  if (!st.ok()) return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
-  std::fprintf(stderr, "tandem prefill: %s, handoffs at %s://%s:%d (%s kernels, %s attention, layout %s, instance %llu)\n",
+  if (!st.ok()) return TLOG_ERROR("error: %s\n", st.ToString().c_str()), 1;
+  TLOG_INFO("tandem prefill: %s, handoffs at %s://%s:%d (%s kernels, %s attention, layout %s, instance %llu)\n",
                (*model)->config().name.c_str(), *lanes == transfer::TransportKind::kTcp ? "tcp" : "ucx",
                a.host.c_str(), (*transport)->listen_port(),
                kernels::IsaName(kernels::ActiveIsa()), a.attention.c_str(), worker.layout_fingerprint().c_str(),
@@ -142,8 +147,7 @@ int RunPrefill(PrefillArgs& a) {
   worker.Stop();  // no thread of it touches a connection once the transport goes
   const auto s = worker.stats();
   const EngineStats e = worker.engine().Stats();
-  std::fprintf(stderr,
-               "tandem prefill: stopping (%lld committed, %lld aborted, %lld failed, %lld pages in use, %lld held by "
+  TLOG_INFO("tandem prefill: stopping (%lld committed, %lld aborted, %lld failed, %lld pages in use, %lld held by "
                "the prefix cache; %lld of %lld prompt tokens served from it: prefix hit rate %.1f%%)\n",
                (long long)s.committed, (long long)s.aborted, (long long)s.failed, (long long)s.pages_in_use,
                (long long)s.cached_pages, (long long)s.cached_tokens, (long long)e.prompt_tokens,
@@ -166,6 +170,9 @@ void RegisterPrefill(CLI::App& app) {
   cmd->add_option("--chunk-size", a->chunk_size, "Prefill tokens of one prompt per step")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--max-batch-tokens", a->max_batch_tokens, "Prefill tokens of all prompts together per step")
       ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--prefill-order", a->prefill_order,
+                  "Which prompts' chunks a step serves first: arrival (bounds the tail) or shortest (the oldest, then "
+                  "shortest remaining: lower median time to first token)");
   cmd->add_option("--max-running", a->max_running, "Prompts scheduled together (each holds its pages until handed off)")
       ->check(CLI::Range(1, 4096));
   cmd->add_flag("--debug-unsafe-early-commit", a->unsafe_early_commit,
@@ -180,6 +187,7 @@ void RegisterPrefill(CLI::App& app) {
                   "A decode engine silent this long is declared dead and its connection closed")
       ->check(CLI::Range(int64_t(100), int64_t(3600) * 1000));
   a->tiers.AddTo(cmd);
+  AddLogLevel(cmd, &a->log_level);
   cmd->add_option("--debug-wedge-after-messages", a->debug_wedge_after_messages,
                   "Tests only: after sending this many messages on a connection, send none (commits and abort "
                   "acknowledgements never arrive: a wedged engine that stays connected)")

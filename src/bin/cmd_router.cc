@@ -5,12 +5,14 @@
 #include <memory>
 
 #include "bin/commands.h"
+#include "common/log.h"
 #include "router/router.h"
 
 namespace tandem::cli {
 
 void RegisterRouter(CLI::App& app) {
   auto o = std::make_shared<RouterOptions>();
+  auto level = std::make_shared<std::string>("info");
   CLI::App* cmd = app.add_subcommand("router", "Route OpenAI requests to disaggregated decode servers");
   cmd->add_option("--host", o->host, "Address to listen on");
   cmd->add_option("--port", o->port, "Port (0: any free port)")->check(CLI::Range(0, 65535));
@@ -18,7 +20,9 @@ void RegisterRouter(CLI::App& app) {
       ->delimiter(',')
       ->required();
   cmd->add_option("--request-timeout", o->request_timeout_s, "Seconds before an upstream request is abandoned");
-  cmd->callback([o] {
+  AddLogLevel(cmd, level.get());
+  cmd->callback([o, level] {
+    if (!StartLog("router", *level)) return SetExitCode(2);
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
@@ -27,16 +31,16 @@ void RegisterRouter(CLI::App& app) {
     signal(SIGPIPE, SIG_IGN);
     Router router(*o);
     if (Status st = router.Start(); !st.ok()) {
-      std::fprintf(stderr, "error: %s\n", st.ToString().c_str());
+      TLOG_ERROR("error: %s\n", st.ToString().c_str());
       SetExitCode(1);
       return;
     }
-    std::fprintf(stderr, "tandem router: http://%s:%d -> %zu decode backend(s)\n", o->host.c_str(), router.port(),
+    TLOG_INFO("tandem router: http://%s:%d -> %zu decode backend(s)\n", o->host.c_str(), router.port(),
                  o->backends.size());
     int sig = 0;
     sigwait(&set, &sig);
     router.Stop();
-    std::fprintf(stderr, "tandem router: stopped\n");
+    TLOG_INFO("tandem router: stopped\n");
   });
 }
 

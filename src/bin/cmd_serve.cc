@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "bin/commands.h"
+#include "common/log.h"
 #include "bin/tier_flags.h"
 #include "bin/disagg_launcher.h"
 #include "bin/model_options.h"
@@ -22,6 +23,8 @@ struct ServeArgs {
   ServerOptions server;
   EngineOptions engine;
   DecodeOptions decode;  // the decode role, with --prefill
+  std::string prefill_order = "arrival";
+  std::string log_level = "info";
   std::string attention = "dense", index_k_dtype = "fp8";
   double request_timeout_s = 600, shutdown_timeout_s = 30;
   bool no_prefix_cache = false;
@@ -53,9 +56,10 @@ DisaggLaunch LaunchFor(const ServeArgs& a) {
   if (!a.server.model_id.empty()) l.decode_args.insert(l.decode_args.end(), {"--model-id", a.server.model_id});
   if (a.engine.context_tokens > 0) l.decode_args.insert(l.decode_args.end(), {"--ctx-size", std::to_string(a.engine.context_tokens)});
   if (a.no_prefix_cache) l.decode_args.push_back("--no-prefix-cache");
-  l.prefill_args = {"--chunk-size", std::to_string(a.engine.chunk_size)};
+  l.prefill_args = {"--chunk-size", std::to_string(a.engine.chunk_size), "--prefill-order", a.prefill_order};
   l.decode_args.insert(l.decode_args.end(), {"--handoff-timeout-ms", std::to_string(a.handoff_timeout_ms)});
   l.transport_tcp = a.transport == "tcp";
+  for (auto* side : {&l.prefill_args, &l.decode_args, &l.router_args}) side->insert(side->end(), {"--log-level", a.log_level});
   for (auto* side : {&l.prefill_args, &l.decode_args}) {
     side->insert(side->end(), {"--transport", a.transport, "--peer-timeout-ms", std::to_string(a.peer_timeout_ms)});
   }
@@ -93,6 +97,7 @@ Status ApplyTierFlags(ServeArgs& a) {
 }
 
 int RunServe(ServeArgs& a) {
+  if (!StartLog(a.disagg ? "disagg" : !a.decode.prefill_addresses.empty() ? "decode" : "serve", a.log_level)) return 2;
   if (a.disagg) return RunDisagg(LaunchFor(a));
   // Block the signals in every thread; the main thread takes them with sigwait.
   sigset_t set;
@@ -103,24 +108,27 @@ int RunServe(ServeArgs& a) {
   signal(SIGPIPE, SIG_IGN);
   auto model = a.model.Load();
   if (!model.ok()) {
-    std::fprintf(stderr, "error: %s\n", model.status().ToString().c_str());
+    TLOG_ERROR("error: %s\n", model.status().ToString().c_str());
     return 1;
   }
   auto attention = ParseAttentionOptions(a.attention, a.index_k_dtype, a.engine.attention.top_k);
   if (!attention.ok()) {
-    std::fprintf(stderr, "error: %s\n", attention.status().ToString().c_str());
+    TLOG_ERROR("error: %s\n", attention.status().ToString().c_str());
     return 1;
   }
   a.engine.attention = *attention;
   if (Status st = ApplyTierFlags(a); !st.ok()) {
-    std::fprintf(stderr, "error: %s\n", st.ToString().c_str());
+    TLOG_ERROR("error: %s\n", st.ToString().c_str());
     return 1;
   }
   a.engine.threads = a.model.threads;
+  auto order = ParsePrefillOrder(a.prefill_order);
+  if (!order.ok()) return TLOG_ERROR("error: %s\n", order.status().message().c_str()), 1;
+  a.engine.prefill_order = *order;
   a.engine.prefix_cache = !a.no_prefix_cache;
   a.engine.request_timeout = std::chrono::milliseconds(int64_t(a.request_timeout_s * 1000));
   auto lanes = transfer::ParseTransportKind(a.transport);
-  if (!lanes.ok()) return std::fprintf(stderr, "error: %s\n", lanes.status().message().c_str()), 1;
+  if (!lanes.ok()) return TLOG_ERROR("error: %s\n", lanes.status().message().c_str()), 1;
   a.decode.transport = *lanes;
   a.decode.peer_timeout = std::chrono::milliseconds(a.peer_timeout_ms);
   a.decode.handoff_timeout = std::chrono::milliseconds(a.handoff_timeout_ms);
@@ -131,7 +139,7 @@ int RunServe(ServeArgs& a) {
   } else if (a.verify == "all") {
     a.decode.verify = transfer::VerifyMode::kAll;
   } else {
-    std::fprintf(stderr, "error: --verify-handoff must be off, sample or all, not '%s'\n", a.verify.c_str());
+    TLOG_ERROR("error: --verify-handoff must be off, sample or all, not '%s'\n", a.verify.c_str());
     return 1;
   }
   Engine::Role role;
@@ -139,30 +147,30 @@ int RunServe(ServeArgs& a) {
     // The decode role: prompts are computed by the prefill engines and handed off.
     auto remote = ConnectPrefillEngines(**model, a.engine, a.decode);
     if (!remote.ok()) {
-      std::fprintf(stderr, "error: %s\n", remote.status().ToString().c_str());
+      TLOG_ERROR("error: %s\n", remote.status().ToString().c_str());
       return 1;
     }
     role.decode = std::move(remote).value();
   }
   auto engine = Engine::Create(**model, a.engine, std::move(role));
   if (!engine.ok()) {
-    std::fprintf(stderr, "error: %s\n", engine.status().ToString().c_str());
+    TLOG_ERROR("error: %s\n", engine.status().ToString().c_str());
     return 1;
   }
   HttpServer server(**engine, **model, a.server);
   if (Status st = server.Start(); !st.ok()) {
-    std::fprintf(stderr, "error: %s\n", st.ToString().c_str());
+    TLOG_ERROR("error: %s\n", st.ToString().c_str());
     return 1;
   }
-  std::fprintf(stderr, "tandem serve: %s on http://%s:%d (%s kernels, %d threads, %lld cache tokens, %s attention)\n",
+  TLOG_INFO("tandem serve: %s on http://%s:%d (%s kernels, %d threads, %lld cache tokens, %s attention)\n",
                (*model)->config().name.c_str(), a.server.host.c_str(), server.port(),
                kernels::IsaName(kernels::ActiveIsa()), a.model.threads, (long long)a.engine.cache_tokens,
                a.attention.c_str());
   const int sig = WaitForSignal();
-  std::fprintf(stderr, "tandem serve: signal %d, draining in-flight requests\n", sig);
+  TLOG_INFO("tandem serve: signal %d, draining in-flight requests\n", sig);
   (*engine)->Shutdown(std::chrono::milliseconds(int64_t(a.shutdown_timeout_s * 1000)));
   server.Stop();
-  std::fprintf(stderr, "tandem serve: stopped\n");
+  TLOG_INFO("tandem serve: stopped\n");
   return 0;
 }
 
@@ -181,6 +189,9 @@ void RegisterServe(CLI::App& app) {
   cmd->add_option("--max-running", a->engine.max_running, "Sequences in the decode batch")->check(CLI::Range(1, 4096));
   cmd->add_option("--max-waiting", a->engine.max_waiting, "Queued requests before 429")->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--chunk-size", a->engine.chunk_size, "Prefill tokens per sequence per step")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--prefill-order", a->prefill_order,
+                  "Which prompts' chunks a step serves first: arrival (bounds the tail) or shortest (the oldest, "
+                  "then shortest remaining: lower median time to first token); with --disagg, the prefill engine's");
   cmd->add_option("--max-batch-tokens", a->engine.max_batch_tokens, "Tokens per step")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--request-timeout", a->request_timeout_s, "Seconds before a request is failed")->check(CLI::PositiveNumber);
   cmd->add_option("--shutdown-timeout", a->shutdown_timeout_s, "Seconds to drain on SIGTERM")->check(CLI::NonNegativeNumber);
@@ -205,6 +216,7 @@ void RegisterServe(CLI::App& app) {
   cmd->add_flag("--debug-unsafe-early-commit", a->unsafe_early_commit,
                 "With --disagg, UNSAFE, tests only: the prefill engine commits before index-K is flushed");
   a->tiers.AddTo(cmd);
+  AddLogLevel(cmd, &a->log_level);
   cmd->add_option("--debug-put-delay-us", a->debug_put_delay_us,
                   "With --disagg, tests only: the prefill engine delays every page write")
       ->check(CLI::NonNegativeNumber);

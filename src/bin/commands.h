@@ -4,6 +4,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <string>
+
 namespace tandem::cli {
 
 void RegisterCommands(CLI::App& app);
@@ -18,6 +20,11 @@ void RegisterHandoffBench(CLI::App& bench);
 void RegisterPrefillBench(CLI::App& bench);
 void RegisterAgenticBench(CLI::App& bench);
 void RegisterVerify(CLI::App& app);
+
+// --log-level for a server command; StartLog sets the process's role and
+// level (common/log.h) and says what was wrong with a bad level.
+void AddLogLevel(CLI::App* cmd, std::string* level);
+bool StartLog(const std::string& role, const std::string& level);
 
 void SetExitCode(int code);
 int ExitCode();

@@ -1,4 +1,5 @@
 #include "bin/disagg_launcher.h"
+#include "common/log.h"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -125,7 +126,7 @@ int RunDisagg(const DisaggLaunch& l) {
       "prefill", Concat(Concat(Concat({"prefill", "--host", loop, "--port", "0"}, l.model_args), l.attention_args), l.prefill_args),
       "handoffs at " + std::string(l.transport_tcp ? "tcp" : "ucx") + "://" + loop + ":");
   const int prefill_port = prefill->WaitPort(120);
-  if (prefill_port <= 0) return std::fprintf(stderr, "tandem serve --disagg: the prefill engine did not start\n"), 1;
+  if (prefill_port <= 0) return TLOG_ERROR("tandem serve --disagg: the prefill engine did not start\n"), 1;
   auto decode = std::make_unique<Child>(
       "decode",
       Concat(Concat(Concat({"serve", "--host", loop, "--port", "0", "--prefill", loop + ":" + std::to_string(prefill_port)},
@@ -134,19 +135,20 @@ int RunDisagg(const DisaggLaunch& l) {
              l.decode_args),
       "http://" + loop + ":");
   const int decode_port = decode->WaitPort(120);
-  if (decode_port <= 0) return std::fprintf(stderr, "tandem serve --disagg: the decode server did not start\n"), 1;
+  if (decode_port <= 0) return TLOG_ERROR("tandem serve --disagg: the decode server did not start\n"), 1;
   auto router = std::make_unique<Child>(
       "router",
-      std::vector<std::string>{"router", "--host", l.host, "--port", std::to_string(l.port), "--decode",
-                               loop + ":" + std::to_string(decode_port)},
+      Concat({"router", "--host", l.host, "--port", std::to_string(l.port), "--decode",
+              loop + ":" + std::to_string(decode_port)},
+             l.router_args),
       "http://" + l.host + ":");
   const int router_port = router->WaitPort(60);
-  if (router_port <= 0) return std::fprintf(stderr, "tandem serve --disagg: the router did not start\n"), 1;
-  std::fprintf(stderr, "tandem serve --disagg: router at http://%s:%d (decode :%d, prefill ucx :%d)\n", l.host.c_str(),
+  if (router_port <= 0) return TLOG_ERROR("tandem serve --disagg: the router did not start\n"), 1;
+  TLOG_INFO("tandem serve --disagg: router at http://%s:%d (decode :%d, prefill ucx :%d)\n", l.host.c_str(),
                router_port, decode_port, prefill_port);
   int sig = 0;
   sigwait(&set, &sig);
-  std::fprintf(stderr, "tandem serve --disagg: stopping router, decode, prefill\n");
+  TLOG_INFO("tandem serve --disagg: stopping router, decode, prefill\n");
   router.reset();
   decode.reset();
   prefill.reset();

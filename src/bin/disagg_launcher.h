@@ -15,6 +15,7 @@ struct DisaggLaunch {
   std::vector<std::string> attention_args;  // --attention, --topk, --index-k-dtype (both engines)
   std::vector<std::string> decode_args;     // engine options for the decode server
   std::vector<std::string> prefill_args;    // --chunk-size, --debug-unsafe-early-commit ...
+  std::vector<std::string> router_args;     // --log-level
   bool transport_tcp = false;               // --transport tcp (the prefill engine's address says tcp://)
 };
 

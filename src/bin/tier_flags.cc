@@ -1,4 +1,5 @@
 #include "bin/tier_flags.h"
+#include "common/log.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -60,12 +61,12 @@ StatusOr<TierOptions> TierFlags::Resolve() const {
   t.prefetch_deadline = std::chrono::milliseconds(prefetch_timeout_ms);
   t.debug_copy_delay = std::chrono::microseconds(debug_copy_delay_us);
   if (debug_copy_delay_us > 0) {
-    std::fprintf(stderr, "WARNING: the cache-tier copy engine sleeps %lld us per layer: tests only\n",
+    TLOG_WARN("WARNING: the cache-tier copy engine sleeps %lld us per layer: tests only\n",
                  (long long)debug_copy_delay_us);
   }
   if (debug_ungated_index_k) {
     t.debug_ungated_buffer = "index_k";
-    std::fprintf(stderr, "WARNING: --debug-ungated-index-k: loads from L2 open each layer's gate BEFORE its index-K "
+    TLOG_WARN("WARNING: --debug-ungated-index-k: loads from L2 open each layer's gate BEFORE its index-K "
                          "has landed (the production bug): tests only\n");
   }
   return t;

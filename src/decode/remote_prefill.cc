@@ -1,4 +1,5 @@
 #include "decode/remote_prefill.h"
+#include "common/log.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -37,16 +38,16 @@ StatusOr<std::unique_ptr<RemotePrefill>> RemotePrefill::Connect(RemotePrefillOpt
 }
 
 void RemotePrefill::RunHeartbeats() {
-  std::unique_lock<std::mutex> lock(mu_);
+  UniqueLock lock(mu_);
   while (!stop_) {
-    stop_cv_.wait_for(lock, options_.heartbeat_interval, [&] { return stop_; });
+    stop_cv_.wait_for(lock.native(), options_.heartbeat_interval, [&]() REQUIRES(mu_) { return stop_; });
     for (auto& [link, c] : beating_) (void)c->Send(Heartbeat{instance_id_}.Encode());
   }
 }
 
 RemotePrefill::~RemotePrefill() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stop_ = true;
     beating_.clear();
   }
@@ -70,9 +71,9 @@ void RemotePrefill::Attach(PagePool& pool, PrefixIndex* index) {
   };
   while (connecting() && Clock::now() < until) {
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      arrived_.wait_until(lock, std::min(until, Clock::now() + std::chrono::milliseconds(50)),
-                          [&] { return !inbox_.empty(); });
+      UniqueLock lock(mu_);
+      arrived_.wait_until(lock.native(), std::min(until, Clock::now() + std::chrono::milliseconds(50)),
+                          [&]() REQUIRES(mu_) { return !inbox_.empty(); });
     }
     (void)Poll();  // nothing can have begun yet: no outcomes
   }
@@ -100,7 +101,7 @@ void RemotePrefill::Reconnect(size_t i, Clock::time_point now) {
   transfer::ConnectionHandlers h;
   h.on_message = [this, i](transfer::Connection& c, std::vector<uint8_t> m) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       Arrival a;
       a.link = i;
       a.connection_id = c.id();
@@ -111,7 +112,7 @@ void RemotePrefill::Reconnect(size_t i, Clock::time_point now) {
   };
   h.on_close = [this, i](transfer::Connection& c, const Status& why) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       inbox_.push_back({i, c.id(), {}, true, why.code() == StatusCode::kDeadlineExceeded,
                         why.code() == StatusCode::kNotFound, why.code() == StatusCode::kAborted, why.message()});
     }
@@ -131,7 +132,7 @@ void RemotePrefill::Reconnect(size_t i, Clock::time_point now) {
   link.connection = std::move(conn).value();
   link.connection_id = link.connection->id();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     beating_[i] = link.connection;
   }
   link.prefill_instance = 0;  // until its Hello
@@ -218,7 +219,7 @@ void RemotePrefill::LinkDown(size_t i, const std::string& why, bool peer_gone) {
   Link& link = links_[i];
   const auto now = Clock::now();
   if (why != link.logged) {  // a peer that stays away is not logged at every retry
-    std::fprintf(stderr, "tandem decode: prefill engine %s unavailable: %s\n", link.address.c_str(), why.c_str());
+    TLOG_WARN("tandem decode: prefill engine %s unavailable: %s\n", link.address.c_str(), why.c_str());
     link.logged = why;
   }
   link.state = LinkState::kDown;
@@ -228,7 +229,7 @@ void RemotePrefill::LinkDown(size_t i, const std::string& why, bool peer_gone) {
   if (link.connection) {
     link.connection->Close();
     link.connection.reset();
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     beating_.erase(i);
   }
   if (peer_gone || transport_->close_fences_peer_writes()) {
@@ -262,7 +263,7 @@ void RemotePrefill::OnHello(size_t i, const std::vector<uint8_t>& bytes) {
                             std::to_string(hello->peer_instance_id) + ")");
   }
   if (!st.ok()) {
-    std::fprintf(stderr, "tandem decode: refusing the prefill engine %s: %s\n", link.address.c_str(),
+    TLOG_WARN("tandem decode: refusing the prefill engine %s: %s\n", link.address.c_str(),
                  st.message().c_str());
     link.backoff = options_.reconnect_max;  // it will not change by itself soon
     LinkDown(i, st.message());
@@ -288,7 +289,7 @@ void RemotePrefill::OnHello(size_t i, const std::vector<uint8_t>& bytes) {
 
 void RemotePrefill::LinkUp(size_t i) {
   Link& link = links_[i];
-  std::fprintf(stderr, "tandem decode: prefill engine %s (instance %llu) is up\n", link.address.c_str(),
+  TLOG_INFO("tandem decode: prefill engine %s (instance %llu) is up\n", link.address.c_str(),
                (unsigned long long)link.prefill_instance);
   link.state = LinkState::kUp;
   link.probation = false;
@@ -325,12 +326,12 @@ void RemotePrefill::Handle(const Arrival& a, std::vector<Outcome>& out) {
   if (!type.ok() && link.state == LinkState::kConnecting) {
     // Its first message is unreadable (another wire version, or not tandem): a refused handshake.
     const std::string why = "refusing the prefill engine: its handshake is unreadable: " + type.status().message();
-    std::fprintf(stderr, "tandem decode: %s: %s\n", link.address.c_str(), why.c_str());
+    TLOG_INFO("tandem decode: %s: %s\n", link.address.c_str(), why.c_str());
     link.backoff = options_.reconnect_max;
     return LinkDown(a.link, why);
   }
   if (!type.ok()) {
-    std::fprintf(stderr, "tandem decode: dropping a malformed message from %s: %s\n", link.address.c_str(),
+    TLOG_WARN("tandem decode: dropping a malformed message from %s: %s\n", link.address.c_str(),
                  type.status().ToString().c_str());
     return;
   }
@@ -344,7 +345,7 @@ void RemotePrefill::Handle(const Arrival& a, std::vector<Outcome>& out) {
   if (*type == MessageType::kCommit) {
     auto commit = Commit::Decode(a.bytes);
     if (!commit.ok()) {
-      std::fprintf(stderr, "tandem decode: bad commit from %s: %s\n", link.address.c_str(),
+      TLOG_WARN("tandem decode: bad commit from %s: %s\n", link.address.c_str(),
                    commit.status().ToString().c_str());
       return;  // no trustworthy id: that handoff ends at its deadline
     }
@@ -427,7 +428,7 @@ void RemotePrefill::KeepAlive(Clock::time_point now) {
 std::vector<RemotePrompts::Outcome> RemotePrefill::Poll() {
   std::deque<Arrival> inbox;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     inbox.swap(inbox_);
   }
   std::vector<Outcome> out;

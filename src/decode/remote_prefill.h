@@ -32,6 +32,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/mutex.h"
 #include "common/placement.h"
 #include "model/cache_spec.h"
 #include "decode/handoff_receiver.h"
@@ -152,13 +153,13 @@ class RemotePrefill : public RemotePrompts {
   AffinityMap affinity_;        // prompt prefixes (page chain keys) -> the link that computed them
   int64_t affinity_hits_ = 0;   // handoffs placed where a prefix of theirs was computed
   int64_t reconnects_ = 0, peers_declared_dead_ = 0;
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable arrived_;
-  std::deque<Arrival> inbox_;  // guarded by mu_
+  std::deque<Arrival> inbox_ GUARDED_BY(mu_);
   // The heartbeat thread's view: connections of links not down. Its own
   // thread, so a slow engine step never makes us look dead to a prefill engine.
-  std::map<size_t, std::shared_ptr<transfer::Connection>> beating_;  // guarded by mu_
-  bool stop_ = false;                                                 // guarded by mu_
+  std::map<size_t, std::shared_ptr<transfer::Connection>> beating_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
   std::condition_variable stop_cv_;
   std::thread heartbeat_thread_;
 };

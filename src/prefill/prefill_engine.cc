@@ -1,4 +1,5 @@
 #include "prefill/prefill_engine.h"
+#include "common/log.h"
 
 #include <cstdio>
 
@@ -46,7 +47,7 @@ PrefillEngine::~PrefillEngine() { Stop(); }
 
 PrefillEngine::Stats PrefillEngine::stats() const {
   const EngineStats e = engine_->Stats();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Stats s = stats_;
   s.connections = int64_t(peers_.size());
   s.in_flight = int64_t(handoffs_.size());
@@ -63,7 +64,7 @@ void PrefillEngine::Refuse(transfer::Connection& c, uint64_t handoff_id, const s
 }
 
 void PrefillEngine::OnAccept(std::shared_ptr<transfer::Connection> connection) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Peer& peer = peers_[connection->id()];
   peer.connection = std::move(connection);
   peer.last_heard = Clock::now();  // silent from here on counts too
@@ -77,7 +78,7 @@ void PrefillEngine::OnHello(Peer& peer, const std::vector<uint8_t>& bytes) {
   const Hello mine{"prefill", layout_fingerprint_, weights_identity_, instance_id_, theirs};
   Status st = hello.ok() ? transfer::CheckHello(mine, *hello) : hello.status();
   if (!st.ok()) {
-    std::fprintf(stderr, "tandem prefill: refusing decode engine %llu: %s\n", (unsigned long long)theirs,
+    TLOG_WARN("tandem prefill: refusing decode engine %llu: %s\n", (unsigned long long)theirs,
                  st.message().c_str());
     (void)peer.connection->Send(mine.Encode());  // the decode side checks too, and reports
     ++stats_.peers_closed;
@@ -104,7 +105,7 @@ void PrefillEngine::OnHello(Peer& peer, const std::vector<uint8_t>& bytes) {
 
 void PrefillEngine::OnMessage(std::shared_ptr<transfer::Connection> connection, const std::vector<uint8_t>& bytes) {
   auto type = PeekType(bytes);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = peers_.find(connection->id());
   if (it == peers_.end() || !connection->alive() || stop_) return;  // dropped: its handoffs are already gone
   Peer& peer = it->second;
@@ -112,7 +113,7 @@ void PrefillEngine::OnMessage(std::shared_ptr<transfer::Connection> connection, 
   if (!type.ok() && !peer.hello_ok) {
     // A first message we cannot read (another wire version, or not tandem): a
     // refused handshake, said plainly (our Hello names our version), not a silent drop.
-    std::fprintf(stderr, "tandem prefill: refusing a decode engine whose first message is unreadable: %s\n",
+    TLOG_WARN("tandem prefill: refusing a decode engine whose first message is unreadable: %s\n",
                  type.status().ToString().c_str());
     (void)connection->Send(Hello{"prefill", layout_fingerprint_, weights_identity_, instance_id_, 0}.Encode());
     ++stats_.peers_closed;
@@ -120,7 +121,7 @@ void PrefillEngine::OnMessage(std::shared_ptr<transfer::Connection> connection, 
     return;
   }
   if (!type.ok()) {
-    std::fprintf(stderr, "tandem prefill: dropping a malformed message: %s\n", type.status().ToString().c_str());
+    TLOG_WARN("tandem prefill: dropping a malformed message: %s\n", type.status().ToString().c_str());
     return;
   }
   switch (*type) {
@@ -143,7 +144,7 @@ void PrefillEngine::OnDestination(Peer& peer, const std::shared_ptr<transfer::Co
   auto d = Destination::Decode(bytes);
   if (!d.ok()) {
     // Without a valid message there is no id to answer; the decode side's deadline ends it.
-    std::fprintf(stderr, "tandem prefill: bad destination: %s\n", d.status().ToString().c_str());
+    TLOG_WARN("tandem prefill: bad destination: %s\n", d.status().ToString().c_str());
     return;
   }
   const uint64_t id = d->handoff_id;
@@ -213,7 +214,7 @@ void PrefillEngine::OnAbort(const std::shared_ptr<transfer::Connection>& connect
 }
 
 void PrefillEngine::OnClose(uint64_t connection_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   DropPeerLocked(connection_id);
 }
 
@@ -249,7 +250,7 @@ bool PrefillEngine::MayAnswerLocked(uint64_t decode_instance, uint64_t connectio
 }
 
 void PrefillEngine::AnswerDeferredHellosLocked() {
-  std::erase_if(deferred_hellos_, [&](const auto& d) {
+  std::erase_if(deferred_hellos_, [&](const auto& d) REQUIRES(mu_) {
     if (!d.first->alive()) return true;
     if (!MayAnswerLocked(d.second.peer_instance_id, d.first->id())) return false;
     (void)d.first->Send(d.second.Encode());
@@ -258,9 +259,9 @@ void PrefillEngine::AnswerDeferredHellosLocked() {
 }
 
 void PrefillEngine::RunHeartbeats() {
-  std::unique_lock<std::mutex> lock(mu_);
+  UniqueLock lock(mu_);
   while (!stop_) {
-    cv_.wait_for(lock, options_.heartbeat_interval, [&] { return stop_; });
+    cv_.wait_for(lock.native(), options_.heartbeat_interval, [&]() REQUIRES(mu_) { return stop_; });
     if (stop_) return;
     const auto now = Clock::now();
     std::vector<std::shared_ptr<transfer::Connection>> silent;
@@ -272,7 +273,7 @@ void PrefillEngine::RunHeartbeats() {
       }
     }
     for (auto& c : silent) {
-      std::fprintf(stderr, "tandem prefill: decode engine on connection %llu silent for more than %lld ms: closing\n",
+      TLOG_WARN("tandem prefill: decode engine on connection %llu silent for more than %lld ms: closing\n",
                    (unsigned long long)c->id(), (long long)options_.peer_timeout.count());
       DropPeerLocked(c->id());  // closes it; its handoffs end
     }
@@ -286,7 +287,7 @@ void PrefillEngine::RunHeartbeats() {
 }
 
 std::shared_ptr<PrefillEngine::Handoff> PrefillEngine::Find(uint64_t request) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = handoffs_.find(request);
   return it == handoffs_.end() ? nullptr : it->second;
 }
@@ -363,7 +364,7 @@ bool PrefillEngine::OnPrefilled(uint64_t request, std::span<const int32_t> promp
   commit.digests = DigestPages(pool, pages, d.skip_tokens, int64_t(prompt.size()));
   commit.compute_us = Micros(flush_start - (h->compute_start == Clock::time_point{} ? flush_start : h->compute_start));
   commit.transfer_us = Micros(flush_end - flush_start);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (h->handle->cancelled()) return false;  // an Abort came first: acknowledged in OnEnd
   Status sent = h->connection->Send(commit.Encode());
   if (!sent.ok()) {
@@ -383,7 +384,7 @@ void PrefillEngine::BeforeRelease(uint64_t request) {
 }
 
 void PrefillEngine::OnEnd(uint64_t request, const Status& status) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = handoffs_.find(request);
   if (it == handoffs_.end()) return;
   std::shared_ptr<Handoff> h = std::move(it->second);
@@ -396,7 +397,7 @@ void PrefillEngine::OnEnd(uint64_t request, const Status& status) {
   } else if (!h->fenced) {
     // We cannot prove our writes landed: never acknowledge. Closing the
     // endpoint is what frees the decode side's pages.
-    std::fprintf(stderr, "tandem prefill: handoff %llu ended (%s) without a confirmed flush: closing connection %llu\n",
+    TLOG_WARN("tandem prefill: handoff %llu ended (%s) without a confirmed flush: closing connection %llu\n",
                  (unsigned long long)id, why.ToString().c_str(), (unsigned long long)h->connection->id());
     ++stats_.peers_closed;
     DropPeerLocked(h->connection->id());  // closes it, under mu_: no late AbortAck goes out first
@@ -415,7 +416,7 @@ void PrefillEngine::OnEnd(uint64_t request, const Status& status) {
       reason = "the prefill engine is stopping";
     }
     ++stats_.failed;
-    std::fprintf(stderr, "tandem prefill: handoff %llu failed: %s\n", (unsigned long long)id, reason.c_str());
+    TLOG_WARN("tandem prefill: handoff %llu failed: %s\n", (unsigned long long)id, reason.c_str());
     (void)h->connection->Send(Abort{id, reason}.Encode());
   }
   // Its writes flushed, or its connection closed: answer the Hellos that
@@ -425,7 +426,7 @@ void PrefillEngine::OnEnd(uint64_t request, const Status& status) {
 
 void PrefillEngine::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (stop_) return;
     stop_ = true;  // no new handoffs
   }

@@ -20,15 +20,16 @@
 //
 // Threads: transport threads call OnAccept/OnMessage/OnClose; the engine's
 // loop thread calls the PrefillSink methods; one heartbeat thread. mu_ guards
-// the links and the handoff table; page writes and flushes run outside it.
+// the links and the handoff table (GUARDED_BY, checked by clang's
+// -Wthread-safety); page writes and flushes run outside it.
 #pragma once
 
 #include <condition_variable>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <thread>
 
+#include "common/mutex.h"
 #include "runtime/engine.h"
 #include "transfer/messages.h"
 #include "transfer/transport.h"
@@ -53,11 +54,11 @@ class PrefillEngine : public PrefillSink {
   void Stop();
 
   // Transport thread: a decode engine connected (it must say Hello within the peer timeout).
-  void OnAccept(std::shared_ptr<transfer::Connection> connection);
+  void OnAccept(std::shared_ptr<transfer::Connection> connection) EXCLUDES(mu_);
   // Transport thread: a message from the decode engine on `connection`.
-  void OnMessage(std::shared_ptr<transfer::Connection> connection, const std::vector<uint8_t>& bytes);
+  void OnMessage(std::shared_ptr<transfer::Connection> connection, const std::vector<uint8_t>& bytes) EXCLUDES(mu_);
   // Transport thread: `connection` is gone; its handoffs end (no write of it can land any more).
-  void OnClose(uint64_t connection_id);
+  void OnClose(uint64_t connection_id) EXCLUDES(mu_);
 
   std::string layout_fingerprint() const { return layout_fingerprint_; }
   uint64_t instance_id() const { return instance_id_; }
@@ -75,14 +76,14 @@ class PrefillEngine : public PrefillSink {
     int64_t cached_tokens = 0;  // prompt tokens not computed because they were cached
   };
   // The engine's counts as of its last step (exact when idle).
-  Stats stats() const;
+  Stats stats() const EXCLUDES(mu_);
 
   // PrefillSink: the engine's loop thread.
-  void OnLayer(int layer, std::span<const PrefilledChunk> chunks, PagePool& pool) override;
+  void OnLayer(int layer, std::span<const PrefilledChunk> chunks, PagePool& pool) override EXCLUDES(mu_);
   bool OnPrefilled(uint64_t request, std::span<const int32_t> prompt, std::span<const int32_t> pages,
-                   int32_t first_token, PagePool& pool) override;
-  void BeforeRelease(uint64_t request) override;
-  void OnEnd(uint64_t request, const Status& status) override;
+                   int32_t first_token, PagePool& pool) override EXCLUDES(mu_);
+  void BeforeRelease(uint64_t request) override EXCLUDES(mu_);
+  void OnEnd(uint64_t request, const Status& status) override EXCLUDES(mu_);
 
  private:
   struct Peer {
@@ -109,19 +110,19 @@ class PrefillEngine : public PrefillSink {
     transfer::Clock::time_point compute_start{};  // loop: its first layer written
   };
   PrefillEngine(const Model& model, PrefillOptions options);
-  void RunHeartbeats();
+  void RunHeartbeats() EXCLUDES(mu_);
   Status PutLayer(Handoff& h, int layer, int64_t first_token, int64_t end_token,
                   std::span<const int32_t> pages, PagePool& pool);
-  std::shared_ptr<Handoff> Find(uint64_t request);
-  // REQUIRES mu_ held (all below).
-  void OnHello(Peer& peer, const std::vector<uint8_t>& bytes);
+  std::shared_ptr<Handoff> Find(uint64_t request) EXCLUDES(mu_);
+  void OnHello(Peer& peer, const std::vector<uint8_t>& bytes) REQUIRES(mu_);
   void OnDestination(Peer& peer, const std::shared_ptr<transfer::Connection>& connection,
-                     const std::vector<uint8_t>& bytes);
-  void OnAbort(const std::shared_ptr<transfer::Connection>& connection, const std::vector<uint8_t>& bytes);
-  bool MayAnswerLocked(uint64_t decode_instance, uint64_t connection_id);
-  void AnswerDeferredHellosLocked();
-  void Refuse(transfer::Connection& c, uint64_t handoff_id, const std::string& why);
-  void DropPeerLocked(uint64_t connection_id);
+                     const std::vector<uint8_t>& bytes) REQUIRES(mu_);
+  void OnAbort(const std::shared_ptr<transfer::Connection>& connection, const std::vector<uint8_t>& bytes)
+      REQUIRES(mu_);
+  bool MayAnswerLocked(uint64_t decode_instance, uint64_t connection_id) REQUIRES(mu_);
+  void AnswerDeferredHellosLocked() REQUIRES(mu_);
+  void Refuse(transfer::Connection& c, uint64_t handoff_id, const std::string& why) REQUIRES(mu_);
+  void DropPeerLocked(uint64_t connection_id) REQUIRES(mu_);
 
   const Model& model_;
   const PrefillOptions options_;
@@ -129,19 +130,19 @@ class PrefillEngine : public PrefillSink {
   const std::string weights_identity_;
   std::string layout_fingerprint_;
   std::unique_ptr<Engine> engine_;  // its loop thread calls the sink methods
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable cv_;
-  std::map<uint64_t, Peer> peers_;                                  // by connection id; guarded by mu_
-  std::map<uint64_t, std::shared_ptr<Handoff>> handoffs_;           // by request id; guarded by mu_
-  std::map<std::pair<uint64_t, uint64_t>, uint64_t> by_peer_;       // (connection, handoff id) -> request; mu_
+  std::map<uint64_t, Peer> peers_ GUARDED_BY(mu_);                           // by connection id
+  std::map<uint64_t, std::shared_ptr<Handoff>> handoffs_ GUARDED_BY(mu_);    // by request id
+  std::map<std::pair<uint64_t, uint64_t>, uint64_t> by_peer_ GUARDED_BY(mu_);  // (connection, handoff id) -> request
   // Hellos answered once no handoff of an earlier connection of the same
-  // decode instance is left. Guarded by mu_.
-  std::vector<std::pair<std::shared_ptr<transfer::Connection>, Hello>> deferred_hellos_;
+  // decode instance is left.
+  std::vector<std::pair<std::shared_ptr<transfer::Connection>, Hello>> deferred_hellos_ GUARDED_BY(mu_);
   // Closed connections of each decode instance not yet released (puts of them
-  // may still land). Guarded by mu_.
-  std::map<uint64_t, std::vector<std::shared_ptr<transfer::Connection>>> closing_;
-  bool stop_ = false;  // guarded by mu_
-  Stats stats_;        // guarded by mu_
+  // may still land).
+  std::map<uint64_t, std::vector<std::shared_ptr<transfer::Connection>>> closing_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
+  Stats stats_ GUARDED_BY(mu_);
   std::thread heartbeat_thread_;
 };
 

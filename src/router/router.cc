@@ -75,7 +75,7 @@ Router::Backend* Router::Pick(uint64_t conversation) {
     load.push_back(b->in_flight->load());
     usable.push_back(b->healthy.load());
   }
-  std::lock_guard<std::mutex> lock(place_mu_);
+  MutexLock lock(place_mu_);
   const int preferred = conversation != 0 ? affinity_.Find(conversation) : -1;
   const int i = PickTarget(load, usable, preferred, &next_);
   if (i < 0) return nullptr;

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/placement.h"
 #include "common/status.h"
 
@@ -66,9 +67,9 @@ class Router {
 
   RouterOptions options_;
   std::vector<std::unique_ptr<Backend>> backends_;
-  std::mutex place_mu_;
-  size_t next_ = 0;            // guarded by place_mu_
-  AffinityMap affinity_;       // guarded by place_mu_: conversation -> backend index
+  Mutex place_mu_;
+  size_t next_ GUARDED_BY(place_mu_) = 0;
+  AffinityMap affinity_ GUARDED_BY(place_mu_);  // conversation -> backend index
   std::atomic<int64_t> affinity_hits_{0};
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> unavailable_{0};

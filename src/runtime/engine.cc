@@ -1,4 +1,5 @@
 #include "runtime/engine.h"
+#include "common/log.h"
 
 #include <xxhash.h>
 
@@ -51,6 +52,12 @@ struct Engine::Sequence {
   bool prefetched = false;       // the L3 prefetch was tried (never twice)
   int64_t l2_pages_before_prefetch = 0;
 };
+
+StatusOr<PrefillOrder> ParsePrefillOrder(const std::string& name) {
+  if (name == "arrival") return PrefillOrder::kArrival;
+  if (name == "shortest") return PrefillOrder::kShortestFirst;
+  return InvalidArgument("--prefill-order must be arrival or shortest, not '" + name + "'");
+}
 
 StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineOptions& options, Role role) {
   if (options.max_running < 1 || options.max_waiting < 0 || options.chunk_size < 1 ||
@@ -118,7 +125,7 @@ std::vector<std::pair<const uint8_t*, size_t>> Engine::BufferMemory(CacheBufferI
 
 void Engine::Shutdown(std::chrono::milliseconds drain) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!stopping_.exchange(true)) drain_deadline_ = Clock::now() + drain;
   }
   wake_.notify_all();
@@ -152,7 +159,7 @@ StatusOr<std::shared_ptr<RequestHandle>> Engine::Submit(RequestSpec spec) {
   seq->spec = std::move(spec);
   std::shared_ptr<RequestHandle> handle;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (stopping_) return Unavailable("the server is shutting down");
     if (int64_t(incoming_.size()) + published_.waiting >= options_.max_waiting) {
       return ResourceExhausted("too many requests are waiting (" + std::to_string(options_.max_waiting) +
@@ -167,7 +174,7 @@ StatusOr<std::shared_ptr<RequestHandle>> Engine::Submit(RequestSpec spec) {
 }
 
 EngineStats Engine::Stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   EngineStats s = published_;
   s.healthy = Healthy();
   return s;
@@ -178,7 +185,7 @@ void Engine::Loop() {
     TakeNewRequests();
     bool drain_over = false;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       drain_over = stopping_ && Clock::now() >= drain_deadline_;
     }
     if (drain_over) {
@@ -200,17 +207,17 @@ void Engine::Loop() {
     Admit();
     if (running_.empty()) {
       PublishStats();
-      std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait_for(lock, prefetching_.empty() ? std::chrono::milliseconds(50) : std::chrono::milliseconds(1),
-                     [&] { return !incoming_.empty() || stopping_; });
+      UniqueLock lock(mu_);
+      wake_.wait_for(lock.native(), prefetching_.empty() ? std::chrono::milliseconds(50) : std::chrono::milliseconds(1),
+                     [&]() REQUIRES(mu_) { return !incoming_.empty() || stopping_; });
       continue;
     }
     Step();
     PublishStats();
     if (remote_ && std::all_of(running_.begin(), running_.end(), [](const auto& s) { return s->awaiting; })) {
       // Only handoffs in flight: nothing to compute until a commit arrives.
-      std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait_for(lock, std::chrono::microseconds(200));
+      UniqueLock lock(mu_);
+      wake_.wait_for(lock.native(), std::chrono::microseconds(200));
     }
   }
   PublishStats();
@@ -218,7 +225,7 @@ void Engine::Loop() {
 }
 
 void Engine::TakeNewRequests() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   while (!incoming_.empty()) {
     waiting_.push_back(std::move(incoming_.front()));
     incoming_.pop_front();
@@ -414,10 +421,8 @@ void Engine::Step() {
   std::vector<SequenceChunk> batch;
   std::vector<Sequence*> members;
   int64_t budget = options_.max_batch_tokens;
-  // Decode tokens first (one each), then prefill chunks: the oldest prompt's
-  // first (it always progresses), then the others shortest remaining first,
-  // so a short append does not wait behind every long prompt ahead of it.
-  // (Any order gives the same tokens: invariant 5.)
+  // Decode tokens first (one each), then prefill chunks in the configured
+  // order (PrefillOrder). Any order gives the same tokens: invariant 5.
   std::vector<Sequence*> order;
   for (int pass = 0; pass < 2; ++pass) {
     order.clear();
@@ -426,7 +431,7 @@ void Engine::Step() {
       if (!r->awaiting && pending > 0 && (pass == 0) == (pending == 1)) order.push_back(r.get());
     }
     auto remaining = [](const Sequence* x) { return int64_t(x->tokens.size()) - x->computed; };
-    if (pass == 1 && order.size() > 2) {
+    if (pass == 1 && order.size() > 2 && options_.prefill_order == PrefillOrder::kShortestFirst) {
       std::stable_sort(order.begin() + 1, order.end(),
                        [&](const Sequence* x, const Sequence* y) { return remaining(x) < remaining(y); });
     }
@@ -508,7 +513,7 @@ void Engine::PollRemote() {
     s.awaiting = false;
     if (!o.status.ok()) {
       if (o.retryable && s.placements < options_.max_placements && remote_->healthy() && !s.handle->cancelled()) {
-        std::fprintf(stderr, "tandem decode: handoff %llu failed (%s): placing its request again\n",
+        TLOG_WARN("tandem decode: handoff %llu failed (%s): placing its request again\n",
                      (unsigned long long)o.id, o.status.message().c_str());
         s.replace = true;  // back to the queue; Admit begins a new handoff
         s.replaces = o.id;
@@ -685,7 +690,7 @@ void Engine::PublishStats() {
   metrics_.pages_reserved.Set(double(s.pages.reserved));
   metrics_.prefix_cached_pages.Set(double(s.cached_pages));
   if (tiers_) metrics_.PublishTiers(tiers_->stats());
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   published_ = s;
 }
 

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "model/cache_spec.h"
 #include "model/forward.h"
 #include "prefix/prefix_index.h"
@@ -33,6 +34,15 @@
 
 namespace tandem {
 
+// The order in which a step gives prompt chunks their share of the token
+// budget (decode tokens always go first). Outputs never depend on it.
+enum class PrefillOrder {
+  kArrival,         // admission order: bounds the tail (the last prompt of a burst waits for the burst, not more)
+  kShortestFirst,   // the oldest prompt first (it always progresses), then shortest remaining: short appends
+                    // do not wait behind long prompts (lower median time to first token, longer tail)
+};
+StatusOr<PrefillOrder> ParsePrefillOrder(const std::string& name);  // "arrival" | "shortest"
+
 struct EngineOptions {
   AttentionOptions attention;
   int64_t cache_tokens = 65536;   // page pool size, in tokens
@@ -41,6 +51,7 @@ struct EngineOptions {
   int32_t max_waiting = 256;      // queued requests before Submit refuses
   int32_t chunk_size = 8192;      // prefill tokens of one sequence per step
   int32_t max_batch_tokens = 8192;
+  PrefillOrder prefill_order = PrefillOrder::kArrival;
   bool prefix_cache = true;
   std::chrono::milliseconds request_timeout{600'000};
   int threads = 2;
@@ -147,12 +158,12 @@ class Engine {
   std::vector<float> logits_;
   EngineStats counters_;
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable wake_;
-  std::deque<std::unique_ptr<Sequence>> incoming_;  // guarded by mu_
-  EngineStats published_;                           // guarded by mu_
-  uint64_t next_id_ = 1;                            // guarded by mu_
-  std::chrono::steady_clock::time_point drain_deadline_;  // guarded by mu_
+  std::deque<std::unique_ptr<Sequence>> incoming_ GUARDED_BY(mu_);
+  EngineStats published_ GUARDED_BY(mu_);
+  uint64_t next_id_ GUARDED_BY(mu_) = 1;
+  std::chrono::steady_clock::time_point drain_deadline_ GUARDED_BY(mu_);
 
   std::atomic<bool> stopping_{false};
   std::atomic<bool> link_healthy_{true};

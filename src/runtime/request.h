@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "runtime/sampler.h"
 
@@ -60,11 +61,11 @@ class RequestHandle {
 
  private:
   const uint64_t id_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable cv_;
-  std::deque<StreamEvent> events_;  // guarded by mu_
-  bool cancelled_ = false;          // guarded by mu_
-  bool finished_ = false;           // guarded by mu_: a kFinish or kError was pushed
+  std::deque<StreamEvent> events_ GUARDED_BY(mu_);
+  bool cancelled_ GUARDED_BY(mu_) = false;
+  bool finished_ GUARDED_BY(mu_) = false;  // a kFinish or kError was pushed
 };
 
 }  // namespace tandem

@@ -11,7 +11,7 @@ FaultyConnection::FaultyConnection(std::shared_ptr<Connection> inner, FaultPlan 
 
 FaultyConnection::~FaultyConnection() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stop_ = true;
   }
   cv_.notify_all();
@@ -25,9 +25,9 @@ bool FaultyConnection::Draw(double rate) {
 }
 
 Status FaultyConnection::Put(const void* src, size_t bytes, const RemoteKey& key, uint64_t offset) {
-  std::unique_lock<std::mutex> lock(mu_);
+  UniqueLock lock(mu_);
   if (plan_.die_after_puts >= 0 && puts_ >= plan_.die_after_puts) {
-    lock.unlock();
+    lock.Unlock();
     inner_->Close();
     return Unavailable("injected peer death");
   }
@@ -53,7 +53,7 @@ Status FaultyConnection::Put(const void* src, size_t bytes, const RemoteKey& key
     cv_.notify_all();
     return Status::Ok();
   }
-  lock.unlock();
+  lock.Unlock();
   return inner_->Put(src, bytes, key, offset);
 }
 
@@ -66,28 +66,28 @@ bool FaultyConnection::Unflushed(const void* src) const {
 }
 
 void FaultyConnection::RunDelayed() {
-  std::unique_lock<std::mutex> lock(mu_);
+  UniqueLock lock(mu_);
   while (!stop_) {
     if (delayed_.empty() && late_.empty()) {
-      cv_.wait(lock);
+      cv_.wait(lock.native());
       continue;
     }
     // The earlier of the two queues' fronts.
     const bool late = delayed_.empty() || (!late_.empty() && late_.front().ready < delayed_.front().ready);
     std::deque<DelayedPut>& queue = late ? late_ : delayed_;
     if (queue.front().ready == Clock::time_point::max()) {
-      cv_.wait(lock);  // held until a message goes out
+      cv_.wait(lock.native());  // held until a message goes out
       continue;
     }
     if (Clock::now() < queue.front().ready) {
-      cv_.wait_until(lock, queue.front().ready);
+      cv_.wait_until(lock.native(), queue.front().ready);
       continue;
     }
     DelayedPut put = queue.front();
     const uint64_t cleared = clears_;
-    lock.unlock();
+    lock.Unlock();
     Status st = inner_->Put(put.src, put.bytes, put.key, put.offset);
-    lock.lock();
+    lock.Lock();
     if (!st.ok() && delayed_error_.ok() && !late) delayed_error_ = st;
     // Close() may have cleared the queue meanwhile: the front is then another put.
     if (clears_ == cleared) queue.pop_front();
@@ -98,8 +98,8 @@ void FaultyConnection::RunDelayed() {
 Status FaultyConnection::Flush(Clock::time_point deadline) {
   if (plan_.flush_never_confirms) return Status(StatusCode::kDeadlineExceeded, "flush did not confirm (injected fault)");
   {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!cv_.wait_until(lock, deadline, [&] { return delayed_.empty() || stop_; })) {
+    UniqueLock lock(mu_);
+    if (!cv_.wait_until(lock.native(), deadline, [&]() REQUIRES(mu_) { return delayed_.empty() || stop_; })) {
       return Status(StatusCode::kDeadlineExceeded, "flush did not complete before its deadline");
     }
     if (!delayed_error_.ok()) return delayed_error_;
@@ -110,7 +110,7 @@ Status FaultyConnection::Flush(Clock::time_point deadline) {
 Status FaultyConnection::Send(std::vector<uint8_t> message) {
   std::vector<std::vector<uint8_t>> out;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (plan_.drop_messages_after >= 0 && messages_sent_++ >= plan_.drop_messages_after) return Status::Ok();
     if (Draw(plan_.drop_message_rate)) return Status::Ok();
     const bool duplicate = Draw(plan_.duplicate_message_rate);
@@ -132,7 +132,7 @@ Status FaultyConnection::Send(std::vector<uint8_t> message) {
 }
 
 void FaultyConnection::ReleaseLatePuts() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const auto delay = plan_.put_delay.count() > 0 ? plan_.put_delay : std::chrono::microseconds(20000);
   for (DelayedPut& p : late_) {
     if (p.ready == Clock::time_point::max()) p.ready = Clock::now() + delay;
@@ -142,7 +142,7 @@ void FaultyConnection::ReleaseLatePuts() {
 
 void FaultyConnection::Close() {
   inner_->Close();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   delayed_.clear();
   late_.clear();
   ++clears_;
@@ -150,7 +150,7 @@ void FaultyConnection::Close() {
 }
 
 int64_t FaultyConnection::flipped_puts() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return flipped_;
 }
 

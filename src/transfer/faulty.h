@@ -19,6 +19,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/mutex.h"
 #include "transfer/transport.h"
 
 namespace tandem::transfer {
@@ -62,26 +63,28 @@ class FaultyConnection : public Connection {
     RemoteKey key;
     uint64_t offset;
   };
-  bool Draw(double rate);
-  void RunDelayed();
+  bool Draw(double rate) REQUIRES(mu_);
+  void RunDelayed() EXCLUDES(mu_);
   bool Unflushed(const void* src) const;
-  void ReleaseLatePuts();  // a message went out: the held unflushed puts land put_delay later
+  void ReleaseLatePuts() EXCLUDES(mu_);  // a message went out: the held unflushed puts land put_delay later
 
   std::shared_ptr<Connection> inner_;
   const FaultPlan plan_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable cv_;
-  uint64_t draws_ = 0;                          // guarded by mu_
-  int64_t puts_ = 0, flipped_ = 0;              // guarded by mu_
-  int64_t messages_sent_ = 0;                   // guarded by mu_
-  std::deque<DelayedPut> delayed_;              // guarded by mu_
-  std::deque<DelayedPut> late_;                 // guarded by mu_: unflushed puts, not waited for
-  std::deque<std::vector<uint8_t>> late_copies_;  // their bytes; live until Close
-  uint64_t clears_ = 0;                         // guarded by mu_: times Close() emptied delayed_
-  std::deque<std::vector<uint8_t>> corrupted_;  // flipped copies; live until Close
-  std::vector<uint8_t> held_message_;           // reorder: waiting for the next one
-  bool holding_ = false, stop_ = false;
-  Status delayed_error_;
+  uint64_t draws_ GUARDED_BY(mu_) = 0;
+  int64_t puts_ GUARDED_BY(mu_) = 0;
+  int64_t flipped_ GUARDED_BY(mu_) = 0;
+  int64_t messages_sent_ GUARDED_BY(mu_) = 0;
+  std::deque<DelayedPut> delayed_ GUARDED_BY(mu_);
+  std::deque<DelayedPut> late_ GUARDED_BY(mu_);  // unflushed puts, not waited for
+  std::deque<std::vector<uint8_t>> late_copies_ GUARDED_BY(mu_);  // their bytes; live as long as this
+  uint64_t clears_ GUARDED_BY(mu_) = 0;  // times Close() emptied delayed_
+  std::deque<std::vector<uint8_t>> corrupted_ GUARDED_BY(mu_);  // flipped copies; live as long as this
+  std::vector<uint8_t> held_message_ GUARDED_BY(mu_);           // reorder: waiting for the next one
+  bool holding_ GUARDED_BY(mu_) = false;
+  bool stop_ GUARDED_BY(mu_) = false;
+  Status delayed_error_ GUARDED_BY(mu_);
   std::thread thread_;
 };
 

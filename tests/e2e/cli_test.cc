@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "support/server_process.h"
 #include "support/paths.h"
 #include "support/process.h"
 
@@ -63,6 +64,21 @@ TEST_F(Cli, BadInputsGiveClearErrors) {
   auto isa = RunTandem("generate -m " + dir_ + "/bad.gguf --isa neon -p x");
   EXPECT_NE(isa.exit_code, 0);
   EXPECT_NE(isa.output.find("--isa"), std::string::npos) << isa.output;
+}
+
+// Server logs: one line per event with time, role and level (the filter
+// itself: tests/common/log_test.cc); a bad --log-level is refused before
+// anything starts.
+TEST_F(Cli, ServerLogLinesCarryRoleAndLevelAndTheLevelFilters) {
+  auto bad = RunTandem("prefill --log-level chatty --port 0");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--log-level must be debug, info, warn, error or off, not 'chatty'"), std::string::npos)
+      << bad.output;
+  // A router whose only backend is unreachable starts, logs its address at info, and stops on SIGTERM.
+  testing::ServerProcess info({"router", "--decode", "127.0.0.1:1"}, 30, "http://127.0.0.1:");
+  ASSERT_TRUE(info.ok()) << info.Log();
+  EXPECT_EQ(info.Terminate(), 0);
+  EXPECT_NE(info.Log().find(" router info  tandem router: http://127.0.0.1:"), std::string::npos) << info.Log();
 }
 
 TEST_F(Cli, Stories260KFromTheCommandLine) {

@@ -319,7 +319,7 @@ TEST_F(Disagg, ServeDisaggMatchesColocatedAndStopsCleanly) {
   for (int i = 0; i < 12; ++i) EXPECT_EQ(got[size_t(i)].get(), Complete(colocated->port(), Prompt(i), 20)) << i;
   EXPECT_EQ(HttpGet(disagg.port(), "/health").status, 200);
   EXPECT_EQ(disagg.Terminate(), 0) << disagg.Log();
-  EXPECT_NE(disagg.Log().find("[prefill] tandem prefill: stopping (12 committed"), std::string::npos) << disagg.Log();
+  EXPECT_NE(disagg.Log().find(" prefill info  tandem prefill: stopping (12 committed"), std::string::npos) << disagg.Log();
 }
 
 TEST_F(Disagg, DecodeKilledRouterAnswers503ThenRecoversAfterRestart) {
