@@ -1,5 +1,7 @@
 #include "prefix/tiers.h"
 
+#include "prefix/faulty_tiers.h"
+
 #include <xxhash.h>
 
 #include <algorithm>
@@ -74,6 +76,7 @@ StatusOr<std::unique_ptr<TieredCache>> TieredCache::Create(PagePool& l1, const C
     }
     ungated = *b;
   }
+  const bool faulty = options.debug_copy_delay.count() > 0 || ungated >= 0;  // TESTS ONLY: prefix/faulty_tiers.h
   std::string subdir;
   if (!options.disk_dir.empty()) {
     const int64_t file_bytes = int64_t(sizeof(DiskHeader)) + l1.layout().BytesPerPage();
@@ -89,8 +92,8 @@ StatusOr<std::unique_ptr<TieredCache>> TieredCache::Create(PagePool& l1, const C
     fs::create_directories(subdir, ec);
     if (ec) return Unavailable("cannot create the disk cache directory " + subdir + ": " + ec.message());
   }
-  auto t = std::unique_ptr<TieredCache>(new TieredCache(l1, registry, sized, subdir));
-  t->ungated_ = ungated;
+  auto t = faulty ? std::unique_ptr<TieredCache>(new FaultyTieredCache(l1, registry, sized, subdir, ungated))
+                  : std::unique_ptr<TieredCache>(new TieredCache(l1, registry, sized, subdir));
   if (!subdir.empty()) TANDEM_RETURN_IF_ERROR(t->ScanDisk());
   return t;
 }
@@ -147,8 +150,20 @@ void TieredCache::Drain() {
   idle_cv_.wait(lock, [&] { return jobs_.empty() && !busy_; });
 }
 
-void TieredCache::DelayLayer() const {
-  if (options_.debug_copy_delay.count() > 0) std::this_thread::sleep_for(options_.debug_copy_delay);
+int64_t TieredCache::CopyLoad(std::span<const int32_t> src, std::span<const int32_t> dst, LayerGates& gates) {
+  const CacheLayout& layout = l1_.layout();
+  int64_t bytes = 0;
+  for (int l = 0; l < layout.n_layers(); ++l) {
+    // Every registered buffer of this layer, for every page, before its gate opens.
+    for (size_t p = 0; p < src.size(); ++p) {
+      for (CacheBufferId b = 0; b < layout.n_buffers(); ++b) {
+        std::memcpy(l1_.Segment(b, l, dst[p]), host_->Segment(b, l, src[p]), size_t(layout.page_stride(b)));
+        bytes += layout.page_stride(b);
+      }
+    }
+    gates.Open(l);
+  }
+  return bytes;
 }
 
 void TieredCache::Poll() {
@@ -270,29 +285,7 @@ std::shared_ptr<LayerGates> TieredCache::LoadIntoL1(std::vector<int32_t> l2_page
   pending_loads_.push_back(gates);
   Submit([this, gates, src = std::move(l2_pages), dst = std::move(l1_pages)] {
     const auto t0 = Clock::now();
-    const CacheLayout& layout = l1_.layout();
-    int64_t bytes = 0;
-    for (int l = 0; l < layout.n_layers(); ++l) {
-      DelayLayer();
-      // Every registered buffer of this layer, for every page, before its gate opens.
-      for (size_t p = 0; p < src.size(); ++p) {
-        for (CacheBufferId b = 0; b < layout.n_buffers(); ++b) {
-          if (b == ungated_) continue;  // the fault: copied after every gate is open
-          std::memcpy(l1_.Segment(b, l, dst[p]), host_->Segment(b, l, src[p]), size_t(layout.page_stride(b)));
-          bytes += layout.page_stride(b);
-        }
-      }
-      gates->Open(l);
-    }
-    if (ungated_ >= 0) {  // TESTS ONLY (TierOptions::debug_ungated_buffer)
-      for (int l = 0; l < layout.n_layers(); ++l) {
-        DelayLayer();
-        for (size_t p = 0; p < src.size(); ++p) {
-          std::memcpy(l1_.Segment(ungated_, l, dst[p]), host_->Segment(ungated_, l, src[p]),
-                      size_t(layout.page_stride(ungated_)));
-        }
-      }
-    }
+    const int64_t bytes = CopyLoad(src, dst, *gates);
     Unpin(src);
     std::lock_guard<std::mutex> lock(stats_mu_);
     ++stats_.loads;
@@ -568,7 +561,7 @@ std::shared_ptr<TieredCache::Prefetch> TieredCache::PrefetchFromL3(std::span<con
         ++stats_.prefetch_misses;
         break;
       }
-      DelayLayer();
+      BeforeDiskRead();
       if (!ReadDisk(key).ok()) break;
     }
     p->done = true;

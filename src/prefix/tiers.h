@@ -61,9 +61,10 @@ struct TierOptions {
   WritePolicy policy = WritePolicy::kWriteThrough;
   int selective_hits = 2;   // write-through-selective: L1 hits before a page goes to L2
   std::chrono::milliseconds prefetch_deadline{2000};  // L3 -> L2 before the request gives up on it
-  std::chrono::microseconds debug_copy_delay{0};      // tests: the copy engine sleeps this long per layer
-  // TESTS ONLY, the incident's fault: loads open each layer's gate before this
-  // registered buffer (by name, e.g. "index_k") has landed; it is copied last.
+  // TESTS ONLY (either one selects the faulty copy engine, prefix/faulty_tiers.h):
+  std::chrono::microseconds debug_copy_delay{0};  // the copy engine sleeps this long per layer and per L3 page
+  // The incident's fault: loads open each layer's gate before this registered
+  // buffer (by name, e.g. "index_k") has landed; it is copied last.
   std::string debug_ungated_buffer;
 };
 
@@ -84,7 +85,7 @@ class TieredCache {
   static StatusOr<std::unique_ptr<TieredCache>> Create(PagePool& l1, const CacheBufferRegistry& registry,
                                                        const TierOptions& options,
                                                        const std::string& model_identity);
-  ~TieredCache();  // finishes queued work, stops the copy engine
+  virtual ~TieredCache();  // finishes queued work, stops the copy engine
 
   // The pages of `tokens` after the first `from_page` full pages that L2, then
   // L3, hold as one contiguous chain, limited to max_tokens tokens.
@@ -135,6 +136,17 @@ class TieredCache {
   Status CheckAccounting() const;  // every tier's pool/file accounting is consistent
   const TierOptions& options() const { return options_; }
 
+ protected:
+  TieredCache(PagePool& l1, const CacheBufferRegistry& registry, const TierOptions& options, std::string disk_subdir);
+  // Copy engine: copies one load from L2 pages `src` into L1 pages `dst`,
+  // opening gates[l] once every registered buffer of layer l has landed in
+  // every page (invariant 3); returns the bytes copied.
+  virtual int64_t CopyLoad(std::span<const int32_t> src, std::span<const int32_t> dst, LayerGates& gates);
+  // Copy engine: before each L3 page is read.
+  virtual void BeforeDiskRead() {}
+  PagePool& l1() { return l1_; }
+  PagePool& host() { return *host_; }
+
  private:
   struct HostEntry {
     uint64_t key = 0, parent = 0;
@@ -150,10 +162,8 @@ class TieredCache {
     std::list<uint64_t>::iterator lru;
   };
 
-  TieredCache(PagePool& l1, const CacheBufferRegistry& registry, const TierOptions& options, std::string disk_subdir);
   void Submit(std::function<void()> job);
   void RunCopyEngine();
-  void DelayLayer() const;
   // L2, under host_mu_: a new (not ready) entry with a page, evicting LRU
   // unpinned ready entries; nullptr when full of pinned pages.
   HostEntry* ReserveHostLocked(uint64_t key, uint64_t parent, std::span<const int32_t> tokens);
@@ -173,7 +183,6 @@ class TieredCache {
 
   PagePool& l1_;
   const TierOptions options_;
-  CacheBufferId ungated_ = -1;  // options_.debug_ungated_buffer, resolved
   const std::string disk_subdir_;
 
   mutable std::mutex host_mu_;

@@ -19,40 +19,6 @@ double SecondsBetween(Clock::time_point a, Clock::time_point b) {
 
 
 
-// One request inside the engine. tokens = prompt + generated; the cache holds
-// tokens [0, computed); a step computes [computed, tokens.size()) (a prefill
-// chunk, or the one newest token) and, once computed == tokens.size(),
-// samples the next token at position tokens.size().
-struct Engine::Sequence {
-  std::shared_ptr<RequestHandle> handle;
-  RequestSpec spec;
-  std::vector<int32_t> tokens;
-  int64_t prompt_len = 0;
-  int64_t computed = 0;
-  int64_t generated = 0;
-  int64_t cached_prompt_tokens = 0;
-  std::vector<int32_t> pages;
-  std::unique_ptr<StreamDecoder> decoder;
-  std::unique_ptr<StopStringMatcher> stops;
-  Clock::time_point arrival, deadline, last_token;
-  bool started = false;  // a token was streamed
-  bool done = false;
-  uint64_t handoff = 0;   // disaggregated: the handoff bringing this prompt's cache
-  bool awaiting = false;  // disaggregated: waiting for that handoff's commit
-  Clock::time_point handoff_sent, committed_at;
-  double handoff_seconds = 0;
-  int32_t placements = 0;                 // handoffs begun for this request
-  Clock::time_point page_wait_since{};    // waiting for pages to begin a handoff, since
-  bool replace = false;                   // its handoff failed for the link's sake: place it again
-  uint64_t replaces = 0;                  // that failed handoff (another prefill engine is preferred)
-  // Cache tiers: a load of this prompt's prefix from the host tier still
-  // landing (each forward read waits on its layer's gate), and an L3 prefetch.
-  std::shared_ptr<LayerGates> gates;
-  std::shared_ptr<TieredCache::Prefetch> prefetch;
-  bool prefetched = false;       // the L3 prefetch was tried (never twice)
-  int64_t l2_pages_before_prefetch = 0;
-};
-
 StatusOr<PrefillOrder> ParsePrefillOrder(const std::string& name) {
   if (name == "arrival") return PrefillOrder::kArrival;
   if (name == "shortest") return PrefillOrder::kShortestFirst;
@@ -77,6 +43,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
                                                              std::span<const int32_t> tokens, int32_t page) {
       t->OnL1Evict(key, parent, tokens, page);
     });
+    engine->scheduler_.SetTiers(engine->tiers_.get());
     if (engine->remote_) engine->remote_->SetTiers(engine->tiers_.get());
   }
   engine->loop_ = std::thread([e = engine.get()] { e->Loop(); });
@@ -97,7 +64,15 @@ Engine::Engine(const Model& model, const EngineOptions& options, CacheSpec spec,
                     : std::make_unique<PagePool>(spec_.registry, int(model.config().n_layers),
                                                  (options.cache_tokens + kPageTokens - 1) / kPageTokens)),
       index_(options.prefix_cache ? std::make_unique<PrefixIndex>(*pool_) : nullptr),
-      forward_(model, spec_, threads_) {
+      forward_(model, spec_, threads_),
+      scheduler_(options_, *pool_, index_.get(), metrics_, counters_,
+                 Scheduler::Hooks{[this](Sequence& s, Status st) { Fail(s, std::move(st)); },
+                                  [this](Sequence& s, const std::string& why) { Finish(s, why); },
+                                  [this](Sequence& s) { Retire(s); },
+                                  remote_ ? std::function<Status(Sequence&)>([this](Sequence& s) {
+                                    return remote_->Start(s.handoff, s.tokens, s.spec.sampling, s.replaces);
+                                  })
+                                          : nullptr}) {
   if (remote_) remote_->Attach(*pool_, index_.get());
   loop_alive_ = true;
 }
@@ -189,32 +164,32 @@ void Engine::Loop() {
       drain_over = stopping_ && Clock::now() >= drain_deadline_;
     }
     if (drain_over) {
-      for (auto& s : running_) s->handle->Cancel();
-      for (auto& s : waiting_) s->handle->Cancel();
-      for (auto& s : prefetching_) s->handle->Cancel();
+      for (auto& s : scheduler_.running()) s->handle->Cancel();
+      for (auto& s : scheduler_.waiting()) s->handle->Cancel();
+      for (auto& s : scheduler_.prefetching()) s->handle->Cancel();
     }
     DropCancelledAndExpired();
-    if (stopping_ && running_.empty() && waiting_.empty() && prefetching_.empty()) break;
+    if (stopping_ && scheduler_.running().empty() && scheduler_.waiting().empty() && scheduler_.prefetching().empty()) break;
     if (remote_) PollRemote();
     if (tiers_) {
       tiers_->Poll();
       // Prefetched (or out of time): back to the head of the queue.
-      for (auto it = prefetching_.rbegin(); it != prefetching_.rend(); ++it) {
-        if ((*it)->prefetch->Ready()) waiting_.push_front(std::move(*it));
+      for (auto it = scheduler_.prefetching().rbegin(); it != scheduler_.prefetching().rend(); ++it) {
+        if ((*it)->prefetch->Ready()) scheduler_.waiting().push_front(std::move(*it));
       }
-      std::erase_if(prefetching_, [](const auto& s) { return s == nullptr; });
+      std::erase_if(scheduler_.prefetching(), [](const auto& s) { return s == nullptr; });
     }
-    Admit();
-    if (running_.empty()) {
+    scheduler_.Admit();
+    if (scheduler_.running().empty()) {
       PublishStats();
       UniqueLock lock(mu_);
-      wake_.wait_for(lock.native(), prefetching_.empty() ? std::chrono::milliseconds(50) : std::chrono::milliseconds(1),
+      wake_.wait_for(lock.native(), scheduler_.prefetching().empty() ? std::chrono::milliseconds(50) : std::chrono::milliseconds(1),
                      [&]() REQUIRES(mu_) { return !incoming_.empty() || stopping_; });
       continue;
     }
     Step();
     PublishStats();
-    if (remote_ && std::all_of(running_.begin(), running_.end(), [](const auto& s) { return s->awaiting; })) {
+    if (remote_ && std::all_of(scheduler_.running().begin(), scheduler_.running().end(), [](const auto& s) { return s->awaiting; })) {
       // Only handoffs in flight: nothing to compute until a commit arrives.
       UniqueLock lock(mu_);
       wake_.wait_for(lock.native(), std::chrono::microseconds(200));
@@ -227,7 +202,7 @@ void Engine::Loop() {
 void Engine::TakeNewRequests() {
   MutexLock lock(mu_);
   while (!incoming_.empty()) {
-    waiting_.push_back(std::move(incoming_.front()));
+    scheduler_.waiting().push_back(std::move(incoming_.front()));
     incoming_.pop_front();
   }
 }
@@ -243,228 +218,18 @@ void Engine::DropCancelledAndExpired() {
                      "the request exceeded its deadline of " + std::to_string(ms) + " ms"));
     }
   };
-  for (auto& s : running_) check(*s);
-  for (auto& s : waiting_) check(*s);
-  for (auto& s : prefetching_) check(*s);
-  std::erase_if(running_, [](const auto& s) { return s->done; });
-  std::erase_if(waiting_, [](const auto& s) { return s->done; });
-  std::erase_if(prefetching_, [](const auto& s) { return s->done; });
-}
-
-// Pages for tokens [0, tokens) of seq; evicts cached prefixes first, then
-// preempts other sequences. False when even that cannot make room.
-bool Engine::EnsurePages(Sequence& seq, int64_t tokens) {
-  const int64_t need = (tokens + kPageTokens - 1) / kPageTokens - int64_t(seq.pages.size());
-  if (need <= 0) return true;
-  while (pool_->free_pages() < need) {
-    if (index_ && index_->Evict(need - pool_->free_pages()) > 0) continue;
-    if (ReclaimTierCopies()) continue;
-    if (ReleaseWaitingPages(nullptr)) continue;
-    if (!Preempt(&seq)) return false;
-  }
-  auto pages = pool_->Allocate(need);
-  if (!pages.ok()) return false;
-  seq.pages.insert(seq.pages.end(), pages->begin(), pages->end());
-  return true;
-}
-
-// Waits for the copies to lower tiers that still reference L1 pages and
-// drops those references. False when there were none.
-bool Engine::ReclaimTierCopies() {
-  if (!tiers_ || tiers_->l1_pages_held() == 0) return false;
-  tiers_->Drain();
-  tiers_->Poll();
-  return true;
-}
-
-// Gives back the pages waiting requests hold (prefix hits, loads from L2)
-// except `keep`'s: full pages go to the prefix index, and those requests look
-// their prefix up again when admitted. False when none held any.
-bool Engine::ReleaseWaitingPages(const Sequence* keep) {
-  bool any = false;
-  for (auto& w : waiting_) {
-    if (w.get() == keep || w->pages.empty()) continue;
-    Retire(*w);
-    w->computed = 0;
-    any = true;
-  }
-  return any;
-}
-
-// Frees the pages of the most recently admitted running sequence other than
-// `keep` and sends it back to the front of the queue, to be recomputed.
-bool Engine::Preempt(const Sequence* keep) {
-  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
-    Sequence& victim = **it;
-    if (&victim == keep || victim.pages.empty() || victim.awaiting) continue;
-    Retire(victim);
-    victim.computed = 0;
-    ++counters_.preemptions;
-    metrics_.preemptions.Increment();
-    waiting_.push_front(std::move(*it));
-    running_.erase(std::next(it).base());
-    return true;
-  }
-  return false;
-}
-
-// After an L1 hit of `l1` (whose references the caller keeps): continues the
-// prefix from the host tier, loading it into fresh L1 pages (seq.pages, with
-// seq.gates) while the request proceeds. When L3 holds more of it, and no
-// prefetch was tried yet, gives every reference back, starts an L3 -> L2
-// prefetch and returns false: the caller parks the request until it is ready.
-bool Engine::LookupTiers(Sequence& seq, PrefixIndex::Match& l1, int64_t max_tokens) {
-  const int64_t from = int64_t(l1.pages.size());
-  TieredCache::Match m = tiers_->Lookup(seq.tokens, from, max_tokens);
-  if (m.l3_pages > 0 && !seq.prefetched) {
-    tiers_->Unpin(m.l2_pages);
-    pool_->Release(l1.pages);
-    l1.pages.clear();
-    seq.prefetched = true;
-    seq.l2_pages_before_prefetch = int64_t(m.l2_pages.size());
-    seq.prefetch = tiers_->PrefetchFromL3(seq.tokens, from + int64_t(m.l2_pages.size()), max_tokens);
-    return false;
-  }
-  tiers_->OnL1Hit(seq.tokens, l1.pages);
-  // Only for a request that can be admitted whole: pages taken for a load of
-  // one that then waits would starve the running ones (a livelock of
-  // preemption and re-admission under memory pressure).
-  const int64_t whole = (int64_t(seq.tokens.size()) + kPageTokens) / kPageTokens - from;
-  if (whole <= pool_->free_pages() + index_->evictable_pages() + tiers_->l1_pages_held()) {
-    seq.gates = tiers_->LoadMatch(
-        m, [&](int64_t n) { return index_->Evict(n) > 0 || ReclaimTierCopies(); }, &seq.pages);
-  } else {
-    tiers_->Unpin(m.l2_pages);
-  }
-  const int64_t loaded = int64_t(seq.pages.size());
-  const int64_t from_l3 = seq.prefetched ? std::max<int64_t>(0, loaded - seq.l2_pages_before_prefetch) : 0;
-  tiers_->RecordHits(from * kPageTokens, (loaded - from_l3) * kPageTokens, from_l3 * kPageTokens);
-  return true;
-}
-
-void Engine::Admit() {
-  while (!waiting_.empty() && int32_t(running_.size()) < options_.max_running) {
-    Sequence& seq = *waiting_.front();
-    if (remote_) {
-      // The prefill engine computes the prompt; the receiver reserves pages.
-      seq.handoff = next_handoff_++;
-      Status st = remote_->Start(seq.handoff, seq.tokens, seq.spec.sampling, seq.replaces);
-      if (st.code() == StatusCode::kResourceExhausted) {
-        // Waiting for pages has a deadline of its own (Bootstrapping).
-        const auto now = Clock::now();
-        if (seq.page_wait_since == Clock::time_point{}) seq.page_wait_since = now;
-        const auto limit = options_.page_wait;
-        if (now - seq.page_wait_since < limit) break;  // retry when pages free up
-        st = ResourceExhausted("no cache pages came free for this prompt within " + std::to_string(limit.count()) +
-                               " ms: " + st.message());
-      }
-      if (!st.ok()) {
-        Fail(seq, st);
-        waiting_.pop_front();
-        continue;
-      }
-      seq.page_wait_since = Clock::time_point{};
-      seq.replaces = 0;
-      ++seq.placements;
-      seq.awaiting = true;
-      seq.handoff_sent = Clock::now();
-      if (seq.placements == 1) metrics_.handoff_page_wait.Observe(SecondsBetween(seq.arrival, seq.handoff_sent));
-      if (!seq.started && seq.placements == 1) {
-        metrics_.prompt_tokens.Increment(double(seq.prompt_len));
-        counters_.prompt_tokens += seq.prompt_len;
-      }
-      running_.push_back(std::move(waiting_.front()));
-      waiting_.pop_front();
-      continue;
-    }
-    if (index_ && seq.computed == 0 && seq.pages.empty()) {
-      const int64_t max_tokens = int64_t(seq.tokens.size()) - 1;
-      PrefixIndex::Match hit = index_->Lookup(seq.tokens, max_tokens);
-      if (tiers_ && !LookupTiers(seq, hit, max_tokens)) {
-        prefetching_.push_back(std::move(waiting_.front()));  // reading L3 into L2 first
-        waiting_.pop_front();
-        continue;
-      }
-      if (!seq.pages.empty()) hit.pages.insert(hit.pages.end(), seq.pages.begin(), seq.pages.end());
-      seq.pages = std::move(hit.pages);
-      seq.computed = int64_t(seq.pages.size()) * kPageTokens;
-      if (!seq.started) {
-        seq.cached_prompt_tokens = std::min(seq.computed, seq.prompt_len);
-        metrics_.prefix_hit_tokens.Increment(double(seq.cached_prompt_tokens));
-        counters_.prefix_hit_tokens += seq.cached_prompt_tokens;
-      }
-    }
-    // Admission needs the whole remaining prompt plus the first decode token.
-    const int64_t need = (int64_t(seq.tokens.size()) + kPageTokens) / kPageTokens - int64_t(seq.pages.size());
-    const int64_t evictable = (index_ ? index_->evictable_pages() : 0) + (tiers_ ? tiers_->l1_pages_held() : 0);
-    if (need > pool_->free_pages() + evictable) {
-      if (running_.empty() && need > pool_->total_pages()) {
-        Fail(seq, ResourceExhausted("the request does not fit in the cache"));
-        waiting_.pop_front();
-        continue;
-      }
-      // Nothing runs, so nothing will free pages: take back what requests
-      // queued behind this one hold.
-      if (running_.empty() && ReleaseWaitingPages(&seq)) continue;
-      break;  // wait for running sequences to finish
-    }
-    if (!seq.started) {
-      metrics_.prompt_tokens.Increment(double(seq.prompt_len));
-      counters_.prompt_tokens += seq.prompt_len;
-    }
-    running_.push_back(std::move(waiting_.front()));
-    waiting_.pop_front();
-  }
+  for (auto& s : scheduler_.running()) check(*s);
+  for (auto& s : scheduler_.waiting()) check(*s);
+  for (auto& s : scheduler_.prefetching()) check(*s);
+  std::erase_if(scheduler_.running(), [](const auto& s) { return s->done; });
+  std::erase_if(scheduler_.waiting(), [](const auto& s) { return s->done; });
+  std::erase_if(scheduler_.prefetching(), [](const auto& s) { return s->done; });
 }
 
 void Engine::Step() {
   std::vector<SequenceChunk> batch;
-  std::vector<Sequence*> members;
-  int64_t budget = options_.max_batch_tokens;
-  // Decode tokens first (one each), then prefill chunks in the configured
-  // order (PrefillOrder). Any order gives the same tokens: invariant 5.
-  std::vector<Sequence*> order;
-  for (int pass = 0; pass < 2; ++pass) {
-    order.clear();
-    for (auto& r : running_) {
-      const int64_t pending = int64_t(r->tokens.size()) - r->computed;
-      if (!r->awaiting && pending > 0 && (pass == 0) == (pending == 1)) order.push_back(r.get());
-    }
-    auto remaining = [](const Sequence* x) { return int64_t(x->tokens.size()) - x->computed; };
-    if (pass == 1 && order.size() > 2 && options_.prefill_order == PrefillOrder::kShortestFirst) {
-      std::stable_sort(order.begin() + 1, order.end(),
-                       [&](const Sequence* x, const Sequence* y) { return remaining(x) < remaining(y); });
-    }
-    for (size_t i = 0; i < order.size() && budget > 0; ++i) {
-      Sequence& s = *order[i];
-      const bool still_running = std::any_of(running_.begin(), running_.end(), [&](const auto& r) { return r.get() == &s; });
-      if (s.done || !still_running) continue;  // preempted by an earlier one's EnsurePages
-      const int64_t pending = int64_t(s.tokens.size()) - s.computed;
-      const int64_t n = std::min({pending, int64_t(options_.chunk_size), budget});
-      if (!EnsurePages(s, s.computed + n)) {
-        // Nothing left to evict or preempt: this sequence alone fills the cache.
-        if (running_.size() == 1) Finish(s, "length");
-        continue;
-      }
-      budget -= n;
-      members.push_back(&s);
-    }
-  }
-  // Preemption inside EnsurePages may have moved sequences; rebuild from survivors.
-  std::erase_if(members, [&](Sequence* m) {
-    return std::none_of(running_.begin(), running_.end(), [&](const auto& r) { return r.get() == m; });
-  });
-  if (members.empty()) {
-    std::erase_if(running_, [](const auto& s) { return s->done; });
-    return;
-  }
-  for (Sequence* s : members) {
-    const int64_t pending = int64_t(s->tokens.size()) - s->computed;
-    const int64_t n = std::min<int64_t>({pending, options_.chunk_size,
-                                         int64_t(s->pages.size()) * kPageTokens - s->computed});
-    batch.push_back({std::span<const int32_t>(s->tokens).subspan(size_t(s->computed), size_t(n)),
-                     s->computed, s->pages, false, s->gates.get()});
-  }
+  std::vector<Sequence*> members = scheduler_.Schedule(&batch);
+  if (members.empty()) return;
   std::vector<PrefilledChunk> streamed;
   if (sink_) {
     for (size_t b = 0; b < members.size(); ++b) {
@@ -479,7 +244,7 @@ void Engine::Step() {
   if (sink_) forward_.SetLayerHook(nullptr);
   if (!st.ok()) {
     for (Sequence* s : members) Fail(*s, st);
-    std::erase_if(running_, [](const auto& s) { return s->done; });
+    std::erase_if(scheduler_.running(), [](const auto& s) { return s->done; });
     return;
   }
   const size_t vocab = size_t(model_.config().vocab_size);
@@ -496,16 +261,16 @@ void Engine::Step() {
     }
     Emit(s, token);
   }
-  std::erase_if(running_, [](const auto& s) { return s->done; });
+  std::erase_if(scheduler_.running(), [](const auto& s) { return s->done; });
 }
 
 // Committed handoffs become runnable sequences whose first token is already
 // sampled; failed ones fail their request (never serving its tokens).
 void Engine::PollRemote() {
   for (RemotePrompts::Outcome& o : remote_->Poll()) {
-    auto it = std::find_if(running_.begin(), running_.end(),
+    auto it = std::find_if(scheduler_.running().begin(), scheduler_.running().end(),
                            [&](const auto& s) { return s->awaiting && s->handoff == o.id; });
-    if (it == running_.end()) {
+    if (it == scheduler_.running().end()) {
       if (o.status.ok()) pool_->Release(o.ready.pages);  // its request is gone
       continue;
     }
@@ -557,13 +322,13 @@ void Engine::PollRemote() {
   advance(metrics_.prefill_links_declared_dead, r.links_declared_dead, seen_.links_declared_dead);
   advance(metrics_.prefill_affinity_hits, r.affinity_hits, seen_.affinity_hits);
   // Re-placed requests go back to the head of the queue, in their order.
-  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+  for (auto it = scheduler_.running().rbegin(); it != scheduler_.running().rend(); ++it) {
     if ((*it)->replace) {
       (*it)->replace = false;
-      waiting_.push_front(std::move(*it));
+      scheduler_.waiting().push_front(std::move(*it));
     }
   }
-  std::erase_if(running_, [](const auto& s) { return s == nullptr || s->done; });
+  std::erase_if(scheduler_.running(), [](const auto& s) { return s == nullptr || s->done; });
 }
 
 void Engine::Emit(Sequence& s, int32_t token) {
@@ -679,8 +444,8 @@ void Engine::Retire(Sequence& s) {
 void Engine::PublishStats() {
   if (remote_) link_healthy_ = remote_->healthy();  // also after Admit found a link dead
   EngineStats s = counters_;
-  s.running = int64_t(running_.size());
-  s.waiting = int64_t(waiting_.size());
+  s.running = int64_t(scheduler_.running().size());
+  s.waiting = int64_t(scheduler_.waiting().size());
   s.pages = pool_->accounting();
   s.cached_pages = index_ ? index_->cached_pages() : 0;
   metrics_.running.Set(double(s.running));

@@ -28,51 +28,13 @@
 #include "prefix/prefix_index.h"
 #include "prefix/tiers.h"
 #include "runtime/engine_metrics.h"
+#include "runtime/engine_options.h"
 #include "runtime/prefill_sink.h"
 #include "runtime/remote_prompts.h"
 #include "runtime/request.h"
+#include "runtime/scheduler.h"
 
 namespace tandem {
-
-// The order in which a step gives prompt chunks their share of the token
-// budget (decode tokens always go first). Outputs never depend on it.
-enum class PrefillOrder {
-  kArrival,         // admission order: bounds the tail (the last prompt of a burst waits for the burst, not more)
-  kShortestFirst,   // the oldest prompt first (it always progresses), then shortest remaining: short appends
-                    // do not wait behind long prompts (lower median time to first token, longer tail)
-};
-StatusOr<PrefillOrder> ParsePrefillOrder(const std::string& name);  // "arrival" | "shortest"
-
-struct EngineOptions {
-  AttentionOptions attention;
-  int64_t cache_tokens = 65536;   // page pool size, in tokens
-  int64_t context_tokens = 0;     // per sequence; 0 = the model's context length
-  int32_t max_running = 32;       // sequences in the decode batch
-  int32_t max_waiting = 256;      // queued requests before Submit refuses
-  int32_t chunk_size = 8192;      // prefill tokens of one sequence per step
-  int32_t max_batch_tokens = 8192;
-  PrefillOrder prefill_order = PrefillOrder::kArrival;
-  bool prefix_cache = true;
-  std::chrono::milliseconds request_timeout{600'000};
-  int threads = 2;
-  // Decode role: a prompt whose remote prefill fails for the link's or the
-  // peer's sake is placed again (new reservation, new attempt id) up to this
-  // many times in all.
-  int32_t max_placements = 3;
-  // Decode role: how long a request may wait for pages to begin its remote prefill.
-  std::chrono::milliseconds page_wait{30'000};
-  // Host (L2) and disk (L3) tiers under the prefix cache; off when host_pages is 0.
-  TierOptions tiers;
-};
-
-struct EngineStats {
-  int64_t running = 0, waiting = 0;
-  PagePool::Accounting pages;
-  int64_t cached_pages = 0;
-  int64_t prompt_tokens = 0, generated_tokens = 0, prefix_hit_tokens = 0;
-  int64_t preemptions = 0, requests_finished = 0, requests_cancelled = 0, requests_failed = 0;
-  bool healthy = false;
-};
 
 class Engine {
  public:
@@ -117,18 +79,11 @@ class Engine {
   void Shutdown(std::chrono::milliseconds drain);
 
  private:
-  struct Sequence;
   Engine(const Model& model, const EngineOptions& options, CacheSpec spec, Role role);
   void PollRemote();
   void Loop();
   void TakeNewRequests();
   void DropCancelledAndExpired();
-  void Admit();
-  bool EnsurePages(Sequence& seq, int64_t tokens);
-  bool LookupTiers(Sequence& seq, PrefixIndex::Match& l1, int64_t max_tokens);
-  bool ReclaimTierCopies();
-  bool ReleaseWaitingPages(const Sequence* keep);
-  bool Preempt(const Sequence* keep);
   void Step();
   void Emit(Sequence& seq, int32_t token);
   void HandOff(Sequence& seq, int32_t first_token);  // prefill role
@@ -146,17 +101,15 @@ class Engine {
   PrefillSink* const sink_;                      // prefill role only
   std::unique_ptr<PagePool> pool_;
   std::unique_ptr<PrefixIndex> index_;
-  std::unique_ptr<TieredCache> tiers_;  // colocated only; after index_ (it holds L1 references)
+  std::unique_ptr<TieredCache> tiers_;  // after index_ (it holds L1 references)
   ForwardPass forward_;
   Sampler sampler_;
   EngineMetrics metrics_;
 
   // Loop thread only.
-  std::deque<std::unique_ptr<Sequence>> waiting_;
-  std::vector<std::unique_ptr<Sequence>> running_;
-  std::vector<std::unique_ptr<Sequence>> prefetching_;  // waiting for an L3 -> L2 prefetch
-  std::vector<float> logits_;
   EngineStats counters_;
+  Scheduler scheduler_;  // after counters_, metrics_, pool_ and index_ (it holds references)
+  std::vector<float> logits_;
 
   mutable Mutex mu_;
   std::condition_variable wake_;
@@ -169,7 +122,6 @@ class Engine {
   std::atomic<bool> link_healthy_{true};
   RemotePrompts::Counters seen_;  // loop thread: decode-role counters already exported
   double handoff_seconds_total_ = 0, request_seconds_total_ = 0;  // loop thread
-  uint64_t next_handoff_ = 1;  // loop thread
   std::atomic<bool> loop_alive_{false};
   std::thread loop_;
 };

@@ -1,0 +1,55 @@
+// What an engine is configured with, and the counts it publishes.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "cache/page_pool.h"
+#include "common/status.h"
+#include "model/cache_spec.h"
+#include "prefix/tiers.h"
+
+namespace tandem {
+
+// The order in which a step gives prompt chunks their share of the token
+// budget (decode tokens always go first). Outputs never depend on it.
+enum class PrefillOrder {
+  kArrival,         // admission order: bounds the tail (the last prompt of a burst waits for the burst, not more)
+  kShortestFirst,   // the oldest prompt first (it always progresses), then shortest remaining: short appends
+                    // do not wait behind long prompts (lower median time to first token, longer tail)
+};
+StatusOr<PrefillOrder> ParsePrefillOrder(const std::string& name);  // "arrival" | "shortest"
+
+struct EngineOptions {
+  AttentionOptions attention;
+  int64_t cache_tokens = 65536;   // page pool size, in tokens
+  int64_t context_tokens = 0;     // per sequence; 0 = the model's context length
+  int32_t max_running = 32;       // sequences in the decode batch
+  int32_t max_waiting = 256;      // queued requests before Submit refuses
+  int32_t chunk_size = 8192;      // prefill tokens of one sequence per step
+  int32_t max_batch_tokens = 8192;
+  PrefillOrder prefill_order = PrefillOrder::kArrival;
+  bool prefix_cache = true;
+  std::chrono::milliseconds request_timeout{600'000};
+  int threads = 2;
+  // Decode role: a prompt whose remote prefill fails for the link's or the
+  // peer's sake is placed again (new reservation, new attempt id) up to this
+  // many times in all.
+  int32_t max_placements = 3;
+  // Decode role: how long a request may wait for pages to begin its remote prefill.
+  std::chrono::milliseconds page_wait{30'000};
+  // Host (L2) and disk (L3) tiers under the prefix cache; off when host_pages is 0.
+  TierOptions tiers;
+};
+
+struct EngineStats {
+  int64_t running = 0, waiting = 0;
+  PagePool::Accounting pages;
+  int64_t cached_pages = 0;
+  int64_t prompt_tokens = 0, generated_tokens = 0, prefix_hit_tokens = 0;
+  int64_t preemptions = 0, requests_finished = 0, requests_cancelled = 0, requests_failed = 0;
+  bool healthy = false;
+};
+
+}  // namespace tandem

@@ -1,0 +1,230 @@
+#include "runtime/scheduler.h"
+
+#include <algorithm>
+
+namespace tandem {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsBetween(Clock::time_point a, Clock::time_point b);
+
+Scheduler::Scheduler(const EngineOptions& options, PagePool& pool, PrefixIndex* index, EngineMetrics& metrics,
+                     EngineStats& counters, Hooks hooks)
+    : options_(options), pool_(pool), index_(index), metrics_(metrics), counters_(counters), hooks_(std::move(hooks)) {}
+
+// Pages for tokens [0, tokens) of seq; evicts cached prefixes first, then
+// preempts other sequences. False when even that cannot make room.
+bool Scheduler::EnsurePages(Sequence& seq, int64_t tokens) {
+  const int64_t need = (tokens + kPageTokens - 1) / kPageTokens - int64_t(seq.pages.size());
+  if (need <= 0) return true;
+  while (pool_.free_pages() < need) {
+    if (index_ && index_->Evict(need - pool_.free_pages()) > 0) continue;
+    if (ReclaimTierCopies()) continue;
+    if (ReleaseWaitingPages(nullptr)) continue;
+    if (!Preempt(&seq)) return false;
+  }
+  auto pages = pool_.Allocate(need);
+  if (!pages.ok()) return false;
+  seq.pages.insert(seq.pages.end(), pages->begin(), pages->end());
+  return true;
+}
+
+// Waits for the copies to lower tiers that still reference L1 pages and
+// drops those references. False when there were none.
+bool Scheduler::ReclaimTierCopies() {
+  if (!tiers_ || tiers_->l1_pages_held() == 0) return false;
+  tiers_->Drain();
+  tiers_->Poll();
+  return true;
+}
+
+// Gives back the pages waiting requests hold (prefix hits, loads from L2)
+// except `keep`'s: full pages go to the prefix index, and those requests look
+// their prefix up again when admitted. False when none held any.
+bool Scheduler::ReleaseWaitingPages(const Sequence* keep) {
+  bool any = false;
+  for (auto& w : waiting_) {
+    if (w.get() == keep || w->pages.empty()) continue;
+    hooks_.retire(*w);
+    w->computed = 0;
+    any = true;
+  }
+  return any;
+}
+
+// Frees the pages of the most recently admitted running sequence other than
+// `keep` and sends it back to the front of the queue, to be recomputed.
+bool Scheduler::Preempt(const Sequence* keep) {
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    Sequence& victim = **it;
+    if (&victim == keep || victim.pages.empty() || victim.awaiting) continue;
+    hooks_.retire(victim);
+    victim.computed = 0;
+    ++counters_.preemptions;
+    metrics_.preemptions.Increment();
+    waiting_.push_front(std::move(*it));
+    running_.erase(std::next(it).base());
+    return true;
+  }
+  return false;
+}
+
+// After an L1 hit of `l1` (whose references the caller keeps): continues the
+// prefix from the host tier, loading it into fresh L1 pages (seq.pages, with
+// seq.gates) while the request proceeds. When L3 holds more of it, and no
+// prefetch was tried yet, gives every reference back, starts an L3 -> L2
+// prefetch and returns false: the caller parks the request until it is ready.
+bool Scheduler::LookupTiers(Sequence& seq, PrefixIndex::Match& l1, int64_t max_tokens) {
+  const int64_t from = int64_t(l1.pages.size());
+  TieredCache::Match m = tiers_->Lookup(seq.tokens, from, max_tokens);
+  if (m.l3_pages > 0 && !seq.prefetched) {
+    tiers_->Unpin(m.l2_pages);
+    pool_.Release(l1.pages);
+    l1.pages.clear();
+    seq.prefetched = true;
+    seq.l2_pages_before_prefetch = int64_t(m.l2_pages.size());
+    seq.prefetch = tiers_->PrefetchFromL3(seq.tokens, from + int64_t(m.l2_pages.size()), max_tokens);
+    return false;
+  }
+  tiers_->OnL1Hit(seq.tokens, l1.pages);
+  // Only for a request that can be admitted whole: pages taken for a load of
+  // one that then waits would starve the running ones (a livelock of
+  // preemption and re-admission under memory pressure).
+  const int64_t whole = (int64_t(seq.tokens.size()) + kPageTokens) / kPageTokens - from;
+  if (whole <= pool_.free_pages() + index_->evictable_pages() + tiers_->l1_pages_held()) {
+    seq.gates = tiers_->LoadMatch(
+        m, [&](int64_t n) { return index_->Evict(n) > 0 || ReclaimTierCopies(); }, &seq.pages);
+  } else {
+    tiers_->Unpin(m.l2_pages);
+  }
+  const int64_t loaded = int64_t(seq.pages.size());
+  const int64_t from_l3 = seq.prefetched ? std::max<int64_t>(0, loaded - seq.l2_pages_before_prefetch) : 0;
+  tiers_->RecordHits(from * kPageTokens, (loaded - from_l3) * kPageTokens, from_l3 * kPageTokens);
+  return true;
+}
+
+void Scheduler::Admit() {
+  while (!waiting_.empty() && int32_t(running_.size()) < options_.max_running) {
+    Sequence& seq = *waiting_.front();
+    if (hooks_.begin_remote) {
+      // Decode role: another engine computes the prompt; its cache lands in our pages.
+      seq.handoff = next_handoff_++;
+      Status st = hooks_.begin_remote(seq);
+      if (st.code() == StatusCode::kResourceExhausted) {
+        // Waiting for pages has a deadline of its own (Bootstrapping).
+        const auto now = Clock::now();
+        if (seq.page_wait_since == Clock::time_point{}) seq.page_wait_since = now;
+        const auto limit = options_.page_wait;
+        if (now - seq.page_wait_since < limit) break;  // retry when pages free up
+        st = ResourceExhausted("no cache pages came free for this prompt within " + std::to_string(limit.count()) +
+                               " ms: " + st.message());
+      }
+      if (!st.ok()) {
+        hooks_.fail(seq, st);
+        waiting_.pop_front();
+        continue;
+      }
+      seq.page_wait_since = Clock::time_point{};
+      seq.replaces = 0;
+      ++seq.placements;
+      seq.awaiting = true;
+      seq.handoff_sent = Clock::now();
+      if (seq.placements == 1) metrics_.handoff_page_wait.Observe(SecondsBetween(seq.arrival, seq.handoff_sent));
+      if (!seq.started && seq.placements == 1) {
+        metrics_.prompt_tokens.Increment(double(seq.prompt_len));
+        counters_.prompt_tokens += seq.prompt_len;
+      }
+      running_.push_back(std::move(waiting_.front()));
+      waiting_.pop_front();
+      continue;
+    }
+    if (index_ && seq.computed == 0 && seq.pages.empty()) {
+      const int64_t max_tokens = int64_t(seq.tokens.size()) - 1;
+      PrefixIndex::Match hit = index_->Lookup(seq.tokens, max_tokens);
+      if (tiers_ && !LookupTiers(seq, hit, max_tokens)) {
+        prefetching_.push_back(std::move(waiting_.front()));  // reading L3 into L2 first
+        waiting_.pop_front();
+        continue;
+      }
+      if (!seq.pages.empty()) hit.pages.insert(hit.pages.end(), seq.pages.begin(), seq.pages.end());
+      seq.pages = std::move(hit.pages);
+      seq.computed = int64_t(seq.pages.size()) * kPageTokens;
+      if (!seq.started) {
+        seq.cached_prompt_tokens = std::min(seq.computed, seq.prompt_len);
+        metrics_.prefix_hit_tokens.Increment(double(seq.cached_prompt_tokens));
+        counters_.prefix_hit_tokens += seq.cached_prompt_tokens;
+      }
+    }
+    // Admission needs the whole remaining prompt plus the first decode token.
+    const int64_t need = (int64_t(seq.tokens.size()) + kPageTokens) / kPageTokens - int64_t(seq.pages.size());
+    const int64_t evictable = (index_ ? index_->evictable_pages() : 0) + (tiers_ ? tiers_->l1_pages_held() : 0);
+    if (need > pool_.free_pages() + evictable) {
+      if (running_.empty() && need > pool_.total_pages()) {
+        hooks_.fail(seq, ResourceExhausted("the request does not fit in the cache"));
+        waiting_.pop_front();
+        continue;
+      }
+      // Nothing runs, so nothing will free pages: take back what requests
+      // queued behind this one hold.
+      if (running_.empty() && ReleaseWaitingPages(&seq)) continue;
+      break;  // wait for running sequences to finish
+    }
+    if (!seq.started) {
+      metrics_.prompt_tokens.Increment(double(seq.prompt_len));
+      counters_.prompt_tokens += seq.prompt_len;
+    }
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+}
+
+// The next step: decode tokens first (one each), then prompt chunks in the
+// configured order (PrefillOrder), under the token budget; pages for every
+// chunk (evicting cached prefixes, then preempting). Any order gives the same
+// tokens: invariant 5.
+std::vector<Sequence*> Scheduler::Schedule(std::vector<SequenceChunk>* batch) {
+  std::vector<Sequence*> members;
+  int64_t budget = options_.max_batch_tokens;
+  std::vector<Sequence*> order;
+  for (int pass = 0; pass < 2; ++pass) {
+    order.clear();
+    for (auto& r : running_) {
+      const int64_t pending = int64_t(r->tokens.size()) - r->computed;
+      if (!r->awaiting && pending > 0 && (pass == 0) == (pending == 1)) order.push_back(r.get());
+    }
+    auto remaining = [](const Sequence* x) { return int64_t(x->tokens.size()) - x->computed; };
+    if (pass == 1 && order.size() > 2 && options_.prefill_order == PrefillOrder::kShortestFirst) {
+      std::stable_sort(order.begin() + 1, order.end(),
+                       [&](const Sequence* x, const Sequence* y) { return remaining(x) < remaining(y); });
+    }
+    for (size_t i = 0; i < order.size() && budget > 0; ++i) {
+      Sequence& s = *order[i];
+      const bool still_running = std::any_of(running_.begin(), running_.end(), [&](const auto& r) { return r.get() == &s; });
+      if (s.done || !still_running) continue;  // preempted by an earlier one's EnsurePages
+      const int64_t pending = int64_t(s.tokens.size()) - s.computed;
+      const int64_t n = std::min({pending, int64_t(options_.chunk_size), budget});
+      if (!EnsurePages(s, s.computed + n)) {
+        // Nothing left to evict or preempt: this sequence alone fills the cache.
+        if (running_.size() == 1) hooks_.finish(s, "length");
+        continue;
+      }
+      budget -= n;
+      members.push_back(&s);
+    }
+  }
+  // Preemption inside EnsurePages may have moved sequences; rebuild from survivors.
+  std::erase_if(members, [&](Sequence* m) {
+    return std::none_of(running_.begin(), running_.end(), [&](const auto& r) { return r.get() == m; });
+  });
+  if (members.empty()) std::erase_if(running_, [](const auto& s) { return s->done; });
+  for (Sequence* s : members) {
+    const int64_t pending = int64_t(s->tokens.size()) - s->computed;
+    const int64_t n = std::min<int64_t>({pending, options_.chunk_size,
+                                         int64_t(s->pages.size()) * kPageTokens - s->computed});
+    batch->push_back({std::span<const int32_t>(s->tokens).subspan(size_t(s->computed), size_t(n)),
+                     s->computed, s->pages, false, s->gates.get()});
+  }
+  return members;
+}
+
+}  // namespace tandem
