@@ -98,6 +98,13 @@ Status ApplyTierFlags(ServeArgs& a) {
 
 int RunServe(ServeArgs& a) {
   if (!StartLog(a.disagg ? "disagg" : !a.decode.prefill_addresses.empty() ? "decode" : "serve", a.log_level)) return 2;
+  if (!a.disagg && (a.unsafe_early_commit || a.debug_put_delay_us > 0 || a.debug_wedge_after_messages >= 0)) {
+    // Faults of the handoff: there is none without --disagg (a decode server
+    // with --prefill gets them from its prefill engines' own flags).
+    TLOG_ERROR("error: --debug-unsafe-early-commit, --debug-put-delay-us and --debug-wedge-after-messages are faults "
+               "of the prefill engine's transport: they need --disagg (or pass them to `tandem prefill`)\n");
+    return 2;
+  }
   if (a.disagg) return RunDisagg(LaunchFor(a));
   // Block the signals in every thread; the main thread takes them with sigwait.
   sigset_t set;

@@ -47,16 +47,30 @@ void ThreadPool::ParallelFor(int n_tasks, const std::function<void(int)>& fn) {
   }
   wake_.notify_all();
   RunTasks(round);
-  while (done_.load(std::memory_order_acquire) != n_tasks) _mm_pause();
+  // A worker still on its last task may have been descheduled (another
+  // engine's threads share the cores): after a short spin, give the core up
+  // rather than burn the rest of our time slice waiting for it.
+  for (int spin = 0; done_.load(std::memory_order_acquire) != n_tasks; ++spin) {
+    if (spin < 2000) {
+      _mm_pause();
+    } else {
+      std::this_thread::yield();
+    }
+  }
 }
 
 void ThreadPool::WorkerLoop() {
   uint64_t seen = 0;
   for (;;) {
-    // Spin briefly (kernels come in quick bursts during a forward pass), then sleep.
+    // Spin briefly (kernels come in quick bursts during a forward pass),
+    // letting other runnable threads have the core now and then, then sleep.
     for (int spin = 0; spin < 4000 && (claim_.load(std::memory_order_acquire) >> kIndexBits) == seen;
          ++spin) {
-      _mm_pause();
+      if (spin % 512 == 511) {
+        std::this_thread::yield();
+      } else {
+        _mm_pause();
+      }
     }
     {
       std::unique_lock<std::mutex> lock(mu_);

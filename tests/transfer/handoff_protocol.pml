@@ -27,7 +27,7 @@
  * Variants that must FAIL (the checker must be able to fail):
  *   -DBROKEN_ACK_AFTER_FAILED_FLUSH  the sender acknowledges an abort (or
  *                                    reports a failure) after a flush that did
- *                                    not confirm (fixed in PrefillWorker::FinishFailed);
+ *                                    not confirm (fixed in PrefillEngine::OnEnd);
  *   -DBROKEN_EARLY_COMMIT            the Commit goes out before the flush (the incident);
  *   -DBROKEN_FREE_ON_OWN_CLOSE       the decode side frees the pages of a live peer
  *                                    as soon as it closed its own end (fixed in
