@@ -101,6 +101,11 @@ StatusOr<BurstResult> RunBurst(const Model& model, const PrefillBenchArgs& a, in
   int failed = 0;                                     // guarded by mu
   bool hello = false;                                 // guarded by mu
   transfer::LoopbackTransport prefill_t(net);  // after the engine: its handlers call it
+  // However this returns, the engine stops first, while the transports and the decode side still live.
+  struct StopFirst {
+    PrefillEngine& p;
+    ~StopFirst() { p.Stop(); }
+  } stop_first{*prefill};
   TANDEM_RETURN_IF_ERROR(prefill_t.Listen("prefill", [&](std::shared_ptr<transfer::Connection> c) {
     prefill->OnAccept(c);
     transfer::ConnectionHandlers h;
@@ -209,8 +214,6 @@ StatusOr<BurstResult> RunBurst(const Model& model, const PrefillBenchArgs& a, in
     std::this_thread::yield();
   }
   r.cached_tokens = prefill->stats().cached_tokens - cached_before;
-  prefill->Stop();
-  conn->Close();
   return r;
 }
 

@@ -12,10 +12,14 @@ using transfer::Clock;
 
 namespace {
 
-// However late, a flush that follows our writes gets a bounded grace period:
-// an Abort or AbortAck must never overtake them.
-Clock::time_point FlushDeadline(Clock::time_point deadline) {
-  return std::max(deadline, Clock::now() + std::chrono::seconds(10));
+// A flush runs on the engine's loop, so it is bounded by the handoff's
+// deadline and by two peer timeouts (a peer that cannot take our writes is
+// closed by then), with a floor of one second: an Abort or AbortAck must never
+// overtake our writes, so a flush that does not confirm closes the connection
+// instead (OnEnd), which is the fence.
+Clock::time_point FlushDeadline(Clock::time_point deadline, std::chrono::milliseconds peer_timeout) {
+  const auto now = Clock::now();
+  return std::max(std::min(deadline, now + 2 * peer_timeout), now + std::chrono::seconds(1));
 }
 
 uint64_t Micros(Clock::duration d) {
@@ -107,7 +111,7 @@ void PrefillEngine::OnMessage(std::shared_ptr<transfer::Connection> connection, 
   auto type = PeekType(bytes);
   MutexLock lock(mu_);
   auto it = peers_.find(connection->id());
-  if (it == peers_.end() || !connection->alive() || stop_) return;  // dropped: its handoffs are already gone
+  if (it == peers_.end() || !connection->alive() || stopping_) return;  // dropped: its handoffs are already gone
   Peer& peer = it->second;
   peer.last_heard = Clock::now();
   if (!type.ok() && !peer.hello_ok) {
@@ -166,7 +170,14 @@ void PrefillEngine::OnDestination(Peer& peer, const std::shared_ptr<transfer::Co
       return Refuse(*connection, id, "destination page " + std::to_string(p.page) + " is outside the decode pool");
     }
   }
-  if (by_peer_.count({connection->id(), id})) return Refuse(*connection, id, "this handoff id is already in flight");
+  if (by_peer_.count({connection->id(), id})) {
+    // A duplicate (the decode side's bug, or a duplicated message): never
+    // answer it, since an Abort for this id would free the pages the live
+    // handoff is writing into.
+    TLOG_WARN("tandem prefill: ignoring a second destination for handoff %llu on connection %llu (already in flight)",
+              (unsigned long long)id, (unsigned long long)connection->id());
+    return;
+  }
   auto h = std::make_shared<Handoff>();
   h->connection = connection;
   h->decode_instance = peer.decode_instance;
@@ -327,13 +338,20 @@ void PrefillEngine::OnLayer(int layer, std::span<const PrefilledChunk> chunks, P
       if (h->compute_start == Clock::time_point{}) h->compute_start = Clock::now();
     }
     if (c.gates != nullptr) c.gates->Wait(layer);  // cached rows loaded from a lower tier have landed
-    Status st = PutLayer(*h, layer, h->step_from, c.end, c.pages, pool);
-    if (!st.ok()) {
-      h->error = st;
-      h->handle->Cancel();  // nothing more to compute for it
-      continue;
+    // Only complete pages (and the prompt's last one): a page is written once,
+    // so no two puts into the same remote bytes are ever in flight unordered
+    // (a partial page is sent by the step that completes it).
+    const int64_t n = int64_t(h->destination.tokens.size());
+    const int64_t end = c.end >= n ? n : c.end / kPageTokens * kPageTokens;
+    if (end > h->step_from) {
+      Status st = PutLayer(*h, layer, h->step_from, end, c.pages, pool);
+      if (!st.ok()) {
+        h->error = st;
+        h->handle->Cancel();  // nothing more to compute for it
+        continue;
+      }
     }
-    if (layer == last_layer) h->sent_upto = std::max(h->sent_upto, c.end);
+    if (layer == last_layer) h->sent_upto = std::max(h->sent_upto, end);
   }
 }
 
@@ -344,11 +362,11 @@ bool PrefillEngine::OnPrefilled(uint64_t request, std::span<const int32_t> promp
   const Destination& d = h->destination;
   // Layer writes overlap the compute; what remains after it is the flush.
   const auto flush_start = Clock::now();
-  Status flushed = h->connection->Flush(FlushDeadline(h->deadline));
+  Status flushed = h->connection->Flush(FlushDeadline(h->deadline, options_.peer_timeout));
   const auto flush_end = Clock::now();
-  h->fenced = flushed.ok();
   h->posted = false;
   if (!flushed.ok()) {
+    h->fenced = false;
     h->error = flushed;
     return false;
   }
@@ -379,8 +397,13 @@ void PrefillEngine::BeforeRelease(uint64_t request) {
   std::shared_ptr<Handoff> h = Find(request);
   if (!h || !h->posted) return;
   // Pages about to be freed (or recomputed) may not be read by a write in flight.
-  h->fenced = h->connection->Flush(FlushDeadline(h->deadline)).ok();
+  Status flushed = h->connection->Flush(FlushDeadline(h->deadline, options_.peer_timeout));
   h->posted = false;
+  if (!flushed.ok()) {
+    h->fenced = false;  // final: OnEnd closes the connection
+    if (h->error.ok()) h->error = flushed;
+    h->handle->Cancel();
+  }
 }
 
 void PrefillEngine::OnEnd(uint64_t request, const Status& status) {
@@ -399,7 +422,7 @@ void PrefillEngine::OnEnd(uint64_t request, const Status& status) {
     // endpoint is what frees the decode side's pages.
     TLOG_WARN("tandem prefill: handoff %llu ended (%s) without a confirmed flush: closing connection %llu\n",
                  (unsigned long long)id, why.ToString().c_str(), (unsigned long long)h->connection->id());
-    ++stats_.peers_closed;
+    if (peers_.count(h->connection->id())) ++stats_.peers_closed;
     DropPeerLocked(h->connection->id());  // closes it, under mu_: no late AbortAck goes out first
     h->connection->Close();               // (already dropped by a reconnect: close it all the same)
   } else if (h->peer_gone) {
@@ -409,9 +432,9 @@ void PrefillEngine::OnEnd(uint64_t request, const Status& status) {
     (void)h->connection->Send(AbortAck{id}.Encode());
   } else {
     std::string reason = why.message();
-    if (why.code() == StatusCode::kDeadlineExceeded) {
+    if (why.code() == StatusCode::kDeadlineExceeded && reason.find("time budget") == std::string::npos) {
       reason = "its time budget ran out at the prefill engine (" + std::to_string(h->destination.time_budget_ms) +
-               " ms, " + why.message() + ")";
+               " ms): " + why.message();
     } else if (why.code() == StatusCode::kAborted) {
       reason = "the prefill engine is stopping";
     }
@@ -427,11 +450,17 @@ void PrefillEngine::OnEnd(uint64_t request, const Status& status) {
 void PrefillEngine::Stop() {
   {
     MutexLock lock(mu_);
-    if (stop_) return;
-    stop_ = true;  // no new handoffs
+    if (stopping_) return;
+    stopping_ = true;  // no new handoffs (nor messages)
+  }
+  // Ends every handoff (OnEnd); heartbeats go on meanwhile, so a silent peer
+  // is still closed and no flush waits for it past the peer timeout.
+  if (engine_) engine_->Shutdown(std::chrono::milliseconds(0));
+  {
+    MutexLock lock(mu_);
+    stop_ = true;
   }
   cv_.notify_all();
-  if (engine_) engine_->Shutdown(std::chrono::milliseconds(0));  // ends every handoff (OnEnd)
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
 }
 

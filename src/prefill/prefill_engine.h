@@ -141,7 +141,8 @@ class PrefillEngine : public PrefillSink {
   // Closed connections of each decode instance not yet released (puts of them
   // may still land).
   std::map<uint64_t, std::vector<std::shared_ptr<transfer::Connection>>> closing_ GUARDED_BY(mu_);
-  bool stop_ GUARDED_BY(mu_) = false;
+  bool stopping_ GUARDED_BY(mu_) = false;  // Stop() began: no new handoffs
+  bool stop_ GUARDED_BY(mu_) = false;      // the heartbeat thread ends
   Stats stats_ GUARDED_BY(mu_);
   std::thread heartbeat_thread_;
 };

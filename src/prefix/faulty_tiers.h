@@ -8,7 +8,8 @@
 // - The incident's fault: a load opens each layer's gate before one
 //   registered buffer (index-K) has landed; that buffer is copied after every
 //   gate is open. Readers that trust the gate read stale rows — what the
-//   oracle must catch.
+//   oracle must catch. (The late copy may also land after its request ended
+//   and its pages were reused: this fault corrupts more than its target.)
 #pragma once
 
 #include "prefix/tiers.h"

@@ -69,18 +69,19 @@ uint64_t ConversationKey(const nlohmann::json& body) {
 }
 
 Router::Backend* Router::Pick(uint64_t conversation) {
+  MutexLock lock(place_mu_);  // one placement at a time: each sees the ones before it
   std::vector<int64_t> load;
   std::vector<bool> usable;
   for (auto& b : backends_) {
     load.push_back(b->in_flight->load());
     usable.push_back(b->healthy.load());
   }
-  MutexLock lock(place_mu_);
   const int preferred = conversation != 0 ? affinity_.Find(conversation) : -1;
   const int i = PickTarget(load, usable, preferred, &next_);
   if (i < 0) return nullptr;
   if (conversation != 0) affinity_.Record(conversation, i);
   if (i == preferred) ++affinity_hits_;
+  ++*backends_[size_t(i)]->in_flight;  // counted before the next Pick looks (the caller gives it back)
   return backends_[size_t(i)].get();
 }
 
@@ -132,8 +133,7 @@ void Router::Forward(const httplib::Request& req, httplib::Response& res) {
     return Unavailable503(res, "no healthy decode backend");
   }
   const bool stream = !body.is_discarded() && body.is_object() && body.value("stream", false) == true;
-  if (stream) return ForwardStream(req, res, *b);
-  ++*b->in_flight;
+  if (stream) return ForwardStream(req, res, *b);  // its relay gives the in-flight count back
   struct Done {
     std::atomic<int64_t>& n;
     ~Done() { --n; }
@@ -169,7 +169,6 @@ void Router::ForwardStream(const httplib::Request& req, httplib::Response& res, 
   const std::string body = req.body, path = req.path, host = b.host;
   const int port = b.port;
   const double timeout = options_.request_timeout_s;
-  ++*b.in_flight;
   relay->upstream = std::thread([relay, body, path, host, port, timeout, in_flight = b.in_flight] {
     struct Done {
       std::atomic<int64_t>& n;

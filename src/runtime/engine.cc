@@ -169,7 +169,11 @@ void Engine::Loop() {
       for (auto& s : scheduler_.prefetching()) s->handle->Cancel();
     }
     DropCancelledAndExpired();
-    if (stopping_ && scheduler_.running().empty() && scheduler_.waiting().empty() && scheduler_.prefetching().empty()) break;
+    if (stopping_ && scheduler_.running().empty() && scheduler_.waiting().empty() && scheduler_.prefetching().empty()) {
+      MutexLock lock(mu_);  // a Submit that raced Shutdown is in incoming_: it ends too
+      if (incoming_.empty()) break;
+      continue;
+    }
     if (remote_) PollRemote();
     if (tiers_) {
       tiers_->Poll();

@@ -1,6 +1,7 @@
 #include "transfer/faulty.h"
 
 #include "common/splitmix.h"
+#include "transfer/messages.h"
 
 namespace tandem::transfer {
 
@@ -43,13 +44,14 @@ Status FaultyConnection::Put(const void* src, size_t bytes, const RemoteKey& key
   }
   if (unflushed) {
     const uint8_t* p = static_cast<const uint8_t*>(src);
-    late_copies_.emplace_back(p, p + bytes);  // the sender may reuse its pages: it believes them flushed
-    // Held until a message goes out after it (the Commit overtakes it), then put_delay more.
-    late_.push_back({Clock::time_point::max(), late_copies_.back().data(), bytes, key, offset});
+    // Its own copy: the sender may reuse its pages, believing them flushed.
+    auto copy = std::make_shared<std::vector<uint8_t>>(p, p + bytes);
+    // Held until a Commit goes out after it (and overtakes it), then put_delay more.
+    late_.push_back({Clock::time_point::max(), copy->data(), bytes, key, offset, copy});
     return Status::Ok();
   }
   if (plan_.put_delay.count() > 0) {
-    delayed_.push_back({Clock::now() + plan_.put_delay, src, bytes, key, offset});
+    delayed_.push_back({Clock::now() + plan_.put_delay, src, bytes, key, offset, nullptr});
     cv_.notify_all();
     return Status::Ok();
   }
@@ -89,6 +91,7 @@ void FaultyConnection::RunDelayed() {
     Status st = inner_->Put(put.src, put.bytes, put.key, put.offset);
     lock.Lock();
     if (!st.ok() && delayed_error_.ok() && !late) delayed_error_ = st;
+    if (put.owned) posted_copies_.push_back(std::move(put.owned));  // until a flush covers it
     // Close() may have cleared the queue meanwhile: the front is then another put.
     if (clears_ == cleared) queue.pop_front();
     cv_.notify_all();
@@ -97,17 +100,24 @@ void FaultyConnection::RunDelayed() {
 
 Status FaultyConnection::Flush(Clock::time_point deadline) {
   if (plan_.flush_never_confirms) return Status(StatusCode::kDeadlineExceeded, "flush did not confirm (injected fault)");
+  size_t covered = 0;  // unflushed puts' copies posted before this flush: it covers them
   {
     UniqueLock lock(mu_);
     if (!cv_.wait_until(lock.native(), deadline, [&]() REQUIRES(mu_) { return delayed_.empty() || stop_; })) {
       return Status(StatusCode::kDeadlineExceeded, "flush did not complete before its deadline");
     }
     if (!delayed_error_.ok()) return delayed_error_;
+    covered = posted_copies_.size();
   }
-  return inner_->Flush(deadline);
+  TANDEM_RETURN_IF_ERROR(inner_->Flush(deadline));
+  MutexLock lock(mu_);
+  for (; covered > 0 && !posted_copies_.empty(); --covered) posted_copies_.pop_front();
+  return Status::Ok();
 }
 
 Status FaultyConnection::Send(std::vector<uint8_t> message) {
+  const auto type = PeekType(message);
+  const bool commit = !plan_.unflushed_sources.empty() && type.ok() && *type == MessageType::kCommit;
   std::vector<std::vector<uint8_t>> out;
   {
     MutexLock lock(mu_);
@@ -127,7 +137,7 @@ Status FaultyConnection::Send(std::vector<uint8_t> message) {
     }
   }
   for (auto& m : out) TANDEM_RETURN_IF_ERROR(inner_->Send(std::move(m)));
-  ReleaseLatePuts();
+  if (commit) ReleaseLatePuts();
   return Status::Ok();
 }
 

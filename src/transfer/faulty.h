@@ -9,9 +9,9 @@
 //
 // Unflushed sources reproduce the production incident at the transport: puts
 // whose source lies in those memory ranges (the index-K segments of the
-// sender's pool, say) are copied and held until the next message has gone
+// sender's pool, say) are copied and held until the next Commit has gone
 // out, then land put_delay later (20 ms when 0); no Flush waits for them, so
-// a Commit sent after a "successful" flush overtakes them.
+// the Commit, sent after a "successful" flush, overtakes them.
 #pragma once
 
 #include <condition_variable>
@@ -35,7 +35,7 @@ struct FaultPlan {
                                       // a wedged peer that stays connected
   bool flush_never_confirms = false;  // every Flush times out at once: the sender cannot
                                       // prove its writes landed
-  // Puts from these ranges land after the next message (+ put_delay), uncovered by any Flush.
+  // Puts from these ranges land after the next Commit (+ put_delay), uncovered by any Flush.
   std::vector<std::pair<const uint8_t*, size_t>> unflushed_sources;
   uint64_t seed = 1;
 };
@@ -62,11 +62,12 @@ class FaultyConnection : public Connection {
     size_t bytes;
     RemoteKey key;
     uint64_t offset;
+    std::shared_ptr<std::vector<uint8_t>> owned;  // an unflushed put's own copy of its bytes
   };
   bool Draw(double rate) REQUIRES(mu_);
   void RunDelayed() EXCLUDES(mu_);
   bool Unflushed(const void* src) const;
-  void ReleaseLatePuts() EXCLUDES(mu_);  // a message went out: the held unflushed puts land put_delay later
+  void ReleaseLatePuts() EXCLUDES(mu_);  // a Commit went out: the held unflushed puts land put_delay later
 
   std::shared_ptr<Connection> inner_;
   const FaultPlan plan_;
@@ -78,7 +79,8 @@ class FaultyConnection : public Connection {
   int64_t messages_sent_ GUARDED_BY(mu_) = 0;
   std::deque<DelayedPut> delayed_ GUARDED_BY(mu_);
   std::deque<DelayedPut> late_ GUARDED_BY(mu_);  // unflushed puts, not waited for
-  std::deque<std::vector<uint8_t>> late_copies_ GUARDED_BY(mu_);  // their bytes; live as long as this
+  // Copies of unflushed puts already posted, freed by the next flush that covers them.
+  std::deque<std::shared_ptr<std::vector<uint8_t>>> posted_copies_ GUARDED_BY(mu_);
   uint64_t clears_ GUARDED_BY(mu_) = 0;  // times Close() emptied delayed_
   std::deque<std::vector<uint8_t>> corrupted_ GUARDED_BY(mu_);  // flipped copies; live as long as this
   std::vector<uint8_t> held_message_ GUARDED_BY(mu_);           // reorder: waiting for the next one

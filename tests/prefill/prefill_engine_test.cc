@@ -108,9 +108,9 @@ class PrefillEngineTest : public ::testing::Test {
     prefill_transport_ = std::make_unique<transfer::LoopbackTransport>(net_);
     decode_transport_ = std::make_unique<transfer::LoopbackTransport>(net_);
   }
-  void StartWorker(PrefillOptions options = {}) {
+  void StartWorker(PrefillOptions options = {}, int64_t cache_tokens = 64 * kPageTokens) {
     options.engine.chunk_size = 32;
-    options.engine.cache_tokens = 64 * kPageTokens;
+    options.engine.cache_tokens = cache_tokens;
     options.engine.threads = 1;
     auto worker = PrefillEngine::Create(*model_->model, options);
     ASSERT_TRUE(worker.ok()) << worker.status().ToString();
@@ -247,6 +247,42 @@ TEST_F(PrefillEngineTest, AQueuedHandoffPastItsBudgetIsRefusedWithTheReason) {
   }
   EXPECT_TRUE(committed) << "the first one still commits";
   EXPECT_TRUE(refused);
+}
+
+// Regression (review): a second Destination with an id in flight was refused
+// with an Abort, and the decode side freed the pages the first was writing.
+TEST_F(PrefillEngineTest, ADuplicateDestinationIsIgnoredAndTheFirstCommitsIntact) {
+  StartWorker();
+  auto [d, conn] = Connect();
+  const auto bytes = d->DestinationFor(3, Prompt(3));
+  ASSERT_TRUE(conn->Send(bytes).ok());
+  ASSERT_TRUE(conn->Send(bytes).ok());
+  auto m = d->NextOf({MessageType::kCommit, MessageType::kAbort});
+  ASSERT_TRUE(m.has_value());
+  ASSERT_EQ(*PeekType(*m), MessageType::kCommit) << "the duplicate must not be answered with an Abort";
+  auto ready = d->receiver().OnCommit(*Commit::Decode(*m), 1, Clock::now());
+  EXPECT_TRUE(ready.ok()) << ready.status().ToString();  // digests verified: the pages are intact
+  EXPECT_FALSE(d->NextOf({MessageType::kCommit, MessageType::kAbort}, 300ms).has_value());
+}
+
+// Prompts that together need more pages than the prefill pool holds: the
+// scheduler preempts (flushing the victim's writes first) and recomputes, and
+// every handoff still commits with digests that verify.
+TEST_F(PrefillEngineTest, PreemptionMidHandoffStillCommitsVerifiedPages) {
+  PrefillOptions o;
+  o.engine.max_batch_tokens = 256;
+  StartWorker(o, 12 * kPageTokens);  // 12 pages; four prompts of 4 pages each run together
+  auto [d, conn] = Connect();
+  for (uint64_t id = 1; id <= 4; ++id) ASSERT_TRUE(conn->Send(d->DestinationFor(id, Prompt(uint32_t(id)))).ok());
+  for (int i = 0; i < 4; ++i) {
+    auto m = d->NextOf({MessageType::kCommit, MessageType::kAbort});
+    ASSERT_TRUE(m.has_value()) << "handoff " << i << " never ended";
+    ASSERT_EQ(*PeekType(*m), MessageType::kCommit) << Abort::Decode(*m)->reason;
+    auto ready = d->receiver().OnCommit(*Commit::Decode(*m), 1, Clock::now());
+    EXPECT_TRUE(ready.ok()) << ready.status().ToString();
+    if (ready.ok()) d->pool().Release(ready->pages);
+  }
+  EXPECT_GT(worker_->engine().Stats().preemptions, 0) << "the pool was meant to be too small for all four";
 }
 
 TEST_F(PrefillEngineTest, AHelloWithOtherWeightsIsRefusedAndTheConnectionClosed) {
