@@ -29,7 +29,7 @@ struct PrefillArgs {
   int32_t chunk_size = 512;
   int32_t max_batch_tokens = 2048;
   int32_t max_running = 32;
-  std::string prefill_order = "arrival";
+  std::string prefill_order = "shortest";
   std::string log_level = "info";
   bool unsafe_early_commit = false;
   int64_t debug_put_delay_us = 0;

@@ -23,7 +23,7 @@ struct ServeArgs {
   ServerOptions server;
   EngineOptions engine;
   DecodeOptions decode;  // the decode role, with --prefill
-  std::string prefill_order = "arrival";
+  std::string prefill_order = "shortest";
   std::string log_level = "info";
   std::string attention = "dense", index_k_dtype = "fp8";
   double request_timeout_s = 600, shutdown_timeout_s = 30;
