@@ -1,404 +1,9 @@
 #include "transfer/ucx.h"
 
 #include "transfer/address.h"
-
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/shm.h>
-#include <ucp/api/ucp.h>
-#include <unistd.h>
-#include <xxhash.h>
-
-#include <atomic>
-#include <cerrno>
-#include <condition_variable>
-#include <cstring>
-#include <deque>
-#include <fstream>
-#include <map>
-#include <mutex>
-#include <optional>
-#include <shared_mutex>
-#include <sstream>
-#include <thread>
-#include <utility>
+#include "transfer/ucx_internal.h"
 
 namespace tandem::transfer {
-namespace {
-
-constexpr unsigned kAmId = 7;
-// Internal: a worker address, sent once each way when a connection opens.
-// Endpoints made from a sockaddr carry only the CM device's transports (TCP
-// here); one made from the peer's worker address gets every transport both
-// workers share — shared memory and CMA on one host — so puts go over it.
-constexpr unsigned kAddressAmId = 8;
-
-Status UcxError(const std::string& what, ucs_status_t st) {
-  return Unavailable(what + ": " + ucs_status_string(st));
-}
-
-// A region's remote key: UcxKeyHeader, then UCX's packed rkey.
-//
-// UCX 1.13 (and later) crashes inside ucp_ep_rkey_unpack when a shared-memory
-// segment named by the key is already gone — its error path releases rkeys it
-// never unpacked. A peer killed between sending a key and our first put is
-// exactly that case. So the key also names the SysV segment behind the region
-// (when it is one, and when the peer shares our IPC namespace): we attach it
-// ourselves first, which both proves it exists and keeps it alive until UCX
-// holds its own attachment.
-using KeyHeader = UcxKeyHeader;
-constexpr size_t kKeyHeaderBytes = sizeof(KeyHeader);
-static_assert(kKeyHeaderBytes == 24);
-
-// Same kernel boot and same IPC namespace: SysV ids mean the same segments.
-uint64_t IpcIdentity() {
-  static const uint64_t identity = [] {
-    std::string id;
-    std::ifstream boot("/proc/sys/kernel/random/boot_id");
-    std::getline(boot, id);
-    char ns[128] = {};
-    const ssize_t n = readlink("/proc/self/ns/ipc", ns, sizeof(ns) - 1);
-    if (id.empty() || n <= 0) return uint64_t{0};
-    id.append(ns, size_t(n));
-    return uint64_t(XXH3_64bits(id.data(), id.size())) | 1;  // never 0
-  }();
-  return identity;
-}
-
-// The SysV segment mapped at `address` in this process (its id is the
-// mapping's inode in /proc/self/maps), or -1 when it is not one.
-int64_t SysvSegmentAt(const void* address) {
-  const auto a = reinterpret_cast<uintptr_t>(address);
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  while (std::getline(maps, line)) {
-    std::istringstream in(line);
-    std::string range, perms, offset, dev, path;
-    uint64_t inode = 0;
-    if (!(in >> range >> perms >> offset >> dev >> inode)) continue;
-    std::getline(in >> std::ws, path);
-    const size_t dash = range.find('-');
-    if (dash == std::string::npos) continue;
-    const uintptr_t lo = std::stoull(range.substr(0, dash), nullptr, 16);
-    const uintptr_t hi = std::stoull(range.substr(dash + 1), nullptr, 16);
-    if (a < lo || a >= hi) continue;
-    return path.rfind("/SYSV", 0) == 0 ? int64_t(inode) : -1;
-  }
-  return -1;
-}
-
-// Holds an attachment to a peer's SysV segment for as long as it lives.
-class SegmentPin {
- public:
-  static StatusOr<SegmentPin> Attach(int64_t shmid) {
-    void* p = shmat(int(shmid), nullptr, SHM_RDONLY);
-    if (p == reinterpret_cast<void*>(-1)) {
-      return Unavailable("the peer's shared-memory segment (SysV id " + std::to_string(shmid) +
-                         ") is gone: the peer has exited or freed the region (" + std::strerror(errno) + ")");
-    }
-    SegmentPin pin(p);
-    return pin;
-  }
-  SegmentPin(SegmentPin&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
-  SegmentPin& operator=(SegmentPin&&) = delete;
-  ~SegmentPin() {
-    if (p_ != nullptr) shmdt(p_);
-  }
-
- private:
-  explicit SegmentPin(void* p) : p_(p) {}
-  void* p_;
-};
-
-}  // namespace
-
-class UcxConnection;
-
-struct UcxTransport::Impl {
-  ucp_context_h context = nullptr;
-  ucp_worker_h worker = nullptr;
-  ucp_listener_h listener = nullptr;
-  std::atomic<bool> stop{false};
-  std::thread progress, delivery;
-  std::function<ConnectionHandlers(std::shared_ptr<Connection>)> on_accept;
-  std::mutex mu;  // guards connections, events, mems
-  std::condition_variable cv;
-  std::map<ucp_ep_h, std::shared_ptr<UcxConnection>> connections;
-  struct Event {
-    std::shared_ptr<UcxConnection> conn;
-    std::vector<uint8_t> message;
-    bool close = false;
-    Status status;
-    bool peer_address = false;  // message holds the peer's worker address
-    bool accepted = false;      // a connection a peer made: run on_accept (never inside progress)
-  };
-  std::deque<Event> events;
-  std::vector<ucp_mem_h> mems;
-  uint64_t next_id = 1;
-  std::vector<uint8_t> worker_address;
-
-  void Post(Event e) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      events.push_back(std::move(e));
-    }
-    cv.notify_all();
-  }
-  void RunProgress();
-  void RunDelivery();
-  void Forget(ucp_ep_h ep) {
-    std::lock_guard<std::mutex> lock(mu);
-    connections.erase(ep);
-  }
-  // Closed connections: released by the closer thread, then kept until the
-  // transport goes (UCX may still name them in a late error callback).
-  std::mutex closer_mu;
-  std::condition_variable closer_cv;
-  std::deque<std::pair<std::shared_ptr<UcxConnection>, bool>> to_close;  // guarded by closer_mu
-  std::vector<std::shared_ptr<UcxConnection>> closed;                    // guarded by closer_mu
-  bool closer_stop = false;                                              // guarded by closer_mu
-  std::thread closer;
-  void CloseLater(std::shared_ptr<UcxConnection> c, bool force);
-  void RunCloser();
-  std::shared_ptr<UcxConnection> Find(ucp_ep_h ep) {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = connections.find(ep);
-    return it == connections.end() ? nullptr : it->second;
-  }
-};
-
-class UcxConnection : public Connection, public std::enable_shared_from_this<UcxConnection> {
- public:
-  UcxConnection(UcxTransport::Impl* t, uint64_t id) : t_(t), id_(id) {}
-  ~UcxConnection() override { Release(!alive_); }
-
-  uint64_t id() const override { return id_; }
-  bool alive() const override { return alive_.load(); }
-
-  // Put, Flush and SendAm hold ops_mu_ shared while they use the endpoints;
-  // Close takes it exclusively, so the endpoints and rkeys are released only
-  // once no operation uses them (closing_ makes waiting operations give up).
-  Status Put(const void* src, size_t bytes, const RemoteKey& key, uint64_t offset) override {
-    std::shared_lock<std::shared_mutex> ops(ops_mu_);
-    if (!alive_ || closing_) return Unavailable("UCX connection " + std::to_string(id_) + " is closed");
-    if (key.blob.size() <= kKeyHeaderBytes) return InvalidArgument("UCX remote key is too short");
-    if (offset > key.size || bytes > key.size - offset) {
-      return OutOfRange("put of " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
-                        " exceeds the " + std::to_string(key.size) + "-byte remote region");
-    }
-    KeyHeader header;
-    std::memcpy(&header, key.blob.data(), kKeyHeaderBytes);
-    TANDEM_ASSIGN_OR_RETURN(ucp_ep_h data_ep, DataEndpoint());
-    TANDEM_ASSIGN_OR_RETURN(ucp_rkey_h rkey, RemoteKeyFor(key, header));
-    ucp_request_param_t p{};
-    ucs_status_ptr_t r = ucp_put_nbx(data_ep, src, bytes, header.base + offset, rkey, &p);
-    if (UCS_PTR_IS_ERR(r)) return UcxError("ucp_put_nbx", UCS_PTR_STATUS(r));
-    if (r != nullptr) ucp_request_free(r);  // completes in the background; Flush covers it
-    return Status::Ok();
-  }
-
-  Status Flush(Clock::time_point deadline) override {
-    std::shared_lock<std::shared_mutex> ops(ops_mu_);
-    if (!alive_ || closing_) return Unavailable("UCX connection " + std::to_string(id_) + " is closed");
-    ucp_ep_h data_ep = nullptr;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      data_ep = data_ep_;
-    }
-    if (!data_ep) return Status::Ok();  // no put was ever posted
-    ucp_request_param_t p{};
-    ucs_status_ptr_t r = ucp_ep_flush_nbx(data_ep, &p);
-    return Wait(r, deadline, "ucp_ep_flush_nbx");
-  }
-
-  Status Send(std::vector<uint8_t> message) override { return SendAm(kAmId, std::move(message)); }
-
-  Status SendAm(unsigned am_id, std::vector<uint8_t> message) {
-    std::shared_lock<std::shared_mutex> ops(ops_mu_);
-    if (!alive_ || closing_) return Unavailable("UCX connection " + std::to_string(id_) + " is closed");
-    auto owned = std::make_unique<std::vector<uint8_t>>(std::move(message));
-    ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = UCP_AM_SEND_FLAG_REPLY;
-    ucs_status_ptr_t r = ucp_am_send_nbx(ep_, am_id, nullptr, 0, owned->data(), owned->size(), &p);
-    if (r == nullptr) return Status::Ok();
-    if (UCS_PTR_IS_ERR(r)) return UcxError("ucp_am_send_nbx", UCS_PTR_STATUS(r));
-    // The buffer must outlive the send: keep both until the request completes.
-    std::lock_guard<std::mutex> lock(mu_);
-    ReapSendsLocked();
-    pending_sends_.emplace_back(r, std::move(owned));
-    return Status::Ok();
-  }
-
-  // Also after the peer died. Returns at once: no new operation starts, the
-  // ones in progress give up, and the transport's closer thread releases the
-  // endpoints (a flushing close can take seconds; nobody waits for it).
-  void Close() override {
-    if (closed_.exchange(true)) return;
-    closing_ = true;
-    const bool was_alive = alive_.exchange(false);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      data_cv_.notify_all();  // a Put waiting for the data endpoint gives up
-    }
-    t_->Forget(ep_);
-    t_->CloseLater(shared_from_this(), /*force=*/!was_alive);
-    if (was_alive) t_->Post({shared_from_this(), {}, true, Status(StatusCode::kAborted, "connection closed by this side")});
-  }
-
-  // The closer thread: waits for operations in progress (they give up on
-  // closing_), then releases the endpoints — a flushing close completes the
-  // puts still pending, a forced one cancels them; either way none lands later.
-  void ReleaseNow(bool force) {
-    std::unique_lock<std::shared_mutex> ops(ops_mu_);
-    Release(force);
-  }
-  void MarkReleased() { released_ = true; }
-  bool WaitReleased(Clock::time_point deadline) override {
-    std::unique_lock<std::mutex> lock(t_->closer_mu);
-    return t_->closer_cv.wait_until(lock, deadline, [&] { return released_.load(); });
-  }
-
-  // The peer is gone (error callback): writes can no longer land.
-  // A timeout says the peer did not answer, not that it is gone (a stalled
-  // process may resume): DeadlineExceeded then, Unavailable otherwise.
-  void Died(ucs_status_t st) {
-    if (!alive_.exchange(false)) return;
-    const bool timeout = st == UCS_ERR_ENDPOINT_TIMEOUT || st == UCS_ERR_TIMED_OUT;
-    // Never connected (nothing listens there) is NotFound.
-    const bool refused = st == UCS_ERR_NOT_CONNECTED || st == UCS_ERR_UNREACHABLE || st == UCS_ERR_REJECTED;
-    Status why = timeout ? Status(StatusCode::kDeadlineExceeded, std::string("peer timed out: ") + ucs_status_string(st))
-                 : refused ? Status(StatusCode::kNotFound, std::string("could not connect: ") + ucs_status_string(st))
-                           : UcxError("peer connection failed", st);
-    t_->Post({shared_from_this(), {}, true, std::move(why)});
-  }
-
-  // Delivery thread: the peer's worker address arrived; make the data endpoint.
-  void SetPeerAddress(const std::vector<uint8_t>& address) {
-    // No peer error-handling mode here: UCX 1.13 drops the shared-memory
-    // transports from endpoints that ask for it. Peer failure is detected on
-    // the sockaddr endpoint, and every Flush has a deadline.
-    ucp_ep_params_t ep{};
-    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
-    ep.address = reinterpret_cast<const ucp_address_t*>(address.data());
-    std::lock_guard<std::mutex> lock(mu_);
-    if (data_ep_ || !alive_) return;
-    data_status_ = ucp_ep_create(t_->worker, &ep, &data_ep_) == UCS_OK
-                       ? Status::Ok()
-                       : Unavailable("cannot create the data endpoint to the peer's worker");
-    data_cv_.notify_all();
-  }
-
-  ucp_ep_h ep_ = nullptr;
-  ConnectionHandlers handlers_;
-
- private:
-  // Waits (briefly, at connection start) for the endpoint puts travel on.
-  StatusOr<ucp_ep_h> DataEndpoint() {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!data_cv_.wait_for(lock, std::chrono::seconds(10), [&] { return data_ep_ || !data_status_.ok() || !alive_; })) {
-      return Unavailable("the peer never sent its worker address");
-    }
-    if (!alive_) return Unavailable("UCX connection " + std::to_string(id_) + " is closed");
-    if (!data_ep_) return data_status_;
-    return data_ep_;
-  }
-
-  Status Wait(ucs_status_ptr_t r, Clock::time_point deadline, const char* what) {
-    if (r == nullptr) return Status::Ok();
-    if (UCS_PTR_IS_ERR(r)) return UcxError(what, UCS_PTR_STATUS(r));
-    ucs_status_t st;
-    while ((st = ucp_request_check_status(r)) == UCS_INPROGRESS) {
-      ucp_worker_progress(t_->worker);
-      if (closing_) {
-        ucp_request_free(r);  // released by UCX when it completes
-        return Unavailable(std::string(what) + ": the connection was closed");
-      }
-      if (Clock::now() >= deadline) {
-        ucp_request_free(r);
-        return Status(StatusCode::kDeadlineExceeded, std::string(what) + " did not complete before its deadline");
-      }
-    }
-    ucp_request_free(r);
-    return st == UCS_OK ? Status::Ok() : UcxError(what, st);
-  }
-
-  StatusOr<ucp_rkey_h> RemoteKeyFor(const RemoteKey& key, const KeyHeader& header) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = rkeys_.find(key.blob);
-    if (it != rkeys_.end()) return it->second;
-    std::optional<SegmentPin> pin;  // see KeyHeader: never let UCX unpack a dead segment
-    if (header.shmid >= 0 && header.ipc_identity == IpcIdentity()) {
-      TANDEM_ASSIGN_OR_RETURN(SegmentPin p, SegmentPin::Attach(header.shmid));
-      pin.emplace(std::move(p));
-    }
-    ucp_rkey_h rkey = nullptr;
-    const ucs_status_t st = ucp_ep_rkey_unpack(data_ep_, key.blob.data() + kKeyHeaderBytes, &rkey);
-    if (st != UCS_OK) return UcxError("ucp_ep_rkey_unpack", st);
-    rkeys_[key.blob] = rkey;
-    return rkey;
-  }
-
-  // force: the peer is gone, so do not try to flush to it (a flush to a dead
-  // TCP peer only times out, and UCX logs an error for it).
-  void CloseEndpoint(ucp_ep_h ep, bool force) {
-    ucp_request_param_t p{};
-    if (force) {
-      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    }
-    ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
-    if (r == nullptr || UCS_PTR_IS_ERR(r)) return;
-    const auto until = Clock::now() + std::chrono::seconds(2);
-    while (ucp_request_check_status(r) == UCS_INPROGRESS && Clock::now() < until) ucp_worker_progress(t_->worker);
-    if (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_request_cancel(t_->worker, r);
-    ucp_request_free(r);
-  }
-
-  void ReapSendsLocked() {
-    std::erase_if(pending_sends_, [](auto& s) {
-      if (ucp_request_check_status(s.first) == UCS_INPROGRESS) return false;
-      ucp_request_free(s.first);
-      return true;
-    });
-  }
-
-  // Closes the endpoints: flushing them when the peer is alive, so no put of
-  // ours can land afterwards; forcing them when the peer is gone.
-  void Release(bool force) {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [blob, rkey] : rkeys_) ucp_rkey_destroy(rkey);
-    rkeys_.clear();
-    data_cv_.notify_all();
-    if (data_ep_) {
-      CloseEndpoint(data_ep_, force);
-      data_ep_ = nullptr;
-    }
-    if (!ep_) return;
-    CloseEndpoint(ep_, force);
-    ep_ = nullptr;
-    // The endpoint is gone: every send has completed or been cancelled.
-    for (auto& [req, buf] : pending_sends_) {
-      if (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_request_cancel(t_->worker, req);
-      ucp_request_free(req);
-    }
-    pending_sends_.clear();
-  }
-
-  UcxTransport::Impl* t_;
-  const uint64_t id_;
-  std::atomic<bool> alive_{true};
-  std::atomic<bool> closed_{false};
-  std::atomic<bool> closing_{false};
-  std::atomic<bool> released_{false};  // set under t_->closer_mu
-  std::shared_mutex ops_mu_;
-  std::mutex mu_;
-  std::map<std::vector<uint8_t>, ucp_rkey_h> rkeys_;
-  std::vector<std::pair<void*, std::unique_ptr<std::vector<uint8_t>>>> pending_sends_;
-  ucp_ep_h data_ep_ = nullptr;  // guarded by mu_
-  Status data_status_;          // guarded by mu_
-  std::condition_variable data_cv_;
-};
 
 void UcxTransport::Impl::CloseLater(std::shared_ptr<UcxConnection> c, bool force) {
   {
@@ -464,7 +69,7 @@ ucs_status_t OnAddress(void* arg, const void*, size_t, void* data, size_t length
   auto conn = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? t->Find(param->reply_ep) : nullptr;
   if (!conn) return UCS_OK;
   const uint8_t* p = static_cast<const uint8_t*>(data);
-  UcxTransport::Impl::Event e{conn, std::vector<uint8_t>(p, p + length)};
+  auto e = UcxTransport::Impl::Event::Message(conn, std::vector<uint8_t>(p, p + length));
   e.peer_address = true;
   t->Post(std::move(e));
   return UCS_OK;
@@ -477,7 +82,7 @@ ucs_status_t OnMessage(void* arg, const void*, size_t, void* data, size_t length
   if (!conn) return UCS_OK;
   if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
     const uint8_t* p = static_cast<const uint8_t*>(data);
-    t->Post({conn, std::vector<uint8_t>(p, p + length)});
+    t->Post(UcxTransport::Impl::Event::Message(conn, std::vector<uint8_t>(p, p + length)));
     return UCS_OK;
   }
   // Large message: fetch it, then deliver.
@@ -491,14 +96,14 @@ ucs_status_t OnMessage(void* arg, const void*, size_t, void* data, size_t length
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   p.cb.recv_am = [](void* req, ucs_status_t st, size_t, void* user) {
     auto* pd = static_cast<Pending*>(user);
-    if (st == UCS_OK) pd->t->Post({pd->conn, std::move(pd->buf)});
+    if (st == UCS_OK) pd->t->Post(UcxTransport::Impl::Event::Message(pd->conn, std::move(pd->buf)));
     delete pd;
     if (req) ucp_request_free(req);
   };
   p.user_data = pending;
   ucs_status_ptr_t r = ucp_am_recv_data_nbx(t->worker, data, pending->buf.data(), length, &p);
   if (r == nullptr) {
-    t->Post({conn, std::move(pending->buf)});
+    t->Post(UcxTransport::Impl::Event::Message(conn, std::move(pending->buf)));
     delete pending;
   } else if (UCS_PTR_IS_ERR(r)) {
     delete pending;
@@ -656,7 +261,7 @@ Status UcxTransport::Listen(const std::string& address,
     }
     // The owner's on_accept runs on the delivery thread, never inside a
     // progress call (a Flush progresses the worker while holding its locks).
-    UcxTransport::Impl::Event e{conn, {}};
+    auto e = UcxTransport::Impl::Event::Message(conn, {});
     e.accepted = true;
     t->Post(std::move(e));
   };
