@@ -171,8 +171,8 @@ void RegisterPrefill(CLI::App& app) {
   cmd->add_option("--max-batch-tokens", a->max_batch_tokens, "Prefill tokens of all prompts together per step")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--prefill-order", a->prefill_order,
-                  "Which prompts' chunks a step serves first: arrival (bounds the tail) or shortest (the oldest, then "
-                  "shortest remaining: lower median time to first token)");
+                  "Which prompts' chunks a step serves first: shortest (default: the oldest, then shortest "
+                  "remaining, so short appends do not wait behind long prompts) or arrival (bounds the tail)");
   cmd->add_option("--max-running", a->max_running, "Prompts scheduled together (each holds its pages until handed off)")
       ->check(CLI::Range(1, 4096));
   cmd->add_flag("--debug-unsafe-early-commit", a->unsafe_early_commit,

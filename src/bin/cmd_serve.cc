@@ -23,7 +23,7 @@ struct ServeArgs {
   ServerOptions server;
   EngineOptions engine;
   DecodeOptions decode;  // the decode role, with --prefill
-  std::string prefill_order = "shortest";
+  std::string prefill_order;  // empty: each role's default (arrival here, shortest on a prefill engine)
   std::string log_level = "info";
   std::string attention = "dense", index_k_dtype = "fp8";
   double request_timeout_s = 600, shutdown_timeout_s = 30;
@@ -56,7 +56,8 @@ DisaggLaunch LaunchFor(const ServeArgs& a) {
   if (!a.server.model_id.empty()) l.decode_args.insert(l.decode_args.end(), {"--model-id", a.server.model_id});
   if (a.engine.context_tokens > 0) l.decode_args.insert(l.decode_args.end(), {"--ctx-size", std::to_string(a.engine.context_tokens)});
   if (a.no_prefix_cache) l.decode_args.push_back("--no-prefix-cache");
-  l.prefill_args = {"--chunk-size", std::to_string(a.engine.chunk_size), "--prefill-order", a.prefill_order};
+  l.prefill_args = {"--chunk-size", std::to_string(a.engine.chunk_size)};
+  if (!a.prefill_order.empty()) l.prefill_args.insert(l.prefill_args.end(), {"--prefill-order", a.prefill_order});
   l.decode_args.insert(l.decode_args.end(), {"--handoff-timeout-ms", std::to_string(a.handoff_timeout_ms)});
   l.transport_tcp = a.transport == "tcp";
   for (auto* side : {&l.prefill_args, &l.decode_args, &l.router_args}) side->insert(side->end(), {"--log-level", a.log_level});
@@ -129,7 +130,7 @@ int RunServe(ServeArgs& a) {
     return 1;
   }
   a.engine.threads = a.model.threads;
-  auto order = ParsePrefillOrder(a.prefill_order);
+  auto order = ParsePrefillOrder(a.prefill_order.empty() ? "arrival" : a.prefill_order);
   if (!order.ok()) return TLOG_ERROR("error: %s\n", order.status().message().c_str()), 1;
   a.engine.prefill_order = *order;
   a.engine.prefix_cache = !a.no_prefix_cache;
@@ -197,8 +198,8 @@ void RegisterServe(CLI::App& app) {
   cmd->add_option("--max-waiting", a->engine.max_waiting, "Queued requests before 429")->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--chunk-size", a->engine.chunk_size, "Prefill tokens per sequence per step")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--prefill-order", a->prefill_order,
-                  "Which prompts' chunks a step serves first: arrival (bounds the tail) or shortest (the oldest, "
-                  "then shortest remaining: lower median time to first token); with --disagg, the prefill engine's");
+                  "Which prompts' chunks a step serves first: arrival (default here; bounds the tail) or shortest "
+                  "(the oldest, then shortest remaining); with --disagg, the prefill engine's (default there: shortest)");
   cmd->add_option("--max-batch-tokens", a->engine.max_batch_tokens, "Tokens per step")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--request-timeout", a->request_timeout_s, "Seconds before a request is failed")->check(CLI::PositiveNumber);
   cmd->add_option("--shutdown-timeout", a->shutdown_timeout_s, "Seconds to drain on SIGTERM")->check(CLI::NonNegativeNumber);
