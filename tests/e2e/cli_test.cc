@@ -83,18 +83,20 @@ TEST_F(Cli, ServerLogLinesCarryRoleAndLevelAndTheLevelFilters) {
 
 // Every fault works where it is asked for or is refused there, never dropped.
 TEST_F(Cli, FaultFlagsAreRefusedWhereTheyCannotWork) {
-  auto early = RunTandem("serve --debug-unsafe-early-commit --port 0");
-  EXPECT_EQ(early.exit_code, 2) << early.output;
-  EXPECT_NE(early.output.find("they need --disagg"), std::string::npos) << early.output;
-  auto ungated = RunTandem("serve --debug-ungated-index-k --port 0");
-  EXPECT_EQ(ungated.exit_code, 1) << ungated.output;
-  EXPECT_NE(ungated.output.find("--debug-ungated-index-k is a fault of the L2 tier"), std::string::npos) << ungated.output;
-  auto dense = RunTandem("prefill --debug-unsafe-early-commit --port 0");
-  EXPECT_EQ(dense.exit_code, 1) << dense.output;
-  EXPECT_NE(dense.output.find("needs sparse attention"), std::string::npos) << dense.output;
-  auto dense_tier = RunTandem("serve --debug-ungated-index-k --host-cache-size 64M --port 0");
-  EXPECT_EQ(dense_tier.exit_code, 1) << dense_tier.output;
-  EXPECT_NE(dense_tier.output.find("index_k needs sparse attention"), std::string::npos) << dense_tier.output;
+  struct Case {
+    const char* args;
+    int exit_code;
+    const char* says;
+  };
+  for (const Case& c : {Case{"serve --debug-unsafe-early-commit --port 0", 2, "they need --disagg"},
+                        Case{"serve --debug-ungated-index-k --port 0", 1, "--debug-ungated-index-k is a fault of the L2 tier"},
+                        Case{"prefill --debug-unsafe-early-commit --port 0", 1, "needs sparse attention"},
+                        Case{"serve --debug-ungated-index-k --host-cache-size 64M --port 0", 1,
+                             "index_k needs sparse attention"}}) {
+    auto r = RunTandem(c.args);
+    EXPECT_EQ(r.exit_code, c.exit_code) << c.args << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.says), std::string::npos) << c.args << "\n" << r.output;
+  }
 }
 
 TEST_F(Cli, Stories260KFromTheCommandLine) {
