@@ -110,7 +110,7 @@ TieredCache::TieredCache(PagePool& l1, const CacheBufferRegistry& registry, cons
 TieredCache::~TieredCache() {
   Drain();
   {
-    std::lock_guard<std::mutex> lock(job_mu_);
+    MutexLock lock(job_mu_);
     stop_ = true;
   }
   job_cv_.notify_all();
@@ -119,7 +119,7 @@ TieredCache::~TieredCache() {
 
 void TieredCache::Submit(std::function<void()> job) {
   {
-    std::lock_guard<std::mutex> lock(job_mu_);
+    MutexLock lock(job_mu_);
     jobs_.push_back(std::move(job));
   }
   job_cv_.notify_all();
@@ -129,8 +129,8 @@ void TieredCache::RunCopyEngine() {
   for (;;) {
     std::function<void()> job;
     {
-      std::unique_lock<std::mutex> lock(job_mu_);
-      job_cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+      UniqueLock lock(job_mu_);
+      job_cv_.wait(lock.native(), [&]() REQUIRES(job_mu_) { return stop_ || !jobs_.empty(); });
       if (jobs_.empty()) return;  // stopping, and nothing left
       job = std::move(jobs_.front());
       jobs_.pop_front();
@@ -138,7 +138,7 @@ void TieredCache::RunCopyEngine() {
     }
     job();
     {
-      std::lock_guard<std::mutex> lock(job_mu_);
+      MutexLock lock(job_mu_);
       busy_ = false;
     }
     idle_cv_.notify_all();
@@ -146,8 +146,8 @@ void TieredCache::RunCopyEngine() {
 }
 
 void TieredCache::Drain() {
-  std::unique_lock<std::mutex> lock(job_mu_);
-  idle_cv_.wait(lock, [&] { return jobs_.empty() && !busy_; });
+  UniqueLock lock(job_mu_);
+  idle_cv_.wait(lock.native(), [&]() REQUIRES(job_mu_) { return jobs_.empty() && !busy_; });
 }
 
 int64_t TieredCache::CopyLoad(std::span<const int32_t> src, std::span<const int32_t> dst, LayerGates& gates) {
@@ -169,14 +169,14 @@ int64_t TieredCache::CopyLoad(std::span<const int32_t> src, std::span<const int3
 void TieredCache::Poll() {
   std::vector<int32_t> release;
   {
-    std::lock_guard<std::mutex> lock(job_mu_);
+    MutexLock lock(job_mu_);
     release.swap(l1_to_release_);
   }
   if (!release.empty()) l1_.Release(release);
   l1_refs_held_ -= int64_t(release.size());
   std::erase_if(pending_loads_, [&](const std::shared_ptr<LayerGates>& g) {
     if (!g->AllOpen()) return false;
-    std::lock_guard<std::mutex> lock(stats_mu_);
+    MutexLock lock(stats_mu_);
     stats_.gate_wait_seconds += double(g->waited_ns()) * 1e-9;
     return true;
   });
@@ -188,13 +188,13 @@ TieredCache::HostEntry* TieredCache::ReserveHostLocked(uint64_t key, uint64_t pa
   if (host_index_.count(key)) return nullptr;
   while (host_->free_pages() == 0) {
     // The oldest ready entry no load has pinned.
-    auto victim = std::find_if(host_lru_.begin(), host_lru_.end(), [&](uint64_t k) {
+    auto victim = std::find_if(host_lru_.begin(), host_lru_.end(), [&](uint64_t k) REQUIRES(host_mu_) {
       const HostEntry& e = host_index_.at(k);
       return e.ready && host_->RefCount(e.page) == 1;
     });
     if (victim == host_lru_.end()) return nullptr;
     DropHostLocked(host_index_.at(*victim));
-    std::lock_guard<std::mutex> lock(stats_mu_);
+    MutexLock lock(stats_mu_);
     ++stats_.evicted_l2;
   }
   auto page = host_->Allocate(1);
@@ -218,7 +218,7 @@ void TieredCache::DropHostLocked(HostEntry& e) {
 void TieredCache::CopyL1ToHost(int32_t l1_page, uint64_t key) {
   int32_t host_page = -1;
   {
-    std::lock_guard<std::mutex> lock(host_mu_);
+    MutexLock lock(host_mu_);
     auto it = host_index_.find(key);
     if (it == host_index_.end()) return;
     host_page = it->second.page;
@@ -230,10 +230,10 @@ void TieredCache::CopyL1ToHost(int32_t l1_page, uint64_t key) {
     bytes += n;
   });
   {
-    std::lock_guard<std::mutex> lock(host_mu_);
+    MutexLock lock(host_mu_);
     host_index_.at(key).ready = true;
   }
-  std::lock_guard<std::mutex> lock(stats_mu_);
+  MutexLock lock(stats_mu_);
   stats_.store_bytes_l2 += bytes;
 }
 
@@ -245,7 +245,7 @@ TieredCache::Match TieredCache::Lookup(std::span<const int32_t> tokens, int64_t 
   uint64_t parent = from_page > 0 ? keys[size_t(from_page - 1)] : PrefixIndex::kRootSeed;
   int64_t i = from_page;
   {
-    std::lock_guard<std::mutex> lock(host_mu_);
+    MutexLock lock(host_mu_);
     for (; i < n_full; ++i) {
       auto it = host_index_.find(keys[size_t(i)]);
       if (it == host_index_.end()) break;
@@ -261,7 +261,7 @@ TieredCache::Match TieredCache::Lookup(std::span<const int32_t> tokens, int64_t 
     }
   }
   if (disk_subdir_.empty()) return m;
-  std::lock_guard<std::mutex> lock(disk_mu_);
+  MutexLock lock(disk_mu_);
   for (; i < n_full; ++i) {
     auto it = disk_index_.find(keys[size_t(i)]);
     if (it == disk_index_.end() || it->second.parent != parent ||
@@ -276,7 +276,7 @@ TieredCache::Match TieredCache::Lookup(std::span<const int32_t> tokens, int64_t 
 
 void TieredCache::Unpin(std::span<const int32_t> l2_pages) {
   if (l2_pages.empty()) return;
-  std::lock_guard<std::mutex> lock(host_mu_);
+  MutexLock lock(host_mu_);
   host_->Release(l2_pages);
 }
 
@@ -287,7 +287,7 @@ std::shared_ptr<LayerGates> TieredCache::LoadIntoL1(std::vector<int32_t> l2_page
     const auto t0 = Clock::now();
     const int64_t bytes = CopyLoad(src, dst, *gates);
     Unpin(src);
-    std::lock_guard<std::mutex> lock(stats_mu_);
+    MutexLock lock(stats_mu_);
     ++stats_.loads;
     stats_.load_bytes_l2 += bytes;
     stats_.load_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
@@ -315,7 +315,7 @@ std::shared_ptr<LayerGates> TieredCache::LoadMatch(Match& m, const std::function
 
 void TieredCache::StoreFromL1(uint64_t key, uint64_t parent, std::span<const int32_t> tokens, int32_t page) {
   {
-    std::lock_guard<std::mutex> lock(host_mu_);
+    MutexLock lock(host_mu_);
     if (ReserveHostLocked(key, parent, tokens) == nullptr) return;
   }
   l1_.AddRef(std::span<const int32_t>(&page, 1));  // until the copy is done
@@ -323,7 +323,7 @@ void TieredCache::StoreFromL1(uint64_t key, uint64_t parent, std::span<const int
   Submit([this, page, key] {
     CopyL1ToHost(page, key);
     {
-      std::lock_guard<std::mutex> lock(job_mu_);
+      MutexLock lock(job_mu_);
       l1_to_release_.push_back(page);  // the L1 page is no longer needed
     }
     if (!disk_subdir_.empty()) (void)WriteDisk(key);  // failures are counted in disk_errors
@@ -355,7 +355,7 @@ void TieredCache::OnL1Evict(uint64_t key, uint64_t parent_key, std::span<const i
   l1_hits_.erase(key);
   if (options_.policy != WritePolicy::kWriteBack) return;
   {
-    std::lock_guard<std::mutex> lock(host_mu_);
+    MutexLock lock(host_mu_);
     if (ReserveHostLocked(key, parent_key, tokens) == nullptr) return;
   }
   CopyL1ToHost(page, key);  // now: the page is about to be freed
@@ -375,7 +375,7 @@ Status TieredCache::WriteDisk(uint64_t key) {
   DiskHeader h;
   std::vector<uint8_t> payload(size_t(layout.BytesPerPage()));
   {
-    std::lock_guard<std::mutex> lock(host_mu_);
+    MutexLock lock(host_mu_);
     auto it = host_index_.find(key);
     if (it == host_index_.end() || !it->second.ready) return NotFound("page left L2 before it was written to disk");
     h.key = key;
@@ -388,7 +388,7 @@ Status TieredCache::WriteDisk(uint64_t key) {
     });
   }
   {
-    std::lock_guard<std::mutex> lock(disk_mu_);
+    MutexLock lock(disk_mu_);
     if (disk_index_.count(key)) return Status::Ok();
   }
   h.payload_bytes = payload.size();
@@ -402,7 +402,7 @@ Status TieredCache::WriteDisk(uint64_t key) {
     if (!out) {
       std::error_code ec;
       fs::remove(tmp, ec);
-      std::lock_guard<std::mutex> lock(stats_mu_);
+      MutexLock lock(stats_mu_);
       ++stats_.disk_errors;
       return Unavailable("cannot write " + tmp);
     }
@@ -411,13 +411,13 @@ Status TieredCache::WriteDisk(uint64_t key) {
   fs::rename(tmp, path, ec);  // a crash leaves a .tmp, never half a page under its name
   if (ec) {
     fs::remove(tmp, ec);
-    std::lock_guard<std::mutex> lock(stats_mu_);
+    MutexLock lock(stats_mu_);
     ++stats_.disk_errors;
     return Unavailable("cannot rename " + tmp);
   }
   const int64_t bytes = int64_t(sizeof(h) + payload.size());
   {
-    std::lock_guard<std::mutex> lock(disk_mu_);
+    MutexLock lock(disk_mu_);
     DiskEntry e;
     e.parent = h.parent;
     std::copy(std::begin(h.tokens), std::end(h.tokens), e.tokens.begin());
@@ -427,7 +427,7 @@ Status TieredCache::WriteDisk(uint64_t key) {
     disk_bytes_ += bytes;
     EvictDiskLocked();
   }
-  std::lock_guard<std::mutex> lock(stats_mu_);
+  MutexLock lock(stats_mu_);
   stats_.store_bytes_l3 += bytes;
   return Status::Ok();
 }
@@ -441,7 +441,7 @@ void TieredCache::EvictDiskLocked() {
     disk_index_.erase(it);
     std::error_code ec;
     fs::remove(PagePath(key), ec);
-    std::lock_guard<std::mutex> lock(stats_mu_);
+    MutexLock lock(stats_mu_);
     ++stats_.evicted_l3;
   }
 }
@@ -454,7 +454,7 @@ Status TieredCache::ReadDisk(uint64_t key) {
     std::error_code ec;
     fs::remove(PagePath(key), ec);
     {
-      std::lock_guard<std::mutex> lock(disk_mu_);
+      MutexLock lock(disk_mu_);
       auto it = disk_index_.find(key);
       if (it != disk_index_.end()) {
         disk_bytes_ -= it->second.bytes;
@@ -462,7 +462,7 @@ Status TieredCache::ReadDisk(uint64_t key) {
         disk_index_.erase(it);
       }
     }
-    std::lock_guard<std::mutex> lock(stats_mu_);
+    MutexLock lock(stats_mu_);
     ++stats_.disk_errors;
     return DataLoss("disk cache page " + PagePath(key) + " dropped: " + why);
   };
@@ -475,7 +475,7 @@ Status TieredCache::ReadDisk(uint64_t key) {
   if (XXH3_64bits(payload.data(), payload.size()) != h.payload_xxh3) return bad("checksum mismatch");
   int32_t host_page = -1;
   {
-    std::lock_guard<std::mutex> lock(host_mu_);
+    MutexLock lock(host_mu_);
     HostEntry* e = ReserveHostLocked(key, h.parent, std::span<const int32_t>(h.tokens, kPageTokens));
     if (e == nullptr) return host_index_.count(key) ? Status::Ok() : ResourceExhausted("the host tier is full");
     host_page = e->page;
@@ -486,15 +486,15 @@ Status TieredCache::ReadDisk(uint64_t key) {
     at += size_t(n);
   });
   {
-    std::lock_guard<std::mutex> lock(host_mu_);
+    MutexLock lock(host_mu_);
     host_index_.at(key).ready = true;
   }
   {
-    std::lock_guard<std::mutex> lock(disk_mu_);
+    MutexLock lock(disk_mu_);
     auto it = disk_index_.find(key);
     if (it != disk_index_.end()) disk_lru_.splice(disk_lru_.end(), disk_lru_, it->second.lru);
   }
-  std::lock_guard<std::mutex> lock(stats_mu_);
+  MutexLock lock(stats_mu_);
   stats_.load_bytes_l3 += int64_t(sizeof(h) + payload.size());
   return Status::Ok();
 }
@@ -515,7 +515,7 @@ Status TieredCache::ScanDisk() {
     files.emplace_back(time, path);
   }
   std::sort(files.begin(), files.end());  // oldest first: LRU order
-  std::lock_guard<std::mutex> lock(disk_mu_);
+  MutexLock lock(disk_mu_);
   for (const auto& [time, path] : files) {
     DiskHeader h;
     std::ifstream in(path, std::ios::binary);
@@ -547,17 +547,17 @@ std::shared_ptr<TieredCache::Prefetch> TieredCache::PrefetchFromL3(std::span<con
   // Never more than half of L2: reading a chain must not evict its own start.
   if (int64_t(wanted.size()) > options_.host_pages / 2) wanted.resize(size_t(std::max<int64_t>(1, options_.host_pages / 2)));
   {
-    std::lock_guard<std::mutex> lock(stats_mu_);
+    MutexLock lock(stats_mu_);
     ++stats_.prefetches;
   }
   Submit([this, p, wanted = std::move(wanted)] {
     for (uint64_t key : wanted) {
       {
-        std::lock_guard<std::mutex> lock(disk_mu_);
+        MutexLock lock(disk_mu_);
         if (!disk_index_.count(key)) break;
       }
       if (Clock::now() >= p->deadline) {
-        std::lock_guard<std::mutex> lock(stats_mu_);
+        MutexLock lock(stats_mu_);
         ++stats_.prefetch_misses;
         break;
       }
@@ -574,30 +574,30 @@ std::shared_ptr<TieredCache::Prefetch> TieredCache::PrefetchFromL3(std::span<con
 TierStats TieredCache::stats() const {
   TierStats s;
   {
-    std::lock_guard<std::mutex> lock(stats_mu_);
+    MutexLock lock(stats_mu_);
     s = stats_;
   }
   {
-    std::lock_guard<std::mutex> lock(host_mu_);
+    MutexLock lock(host_mu_);
     s.l2_pages_total = host_->total_pages();
     s.l2_pages_used = int64_t(host_index_.size());
     for (const auto& [key, e] : host_index_) s.l2_pinned += host_->RefCount(e.page) > 1;
   }
-  std::lock_guard<std::mutex> lock(disk_mu_);
+  MutexLock lock(disk_mu_);
   s.l3_pages = int64_t(disk_index_.size());
   s.l3_bytes = disk_bytes_;
   return s;
 }
 
 void TieredCache::RecordHits(int64_t l1_tokens, int64_t l2_tokens, int64_t l3_tokens) {
-  std::lock_guard<std::mutex> lock(stats_mu_);
+  MutexLock lock(stats_mu_);
   stats_.hit_tokens_l1 += l1_tokens;
   stats_.hit_tokens_l2 += l2_tokens;
   stats_.hit_tokens_l3 += l3_tokens;
 }
 
 Status TieredCache::CheckAccounting() const {
-  std::lock_guard<std::mutex> lock(host_mu_);
+  MutexLock lock(host_mu_);
   TANDEM_RETURN_IF_ERROR(host_->CheckAccounting());
   if (host_->reserved_pages() != 0) return Internal("host tier has reserved pages");
   if (host_->used_pages() != int64_t(host_index_.size())) {
@@ -607,7 +607,7 @@ Status TieredCache::CheckAccounting() const {
   for (const auto& [key, e] : host_index_) {
     if (host_->RefCount(e.page) != 1) return Internal("host tier page " + std::to_string(e.page) + " is still pinned");
   }
-  std::lock_guard<std::mutex> dlock(disk_mu_);
+  MutexLock dlock(disk_mu_);
   int64_t bytes = 0;
   for (const auto& [key, e] : disk_index_) bytes += e.bytes;
   if (bytes != disk_bytes_) return Internal("disk tier byte count is off");

@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "cache/layer_gates.h"
+#include "common/mutex.h"
 #include "cache/page_pool.h"
 #include "common/status.h"
 
@@ -166,8 +167,8 @@ class TieredCache {
   void RunCopyEngine();
   // L2, under host_mu_: a new (not ready) entry with a page, evicting LRU
   // unpinned ready entries; nullptr when full of pinned pages.
-  HostEntry* ReserveHostLocked(uint64_t key, uint64_t parent, std::span<const int32_t> tokens);
-  void DropHostLocked(HostEntry& e);
+  HostEntry* ReserveHostLocked(uint64_t key, uint64_t parent, std::span<const int32_t> tokens) REQUIRES(host_mu_);
+  void DropHostLocked(HostEntry& e) REQUIRES(host_mu_);
   // Copies an L1 page into a reserved L2 entry and publishes it (any thread).
   void CopyL1ToHost(int32_t l1_page, uint64_t key);
   // Loop thread: queues a copy of an L1 page into L2 (and L3), holding an L1
@@ -178,36 +179,39 @@ class TieredCache {
   Status WriteDisk(uint64_t key);  // L2 entry -> file
   Status ReadDisk(uint64_t key);   // file -> new L2 entry
   Status ScanDisk();
-  void EvictDiskLocked();
+  void EvictDiskLocked() REQUIRES(disk_mu_);
   bool DiskHas(uint64_t key, uint64_t parent, std::span<const int32_t> tokens) const;
 
   PagePool& l1_;
   const TierOptions options_;
   const std::string disk_subdir_;
 
-  mutable std::mutex host_mu_;
-  std::unique_ptr<PagePool> host_;                      // guarded by host_mu_
-  std::unordered_map<uint64_t, HostEntry> host_index_;  // guarded by host_mu_
-  std::list<uint64_t> host_lru_;                        // guarded by host_mu_; front = oldest
+  mutable Mutex host_mu_;
+  // L2 pages: allocation under host_mu_; their bytes are read and written by
+  // the copy engine outside it (an entry is published once its data landed).
+  const std::unique_ptr<PagePool> host_;
+  std::unordered_map<uint64_t, HostEntry> host_index_ GUARDED_BY(host_mu_);
+  std::list<uint64_t> host_lru_ GUARDED_BY(host_mu_);  // front = oldest
 
-  mutable std::mutex disk_mu_;
-  std::unordered_map<uint64_t, DiskEntry> disk_index_;  // guarded by disk_mu_
-  std::list<uint64_t> disk_lru_;                        // guarded by disk_mu_
-  int64_t disk_bytes_ = 0;                              // guarded by disk_mu_
+  mutable Mutex disk_mu_;
+  std::unordered_map<uint64_t, DiskEntry> disk_index_ GUARDED_BY(disk_mu_);
+  std::list<uint64_t> disk_lru_ GUARDED_BY(disk_mu_);
+  int64_t disk_bytes_ GUARDED_BY(disk_mu_) = 0;
 
   // Loop thread only.
   std::unordered_map<uint64_t, int> l1_hits_;  // selective write-through
   int64_t l1_refs_held_ = 0;
   std::vector<std::shared_ptr<LayerGates>> pending_loads_;
 
-  mutable std::mutex stats_mu_;
-  TierStats stats_;  // guarded by stats_mu_
+  mutable Mutex stats_mu_;
+  TierStats stats_ GUARDED_BY(stats_mu_);
 
-  std::mutex job_mu_;
+  mutable Mutex job_mu_;
   std::condition_variable job_cv_, idle_cv_;
-  std::deque<std::function<void()>> jobs_;  // guarded by job_mu_
-  bool busy_ = false, stop_ = false;        // guarded by job_mu_
-  std::vector<int32_t> l1_to_release_;      // guarded by job_mu_: copies done, L1 refs to drop
+  std::deque<std::function<void()>> jobs_ GUARDED_BY(job_mu_);
+  bool busy_ GUARDED_BY(job_mu_) = false;
+  bool stop_ GUARDED_BY(job_mu_) = false;
+  std::vector<int32_t> l1_to_release_ GUARDED_BY(job_mu_);  // copies done, L1 refs to drop
   std::thread copy_engine_;
 };
 

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/mutex.h"
 #include "transfer/transport.h"
 
 namespace tandem::transfer {
@@ -48,20 +49,21 @@ class LoopbackNetwork : public std::enable_shared_from_this<LoopbackNetwork> {
     bool close_event = false;
     Status close_status;
   };
-  void Enqueue(Op op);
-  void Run();
-  void DropPutsOf(const LoopbackConnection* a, const LoopbackConnection* b);
+  void Enqueue(Op op) REQUIRES(mu_);
+  void Run() EXCLUDES(mu_);
+  void DropPutsOf(const LoopbackConnection* a, const LoopbackConnection* b) REQUIRES(mu_);
 
   const LoopbackOptions options_;
-  std::mutex mu_;  // guards everything below; held while an op executes
+  Mutex mu_;  // held while an op executes
   std::condition_variable cv_;
-  std::multimap<std::pair<Clock::time_point, uint64_t>, Op> queue_;
-  uint64_t next_seq_ = 0;
-  uint64_t next_region_ = 1, next_connection_ = 1;
-  std::map<uint64_t, std::pair<uint8_t*, size_t>> regions_;
-  std::map<std::string, std::function<ConnectionHandlers(std::shared_ptr<Connection>)>> listeners_;
-  std::map<uint64_t, std::shared_ptr<LoopbackConnection>> live_;  // open connections
-  bool stop_ = false;
+  std::multimap<std::pair<Clock::time_point, uint64_t>, Op> queue_ GUARDED_BY(mu_);
+  uint64_t next_seq_ GUARDED_BY(mu_) = 0;
+  uint64_t next_region_ GUARDED_BY(mu_) = 1;
+  uint64_t next_connection_ GUARDED_BY(mu_) = 1;
+  std::map<uint64_t, std::pair<uint8_t*, size_t>> regions_ GUARDED_BY(mu_);
+  std::map<std::string, std::function<ConnectionHandlers(std::shared_ptr<Connection>)>> listeners_ GUARDED_BY(mu_);
+  std::map<uint64_t, std::shared_ptr<LoopbackConnection>> live_ GUARDED_BY(mu_);  // open connections
+  bool stop_ GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <deque>
 #include <optional>
+#include <thread>
 
 #include "support/test_models.h"
 #include "transfer/faulty.h"
@@ -271,9 +272,14 @@ TEST_F(PrefillEngineTest, ADuplicateDestinationIsIgnoredAndTheFirstCommitsIntact
 TEST_F(PrefillEngineTest, PreemptionMidHandoffStillCommitsVerifiedPages) {
   PrefillOptions o;
   o.engine.max_batch_tokens = 256;
-  StartWorker(o, 12 * kPageTokens);  // 12 pages; four prompts of 4 pages each run together
+  // 12 pages; prompts of 7 pages each, several steps long: any two running
+  // together need more than the pool, so the scheduler must preempt.
+  StartWorker(o, 12 * kPageTokens);
   auto [d, conn] = Connect();
-  for (uint64_t id = 1; id <= 4; ++id) ASSERT_TRUE(conn->Send(d->DestinationFor(id, Prompt(uint32_t(id)))).ok());
+  for (uint64_t id = 1; id <= 4; ++id) {
+    const auto prompt = testing::PseudoRandomTokens(400, model_->model->config().vocab_size, uint32_t(id));
+    ASSERT_TRUE(conn->Send(d->DestinationFor(id, prompt)).ok());
+  }
   for (int i = 0; i < 4; ++i) {
     auto m = d->NextOf({MessageType::kCommit, MessageType::kAbort});
     ASSERT_TRUE(m.has_value()) << "handoff " << i << " never ended";
@@ -282,7 +288,13 @@ TEST_F(PrefillEngineTest, PreemptionMidHandoffStillCommitsVerifiedPages) {
     EXPECT_TRUE(ready.ok()) << ready.status().ToString();
     if (ready.ok()) d->pool().Release(ready->pages);
   }
-  EXPECT_GT(worker_->engine().Stats().preemptions, 0) << "the pool was meant to be too small for all four";
+  // Published after the step that preempted (bounded wait for the count).
+  int64_t preemptions = 0;
+  for (const auto until = Clock::now() + 5s; preemptions == 0 && Clock::now() < until;) {
+    preemptions = worker_->engine().Stats().preemptions;
+    if (preemptions == 0) std::this_thread::yield();
+  }
+  EXPECT_GT(preemptions, 0) << "two of these prompts need more pages than the pool has";
 }
 
 TEST_F(PrefillEngineTest, AHelloWithOtherWeightsIsRefusedAndTheConnectionClosed) {
