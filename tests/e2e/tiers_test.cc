@@ -2,6 +2,8 @@
 // ungated index-K read (and only it), the disk tier survives a restart, and a
 // prefill engine with a small L1 and a host tier still hands off exactly.
 #include <gtest/gtest.h>
+
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -171,6 +173,39 @@ TEST(TiersE2E, DisaggregatedEnginesUseTheirTiersAndStayExact) {
   const auto m = testing::ParseMetrics(HttpGet(decode_port, "/metrics").body);
   EXPECT_GT(m.at("tandem_tier_hit_tokens_total{tier=\"l2\"}"), 0);
   EXPECT_EQ(server.Terminate(), 0);
+}
+
+// The incident's own fault in the deployment it happened in: `serve --disagg
+// --debug-ungated-index-k` reaches both engines (it was once accepted and
+// dropped), and the oracle catches it.
+TEST(TiersE2E, TheUngatedIndexKFaultReachesTheDisaggregatedEnginesAndIsCaught) {
+  std::vector<std::string> a = {"serve", "--disagg", "-m", testing::TinyModelPath(), "--cache-tokens", "2048",
+                                "--host-cache-size", "256M", "--debug-copy-delay-us", "3000",
+                                "--debug-ungated-index-k"};
+  for (auto& x : SparseBf16()) a.push_back(x);
+  ServerProcess server(a, 120, "router at http://127.0.0.1:");
+  ASSERT_TRUE(server.ok()) << server.Log();
+  const std::string dir = testing::MakeTempDir();
+  auto r = RunTandem("bench agentic --quiet --url 127.0.0.1:" + std::to_string(server.port()) + " -m " +
+                         testing::TinyModelPath() + " --preset small --sweep 8 --out-dir " + dir,
+                     300);
+  const json report = ReadJson(dir + "/report.json");
+  ASSERT_FALSE(report.is_discarded()) << r.output;
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_GT(report["points"][0]["outcomes"]["corrupt"].get<int>(), 0) << report.dump();
+  EXPECT_EQ(server.Terminate(), 0);
+  const std::string log = server.Log();
+  for (const char* engine : {"[prefill] ", "[decode] "}) {
+    const size_t line = log.find(std::string(engine));
+    bool warned = false;
+    for (size_t at = log.find("WARNING: --debug-ungated-index-k"); at != std::string::npos;
+         at = log.find("WARNING: --debug-ungated-index-k", at + 1)) {
+      const size_t start = log.rfind('\n', at);
+      warned |= log.compare(start == std::string::npos ? 0 : start + 1, std::strlen(engine), engine) == 0;
+    }
+    EXPECT_NE(line, std::string::npos);
+    EXPECT_TRUE(warned) << engine << "must run with the fault\n" << log;
+  }
 }
 
 }  // namespace
