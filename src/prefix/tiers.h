@@ -65,7 +65,7 @@ struct TierOptions {
   // TESTS ONLY (either one selects the faulty copy engine, prefix/faulty_tiers.h):
   std::chrono::microseconds debug_copy_delay{0};  // the copy engine sleeps this long per layer and per L3 page
   // The incident's fault: loads open each layer's gate before this registered
-  // buffer (by name, e.g. "index_k") has landed; it is copied last.
+  // buffer (by its registry name) has landed; it is copied last.
   std::string debug_ungated_buffer;
 };
 

@@ -13,9 +13,6 @@ namespace tandem {
 
 using Clock = std::chrono::steady_clock;
 
-double SecondsBetween(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
 
 
 

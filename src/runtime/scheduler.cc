@@ -6,8 +6,6 @@ namespace tandem {
 
 using Clock = std::chrono::steady_clock;
 
-double SecondsBetween(Clock::time_point a, Clock::time_point b);
-
 Scheduler::Scheduler(const EngineOptions& options, PagePool& pool, PrefixIndex* index, EngineMetrics& metrics,
                      EngineStats& counters, Hooks hooks)
     : options_(options), pool_(pool), index_(index), metrics_(metrics), counters_(counters), hooks_(std::move(hooks)) {}

@@ -15,6 +15,10 @@
 
 namespace tandem {
 
+inline double SecondsBetween(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
 // One request inside the engine. tokens = prompt + generated; the cache holds
 // tokens [0, computed); a step computes [computed, tokens.size()) (a prefill
 // chunk, or the one newest token) and, once computed == tokens.size(),

@@ -92,7 +92,7 @@ TEST_F(Cli, FaultFlagsAreRefusedWhereTheyCannotWork) {
                         Case{"serve --debug-ungated-index-k --port 0", 1, "--debug-ungated-index-k is a fault of the L2 tier"},
                         Case{"prefill --debug-unsafe-early-commit --port 0", 1, "needs sparse attention"},
                         Case{"serve --debug-ungated-index-k --host-cache-size 64M --port 0", 1,
-                             "index_k needs sparse attention"}}) {
+                             "is not in this cache's registry (is attention sparse?)"}}) {
     auto r = RunTandem(c.args);
     EXPECT_EQ(r.exit_code, c.exit_code) << c.args << "\n" << r.output;
     EXPECT_NE(r.output.find(c.says), std::string::npos) << c.args << "\n" << r.output;

@@ -41,6 +41,29 @@ json ReadJson(const std::string& path) {
   return json::parse(ss.str(), nullptr, false);
 }
 
+// `serve --disagg` (prefill engine, decode server, router) with sparse bf16 attention.
+std::unique_ptr<ServerProcess> ServeDisagg(std::vector<std::string> extra) {
+  std::vector<std::string> a = {"serve", "--disagg", "-m", testing::TinyModelPath()};
+  a.insert(a.end(), extra.begin(), extra.end());
+  for (auto& x : SparseBf16()) a.push_back(x);
+  return std::make_unique<ServerProcess>(a, 120, "router at http://127.0.0.1:");
+}
+
+// The agentic small preset at 8 sessions against `port`, every answer verified.
+struct Sweep {
+  int exit_code = 0;
+  std::string output;
+  json point;  // the report's only point (discarded when there is no report)
+};
+Sweep RunSmallSweep(int port) {
+  const std::string dir = testing::MakeTempDir();
+  auto r = RunTandem("bench agentic --quiet --url 127.0.0.1:" + std::to_string(port) + " -m " +
+                         testing::TinyModelPath() + " --preset small --sweep 8 --out-dir " + dir,
+                     300);
+  const json report = ReadJson(dir + "/report.json");
+  return {r.exit_code, r.output, report.is_discarded() ? json(json::value_t::discarded) : report["points"][0]};
+}
+
 // L1 holds about one of 8 sessions, so later rounds come back from L2 through the
 // slowed copy engine. Skipping only the index-K gate must be caught by the
 // oracle; with the gates the same run is clean.
@@ -50,13 +73,9 @@ TEST(TiersE2E, TheAgenticOracleCatchesTheUngatedIndexKReadAndOnlyIt) {
     if (ungated) flags.push_back("--debug-ungated-index-k");
     auto server = Serve(flags);
     ASSERT_TRUE(server->ok()) << server->Log();
-    const std::string dir = testing::MakeTempDir();
-    auto r = RunTandem("bench agentic --quiet --url 127.0.0.1:" + std::to_string(server->port()) + " -m " +
-                           testing::TinyModelPath() + " --preset small --sweep 8 --out-dir " + dir,
-                       300);
-    const json report = ReadJson(dir + "/report.json");
-    ASSERT_FALSE(report.is_discarded()) << r.output;
-    const json& p = report["points"][0];
+    const Sweep r = RunSmallSweep(server->port());
+    ASSERT_FALSE(r.point.is_discarded()) << r.output;
+    const json& p = r.point;
     const auto m = testing::ParseMetrics(HttpGet(server->port(), "/metrics").body);
     EXPECT_GT(m.at("tandem_tier_hit_tokens_total{tier=\"l2\"}"), 0) << "prefixes must come back from L2";
     EXPECT_EQ(p["outcomes"]["timeout"], 0);
@@ -151,50 +170,36 @@ TEST(TiersE2E, APrefillEngineWithTiersHandsOffExactly) {
 // decode server loads prefixes from its L2 (shorter handoffs), every answer
 // verified by the oracle.
 TEST(TiersE2E, DisaggregatedEnginesUseTheirTiersAndStayExact) {
-  std::vector<std::string> a = {"serve", "--disagg", "-m", testing::TinyModelPath(), "--cache-tokens", "4096",
-                                "--host-cache-size", "128M"};
-  for (auto& x : SparseBf16()) a.push_back(x);
-  ServerProcess server(a, 120, "router at http://127.0.0.1:");
-  ASSERT_TRUE(server.ok()) << server.Log();
-  const std::string dir = testing::MakeTempDir();
-  auto r = RunTandem("bench agentic --quiet --url 127.0.0.1:" + std::to_string(server.port()) + " -m " +
-                         testing::TinyModelPath() + " --preset small --sweep 8 --out-dir " + dir,
-                     300);
+  auto server = ServeDisagg({"--cache-tokens", "4096", "--host-cache-size", "128M"});
+  ASSERT_TRUE(server->ok()) << server->Log();
+  const Sweep r = RunSmallSweep(server->port());
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  const json report = ReadJson(dir + "/report.json");
-  ASSERT_FALSE(report.is_discarded()) << r.output;
-  EXPECT_EQ(report["points"][0]["outcomes"]["ok"], 24) << report.dump();
-  EXPECT_GT(report["points"][0]["later_round_hit_rate"].get<double>(), 0.9) << report.dump();
+  ASSERT_FALSE(r.point.is_discarded()) << r.output;
+  EXPECT_EQ(r.point["outcomes"]["ok"], 24) << r.point.dump();
+  EXPECT_GT(r.point["later_round_hit_rate"].get<double>(), 0.9) << r.point.dump();
   // The decode server behind the router: prefixes came back from its L2.
-  const std::string routed = HttpGet(server.port(), "/metrics").body;
+  const std::string routed = HttpGet(server->port(), "/metrics").body;
   const size_t at = routed.find("backend=\"127.0.0.1:");
   ASSERT_NE(at, std::string::npos) << routed;
   const int decode_port = std::atoi(routed.c_str() + at + std::string("backend=\"127.0.0.1:").size());
   const auto m = testing::ParseMetrics(HttpGet(decode_port, "/metrics").body);
   EXPECT_GT(m.at("tandem_tier_hit_tokens_total{tier=\"l2\"}"), 0);
-  EXPECT_EQ(server.Terminate(), 0);
+  EXPECT_EQ(server->Terminate(), 0);
 }
 
 // The incident's own fault in the deployment it happened in: `serve --disagg
 // --debug-ungated-index-k` reaches both engines (it was once accepted and
 // dropped), and the oracle catches it.
 TEST(TiersE2E, TheUngatedIndexKFaultReachesTheDisaggregatedEnginesAndIsCaught) {
-  std::vector<std::string> a = {"serve", "--disagg", "-m", testing::TinyModelPath(), "--cache-tokens", "2048",
-                                "--host-cache-size", "256M", "--debug-copy-delay-us", "3000",
-                                "--debug-ungated-index-k"};
-  for (auto& x : SparseBf16()) a.push_back(x);
-  ServerProcess server(a, 120, "router at http://127.0.0.1:");
-  ASSERT_TRUE(server.ok()) << server.Log();
-  const std::string dir = testing::MakeTempDir();
-  auto r = RunTandem("bench agentic --quiet --url 127.0.0.1:" + std::to_string(server.port()) + " -m " +
-                         testing::TinyModelPath() + " --preset small --sweep 8 --out-dir " + dir,
-                     300);
-  const json report = ReadJson(dir + "/report.json");
-  ASSERT_FALSE(report.is_discarded()) << r.output;
+  auto server = ServeDisagg({"--cache-tokens", "2048", "--host-cache-size", "256M", "--debug-copy-delay-us", "3000",
+                             "--debug-ungated-index-k"});
+  ASSERT_TRUE(server->ok()) << server->Log();
+  const Sweep r = RunSmallSweep(server->port());
+  ASSERT_FALSE(r.point.is_discarded()) << r.output;
   EXPECT_EQ(r.exit_code, 3) << r.output;
-  EXPECT_GT(report["points"][0]["outcomes"]["corrupt"].get<int>(), 0) << report.dump();
-  EXPECT_EQ(server.Terminate(), 0);
-  const std::string log = server.Log();
+  EXPECT_GT(r.point["outcomes"]["corrupt"].get<int>(), 0) << r.point.dump();
+  EXPECT_EQ(server->Terminate(), 0);
+  const std::string log = server->Log();
   for (const char* engine : {"[prefill] ", "[decode] "}) {
     const size_t line = log.find(std::string(engine));
     bool warned = false;

@@ -96,7 +96,11 @@ TEST(AbortStorm, HalfAbortedTenRoundsThenACleanRound) {
     }
     int committed = 0;
     if (abort_half) {
-      std::this_thread::sleep_for(2ms);
+      // Once the prefill engine has taken all eight (some running, some
+      // queued), abort every other one.
+      for (const auto until = Clock::now() + 20s; worker->stats().in_flight < 8 && Clock::now() < until;) {
+        std::this_thread::yield();
+      }
       for (size_t i = 0; i < ids.size(); i += 2) {
         auto abort = receiver.StartAbort(ids[i], "client gone", Clock::now());
         if (abort.ok()) {

@@ -1,0 +1,227 @@
+// The disk tier (L3) of TieredCache: page files that survive restarts, each
+// checked (header, size, XXH3 of the payload) before it is read into L2.
+#include <xxhash.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "cache/page_copy.h"
+#include "prefix/tiers.h"
+#include "prefix/tiers_internal.h"
+
+namespace tandem {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using namespace tiers_detail;
+
+// ---------------------------------------------------------------- L3
+
+std::string TieredCache::PagePath(uint64_t key) const {
+  char name[32];
+  std::snprintf(name, sizeof(name), "%016llx.page", (unsigned long long)key);
+  return (fs::path(disk_subdir_) / name).string();
+}
+
+Status TieredCache::WriteDisk(uint64_t key) {
+  const CacheLayout& layout = l1_.layout();
+  DiskHeader h;
+  std::vector<uint8_t> payload(size_t(layout.BytesPerPage()));
+  {
+    MutexLock lock(host_mu_);
+    auto it = host_index_.find(key);
+    if (it == host_index_.end() || !it->second.ready) return NotFound("page left L2 before it was written to disk");
+    h.key = key;
+    h.parent = it->second.parent;
+    std::copy(it->second.tokens.begin(), it->second.tokens.end(), h.tokens);
+    size_t at = 0;
+    ForEachSegment(layout, [&](CacheBufferId b, int l, int64_t n) {
+      std::memcpy(payload.data() + at, host_->Segment(b, l, it->second.page), size_t(n));
+      at += size_t(n);
+    });
+  }
+  {
+    MutexLock lock(disk_mu_);
+    if (disk_index_.count(key)) return Status::Ok();
+  }
+  h.payload_bytes = payload.size();
+  h.payload_xxh3 = XXH3_64bits(payload.data(), payload.size());
+  const std::string path = PagePath(key), tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(&h), sizeof(h));
+    out.write(reinterpret_cast<const char*>(payload.data()), std::streamsize(payload.size()));
+    out.flush();
+    if (!out) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      MutexLock lock(stats_mu_);
+      ++stats_.disk_errors;
+      return Unavailable("cannot write " + tmp);
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);  // a crash leaves a .tmp, never half a page under its name
+  if (ec) {
+    fs::remove(tmp, ec);
+    MutexLock lock(stats_mu_);
+    ++stats_.disk_errors;
+    return Unavailable("cannot rename " + tmp);
+  }
+  const int64_t bytes = int64_t(sizeof(h) + payload.size());
+  {
+    MutexLock lock(disk_mu_);
+    DiskEntry e;
+    e.parent = h.parent;
+    std::copy(std::begin(h.tokens), std::end(h.tokens), e.tokens.begin());
+    e.bytes = bytes;
+    e.lru = disk_lru_.insert(disk_lru_.end(), key);
+    disk_index_.emplace(key, e);
+    disk_bytes_ += bytes;
+    EvictDiskLocked();
+  }
+  MutexLock lock(stats_mu_);
+  stats_.store_bytes_l3 += bytes;
+  return Status::Ok();
+}
+
+void TieredCache::EvictDiskLocked() {
+  while (disk_bytes_ > options_.disk_bytes && !disk_lru_.empty()) {
+    const uint64_t key = disk_lru_.front();
+    disk_lru_.pop_front();
+    auto it = disk_index_.find(key);
+    disk_bytes_ -= it->second.bytes;
+    disk_index_.erase(it);
+    std::error_code ec;
+    fs::remove(PagePath(key), ec);
+    MutexLock lock(stats_mu_);
+    ++stats_.evicted_l3;
+  }
+}
+
+Status TieredCache::ReadDisk(uint64_t key) {
+  const CacheLayout& layout = l1_.layout();
+  DiskHeader h;
+  std::vector<uint8_t> payload(size_t(layout.BytesPerPage()));
+  auto bad = [&](const std::string& why) {
+    std::error_code ec;
+    fs::remove(PagePath(key), ec);
+    {
+      MutexLock lock(disk_mu_);
+      auto it = disk_index_.find(key);
+      if (it != disk_index_.end()) {
+        disk_bytes_ -= it->second.bytes;
+        disk_lru_.erase(it->second.lru);
+        disk_index_.erase(it);
+      }
+    }
+    MutexLock lock(stats_mu_);
+    ++stats_.disk_errors;
+    return DataLoss("disk cache page " + PagePath(key) + " dropped: " + why);
+  };
+  {
+    std::ifstream in(PagePath(key), std::ios::binary);
+    if (!in.read(reinterpret_cast<char*>(&h), sizeof(h))) return bad("short header");
+    if (h.key != key || h.payload_bytes != payload.size()) return bad("header does not match");
+    if (!in.read(reinterpret_cast<char*>(payload.data()), std::streamsize(payload.size()))) return bad("short payload");
+  }
+  if (XXH3_64bits(payload.data(), payload.size()) != h.payload_xxh3) return bad("checksum mismatch");
+  int32_t host_page = -1;
+  {
+    MutexLock lock(host_mu_);
+    HostEntry* e = ReserveHostLocked(key, h.parent, std::span<const int32_t>(h.tokens, kPageTokens));
+    if (e == nullptr) return host_index_.count(key) ? Status::Ok() : ResourceExhausted("the host tier is full");
+    host_page = e->page;
+  }
+  size_t at = 0;
+  ForEachSegment(layout, [&](CacheBufferId b, int l, int64_t n) {
+    std::memcpy(host_->Segment(b, l, host_page), payload.data() + at, size_t(n));
+    at += size_t(n);
+  });
+  {
+    MutexLock lock(host_mu_);
+    host_index_.at(key).ready = true;
+  }
+  {
+    MutexLock lock(disk_mu_);
+    auto it = disk_index_.find(key);
+    if (it != disk_index_.end()) disk_lru_.splice(disk_lru_.end(), disk_lru_, it->second.lru);
+  }
+  MutexLock lock(stats_mu_);
+  stats_.load_bytes_l3 += int64_t(sizeof(h) + payload.size());
+  return Status::Ok();
+}
+
+Status TieredCache::ScanDisk() {
+  const int64_t expect = int64_t(sizeof(DiskHeader)) + l1_.layout().BytesPerPage();
+  std::vector<std::pair<fs::file_time_type, fs::path>> files;
+  std::error_code ec;
+  fs::directory_iterator it(disk_subdir_, ec);
+  if (ec) return Unavailable("cannot read the disk cache directory " + disk_subdir_ + ": " + ec.message());
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    if (ec) return Unavailable("cannot read the disk cache directory " + disk_subdir_ + ": " + ec.message());
+    const fs::path path = it->path();
+    std::error_code ignore;
+    if (path.extension() == ".tmp") fs::remove(path, ignore);  // an interrupted write
+    if (path.extension() != ".page") continue;
+    const auto time = fs::last_write_time(path, ignore);
+    files.emplace_back(time, path);
+  }
+  std::sort(files.begin(), files.end());  // oldest first: LRU order
+  MutexLock lock(disk_mu_);
+  for (const auto& [time, path] : files) {
+    DiskHeader h;
+    std::ifstream in(path, std::ios::binary);
+    const bool ok = in.read(reinterpret_cast<char*>(&h), sizeof(h)) && std::memcmp(h.magic, "TDMPAGE1", 8) == 0 &&
+                    int64_t(fs::file_size(path, ec)) == expect && PagePath(h.key) == path.string();
+    if (!ok) {
+      fs::remove(path, ec);
+      continue;
+    }
+    DiskEntry e;
+    e.parent = h.parent;
+    std::copy(std::begin(h.tokens), std::end(h.tokens), e.tokens.begin());
+    e.bytes = expect;
+    e.lru = disk_lru_.insert(disk_lru_.end(), h.key);
+    disk_index_.emplace(h.key, e);
+    disk_bytes_ += expect;
+  }
+  EvictDiskLocked();
+  return Status::Ok();
+}
+
+std::shared_ptr<TieredCache::Prefetch> TieredCache::PrefetchFromL3(std::span<const int32_t> tokens, int64_t from_page,
+                                                                    int64_t max_tokens) {
+  auto p = std::make_shared<Prefetch>();
+  p->deadline = Clock::now() + options_.prefetch_deadline;
+  const int64_t n_full = std::min<int64_t>(int64_t(tokens.size()), max_tokens) / kPageTokens;
+  const std::vector<uint64_t> keys = PageChainKeys(tokens, n_full);
+  std::vector<uint64_t> wanted(keys.begin() + std::min<int64_t>(from_page, n_full), keys.end());
+  // Never more than half of L2: reading a chain must not evict its own start.
+  if (int64_t(wanted.size()) > options_.host_pages / 2) wanted.resize(size_t(std::max<int64_t>(1, options_.host_pages / 2)));
+  {
+    MutexLock lock(stats_mu_);
+    ++stats_.prefetches;
+  }
+  Submit([this, p, wanted = std::move(wanted)] {
+    for (uint64_t key : wanted) {
+      {
+        MutexLock lock(disk_mu_);
+        if (!disk_index_.count(key)) break;
+      }
+      if (Clock::now() >= p->deadline) {
+        MutexLock lock(stats_mu_);
+        ++stats_.prefetch_misses;
+        break;
+      }
+      BeforeDiskRead();
+      if (!ReadDisk(key).ok()) break;
+    }
+    p->done = true;
+  });
+  return p;
+}
+
+}  // namespace tandem
