@@ -362,14 +362,8 @@ bool PrefillEngine::OnPrefilled(uint64_t request, std::span<const int32_t> promp
   const Destination& d = h->destination;
   // Layer writes overlap the compute; what remains after it is the flush.
   const auto flush_start = Clock::now();
-  Status flushed = h->connection->Flush(FlushDeadline(h->deadline, options_.peer_timeout));
+  if (!FlushWrites(*h).ok()) return false;
   const auto flush_end = Clock::now();
-  h->posted = false;
-  if (!flushed.ok()) {
-    h->fenced = false;
-    h->error = flushed;
-    return false;
-  }
   if (flush_end > h->deadline) {
     h->error = Status(StatusCode::kDeadlineExceeded, "its time budget ran out at the prefill engine (" +
                                                          std::to_string(d.time_budget_ms) + " ms)");
@@ -393,17 +387,21 @@ bool PrefillEngine::OnPrefilled(uint64_t request, std::span<const int32_t> promp
   return true;
 }
 
+Status PrefillEngine::FlushWrites(Handoff& h) {
+  Status flushed = h.connection->Flush(FlushDeadline(h.deadline, options_.peer_timeout));
+  h.posted = false;
+  if (!flushed.ok()) {
+    h.fenced = false;  // final: OnEnd closes the connection
+    if (h.error.ok()) h.error = flushed;
+  }
+  return flushed;
+}
+
 void PrefillEngine::BeforeRelease(uint64_t request) {
   std::shared_ptr<Handoff> h = Find(request);
   if (!h || !h->posted) return;
   // Pages about to be freed (or recomputed) may not be read by a write in flight.
-  Status flushed = h->connection->Flush(FlushDeadline(h->deadline, options_.peer_timeout));
-  h->posted = false;
-  if (!flushed.ok()) {
-    h->fenced = false;  // final: OnEnd closes the connection
-    if (h->error.ok()) h->error = flushed;
-    h->handle->Cancel();
-  }
+  if (!FlushWrites(*h).ok()) h->handle->Cancel();
 }
 
 void PrefillEngine::OnEnd(uint64_t request, const Status& status) {

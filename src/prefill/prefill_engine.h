@@ -111,6 +111,9 @@ class PrefillEngine : public PrefillSink {
   };
   PrefillEngine(const Model& model, PrefillOptions options);
   void RunHeartbeats() EXCLUDES(mu_);
+  // Loop thread: waits (bounded) until h's posted writes have landed; a flush
+  // that does not confirm is final for h (OnEnd closes its connection).
+  Status FlushWrites(Handoff& h);
   Status PutLayer(Handoff& h, int layer, int64_t first_token, int64_t end_token,
                   std::span<const int32_t> pages, PagePool& pool);
   std::shared_ptr<Handoff> Find(uint64_t request) EXCLUDES(mu_);
