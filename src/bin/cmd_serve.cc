@@ -56,7 +56,8 @@ DisaggLaunch LaunchFor(const ServeArgs& a) {
   if (!a.server.model_id.empty()) l.decode_args.insert(l.decode_args.end(), {"--model-id", a.server.model_id});
   if (a.engine.context_tokens > 0) l.decode_args.insert(l.decode_args.end(), {"--ctx-size", std::to_string(a.engine.context_tokens)});
   if (a.no_prefix_cache) l.decode_args.push_back("--no-prefix-cache");
-  l.prefill_args = {"--chunk-size", std::to_string(a.engine.chunk_size)};
+  // One --cache-tokens sizes both engines' pools.
+  l.prefill_args = {"--chunk-size", std::to_string(a.engine.chunk_size), "--cache-tokens", std::to_string(a.engine.cache_tokens)};
   if (!a.prefill_order.empty()) l.prefill_args.insert(l.prefill_args.end(), {"--prefill-order", a.prefill_order});
   l.decode_args.insert(l.decode_args.end(), {"--handoff-timeout-ms", std::to_string(a.handoff_timeout_ms)});
   l.transport_tcp = a.transport == "tcp";

@@ -189,7 +189,9 @@ TEST(TiersE2E, DisaggregatedEnginesUseTheirTiersAndStayExact) {
 
 // The incident's own fault in the deployment it happened in: `serve --disagg
 // --debug-ungated-index-k` reaches both engines (it was once accepted and
-// dropped), and the oracle catches it.
+// dropped), and the oracle catches it. Both pools are small (one
+// --cache-tokens sizes both), so the prefill engine too computes on top of
+// prefixes loaded from its L2 through the faulty copy engine.
 TEST(TiersE2E, TheUngatedIndexKFaultReachesTheDisaggregatedEnginesAndIsCaught) {
   auto server = ServeDisagg({"--cache-tokens", "2048", "--host-cache-size", "256M", "--debug-copy-delay-us", "3000",
                              "--debug-ungated-index-k"});
