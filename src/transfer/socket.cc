@@ -187,10 +187,17 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
       why_code_ = StatusCode::kAborted;
     }
     cv_.notify_all();
-    // The reader may be receiving a put into our memory: wait until it is not
-    // (it checks closed_ before each put). Never called with a put in progress
-    // on the reader thread itself: handlers run between frames.
-    cv_.wait(lock, [&] { return !in_put_; });
+    // The reader may be receiving a put into our memory, and the writer may be
+    // sending the caller's bytes of puts: wait until neither is (both check
+    // closed_ before each batch), so no source or region is touched once this
+    // returns. Never called with a put in progress on the reader thread
+    // itself: handlers run between frames. A peer that does not read blocks
+    // the writer: after a grace period the socket is shut down under it.
+    auto idle = [&] { return !in_put_ && !sending_puts_; };
+    if (!cv_.wait_for(lock, std::chrono::seconds(2), idle)) {
+      if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+      cv_.wait(lock, idle);
+    }
   }
 
   bool WaitReleased(Clock::time_point deadline) override {
@@ -291,6 +298,7 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
         queue_.pop_front();
       }
       const int fd = fd_;
+      sending_puts_ = std::any_of(batch.begin(), batch.end(), [](const Item& i) { return i.frame.type == kPutFrame; });
       if (closed_) {
         const timeval one_second{1, 0};
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &one_second, sizeof(one_second));
@@ -311,6 +319,8 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
       }
       const bool ok = SendAll(fd, iov.data(), int(iov.size()));
       lock.lock();
+      sending_puts_ = false;  // the callers' bytes are no longer read
+      cv_.notify_all();
       if (!ok) {
         FailLocked(Errno("send"));
         break;
@@ -428,6 +438,7 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
   bool connected_ = false;        // guarded by mu_
   bool closed_ = false;           // guarded by mu_: Close() was called
   bool in_put_ = false;           // guarded by mu_: the reader is writing into a region
+  bool sending_puts_ = false;     // guarded by mu_: the writer is sending callers' put bytes
   std::deque<Item> queue_;        // guarded by mu_: puts and flush markers, in order
   std::deque<Item> control_;      // guarded by mu_: messages and flush acks (go first)
   bool writer_done_ = false;      // guarded by mu_: nothing more is sent
