@@ -5,6 +5,9 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <mutex>
+#include <vector>
 
 #include "support/paths.h"
 
@@ -24,10 +27,35 @@ ProcessResult RunTandem(const std::string& args, int timeout_seconds, const std:
   return r;
 }
 
+namespace {
+
+// Every directory MakeTempDir made in this process, removed at exit.
+struct TempDirs {
+  std::mutex mu;
+  std::vector<std::string> paths;
+  ~TempDirs() {
+    const char* keep = std::getenv("TANDEM_KEEP_TEST_DIRS");
+    if (keep != nullptr && *keep != '\0') return;
+    std::error_code ec;
+    for (const std::string& p : paths) std::filesystem::remove_all(p, ec);
+  }
+};
+
+TempDirs& Dirs() {
+  static TempDirs dirs;
+  return dirs;
+}
+
+}  // namespace
+
 std::string MakeTempDir() {
+  TempDirs& dirs = Dirs();  // constructed before the first directory, so destroyed after its users
   char tmpl[] = "/tmp/tandem-test-XXXXXX";
   const char* dir = mkdtemp(tmpl);
-  return dir ? dir : "/tmp";
+  if (dir == nullptr) return "/tmp";
+  std::lock_guard<std::mutex> lock(dirs.mu);
+  dirs.paths.push_back(dir);
+  return dir;
 }
 
 }  // namespace tandem::testing

@@ -15,6 +15,8 @@ struct ProcessResult {
 ProcessResult RunTandem(const std::string& args, int timeout_seconds = 120,
                         const std::string& env = "");
 
+// A fresh directory under /tmp, removed with its contents when the test
+// process exits (kept when TANDEM_KEEP_TEST_DIRS is set, for debugging).
 std::string MakeTempDir();
 
 }  // namespace tandem::testing
