@@ -90,23 +90,33 @@ void BM_StreamRead(benchmark::State& state) {
   state.SetBytesProcessed(int64_t(state.iterations()) * n * 4);
 }
 
+// Attention of `queries` consecutive tokens ending at position ctx - 1 (1: a
+// decode step; 32: one prefill unit of ForwardPass), 100m-preset heads.
 void BM_Attention(benchmark::State& state) {
   const int64_t ctx = state.range(0);
+  const int queries = int(state.range(1));
   const int heads = 12, kv_heads = 4, hd = 64;
-  std::vector<float> k = Values(size_t(ctx * kv_heads * hd)), v = k, q = Values(size_t(heads * hd));
+  std::vector<float> k = Values(size_t(ctx * kv_heads * hd)), v = k;
+  std::vector<float> q = Values(size_t(queries * heads * hd));
   std::vector<int32_t> pages(size_t((ctx + 63) / 64));
   for (size_t i = 0; i < pages.size(); ++i) pages[i] = int32_t(i);
   kernels::PagedRows rk{reinterpret_cast<uint8_t*>(k.data()), pages.data(), 64 * kv_heads * hd * 4,
                         kv_heads * hd * 4, 64};
   kernels::PagedRows rv = rk;
   rv.base = reinterpret_cast<uint8_t*>(v.data());
-  std::vector<float> scratch(static_cast<size_t>(ctx)), out(static_cast<size_t>(heads * hd));
   const kernels::AttentionShape shape{heads, kv_heads, hd, 0.125f};
+  std::vector<float> scratch(size_t(kernels::AttentionScratchFloats(queries, shape)));
+  std::vector<float> out(q.size());
+  std::vector<int64_t> entries(static_cast<size_t>(queries));
+  for (int i = 0; i < queries; ++i) entries[size_t(i)] = ctx - queries + 1 + i;
+  const kernels::AttentionQueries qs{q.data(), heads * hd, out.data(), heads * hd, entries.data(), queries};
   for (auto _ : state) {
-    kernels::Attention(q.data(), rk, rv, nullptr, ctx, shape, scratch.data(), out.data());
+    kernels::Attention(qs, rk, rv, nullptr, shape, scratch.data());
     benchmark::DoNotOptimize(out.data());
   }
-  state.counters["positions/s"] = benchmark::Counter(double(state.iterations()) * ctx, benchmark::Counter::kIsRate);
+  const double macs = 2.0 * heads * hd * double(ctx) * queries;  // QK and PV
+  state.counters["GFLOP/s"] = benchmark::Counter(double(state.iterations()) * 2.0 * macs / 1e9,
+                                                 benchmark::Counter::kIsRate);
 }
 
 }  // namespace
@@ -118,6 +128,6 @@ BENCHMARK_CAPTURE(BM_MatMul, f32, TensorType::kF32, kernels::WeightType::kF32)->
 BENCHMARK_CAPTURE(BM_MatMul, f16, TensorType::kF16, kernels::WeightType::kF16)->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_MatMul, bf16, TensorType::kBF16, kernels::WeightType::kBF16)->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_MatMul, q8_0, TensorType::kQ8_0, kernels::WeightType::kQ8_0)->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_Attention)->Arg(512)->Arg(4096)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Attention)->Args({512, 1})->Args({4096, 1})->Args({4096, 32})->Args({16384, 32})->Unit(benchmark::kMicrosecond);
 
 }  // namespace tandem

@@ -6,6 +6,7 @@ const char* CacheDTypeName(CacheDType dtype) {
   switch (dtype) {
     case CacheDType::kF32: return "f32";
     case CacheDType::kBF16: return "bf16";
+    case CacheDType::kF16: return "f16";
     case CacheDType::kFp8E4M3Scaled: return "fp8_e4m3+f32scale";
   }
   return "?";
@@ -15,6 +16,7 @@ int64_t CacheBufferSpec::BytesPerToken() const {
   switch (dtype) {
     case CacheDType::kF32: return dims * 4;
     case CacheDType::kBF16: return dims * 2;
+    case CacheDType::kF16: return dims * 2;
     case CacheDType::kFp8E4M3Scaled: return dims + 4;
   }
   return 0;

@@ -19,6 +19,7 @@ enum class CacheDType : uint8_t {
   kF32 = 0,
   kBF16 = 1,
   kFp8E4M3Scaled = 2,  // per token: `dims` e4m3 bytes; per page: one fp32 scale per token after them
+  kF16 = 3,
 };
 
 const char* CacheDTypeName(CacheDType dtype);

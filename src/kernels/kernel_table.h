@@ -53,6 +53,12 @@ struct PagedRows {
   }
 };
 
+// How K and V rows are stored: fp32, or 16-bit (converted exactly to fp32 as
+// they are read, so the arithmetic below is the same for every storage type).
+enum class KvType : uint8_t { kF32, kF16, kBF16 };
+
+inline int64_t KvTypeBytes(KvType t) { return t == KvType::kF32 ? 4 : 2; }
+
 struct AttentionShape {
   int n_heads = 0;
   int n_kv_heads = 0;
@@ -61,6 +67,35 @@ struct AttentionShape {
   // Query heads [head_begin, head_end) are computed; the rest of out is untouched.
   int head_begin = 0;
   int head_end = -1;  // -1: n_heads
+  KvType kv_type = KvType::kF32;
+};
+
+// Attention's canonical order (invariant 5), per query token and head. The
+// query attends to a list of entries (cache positions in ascending order:
+// 0, 1, 2, ... under dense attention, its top-k under sparse attention),
+// taken in blocks of kAttentionBlock entries, block b holding entries
+// [64b, 64b + 64) of the list:
+//   m = -inf; l[16] = +0; o[head_dim] = +0
+//   for each block:
+//     s_j = dot(q, k_j) * scale         (the canonical dot above)
+//     if max_j s_j > m: a = exp(m - max_j s_j); o *= a; l[*] *= a; m = max_j s_j
+//     p_j = exp(s_j - m)                 (exp_inline.h)
+//     l[e % 16] += p_j for each entry e, in entry order
+//     o = fma(p_j, v_j, o) for each entry, in entry order
+//   out = o * (1 / (l summed by the canonical 16-lane reduction))
+// Only the query and the list decide the result, so it is the same however
+// queries are grouped into calls, a prompt is chunked, or heads are split.
+constexpr int kAttentionBlock = 64;
+
+// Query tokens of one sequence that attend to the same entry list: query i
+// attends to entries [0, n_entries[i]) of it.
+struct AttentionQueries {
+  const float* q = nullptr;  // query i: q + i * q_stride, n_heads x head_dim
+  int64_t q_stride = 0;
+  float* out = nullptr;  // query i: out + i * out_stride
+  int64_t out_stride = 0;
+  const int64_t* n_entries = nullptr;
+  int n = 0;
 };
 
 // One query token's indexer inputs: n_heads query vectors of `dims` and a
@@ -86,10 +121,9 @@ struct KernelTable {
   // key_scratch holds query.dims floats. See indexer_impl.h for the order.
   void (*indexer_scores)(const IndexerQuery& query, const PagedRows& keys, bool fp8,
                          int64_t begin, int64_t end, float* scores, float* key_scratch);
-  // Causal attention of one query token; see kernels::Attention in ops.h.
-  void (*attention)(const float* q, const PagedRows& k, const PagedRows& v,
-                    const int32_t* positions, int64_t n_positions, const AttentionShape& shape,
-                    float* scratch, float* out);
+  // Attention of a group of query tokens; see kernels::Attention in ops.h.
+  void (*attention)(const AttentionQueries& queries, const PagedRows& k, const PagedRows& v,
+                    const int32_t* positions, const AttentionShape& shape, float* scratch);
 };
 
 const KernelTable& ScalarTable();

@@ -7,36 +7,14 @@
 #include "common/fp8.h"
 #include "kernels/exp_inline.h"
 #include "kernels/weight_row.h"
+#include "kernels/avx512_inline.h"
 
 namespace tandem::kernels {
 namespace {
 
-// 16 consecutive weights starting at k (k % 16 == 0, k + 16 <= cols) as fp32.
-template <WeightType kType>
-inline __m512 Load16(const uint8_t* row, int64_t k) {
-  if constexpr (kType == WeightType::kF32) {
-    return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + k);
-  } else if constexpr (kType == WeightType::kF16) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * k)));
-  } else if constexpr (kType == WeightType::kBF16) {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * k));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  } else {
-    const uint8_t* block = row + (k / kQ8Block) * kQ8BlockBytes;
-    const uint16_t d = uint16_t(block[0] | (block[1] << 8));
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2 + k % kQ8Block));
-    const __m512 qf = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
-    return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(d)), qf);  // F16C: exact, like F16ToFloat
-  }
-}
-
-inline float Reduce(__m512 acc) {
-  __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
-  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
-  return _mm_cvtss_f32(s1);
-}
+using avx512::Exp16;
+using avx512::Load16;
+using avx512::Reduce;
 
 // A tile of kRows output rows times kTokens tokens; each (row, token) owns one accumulator.
 template <WeightType kType, int kRows, int kTokens>
@@ -136,23 +114,6 @@ inline void Axpy(float a, const float* x, float* y, int64_t n) {
   }
 }
 
-// ExpInline (exp_inline.h), lane by lane, the same IEEE operations in the same order.
-inline __m512 Exp16(__m512 x) {
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kExpLog2e)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kExpLn2Hi), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kExpLn2Lo), r);
-  __m512 p = _mm512_set1_ps(kExpPoly[0]);
-  for (int i = 1; i < 8; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpPoly[i]));
-  const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-  __m512 y = _mm512_mul_ps(p, _mm512_castsi512_ps(e));
-  y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(kExpUnderflow), _CMP_LT_OQ), y,
-                           _mm512_setzero_ps());
-  y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(kExpOverflow), _CMP_GT_OQ), y,
-                           _mm512_set1_ps(HUGE_VALF));
-  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), y, x);
-}
-
 struct Avx512Ops {
   static void DecodeFp8(const uint8_t* q, int64_t n, float* out) {
     const float* table = Fp8E4M3Table();
@@ -226,9 +187,10 @@ void IndexerScores(const IndexerQuery& query, const PagedRows& keys, bool fp8, i
   IndexerScoresImpl<Avx512Ops>(query, keys, fp8, begin, end, scores, key_scratch);
 }
 
-void Attention(const float* q, const PagedRows& k, const PagedRows& v, const int32_t* positions,
-               int64_t n, const AttentionShape& shape, float* scratch, float* out) {
-  AttentionImpl<Avx512Ops>(q, k, v, positions, n, shape, scratch, out);
+void Attention(const AttentionQueries& queries, const PagedRows& k, const PagedRows& v,
+               const int32_t* positions, const AttentionShape& shape, float* scratch) {
+  if (avx512::AttentionTiled(queries, k, v, positions, shape, scratch)) return;
+  AttentionImpl<Avx512Ops>(queries, k, v, positions, shape, scratch);
 }
 
 void SiluMul(float* gate, const float* up, int64_t n) {

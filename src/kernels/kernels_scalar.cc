@@ -54,9 +54,9 @@ void IndexerScores(const IndexerQuery& query, const PagedRows& keys, bool fp8, i
   IndexerScoresImpl<ScalarOps>(query, keys, fp8, begin, end, scores, key_scratch);
 }
 
-void Attention(const float* q, const PagedRows& k, const PagedRows& v, const int32_t* positions,
-               int64_t n, const AttentionShape& shape, float* scratch, float* out) {
-  AttentionImpl<ScalarOps>(q, k, v, positions, n, shape, scratch, out);
+void Attention(const AttentionQueries& queries, const PagedRows& k, const PagedRows& v,
+               const int32_t* positions, const AttentionShape& shape, float* scratch) {
+  AttentionImpl<ScalarOps>(queries, k, v, positions, shape, scratch);
 }
 
 void SiluMul(float* gate, const float* up, int64_t n) {

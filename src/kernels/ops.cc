@@ -49,9 +49,17 @@ void Softmax(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = x[i] / sum;
 }
 
-void Attention(const float* q, const PagedRows& k, const PagedRows& v, const int32_t* positions,
-               int64_t n_positions, const AttentionShape& shape, float* scratch, float* out) {
-  Active().attention(q, k, v, positions, n_positions, shape, scratch, out);
+void Attention(const AttentionQueries& queries, const PagedRows& k, const PagedRows& v,
+               const int32_t* positions, const AttentionShape& shape, float* scratch) {
+  Active().attention(queries, k, v, positions, shape, scratch);
+}
+
+int64_t AttentionScratchFloats(int n_queries, const AttentionShape& shape) {
+  const int64_t hd = shape.head_dim;
+  const int64_t rows = int64_t(n_queries) * (shape.n_heads / shape.n_kv_heads);
+  // Tiled kernels: per row o, l lanes and m; one tile's scores. Row-at-a-time
+  // kernels: scores, o and one converted K and V row. Plus alignment slack.
+  return rows * (hd + kLanes + 1) + 4 * kAttentionBlock + kAttentionBlock + 3 * hd + 64;
 }
 
 }  // namespace tandem::kernels

@@ -28,13 +28,13 @@ void Add(float* x, const float* y, int64_t n);
 void Rope(float* x, int n_heads, int head_dim, int rot_dims, const float* cos, const float* sin,
           bool neox);
 
-// Causal attention of one query token over cache positions. When positions is
-// null it attends to [0, n_positions); otherwise to the listed positions
-// (ascending). q: n_heads * head_dim; out: n_heads * head_dim.
-// scratch: at least n_positions floats. Softmax: max, then exp and sum in
-// position order, then out = (sum_s p_s v_s) * (1 / sum), the axpy in position order.
-void Attention(const float* q, const PagedRows& k, const PagedRows& v, const int32_t* positions,
-               int64_t n_positions, const AttentionShape& shape, float* scratch, float* out);
+// Attention of query tokens of one sequence over its cache rows, in the
+// canonical order of kernel_table.h. positions: the entry list (ascending
+// cache positions), or null for 0, 1, 2, ...; entries past a query's
+// n_entries are never read for it. scratch: AttentionScratchFloats floats.
+void Attention(const AttentionQueries& queries, const PagedRows& k, const PagedRows& v,
+               const int32_t* positions, const AttentionShape& shape, float* scratch);
+int64_t AttentionScratchFloats(int n_queries, const AttentionShape& shape);
 
 // In-place softmax with the same order as Attention's.
 void Softmax(float* x, int64_t n);

@@ -1,6 +1,7 @@
 #include "model/forward.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -17,6 +18,11 @@ ForwardPass::ForwardPass(const Model& model, const CacheSpec& spec, ThreadPool& 
     : model_(model), c_(model.config()), spec_(spec), pool_(pool) {
   if (spec_.index_k >= 0) indexer_ = std::make_unique<Indexer>(c_, spec_.attention.index_dims);
   layout_fingerprint_ = CacheLayout(spec_.registry, int(c_.n_layers), 0).Fingerprint();
+  switch (spec_.registry.spec(spec_.k).dtype) {
+    case CacheDType::kF16: kv_type_ = kernels::KvType::kF16; break;
+    case CacheDType::kBF16: kv_type_ = kernels::KvType::kBF16; break;
+    default: kv_type_ = kernels::KvType::kF32; break;
+  }
 }
 
 Status ForwardPass::Validate(std::span<const SequenceChunk> batch, const PagePool& cache) const {
@@ -62,6 +68,9 @@ void ForwardPass::Resize(int n, int64_t max_context) {
   fit(rope_cos_, size_t(n) * c_.rope_dims / 2);
   fit(rope_sin_, size_t(n) * c_.rope_dims / 2);
   fit(scores_, threads * size_t(max_context));
+  fit(entries_, size_t(n));
+  attn_scratch_per_ = size_t(kernels::AttentionScratchFloats(kQueryTile, AttentionShapeFor(0, int(c_.n_heads))));
+  fit(attn_scratch_, threads * attn_scratch_per_);
   if (indexer_) {
     const size_t dims = size_t(indexer_->dims());
     fit(index_keys_, size_t(n) * dims);
@@ -112,6 +121,7 @@ Status ForwardPass::Run(std::span<const SequenceChunk> batch, PagePool& cache,
     model_.rope().Angles(tokens_[size_t(i)].pos, rope_cos_.data() + size_t(i) * half,
                          rope_sin_.data() + size_t(i) * half);
   }
+  PlanAttention();
   for (int l = 0; l < int(c_.n_layers); ++l) {
     Layer(l, batch, cache);
     if (layer_hook_) layer_hook_(l);
@@ -161,8 +171,8 @@ void ForwardPass::Layer(int l, std::span<const SequenceChunk> batch, PagePool& c
     kernels::Rope(k, int(c_.n_kv_heads), int(c_.head_dim), int(c_.rope_dims), cs, sn, c_.rope_neox);
     const SequenceChunk& s = ChunkOf(batch, i);
     const int64_t pos = tokens_[size_t(i)].pos;
-    std::memcpy(cache.Rows(spec_.k, l, s.pages).Row(pos), k, size_t(kvd) * 4);
-    std::memcpy(cache.Rows(spec_.v, l, s.pages).Row(pos), v, size_t(kvd) * 4);
+    StoreKvRow(k, kvd, cache.Rows(spec_.k, l, s.pages).RowBytes(pos));
+    StoreKvRow(v, kvd, cache.Rows(spec_.v, l, s.pages).RowBytes(pos));
   }
   if (indexer_) WriteIndexKeys(l, batch, cache);
   Attention(l, batch, cache);
@@ -251,40 +261,93 @@ int64_t ForwardPass::SelectPositions(int l, int i, std::span<const SequenceChunk
   return kernels::SelectTopK(scores, context, spec_.attention.top_k, positions);
 }
 
-// Work is split over (token, group of query heads) so that even a single
-// decode token keeps every thread busy. Under sparse attention a token whose
-// context exceeds top-k first selects its positions.
-void ForwardPass::Attention(int l, std::span<const SequenceChunk> batch, PagePool& cache) {
+void ForwardPass::StoreKvRow(const float* x, int64_t n, uint8_t* row) const {
+  auto* h = reinterpret_cast<uint16_t*>(row);
+  switch (kv_type_) {
+    case kernels::KvType::kF32: std::memcpy(row, x, size_t(n) * 4); break;
+    case kernels::KvType::kF16: for (int64_t d = 0; d < n; ++d) h[d] = FloatToF16(x[d]); break;
+    case kernels::KvType::kBF16: for (int64_t d = 0; d < n; ++d) h[d] = FloatToBf16(x[d]); break;
+  }
+}
+
+kernels::AttentionShape ForwardPass::AttentionShapeFor(int head_begin, int head_end) const {
+  return {int(c_.n_heads), int(c_.n_kv_heads), int(c_.head_dim),
+          float(1.0 / std::sqrt(double(c_.head_dim))), head_begin, head_end, kv_type_};
+}
+
+// The units of attention work of one Run (the same for every layer). With
+// fewer tokens than threads (decode), each token's heads are split so every
+// thread is busy. Otherwise each KV head of each run of up to kQueryTile
+// consecutive dense tokens of a chunk is one unit (the tiled kernels share
+// every K and V row among its query rows); a token attending to its own top-k
+// list is a unit alone. Largest first, so the causal triangle balances.
+void ForwardPass::PlanAttention() {
   const int n = int(tokens_.size());
-  const int64_t qd = c_.q_dim();
-  const int heads = int(c_.n_heads);
+  const int heads = int(c_.n_heads), group = int(c_.n_heads / c_.n_kv_heads);
   const int threads = pool_.size();
-  const int head_chunks = n >= threads ? 1 : std::min(heads, threads);
-  const int heads_per = (heads + head_chunks - 1) / head_chunks;
   const int64_t top_k = indexer_ ? spec_.attention.top_k : INT64_MAX;
-  // Few tokens (decode): score each token's positions with all threads, select
-  // its top-k, then split the attention by heads.
-  if (indexer_ && head_chunks > 1) SelectForFewTokens(l, batch, cache);
-  const int units = n * head_chunks;
-  pool_.ParallelFor(threads, [&](int t) {
-    for (int u = t; u < units; u += threads) {
-      const int i = u / head_chunks, chunk = u % head_chunks;
-      const SequenceChunk& s = ChunkOf(batch, i);
-      const int64_t pos = tokens_[size_t(i)].pos;
-      const int32_t* positions = nullptr;
-      int64_t count = pos + 1;
-      if (count > top_k) {
-        const size_t slot = size_t(head_chunks > 1 ? i : t) * size_t(max_context_);
-        positions = positions_.data() + slot;
-        count = head_chunks > 1 ? n_positions_[size_t(i)]
-                                : SelectPositions(l, i, batch, cache, t, positions_.data() + slot);
+  units_.clear();
+  for (int i = 0; i < n; ++i) entries_[size_t(i)] = tokens_[size_t(i)].pos + 1;
+  if (n < threads) {
+    const int chunks = std::min(heads, threads), per = (heads + chunks - 1) / chunks;
+    for (int i = 0; i < n; ++i) {
+      for (int c = 0; c < chunks; ++c) {
+        const int h0 = c * per, h1 = std::min(heads, (c + 1) * per);
+        if (h0 < h1) units_.push_back({i, 1, h0, h1, entries_[size_t(i)] > top_k, entries_[size_t(i)]});
       }
-      kernels::AttentionShape shape{heads, int(c_.n_kv_heads), int(c_.head_dim),
-                                    float(1.0 / std::sqrt(double(c_.head_dim))),
-                                    chunk * heads_per, std::min(heads, (chunk + 1) * heads_per)};
-      kernels::Attention(q_.data() + i * qd, ReadRows(cache, spec_.k, l, s), ReadRows(cache, spec_.v, l, s),
-                         positions, count, shape,
-                         scores_.data() + size_t(t) * size_t(max_context_), att_.data() + i * qd);
+    }
+  } else {
+    for (int i = 0; i < n;) {
+      if (entries_[size_t(i)] > top_k) {
+        units_.push_back({i, 1, 0, heads, true, top_k * group * int64_t(c_.n_kv_heads)});
+        ++i;
+        continue;
+      }
+      int j = i + 1;
+      while (j < n && j - i < kQueryTile && tokens_[size_t(j)].chunk == tokens_[size_t(i)].chunk &&
+             entries_[size_t(j)] <= top_k) {
+        ++j;
+      }
+      for (int g = 0; g * group < heads; ++g) {
+        units_.push_back({i, j - i, g * group, (g + 1) * group, false, entries_[size_t(j - 1)] * (j - i)});
+      }
+      i = j;
+    }
+  }
+  std::stable_sort(units_.begin(), units_.end(),
+                   [](const AttentionUnit& a, const AttentionUnit& b) { return a.cost > b.cost; });
+}
+
+// Threads take units in order as they finish the previous one; every unit
+// writes its own outputs and the kernels' order does not depend on the
+// split, so the result never depends on who ran what.
+void ForwardPass::Attention(int l, std::span<const SequenceChunk> batch, PagePool& cache) {
+  const int64_t qd = c_.q_dim();
+  const int threads = pool_.size();
+  const bool few = int(tokens_.size()) < threads;
+  // Few tokens (decode): score each token's positions with all threads and
+  // select its top-k before the heads are split.
+  if (indexer_ && few) SelectForFewTokens(l, batch, cache);
+  std::atomic<size_t> next{0};
+  pool_.ParallelFor(threads, [&](int t) {
+    float* scratch = attn_scratch_.data() + size_t(t) * attn_scratch_per_;
+    for (size_t u = next.fetch_add(1); u < units_.size(); u = next.fetch_add(1)) {
+      const AttentionUnit& a = units_[u];
+      const SequenceChunk& s = ChunkOf(batch, a.token);
+      const int32_t* positions = nullptr;
+      int64_t selected = 0;
+      const int64_t* n_entries = entries_.data() + a.token;
+      if (a.sparse) {
+        const size_t slot = size_t(few ? a.token : t) * size_t(max_context_);
+        positions = positions_.data() + slot;
+        selected = few ? n_positions_[size_t(a.token)]
+                       : SelectPositions(l, a.token, batch, cache, t, positions_.data() + slot);
+        n_entries = &selected;
+      }
+      const kernels::AttentionQueries queries{q_.data() + a.token * qd, qd, att_.data() + a.token * qd,
+                                              qd, n_entries, a.count};
+      kernels::Attention(queries, ReadRows(cache, spec_.k, l, s), ReadRows(cache, spec_.v, l, s),
+                         positions, AttentionShapeFor(a.head_begin, a.head_end), scratch);
     }
   });
 }

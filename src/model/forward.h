@@ -82,7 +82,20 @@ class ForwardPass {
   void MatMuls(std::initializer_list<MatMulJob> jobs, int n) { MatMuls(std::span<const MatMulJob>(jobs.begin(), jobs.size()), n); }
   void Layer(int l, std::span<const SequenceChunk> batch, PagePool& cache);
   void WriteIndexKeys(int l, std::span<const SequenceChunk> batch, PagePool& cache);
+  // One piece of attention work: `count` consecutive tokens from `token`
+  // (query heads [head_begin, head_end)), dense, or one token over its top-k.
+  struct AttentionUnit {
+    int token;
+    int count;
+    int head_begin, head_end;
+    bool sparse;
+    int64_t cost;
+  };
+  static constexpr int kQueryTile = 32;  // dense query tokens per attention unit
+  void PlanAttention();
   void Attention(int l, std::span<const SequenceChunk> batch, PagePool& cache);
+  kernels::AttentionShape AttentionShapeFor(int head_begin, int head_end) const;
+  void StoreKvRow(const float* x, int64_t n, uint8_t* row) const;
   void SelectForFewTokens(int l, std::span<const SequenceChunk> batch, PagePool& cache);
   // Top-k positions of token i into `positions`; returns how many.
   int64_t SelectPositions(int l, int i, std::span<const SequenceChunk> batch, PagePool& cache,
@@ -109,6 +122,11 @@ class ForwardPass {
   std::vector<float> scores_, key_scratch_;
   std::vector<int32_t> positions_;
   std::vector<int64_t> n_positions_;
+  kernels::KvType kv_type_ = kernels::KvType::kF32;
+  std::vector<AttentionUnit> units_;
+  std::vector<int64_t> entries_;      // per token: the dense entries it attends to (pos + 1)
+  std::vector<float> attn_scratch_;   // [threads x attn_scratch_per_]
+  size_t attn_scratch_per_ = 0;
 };
 
 }  // namespace tandem
