@@ -250,7 +250,7 @@ int RunAgentic(AgenticArgs& a) {
 struct VerifyArgs {
   ModelOptions model;
   std::string transcript;
-  std::string attention = "dense", index_k_dtype = "fp8";
+  std::string attention = "dense", index_k_dtype = "fp8", kv_dtype = "f32";
   int64_t top_k = 2048;
   bool write = false;
 };
@@ -261,7 +261,7 @@ int RunVerify(VerifyArgs& a) {
   if (Status st = ReadTranscript(a.transcript, &header, &rounds); !st.ok()) {
     return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
   }
-  auto fallback = ParseAttentionOptions(a.attention, a.index_k_dtype, a.top_k);
+  auto fallback = ParseAttentionOptions(a.attention, a.index_k_dtype, a.top_k, a.kv_dtype);
   if (!fallback.ok()) return std::fprintf(stderr, "error: %s\n", fallback.status().ToString().c_str()), 1;
   auto attention = AttentionFromHeader(header.server_attention, *fallback);
   if (!attention.ok()) return std::fprintf(stderr, "error: %s\n", attention.status().ToString().c_str()), 1;
@@ -337,6 +337,7 @@ void RegisterVerify(CLI::App& app) {
   cmd->add_option("--topk", a->top_k, "Sparse attention top-k, when the transcript does not say")
       ->check(CLI::Range(1, 1 << 24));
   cmd->add_option("--index-k-dtype", a->index_k_dtype, "fp8 or bf16, when the transcript does not say");
+  cmd->add_option("--kv-dtype", a->kv_dtype, "f32, f16 or bf16, when the transcript does not say");
   cmd->add_flag("--write", a->write, "Write the verdicts back into the transcript");
   cmd->callback([a] { SetExitCode(RunVerify(*a)); });
 }

@@ -77,7 +77,7 @@ class BenchDecode {
 
 StatusOr<BurstResult> RunBurst(const Model& model, const PrefillBenchArgs& a, int32_t max_running, PrefillOrder order) {
   PrefillOptions po;
-  TANDEM_ASSIGN_OR_RETURN(po.engine.attention, ParseAttentionOptions(a.attention, "bf16", 2048));
+  TANDEM_ASSIGN_OR_RETURN(po.engine.attention, ParseAttentionOptions(a.attention, "bf16", 2048, "f32"));
   const int64_t per_request = a.prefix_tokens + a.new_max + kPageTokens;
   po.engine.cache_tokens = 2 * int64_t(a.requests) * per_request;  // prefixes cached + the burst in flight
   po.engine.context_tokens = per_request;  // past the model's own length when asked (as serve --ctx-size)

@@ -23,7 +23,7 @@ struct PrefillArgs {
   ModelOptions model;
   std::string host = "127.0.0.1";
   int port = 0;
-  std::string attention = "dense", index_k_dtype = "fp8";
+  std::string attention = "dense", index_k_dtype = "fp8", kv_dtype = "f32";
   int64_t top_k = 2048;
   int64_t cache_tokens = 65536;
   int32_t chunk_size = 512;
@@ -51,7 +51,7 @@ int RunPrefill(PrefillArgs& a) {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   auto model = a.model.Load();
   if (!model.ok()) return TLOG_ERROR("error: %s\n", model.status().ToString().c_str()), 1;
-  auto attention = ParseAttentionOptions(a.attention, a.index_k_dtype, a.top_k);
+  auto attention = ParseAttentionOptions(a.attention, a.index_k_dtype, a.top_k, a.kv_dtype);
   if (!attention.ok()) return TLOG_ERROR("error: %s\n", attention.status().ToString().c_str()), 1;
   PrefillOptions po;
   po.engine.attention = *attention;
@@ -166,6 +166,7 @@ void RegisterPrefill(CLI::App& app) {
   cmd->add_option("--attention", a->attention, "dense or sparse (must match the decode engines)");
   cmd->add_option("--topk", a->top_k, "Sparse attention top-k")->check(CLI::Range(1, 1 << 24));
   cmd->add_option("--index-k-dtype", a->index_k_dtype, "fp8 or bf16 (must match the decode engines)");
+  cmd->add_option("--kv-dtype", a->kv_dtype, "K/V cache dtype: f32, f16 or bf16 (must match the decode engines)");
   cmd->add_option("--cache-tokens", a->cache_tokens, "Local page pool size in tokens")->check(CLI::Range(int64_t(64), int64_t(1) << 30));
   cmd->add_option("--chunk-size", a->chunk_size, "Prefill tokens of one prompt per step")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--max-batch-tokens", a->max_batch_tokens, "Prefill tokens of all prompts together per step")

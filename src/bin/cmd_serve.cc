@@ -25,7 +25,7 @@ struct ServeArgs {
   DecodeOptions decode;  // the decode role, with --prefill
   std::string prefill_order;  // empty: each role's default (arrival here, shortest on a prefill engine)
   std::string log_level = "info";
-  std::string attention = "dense", index_k_dtype = "fp8";
+  std::string attention = "dense", index_k_dtype = "fp8", kv_dtype = "f32";
   double request_timeout_s = 600, shutdown_timeout_s = 30;
   bool no_prefix_cache = false;
   std::string verify = "all";
@@ -49,7 +49,7 @@ DisaggLaunch LaunchFor(const ServeArgs& a) {
   l.model_args.push_back(std::to_string(a.model.threads));
   if (!a.model.isa.empty()) l.model_args.insert(l.model_args.end(), {"--isa", a.model.isa});
   l.attention_args = {"--attention", a.attention, "--index-k-dtype", a.index_k_dtype, "--topk",
-                      std::to_string(a.engine.attention.top_k)};
+                      std::to_string(a.engine.attention.top_k), "--kv-dtype", a.kv_dtype};
   l.decode_args = {"--cache-tokens", std::to_string(a.engine.cache_tokens), "--max-running",
                    std::to_string(a.engine.max_running), "--max-waiting", std::to_string(a.engine.max_waiting),
                    "--request-timeout", std::to_string(a.request_timeout_s), "--verify-handoff", a.verify};
@@ -120,7 +120,7 @@ int RunServe(ServeArgs& a) {
     TLOG_ERROR("error: %s\n", model.status().ToString().c_str());
     return 1;
   }
-  auto attention = ParseAttentionOptions(a.attention, a.index_k_dtype, a.engine.attention.top_k);
+  auto attention = ParseAttentionOptions(a.attention, a.index_k_dtype, a.engine.attention.top_k, a.kv_dtype);
   if (!attention.ok()) {
     TLOG_ERROR("error: %s\n", attention.status().ToString().c_str());
     return 1;
@@ -207,6 +207,7 @@ void RegisterServe(CLI::App& app) {
   cmd->add_option("--attention", a->attention, "dense or sparse");
   cmd->add_option("--topk", a->engine.attention.top_k, "Sparse attention top-k")->check(CLI::Range(1, 1 << 24));
   cmd->add_option("--index-k-dtype", a->index_k_dtype, "fp8 or bf16");
+  cmd->add_option("--kv-dtype", a->kv_dtype, "K/V cache dtype: f32, f16 or bf16");
   cmd->add_flag("--no-prefix-cache", a->no_prefix_cache, "Disable prefix reuse");
   cmd->add_option("--prefill", a->decode.prefill_addresses,
                   "Disaggregated decode: prefill engine's UCX address host:port (empty: colocated)");

@@ -15,7 +15,8 @@ void RegisterBench(CLI::App& app);
 void RegisterServe(CLI::App& app);
 void RegisterPrefill(CLI::App& app);
 void RegisterRouter(CLI::App& app);
-void RegisterServeBench(CLI::App& bench);  // under `bench`
+void RegisterModelBench(CLI::App& bench);  // under `bench`
+void RegisterServeBench(CLI::App& bench);
 void RegisterHandoffBench(CLI::App& bench);
 void RegisterPrefillBench(CLI::App& bench);
 void RegisterAgenticBench(CLI::App& bench);

@@ -190,8 +190,9 @@ ReferenceVerifier::Verdict ReferenceVerifier::JudgeText(const ParsedRequest& req
 StatusOr<AttentionOptions> AttentionFromHeader(const Json& a, const AttentionOptions& fallback) {
   if (a.is_null()) return fallback;
   try {
+    // Transcripts from before K/V dtypes existed were all f32.
     return ParseAttentionOptions(a.at("kind").get<std::string>(), a.at("index_k_dtype").get<std::string>(),
-                                 a.at("top_k").get<int64_t>());
+                                 a.at("top_k").get<int64_t>(), a.value("kv_dtype", std::string("f32")));
   } catch (const Json::exception& e) {
     return InvalidArgument(std::string("bad server_attention in the transcript header: ") + e.what());
   }

@@ -8,6 +8,9 @@ Status AttentionOptions::Validate() const {
   if (index_k_dtype != CacheDType::kFp8E4M3Scaled && index_k_dtype != CacheDType::kBF16) {
     return InvalidArgument("index-K dtype must be fp8 or bf16");
   }
+  if (kv_dtype != CacheDType::kF32 && kv_dtype != CacheDType::kF16 && kv_dtype != CacheDType::kBF16) {
+    return InvalidArgument("K/V dtype must be f32, f16 or bf16");
+  }
   return Status::Ok();
 }
 
@@ -23,9 +26,17 @@ StatusOr<CacheDType> ParseIndexKDType(const std::string& name) {
   return InvalidArgument("index-K dtype must be fp8 or bf16, not '" + name + "'");
 }
 
+StatusOr<CacheDType> ParseKvDType(const std::string& name) {
+  if (name == "f32") return CacheDType::kF32;
+  if (name == "f16") return CacheDType::kF16;
+  if (name == "bf16") return CacheDType::kBF16;
+  return InvalidArgument("K/V dtype must be f32, f16 or bf16, not '" + name + "'");
+}
+
 StatusOr<AttentionOptions> ParseAttentionOptions(const std::string& kind, const std::string& index_k_dtype,
-                                                 int64_t top_k) {
+                                                 int64_t top_k, const std::string& kv_dtype) {
   AttentionOptions a;
+  TANDEM_ASSIGN_OR_RETURN(a.kv_dtype, ParseKvDType(kv_dtype));
   TANDEM_ASSIGN_OR_RETURN(a.kind, ParseAttentionKind(kind));
   TANDEM_ASSIGN_OR_RETURN(a.index_k_dtype, ParseIndexKDType(index_k_dtype));
   a.top_k = top_k;
@@ -37,8 +48,8 @@ StatusOr<CacheSpec> MakeCacheSpec(const ModelConfig& config, const AttentionOpti
   TANDEM_RETURN_IF_ERROR(attention.Validate());
   CacheSpec spec;
   spec.attention = attention;
-  TANDEM_ASSIGN_OR_RETURN(spec.k, spec.registry.Register({"k", CacheDType::kF32, config.kv_dim()}));
-  TANDEM_ASSIGN_OR_RETURN(spec.v, spec.registry.Register({"v", CacheDType::kF32, config.kv_dim()}));
+  TANDEM_ASSIGN_OR_RETURN(spec.k, spec.registry.Register({"k", attention.kv_dtype, config.kv_dim()}));
+  TANDEM_ASSIGN_OR_RETURN(spec.v, spec.registry.Register({"v", attention.kv_dtype, config.kv_dim()}));
   if (attention.kind == AttentionKind::kSparse) {
     TANDEM_ASSIGN_OR_RETURN(spec.index_k, spec.registry.Register({"index_k", attention.index_k_dtype,
                                                                   attention.index_dims}));

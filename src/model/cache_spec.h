@@ -15,15 +15,17 @@ struct AttentionOptions {
   int64_t top_k = 2048;  // positions each query attends to under sparse attention
   CacheDType index_k_dtype = CacheDType::kFp8E4M3Scaled;  // or kBF16
   int64_t index_dims = 128;
+  CacheDType kv_dtype = CacheDType::kF32;  // K and V rows: f32, f16 or bf16
 
   Status Validate() const;
 };
 
 StatusOr<AttentionKind> ParseAttentionKind(const std::string& name);  // dense | sparse
 StatusOr<CacheDType> ParseIndexKDType(const std::string& name);       // fp8 | bf16
+StatusOr<CacheDType> ParseKvDType(const std::string& name);           // f32 | f16 | bf16
 // The command-line spelling of the attention options, validated.
 StatusOr<AttentionOptions> ParseAttentionOptions(const std::string& kind, const std::string& index_k_dtype,
-                                                 int64_t top_k);
+                                                 int64_t top_k, const std::string& kv_dtype);
 
 struct CacheSpec {
   AttentionOptions attention;

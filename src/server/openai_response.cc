@@ -191,6 +191,7 @@ Out ModelObject(const ModelInfo& model) {
   attention["kind"] = model.attention.kind == AttentionKind::kSparse ? "sparse" : "dense";
   attention["top_k"] = model.attention.top_k;
   attention["index_k_dtype"] = model.attention.index_k_dtype == CacheDType::kBF16 ? "bf16" : "fp8";
+  attention["kv_dtype"] = CacheDTypeName(model.attention.kv_dtype);
   out["tandem"] = {{"attention", std::move(attention)}};
   return out;
 }

@@ -40,7 +40,7 @@ Status CheckHello(const Hello& mine, const Hello& theirs) {
   return FailedPrecondition("cache layout mismatch between " + mine.role + " engine " +
                             std::to_string(mine.instance_id) + " and " + theirs.role + " engine " +
                             std::to_string(theirs.instance_id) + ": " + diff +
-                            " (start both with the same model, --attention and --index-k-dtype)");
+                            " (start both with the same model, --attention, --index-k-dtype and --kv-dtype)");
 }
 
 uint64_t NewInstanceId() {

@@ -85,6 +85,40 @@ TEST_F(Disagg, SixtyFourConcurrentConversationsMatchColocatedForFp8AndBf16) {
   }
 }
 
+// A compact K/V cache moves through the handoff like any registry buffer:
+// the disaggregated outputs still match the colocated ones bit for bit, the
+// layouts carry the dtype, and one side's f32 against the other's f16 is refused.
+TEST_F(Disagg, CompactKvCachesMatchColocatedAndAMismatchIsRefused) {
+  for (const std::string kv : {"f16", "bf16"}) {
+    auto prefill = Prefill("fp8", {"--kv-dtype", kv});
+    ASSERT_TRUE(prefill->ok()) << prefill->Log();
+    auto decode = Serve("fp8", prefill->port(), {"--kv-dtype", kv});
+    auto colocated = Serve("fp8", 0, {"--kv-dtype", kv});
+    ASSERT_TRUE(decode->ok() && colocated->ok()) << decode->Log() << colocated->Log();
+    std::vector<std::future<std::vector<std::string>>> disagg;
+    for (int i = 0; i < 8; ++i) {
+      disagg.push_back(std::async(std::launch::async, [&, i] { return Conversation(decode->port(), i); }));
+    }
+    for (int i = 0; i < 8; ++i) {
+      EXPECT_EQ(disagg[size_t(i)].get(), Conversation(colocated->port(), i)) << kv << " conversation " << i;
+    }
+    const auto models = json::parse(HttpGet(decode->port(), "/v1/models").body);
+    EXPECT_EQ(models["data"][0]["tandem"]["attention"]["kv_dtype"], kv);
+    auto m = testing::ParseMetrics(HttpGet(decode->port(), "/metrics").body);
+    EXPECT_EQ(m["tandem_handoffs_verified_total"], 16) << kv;
+    EXPECT_EQ(decode->Terminate(), 0) << decode->Log();
+    EXPECT_EQ(prefill->Terminate(), 0) << prefill->Log();
+  }
+  auto prefill = Prefill("fp8", {"--kv-dtype", "f16"});
+  ASSERT_TRUE(prefill->ok()) << prefill->Log();
+  auto decode = Serve("fp8", prefill->port());
+  ASSERT_TRUE(decode->ok()) << decode->Log();
+  int request_status = 0;
+  Complete(decode->port(), Prompt(1), 4, &request_status);
+  EXPECT_NE(request_status, 200);
+  EXPECT_NE(decode->Log().find("k:f32:256 where the prefill engine has k:f16:128"), std::string::npos) << decode->Log();
+}
+
 TEST_F(Disagg, LayoutMismatchFailsAtConnectWithAClearMessage) {
   auto prefill = Prefill("fp8");
   ASSERT_TRUE(prefill->ok()) << prefill->Log();

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "kernels/cpu.h"
@@ -139,6 +140,37 @@ TEST(ForwardInvariance, BatchCompositionGivesIdenticalLogits) {
     for (auto& p : pages) pool.Release(p);
     EXPECT_TRUE(pool.CheckAccounting().ok());
     EXPECT_EQ(pool.free_pages(), pool.total_pages());
+  }
+}
+
+// A compact K/V cache (f16, bf16): chunking, ISAs and attention grouping give
+// the same bits as one whole-prompt pass, and the logits stay close to the
+// f32 cache's.
+TEST(ForwardInvariance, CompactKvCacheIsChunkAndIsaInvariant) {
+  auto m = MakePresetModel("tiny", TensorType::kF16);
+  ThreadPool threads(2);
+  const auto tokens = PseudoRandomTokens(150, m->model->config().vocab_size, 21);
+  const auto f32 = RunSequence(*m->model, threads, tokens, 0);
+  for (CacheDType dtype : {CacheDType::kF16, CacheDType::kBF16}) {
+    AttentionOptions a;
+    a.kv_dtype = dtype;
+    const auto whole = RunSequence(*m->model, threads, tokens, 0, a);
+    for (size_t chunk : {1, 7, 64}) {
+      const auto got = RunSequence(*m->model, threads, tokens, chunk, a);
+      ASSERT_EQ(got.size(), whole.size());
+      EXPECT_EQ(0, std::memcmp(got.data(), whole.data(), got.size() * 4)) << CacheDTypeName(dtype) << " chunk " << chunk;
+    }
+    for (auto isa : {kernels::Isa::kScalar, kernels::Isa::kAvx2}) {
+      if (!kernels::IsaSupported(isa)) continue;
+      kernels::SetIsa(isa);
+      const auto got = RunSequence(*m->model, threads, tokens, 13, a);
+      kernels::SetIsa(kernels::BestSupportedIsa());
+      EXPECT_EQ(0, std::memcmp(got.data(), whole.data(), got.size() * 4)) << CacheDTypeName(dtype) << " " << kernels::IsaName(isa);
+    }
+    double worst = 0;
+    for (size_t i = 0; i < whole.size(); ++i) worst = std::max(worst, double(std::fabs(whole[i] - f32[i])));
+    EXPECT_LT(worst, dtype == CacheDType::kF16 ? 0.02 : 0.2) << CacheDTypeName(dtype) << " vs the f32 cache";
+    EXPECT_GT(worst, 0.0) << CacheDTypeName(dtype) << " should round K/V";
   }
 }
 

@@ -1,0 +1,188 @@
+// `tandem bench model`: prefill and decode speed of one model (a preset
+// generated in memory, or any GGUF file) at several context lengths, dense
+// and sparse, against the machine's FMA peak and read bandwidth measured in
+// the same run.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "bin/commands.h"
+#include "bin/model_options.h"
+#include "kernels/cpu.h"
+#include "kernels/roofline.h"
+#include "model/forward.h"
+#include "model/presets.h"
+
+namespace tandem::cli {
+namespace {
+
+struct ModelBenchArgs {
+  std::string preset = "100m";
+  std::string model_path;  // instead of the preset
+  std::vector<std::string> types = {"f32", "f16"};
+  std::vector<int64_t> contexts = {512, 4096};
+  std::vector<std::string> attention = {"dense", "sparse"};
+  std::vector<std::string> kv_dtypes = {"f32"};
+  int64_t top_k = 2048;
+  int threads = 2;
+  int chunk_tokens = 512;
+  int decode_tokens = 32;
+};
+
+double Since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// FLOPs of the matmuls for one token (2 per multiply-add).
+double MatmulFlopsPerToken(const ModelConfig& c) {
+  const double per_layer = double(c.dim) * (c.q_dim() + 2 * c.kv_dim()) + double(c.q_dim()) * c.dim +
+                           3.0 * double(c.dim) * c.ffn_dim;
+  return 2.0 * (per_layer * c.n_layers + double(c.dim) * c.vocab_size);
+}
+
+// Attention FLOPs of a token attending to `entries` positions (QK and PV).
+double AttentionFlops(const ModelConfig& c, int64_t entries) {
+  return 4.0 * double(c.n_layers) * double(c.q_dim()) * double(entries);
+}
+
+struct Point {
+  double prefill_tps = 0, prefill_gflops = 0, decode_tps = 0, decode_gbps = 0;
+};
+
+Point BenchPoint(const Model& m, ThreadPool& threads, const AttentionOptions& attention,
+                 int64_t context, const ModelBenchArgs& a) {
+  const ModelConfig& c = m.config();
+  const int64_t total = context + a.decode_tokens;
+  const CacheSpec spec = *MakeCacheSpec(c, attention);
+  PagePool pool(spec.registry, int(c.n_layers), (total + kPageTokens - 1) / kPageTokens);
+  auto pages = *pool.Allocate(pool.total_pages());
+  ForwardPass fwd(m, spec, threads);
+  std::vector<int32_t> tokens(static_cast<size_t>(context));
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 7919 + 3) % size_t(c.vocab_size));
+  std::vector<float> logits;
+  const int chunk = int(std::min<int64_t>(a.chunk_tokens, context));
+  // Warm-up: one chunk-sized pass sizes the activations and faults in memory.
+  SequenceChunk warm{std::span<const int32_t>(tokens).first(size_t(chunk)), 0, pages, false};
+  (void)fwd.Run({&warm, 1}, pool, &logits);
+  double attention_flops = 0;
+  const int64_t top_k = attention.kind == AttentionKind::kSparse ? attention.top_k : INT64_MAX;
+  for (int64_t t = 0; t < context; ++t) attention_flops += AttentionFlops(c, std::min(t + 1, top_k));
+  auto t0 = std::chrono::steady_clock::now();
+  for (int64_t start = 0; start < context; start += chunk) {
+    const size_t len = size_t(std::min<int64_t>(chunk, context - start));
+    SequenceChunk piece{std::span<const int32_t>(tokens).subspan(size_t(start), len), start, pages, false};
+    logits.clear();
+    (void)fwd.Run({&piece, 1}, pool, &logits);
+  }
+  const double prefill_s = Since(t0);
+  Point p;
+  p.prefill_tps = double(context) / prefill_s;
+  p.prefill_gflops = (MatmulFlopsPerToken(c) * double(context) + attention_flops) / prefill_s / 1e9;
+  int32_t next = 1;
+  t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < a.decode_tokens; ++i) {
+    SequenceChunk step{std::span<const int32_t>(&next, 1), context + i, pages, false};
+    logits.clear();
+    (void)fwd.Run({&step, 1}, pool, &logits);
+    next = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+  const double decode_s = Since(t0);
+  p.decode_tps = a.decode_tokens / decode_s;
+  // Bytes one decode step must read: every weight matrix, and the K/V rows it attends to.
+  const double kv_row = double(spec.registry.spec(spec.k).BytesPerToken() + spec.registry.spec(spec.v).BytesPerToken());
+  const double per_token = double(m.weights().matrix_bytes) +
+                           kv_row * double(c.n_layers) * double(std::min(context + a.decode_tokens / 2, top_k));
+  p.decode_gbps = per_token * p.decode_tps / 1e9;
+  pool.Release(pages);
+  return p;
+}
+
+struct LoadedModel {
+  std::vector<uint8_t> bytes;  // a generated preset's file (the model reads it in place)
+  std::unique_ptr<Model> model;
+};
+
+StatusOr<LoadedModel> BenchModel(const ModelBenchArgs& a, const std::string& type_name) {
+  LoadedModel m;
+  if (!a.model_path.empty()) {
+    TANDEM_ASSIGN_OR_RETURN(m.model, Model::Load(a.model_path));
+    return m;
+  }
+  TANDEM_ASSIGN_OR_RETURN(ModelPreset preset, FindPreset(a.preset));
+  const int64_t longest = *std::max_element(a.contexts.begin(), a.contexts.end());
+  preset.context_length = std::max(preset.context_length, longest + a.decode_tokens);
+  TANDEM_ASSIGN_OR_RETURN(TensorType type, ParseTensorType(type_name));
+  TANDEM_ASSIGN_OR_RETURN(GgufWriter writer, BuildRandomModel(preset, type, 1));
+  m.bytes = writer.Serialize();
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> gguf, GgufFile::Parse(m.bytes));
+  TANDEM_ASSIGN_OR_RETURN(m.model, Model::FromGguf(std::move(gguf)));
+  return m;
+}
+
+int RunModelBench(const ModelBenchArgs& a) {
+  ThreadPool threads(a.threads);
+  std::vector<AttentionOptions> variants;
+  for (const std::string& kv : a.kv_dtypes) {
+    for (const std::string& kind : a.attention) {
+      auto options = ParseAttentionOptions(kind, "fp8", a.top_k, kv);
+      if (!options.ok()) {
+        std::fprintf(stderr, "error: %s\n", options.status().ToString().c_str());
+        return 1;
+      }
+      variants.push_back(*options);
+    }
+  }
+  std::printf("measuring the machine (memory read bandwidth, FMA peak) with %d threads...\n", threads.size());
+  const kernels::Roofline roof = kernels::MeasureRoofline(threads);
+  std::printf("  DRAM read %.1f GB/s | FMA peak %.1f GFLOP/s | kernels %s\n\n", roof.read_gbps,
+              roof.fma_gflops, kernels::IsaName(kernels::ActiveIsa()));
+  std::printf("%-10s %-5s %-6s %-4s %7s | %10s %9s %7s | %9s %9s %7s\n", "model", "type", "attn", "kv",
+              "context", "prefill/s", "GFLOP/s", "of peak", "decode/s", "GB/s", "of DRAM");
+  const std::vector<std::string> types = a.model_path.empty() ? a.types : std::vector<std::string>{"file"};
+  for (const std::string& type_name : types) {
+    auto loaded = BenchModel(a, type_name);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "error: %s\n", loaded.status().ToString().c_str());
+      return 1;
+    }
+    const Model& model = *loaded->model;
+    const std::string label = a.model_path.empty() ? a.preset : "file";
+    for (int64_t context : a.contexts) {
+      for (const AttentionOptions& v : variants) {
+        const Point p = BenchPoint(model, threads, v, context, a);
+        std::printf("%-10s %-5s %-6s %-4s %7lld | %10.1f %9.1f %6.0f%% | %9.2f %9.2f %6.0f%%\n",
+                    label.c_str(), type_name.c_str(), v.kind == AttentionKind::kSparse ? "sparse" : "dense",
+                    CacheDTypeName(v.kv_dtype), (long long)context, p.prefill_tps, p.prefill_gflops,
+                    100.0 * p.prefill_gflops / roof.fma_gflops, p.decode_tps, p.decode_gbps,
+                    100.0 * p.decode_gbps / roof.read_gbps);
+        std::fflush(stdout);
+      }
+    }
+  }
+  std::printf("\nprefill: a prompt of `context` tokens in chunks of %d (GFLOP/s counts matmul and attention FLOPs);\n"
+              "decode: %d greedy steps after it; GB/s = weight bytes plus the K/V rows attended, per token x tokens/s;\n"
+              "sparse: the lightning indexer's top-%lld positions once the context exceeds them.\n",
+              a.chunk_tokens, a.decode_tokens, (long long)a.top_k);
+  return 0;
+}
+
+}  // namespace
+
+void RegisterModelBench(CLI::App& bench) {
+  auto args = std::make_shared<ModelBenchArgs>();
+  CLI::App* model = bench.add_subcommand("model", "Prefill and decode speed vs. FMA peak and DRAM bandwidth, by context length");
+  model->add_option("--preset", args->preset, "Model preset (generated in memory)");
+  model->add_option("-m,--model", args->model_path, "A GGUF file instead of a preset");
+  model->add_option("--types", args->types, "Weight types of the preset to compare")->delimiter(',');
+  model->add_option("--context", args->contexts, "Context lengths")->delimiter(',')->check(CLI::Range(8, 1 << 20));
+  model->add_option("--attention", args->attention, "dense, sparse or both")->delimiter(',');
+  model->add_option("--kv-dtype", args->kv_dtypes, "K/V cache dtypes: f32, f16, bf16")->delimiter(',');
+  model->add_option("--topk", args->top_k, "Sparse attention's top-k")->check(CLI::Range(1, 1 << 24));
+  model->add_option("-t,--threads", args->threads, "Threads")->check(CLI::Range(1, 256));
+  model->add_option("--chunk-tokens", args->chunk_tokens, "Prefill chunk")->check(CLI::Range(1, 1 << 16));
+  model->add_option("--decode-tokens", args->decode_tokens, "Decode steps")->check(CLI::Range(1, 1 << 16));
+  model->callback([args] { SetExitCode(RunModelBench(*args)); });
+}
+
+}  // namespace tandem::cli
