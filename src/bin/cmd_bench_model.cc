@@ -50,13 +50,13 @@ struct Point {
   double prefill_tps = 0, prefill_gflops = 0, decode_tps = 0, decode_gbps = 0;
 };
 
-Point BenchPoint(const Model& m, ThreadPool& threads, const AttentionOptions& attention,
+StatusOr<Point> BenchPoint(const Model& m, ThreadPool& threads, const AttentionOptions& attention,
                  int64_t context, const ModelBenchArgs& a) {
   const ModelConfig& c = m.config();
   const int64_t total = context + a.decode_tokens;
-  const CacheSpec spec = *MakeCacheSpec(c, attention);
+  TANDEM_ASSIGN_OR_RETURN(const CacheSpec spec, MakeCacheSpec(c, attention));
   PagePool pool(spec.registry, int(c.n_layers), (total + kPageTokens - 1) / kPageTokens);
-  auto pages = *pool.Allocate(pool.total_pages());
+  TANDEM_ASSIGN_OR_RETURN(const std::vector<int32_t> pages, pool.Allocate(pool.total_pages()));
   ForwardPass fwd(m, spec, threads);
   std::vector<int32_t> tokens(static_cast<size_t>(context));
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t((i * 7919 + 3) % size_t(c.vocab_size));
@@ -64,7 +64,7 @@ Point BenchPoint(const Model& m, ThreadPool& threads, const AttentionOptions& at
   const int chunk = int(std::min<int64_t>(a.chunk_tokens, context));
   // Warm-up: one chunk-sized pass sizes the activations and faults in memory.
   SequenceChunk warm{std::span<const int32_t>(tokens).first(size_t(chunk)), 0, pages, false};
-  (void)fwd.Run({&warm, 1}, pool, &logits);
+  if (Status st = fwd.Run({&warm, 1}, pool, &logits); !st.ok()) return st;
   double attention_flops = 0;
   const int64_t top_k = attention.kind == AttentionKind::kSparse ? attention.top_k : INT64_MAX;
   for (int64_t t = 0; t < context; ++t) attention_flops += AttentionFlops(c, std::min(t + 1, top_k));
@@ -73,7 +73,7 @@ Point BenchPoint(const Model& m, ThreadPool& threads, const AttentionOptions& at
     const size_t len = size_t(std::min<int64_t>(chunk, context - start));
     SequenceChunk piece{std::span<const int32_t>(tokens).subspan(size_t(start), len), start, pages, false};
     logits.clear();
-    (void)fwd.Run({&piece, 1}, pool, &logits);
+    TANDEM_RETURN_IF_ERROR(fwd.Run({&piece, 1}, pool, &logits));
   }
   const double prefill_s = Since(t0);
   Point p;
@@ -84,7 +84,7 @@ Point BenchPoint(const Model& m, ThreadPool& threads, const AttentionOptions& at
   for (int i = 0; i < a.decode_tokens; ++i) {
     SequenceChunk step{std::span<const int32_t>(&next, 1), context + i, pages, false};
     logits.clear();
-    (void)fwd.Run({&step, 1}, pool, &logits);
+    TANDEM_RETURN_IF_ERROR(fwd.Run({&step, 1}, pool, &logits));
     next = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
   }
   const double decode_s = Since(t0);
@@ -150,7 +150,12 @@ int RunModelBench(const ModelBenchArgs& a) {
     const std::string label = a.model_path.empty() ? a.preset : "file";
     for (int64_t context : a.contexts) {
       for (const AttentionOptions& v : variants) {
-        const Point p = BenchPoint(model, threads, v, context, a);
+        auto point = BenchPoint(model, threads, v, context, a);
+        if (!point.ok()) {
+          std::fprintf(stderr, "error: %s\n", point.status().ToString().c_str());
+          return 1;
+        }
+        const Point& p = *point;
         std::printf("%-10s %-5s %-6s %-4s %7lld | %10.1f %9.1f %6.0f%% | %9.2f %9.2f %6.0f%%\n",
                     label.c_str(), type_name.c_str(), v.kind == AttentionKind::kSparse ? "sparse" : "dense",
                     CacheDTypeName(v.kv_dtype), (long long)context, p.prefill_tps, p.prefill_gflops,

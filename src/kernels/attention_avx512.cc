@@ -99,7 +99,7 @@ void TileBlock(RowState* const* rows, const int* cnt, const uint8_t* const* keys
     __m512 mx = neg_inf;
     for (int j = 0; j < cnt[r]; j += kLanes) {
       const __mmask16 live = cnt[r] - j >= kLanes ? __mmask16(0xffff) : __mmask16((1u << (cnt[r] - j)) - 1);
-      mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(neg_inf, live, s[r] + j));
+      mx = _mm512_max_ps(_mm512_mask_loadu_ps(neg_inf, live, s[r] + j), mx);  // = s > mx ? s : mx
     }
     const float bm = _mm512_reduce_max_ps(mx);
     RowState& row = *rows[r];
@@ -114,7 +114,7 @@ void TileBlock(RowState* const* rows, const int* cnt, const uint8_t* const* keys
     for (int j = 0; j < cnt[r]; j += kLanes) {
       const __mmask16 live = cnt[r] - j >= kLanes ? __mmask16(0xffff) : __mmask16((1u << (cnt[r] - j)) - 1);
       // Lanes past cnt get +0: l + 0 = l, as if they were not there.
-      const __m512 p = _mm512_maskz_mov_ps(live, Exp16(_mm512_sub_ps(_mm512_loadu_ps(s[r] + j), m)));
+      const __m512 p = _mm512_maskz_mov_ps(live, Exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, s[r] + j), m)));
       _mm512_storeu_ps(s[r] + j, p);
       l = _mm512_add_ps(l, p);
     }

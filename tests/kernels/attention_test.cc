@@ -11,6 +11,7 @@
 #include "common/half.h"
 #include "kernels/cpu.h"
 #include "kernels/ops.h"
+#include "support/isas.h"
 
 namespace tandem::kernels {
 namespace {
@@ -25,18 +26,8 @@ std::vector<float> Values(size_t n, uint32_t seed, float scale) {
   return v;
 }
 
-std::vector<Isa> SupportedIsas() {
-  std::vector<Isa> isas;
-  for (Isa i : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
-    if (IsaSupported(i)) isas.push_back(i);
-  }
-  return isas;
-}
-
-class IsaRestorer {
- public:
-  ~IsaRestorer() { SetIsa(BestSupportedIsa()); }
-};
+using testing::IsaRestorer;
+using testing::SupportedIsas;
 
 // K and V of one layer in pages of 64 tokens (a non-identity page table), in
 // the given storage type; `k`/`v` keep the values as stored, in fp32.
@@ -100,7 +91,7 @@ std::vector<float> RunAttention(const Problem& pb, const PagedKv& kv, const std:
 TEST(Attention, AllIsasBitwiseEqualForEveryKvTypeHeadDimAndEntryList) {
   IsaRestorer restore;
   for (KvType type : {KvType::kF32, KvType::kF16, KvType::kBF16}) {
-    for (int hd : {64, 24, 128, 16, 8, 80}) {
+    for (int hd : {64, 24, 128, 16, 8, 80, 48, 96, 256}) {
       for (int64_t ctx : {150, 64, 37}) {
         Problem pb;
         pb.hd = hd;

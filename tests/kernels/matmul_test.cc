@@ -10,6 +10,7 @@
 #include "kernels/ops.h"
 #include "kernels/weight_row.h"
 #include "model/presets.h"
+#include "support/isas.h"
 
 namespace tandem::kernels {
 namespace {
@@ -29,18 +30,8 @@ struct Case {
   WeightType kernel_type;
 };
 
-std::vector<Isa> SupportedIsas() {
-  std::vector<Isa> isas;
-  for (Isa i : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
-    if (IsaSupported(i)) isas.push_back(i);
-  }
-  return isas;
-}
-
-class IsaRestorer {
- public:
-  ~IsaRestorer() { SetIsa(BestSupportedIsa()); }
-};
+using testing::IsaRestorer;
+using testing::SupportedIsas;
 
 TEST(MatMul, AllIsasBitwiseEqualAndAccurate) {
   IsaRestorer restore;
