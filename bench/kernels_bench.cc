@@ -124,10 +124,10 @@ void BM_Attention(benchmark::State& state) {
 BENCHMARK(BM_StreamRead)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_StreamReadTwoThreads)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_MatMulTwoThreads)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_MatMul, f32, TensorType::kF32, kernels::WeightType::kF32)->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_MatMul, f16, TensorType::kF16, kernels::WeightType::kF16)->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_MatMul, bf16, TensorType::kBF16, kernels::WeightType::kBF16)->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(BM_MatMul, q8_0, TensorType::kQ8_0, kernels::WeightType::kQ8_0)->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_MatMul, f32, TensorType::kF32, kernels::WeightType::kF32)->Arg(1)->Arg(64)->Arg(512)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_MatMul, f16, TensorType::kF16, kernels::WeightType::kF16)->Arg(1)->Arg(64)->Arg(512)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_MatMul, bf16, TensorType::kBF16, kernels::WeightType::kBF16)->Arg(1)->Arg(64)->Arg(512)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_MatMul, q8_0, TensorType::kQ8_0, kernels::WeightType::kQ8_0)->Arg(1)->Arg(64)->Arg(512)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Attention)->Args({512, 1})->Args({4096, 1})->Args({4096, 32})->Args({16384, 32})->Unit(benchmark::kMicrosecond);
 
 }  // namespace tandem

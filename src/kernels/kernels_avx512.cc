@@ -2,6 +2,8 @@
 // holds the 16 lanes of one output element's accumulator.
 #include <immintrin.h>
 
+#include <algorithm>
+
 #include "kernels/attention_impl.h"
 #include "kernels/indexer_impl.h"
 #include "common/fp8.h"
@@ -59,23 +61,51 @@ void Tile(const WeightMatrix& w, const float* x, int64_t x_stride, float* y, int
     for (int j = 0; j < kTokens; ++j) y[(t + j) * y_stride + r + i] = Reduce(acc[i][j]);
 }
 
-template <WeightType kType, int kRows>
+template <WeightType kType, int kRows, int kTokens>
 void RowBlock(const WeightMatrix& w, const float* x, int64_t x_stride, int n_tokens, float* y,
               int64_t y_stride, int64_t r) {
   int t = 0;
-  for (; t + 4 <= n_tokens; t += 4) Tile<kType, kRows, 4>(w, x, x_stride, y, y_stride, r, t);
+  for (; t + kTokens <= n_tokens; t += kTokens) Tile<kType, kRows, kTokens>(w, x, x_stride, y, y_stride, r, t);
+  if constexpr (kTokens > 4) {
+    for (; t + 4 <= n_tokens; t += 4) Tile<kType, kRows, 4>(w, x, x_stride, y, y_stride, r, t);
+  }
   for (; t < n_tokens; ++t) Tile<kType, kRows, 1>(w, x, x_stride, y, y_stride, r, t);
+}
+
+// Several tokens (prefill): register tiles of 6 rows x 4 tokens (24
+// accumulators + 6 weight vectors + 1 activation vector = 31 of the 32 zmm
+// registers), or 4 x 6 for Q8_0 whose weight decode costs more than a load;
+// tokens in blocks of 64 so their activations stay in L2 while the thread's
+// rows stream past. Measured (tandem_microbench, 3072 x 768, 512 tokens, one
+// thread): f32 1.35x and f16 1.5x the 4 x 4 tiles over all tokens at once.
+constexpr int kTokenBlock = 64;
+
+template <WeightType kType>
+void MatMulTokens(const WeightMatrix& w, const float* x, int64_t x_stride, int n_tokens, float* y,
+                  int64_t y_stride, int64_t r0, int64_t r1) {
+  constexpr bool kQ8 = kType == WeightType::kQ8_0;
+  constexpr int kRows = kQ8 ? 4 : 6, kTokens = kQ8 ? 6 : 4;
+  for (int t = 0; t < n_tokens; t += kTokenBlock) {
+    const int nt = std::min(kTokenBlock, n_tokens - t);
+    const float* xt = x + t * x_stride;
+    float* yt = y + t * y_stride;
+    int64_t r = r0;
+    for (; r + kRows <= r1; r += kRows) RowBlock<kType, kRows, kTokens>(w, xt, x_stride, nt, yt, y_stride, r);
+    for (; r + 4 <= r1; r += 4) RowBlock<kType, 4, 4>(w, xt, x_stride, nt, yt, y_stride, r);
+    for (; r < r1; ++r) RowBlock<kType, 1, 4>(w, xt, x_stride, nt, yt, y_stride, r);
+  }
 }
 
 template <WeightType kType>
 void MatMulTyped(const WeightMatrix& w, const float* x, int64_t x_stride, int n_tokens, float* y,
                  int64_t y_stride, int64_t r0, int64_t r1) {
+  if (n_tokens >= 4) return MatMulTokens<kType>(w, x, x_stride, n_tokens, y, y_stride, r0, r1);
   int64_t r = r0;
   if (n_tokens == 1) {
     for (; r + 8 <= r1; r += 8) Tile<kType, 8, 1>(w, x, x_stride, y, y_stride, r, 0);
   }
-  for (; r + 4 <= r1; r += 4) RowBlock<kType, 4>(w, x, x_stride, n_tokens, y, y_stride, r);
-  for (; r < r1; ++r) RowBlock<kType, 1>(w, x, x_stride, n_tokens, y, y_stride, r);
+  for (; r + 4 <= r1; r += 4) RowBlock<kType, 4, 4>(w, x, x_stride, n_tokens, y, y_stride, r);
+  for (; r < r1; ++r) RowBlock<kType, 1, 4>(w, x, x_stride, n_tokens, y, y_stride, r);
 }
 
 void MatMulRows(const WeightMatrix& w, const float* x, int64_t x_stride, int n_tokens, float* y,

@@ -42,8 +42,8 @@ TEST(MatMul, AllIsasBitwiseEqualAndAccurate) {
   for (const Case& c : cases) {
     for (int64_t cols : {16, 32, 64, 96, 17, 3, 45, 172}) {
       if (c.kernel_type == WeightType::kQ8_0 && cols % 32 != 0) continue;
-      for (int rows : {1, 3, 4, 9}) {
-        for (int n_tok : {1, 2, 5, 8}) {
+      for (int rows : {1, 3, 4, 9, 13}) {
+        for (int n_tok : {1, 2, 5, 8, 13, 70}) {  // 70: past the 64-token block
           const auto wf = Values(size_t(rows * cols), uint32_t(cols * 31 + rows));
           const auto bytes = EncodeTensor(wf, c.file_type);
           WeightMatrix w{c.kernel_type, bytes.data(), rows, cols, bytes.size() / size_t(rows)};
