@@ -112,8 +112,8 @@ StatusOr<LoadedModel> BenchModel(const ModelBenchArgs& a, const std::string& typ
   TANDEM_ASSIGN_OR_RETURN(ModelPreset preset, FindPreset(a.preset));
   const int64_t longest = *std::max_element(a.contexts.begin(), a.contexts.end());
   preset.context_length = std::max(preset.context_length, longest + a.decode_tokens);
-  TANDEM_ASSIGN_OR_RETURN(TensorType type, ParseTensorType(type_name));
-  TANDEM_ASSIGN_OR_RETURN(GgufWriter writer, BuildRandomModel(preset, type, 1));
+  TANDEM_ASSIGN_OR_RETURN(MatrixTypes types, ParseMatrixTypes(type_name));
+  TANDEM_ASSIGN_OR_RETURN(GgufWriter writer, BuildRandomModel(preset, types, 1));
   m.bytes = writer.Serialize();
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> gguf, GgufFile::Parse(m.bytes));
   TANDEM_ASSIGN_OR_RETURN(m.model, Model::FromGguf(std::move(gguf)));
@@ -179,7 +179,7 @@ void RegisterModelBench(CLI::App& bench) {
   CLI::App* model = bench.add_subcommand("model", "Prefill and decode speed vs. FMA peak and DRAM bandwidth, by context length");
   model->add_option("--preset", args->preset, "Model preset (generated in memory)");
   model->add_option("-m,--model", args->model_path, "A GGUF file instead of a preset");
-  model->add_option("--types", args->types, "Weight types of the preset to compare")->delimiter(',');
+  model->add_option("--types", args->types, "Weight types of the preset to compare (any mkmodel --type, e.g. q4_k_m)")->delimiter(',');
   model->add_option("--context", args->contexts, "Context lengths")->delimiter(',')->check(CLI::Range(8, 1 << 20));
   model->add_option("--attention", args->attention, "dense, sparse or both")->delimiter(',');
   model->add_option("--kv-dtype", args->kv_dtypes, "K/V cache dtypes: f32, f16, bf16")->delimiter(',');

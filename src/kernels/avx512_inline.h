@@ -12,6 +12,60 @@
 
 namespace tandem::kernels::avx512 {
 
+// 16 block-quantized weights starting at k (k % 16 == 0) as fp32, with the
+// operations of quant_blocks.h's decode: integer unpacking, one conversion,
+// then the same fp32 multiply (and subtract) with the block's scalar factors.
+// An fp16 scale with F16C: exact, like HalfAt.
+inline float HalfF16c(const uint8_t* p) { return _cvtsh_ss(uint16_t(p[0] | (p[1] << 8))); }
+
+inline __m512 Nibbles16(const uint8_t* p, bool high) {
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i v = high ? _mm_srli_epi16(bytes, 4) : bytes;
+  return _mm512_castsi512_ps(_mm512_cvtepu8_epi32(_mm_and_si128(v, _mm_set1_epi8(0x0f))));
+}
+
+template <WeightType kType>
+inline __m512 LoadQuant16(const uint8_t* row, int64_t k) {
+  if constexpr (kType == WeightType::kQ4_0 || kType == WeightType::kQ5_0) {
+    constexpr bool five = kType == WeightType::kQ5_0;
+    const uint8_t* b = row + (k / 32) * (five ? kQ5_0BlockBytes : kQ4_0BlockBytes);
+    const int e0 = int(k % 32);
+    __m512i q = _mm512_castps_si512(Nibbles16(b + (five ? 6 : 2), e0 != 0));
+    if constexpr (five) {
+      const uint32_t qh = uint32_t(b[2]) | uint32_t(b[3]) << 8 | uint32_t(b[4]) << 16 | uint32_t(b[5]) << 24;
+      q = _mm512_mask_or_epi32(q, __mmask16(qh >> e0), q, _mm512_set1_epi32(16));
+    }
+    q = _mm512_sub_epi32(q, _mm512_set1_epi32(five ? 16 : 8));
+    return _mm512_mul_ps(_mm512_set1_ps(HalfF16c(b)), _mm512_cvtepi32_ps(q));
+  } else if constexpr (kType == WeightType::kQ4_K || kType == WeightType::kQ5_K) {
+    constexpr bool five = kType == WeightType::kQ5_K;
+    const uint8_t* b = row + (k / kSuperBlock) * (five ? kQ5KBlockBytes : kQ4KBlockBytes);
+    const int kk = int(k % kSuperBlock), chunk = kk / 64, i0 = kk % 64, l0 = i0 % 32, sub = 2 * chunk + i0 / 32;
+    int sc, m;
+    ScaleMinK4(b + 4, sub, &sc, &m);
+    const float d1 = HalfF16c(b) * float(sc);
+    const float m1 = HalfF16c(b + 2) * float(m);
+    __m512i q = _mm512_castps_si512(Nibbles16(b + 16 + (five ? 32 : 0) + 32 * chunk + l0, i0 >= 32));
+    if constexpr (five) {
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 16 + l0));
+      const __m128i bit = _mm_and_si128(_mm_srl_epi16(h, _mm_cvtsi32_si128(sub)), _mm_set1_epi8(1));
+      q = _mm512_add_epi32(q, _mm512_slli_epi32(_mm512_cvtepu8_epi32(bit), 4));
+    }
+    return _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(d1), _mm512_cvtepi32_ps(q)), _mm512_set1_ps(m1));
+  } else {
+    static_assert(kType == WeightType::kQ6_K);
+    const uint8_t* b = row + (k / kSuperBlock) * kQ6KBlockBytes;
+    const int kk = int(k % kSuperBlock), half = kk / 128, quarter = (kk % 128) / 32, l0 = kk % 32;
+    const float ds = HalfF16c(b + 208) * float(int8_t(b[192 + half * 8 + l0 / 16 + 2 * quarter]));
+    const __m512i lo = _mm512_castps_si512(Nibbles16(b + half * 64 + (quarter & 1) * 32 + l0, quarter >= 2));
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 128 + half * 32 + l0));
+    const __m128i hi2 = _mm_and_si128(_mm_srl_epi16(h, _mm_cvtsi32_si128(2 * quarter)), _mm_set1_epi8(3));
+    __m512i q = _mm512_or_si512(lo, _mm512_slli_epi32(_mm512_cvtepu8_epi32(hi2), 4));
+    q = _mm512_sub_epi32(q, _mm512_set1_epi32(32));
+    return _mm512_mul_ps(_mm512_set1_ps(ds), _mm512_cvtepi32_ps(q));
+  }
+}
+
 // 16 consecutive weights starting at k (k % 16 == 0, k + 16 <= cols) as fp32.
 template <WeightType kType>
 inline __m512 Load16(const uint8_t* row, int64_t k) {
@@ -22,12 +76,14 @@ inline __m512 Load16(const uint8_t* row, int64_t k) {
   } else if constexpr (kType == WeightType::kBF16) {
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * k));
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  } else {
+  } else if constexpr (kType == WeightType::kQ8_0) {
     const uint8_t* block = row + (k / kQ8Block) * kQ8BlockBytes;
     const uint16_t d = uint16_t(block[0] | (block[1] << 8));
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2 + k % kQ8Block));
     const __m512 qf = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
     return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(d)), qf);  // F16C: exact, like F16ToFloat
+  } else {
+    return LoadQuant16<kType>(row, k);
   }
 }
 

@@ -9,9 +9,9 @@
 // AVX-512 produce the same bits, and the result for one output element does
 // not depend on how many rows or tokens share the call.
 //
-// Quantized and 16-bit weights are first converted to their exact fp32 value
-// (Q8_0: fp16 scale times int8 is exact in fp32), so the order above is the
-// only rounding that happens.
+// Quantized and 16-bit weights are first converted to fp32: exactly for
+// 16-bit, Q8_0, Q4_0 and Q5_0 (fp16 scale times a small int), and by the fixed
+// fp32 formulas of quant_blocks.h for the K-quants, the same on every path.
 #pragma once
 
 #include <cstddef>
@@ -19,7 +19,7 @@
 
 namespace tandem::kernels {
 
-enum class WeightType { kF32, kF16, kBF16, kQ8_0 };
+enum class WeightType { kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ5_0, kQ4_K, kQ5_K, kQ6_K };
 
 // A row-major weight matrix: `rows` rows of `cols` elements, each row
 // `row_bytes` bytes. Used as y = W x (one output per row).

@@ -29,7 +29,7 @@ inline Lanes16 Load16(const uint8_t* row, int64_t k) {
       return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
     };
     return {widen(_mm_loadu_si128(p)), widen(_mm_loadu_si128(p + 1))};
-  } else {
+  } else if constexpr (kType == WeightType::kQ8_0) {
     const uint8_t* block = row + (k / kQ8Block) * kQ8BlockBytes;
     const uint16_t d = uint16_t(block[0] | (block[1] << 8));
     const __m256 dv = _mm256_set1_ps(F16ToFloat(d));
@@ -39,6 +39,10 @@ inline Lanes16 Load16(const uint8_t* row, int64_t k) {
     const __m256 hi = _mm256_cvtepi32_ps(
         _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 8))));
     return {_mm256_mul_ps(dv, lo), _mm256_mul_ps(dv, hi)};
+  } else {
+    alignas(32) float w[kLanes];
+    Decode16(kType, row, k, w);
+    return {_mm256_load_ps(w), _mm256_load_ps(w + 8)};
   }
 }
 
@@ -109,6 +113,11 @@ void MatMulRows(const WeightMatrix& w, const float* x, int64_t x_stride, int n_t
     case WeightType::kF16: return MatMulTyped<WeightType::kF16>(w, x, x_stride, n_tokens, y, y_stride, r0, r1);
     case WeightType::kBF16: return MatMulTyped<WeightType::kBF16>(w, x, x_stride, n_tokens, y, y_stride, r0, r1);
     case WeightType::kQ8_0: return MatMulTyped<WeightType::kQ8_0>(w, x, x_stride, n_tokens, y, y_stride, r0, r1);
+    case WeightType::kQ4_0: return MatMulTyped<WeightType::kQ4_0>(w, x, x_stride, n_tokens, y, y_stride, r0, r1);
+    case WeightType::kQ5_0: return MatMulTyped<WeightType::kQ5_0>(w, x, x_stride, n_tokens, y, y_stride, r0, r1);
+    case WeightType::kQ4_K: return MatMulTyped<WeightType::kQ4_K>(w, x, x_stride, n_tokens, y, y_stride, r0, r1);
+    case WeightType::kQ5_K: return MatMulTyped<WeightType::kQ5_K>(w, x, x_stride, n_tokens, y, y_stride, r0, r1);
+    case WeightType::kQ6_K: return MatMulTyped<WeightType::kQ6_K>(w, x, x_stride, n_tokens, y, y_stride, r0, r1);
   }
 }
 

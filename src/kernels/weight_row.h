@@ -8,6 +8,7 @@
 
 #include "common/half.h"
 #include "kernels/kernel_table.h"
+#include "kernels/quant_blocks.h"
 
 namespace tandem::kernels {
 
@@ -38,8 +39,28 @@ inline float WeightAt(WeightType type, const uint8_t* row, int64_t k) {
       const int8_t q = int8_t(block[2 + k % kQ8Block]);
       return F16ToFloat(d) * float(q);  // exact: 11-bit scale times 8-bit int
     }
+    case WeightType::kQ4_0: return DecodeQ4_0(row + (k / 32) * kQ4_0BlockBytes, int(k % 32));
+    case WeightType::kQ5_0: return DecodeQ5_0(row + (k / 32) * kQ5_0BlockBytes, int(k % 32));
+    case WeightType::kQ4_K: return DecodeQ45K(row + (k / kSuperBlock) * kQ4KBlockBytes, int(k % kSuperBlock), false);
+    case WeightType::kQ5_K: return DecodeQ45K(row + (k / kSuperBlock) * kQ5KBlockBytes, int(k % kSuperBlock), true);
+    case WeightType::kQ6_K: return DecodeQ6K(row + (k / kSuperBlock) * kQ6KBlockBytes, int(k % kSuperBlock));
   }
   return 0.0f;
+}
+
+// Weights [k, k + 16) of a row (k % 16 == 0, within the row): the
+// block-quantized types' SIMD loads go through this; the values are those of
+// WeightAt, the scalar path's (tests compare every ISA bit for bit).
+inline void Decode16(WeightType type, const uint8_t* row, int64_t k, float* out) {
+  switch (type) {
+    case WeightType::kQ4_0: return Decode16Q4_0Q5_0(row, k, false, out);
+    case WeightType::kQ5_0: return Decode16Q4_0Q5_0(row, k, true, out);
+    case WeightType::kQ4_K: return Decode16Q45K(row, k, false, out);
+    case WeightType::kQ5_K: return Decode16Q45K(row, k, true, out);
+    case WeightType::kQ6_K: return Decode16Q6K(row, k, out);
+    default:
+      for (int j = 0; j < kLanes; ++j) out[j] = WeightAt(type, row, k + j);
+  }
 }
 
 // Fills 16 lanes with weights [k0, k0+16) of a row and the matching x values,

@@ -114,26 +114,6 @@ Status ReadValue(Cursor& c, GgufType type, GgufValue* v, const std::string& fiel
 
 }  // namespace
 
-const char* TensorTypeName(TensorType t) {
-  switch (t) {
-    case TensorType::kF32: return "F32";
-    case TensorType::kF16: return "F16";
-    case TensorType::kQ8_0: return "Q8_0";
-    case TensorType::kBF16: return "BF16";
-  }
-  return "?";
-}
-
-bool TensorTypeBlock(uint32_t type, uint64_t* block_elems, uint64_t* block_bytes) {
-  switch (TensorType(type)) {
-    case TensorType::kF32: *block_elems = 1; *block_bytes = 4; return true;
-    case TensorType::kF16: *block_elems = 1; *block_bytes = 2; return true;
-    case TensorType::kBF16: *block_elems = 1; *block_bytes = 2; return true;
-    case TensorType::kQ8_0: *block_elems = kQ8Block; *block_bytes = kQ8BlockBytes; return true;
-  }
-  return false;
-}
-
 uint64_t TensorInfo::NumElements() const {
   uint64_t n = 1;
   for (uint64_t d : dims) n *= d;
@@ -222,8 +202,10 @@ StatusOr<std::unique_ptr<GgufFile>> GgufFile::Parse(std::span<const uint8_t> byt
     TANDEM_RETURN_IF_ERROR(c.Read(&type, tf + " type"));
     uint64_t block_elems = 0, block_bytes = 0;
     if (!TensorTypeBlock(type, &block_elems, &block_bytes)) {
-      return DataLoss("GGUF " + tf + " has unsupported tensor type " + std::to_string(type) +
-                      " (F32, F16, BF16 and Q8_0 are supported)");
+      const std::string name = GgmlTypeName(type);
+      return DataLoss("GGUF " + tf + " has unsupported tensor type " +
+                      (name.empty() ? "" : name + " ") + "(id " + std::to_string(type) + "); " +
+                      SupportedTensorTypes() + " are supported");
     }
     t.type = TensorType(type);
     if (t.dims[0] % block_elems != 0) {

@@ -26,9 +26,15 @@ enum class GgufType : uint32_t {
 };
 
 // Tensor element types (ggml numbering). Only these are accepted.
-enum class TensorType : uint32_t { kF32 = 0, kF16 = 1, kQ8_0 = 8, kBF16 = 30 };
+enum class TensorType : uint32_t {
+  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ5_0 = 6, kQ8_0 = 8, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kBF16 = 30
+};
 
 const char* TensorTypeName(TensorType t);
+// The name ggml gives a type id ("IQ2_XS", "Q4_1", ...), supported or not;
+// empty for ids ggml does not define.
+std::string GgmlTypeName(uint32_t type);
+std::string SupportedTensorTypes();  // "F32, F16, ..."
 // Elements per block and bytes per block; false if the type is unknown.
 bool TensorTypeBlock(uint32_t type, uint64_t* block_elems, uint64_t* block_bytes);
 constexpr int kQ8Block = 32;        // Q8_0: 32 int8 weights share one fp16 scale

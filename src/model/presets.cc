@@ -9,6 +9,7 @@
 
 #include "common/half.h"
 #include "model/default_vocab.h"
+#include "model/quantize.h"
 
 namespace tandem {
 namespace {
@@ -73,7 +74,12 @@ StatusOr<TensorType> ParseTensorType(const std::string& name) {
   if (name == "f16") return TensorType::kF16;
   if (name == "bf16") return TensorType::kBF16;
   if (name == "q8_0") return TensorType::kQ8_0;
-  return InvalidArgument("unknown tensor type '" + name + "' (f32, f16, bf16, q8_0)");
+  if (name == "q4_0") return TensorType::kQ4_0;
+  if (name == "q5_0") return TensorType::kQ5_0;
+  if (name == "q4_k") return TensorType::kQ4_K;
+  if (name == "q5_k") return TensorType::kQ5_K;
+  if (name == "q6_k") return TensorType::kQ6_K;
+  return InvalidArgument("unknown tensor type '" + name + "' (f32, f16, bf16, q8_0, q4_0, q5_0, q4_k, q5_k, q6_k)");
 }
 
 std::vector<uint8_t> EncodeTensor(const std::vector<float>& values, TensorType type) {
@@ -96,11 +102,25 @@ std::vector<uint8_t> EncodeTensor(const std::vector<float>& values, TensorType t
       out.reserve(values.size() / 32 * 34);
       EncodeQ8(values, out);
       break;
+    case TensorType::kQ4_0:
+    case TensorType::kQ5_0:
+    case TensorType::kQ4_K:
+    case TensorType::kQ5_K:
+    case TensorType::kQ6_K:
+      QuantizeBlocks(type, values.data(), int64_t(values.size()), out);
+      break;
   }
   return out;
 }
 
-StatusOr<GgufWriter> BuildRandomModel(const ModelPreset& p, TensorType type, uint64_t seed,
+StatusOr<MatrixTypes> ParseMatrixTypes(const std::string& name) {
+  if (name == "q4_k_m") return MatrixTypes{TensorType::kQ4_K, TensorType::kQ6_K};
+  auto t = ParseTensorType(name);
+  if (!t.ok()) return InvalidArgument(t.status().message() + std::string(" or q4_k_m"));
+  return MatrixTypes{*t, *t};
+}
+
+StatusOr<GgufWriter> BuildRandomModel(const ModelPreset& p, MatrixTypes types, uint64_t seed,
                                       const std::string& a) {
   if (a != "llama" && a != "qwen2") return InvalidArgument("mkmodel architecture must be llama or qwen2");
   GgufWriter w;
@@ -130,18 +150,22 @@ StatusOr<GgufWriter> BuildRandomModel(const ModelPreset& p, TensorType type, uin
                                    : RandomValues(seed, name, size_t(cols * rows), std);
     std::vector<uint64_t> dims = rows == 1 ? std::vector<uint64_t>{uint64_t(cols)}
                                            : std::vector<uint64_t>{uint64_t(cols), uint64_t(rows)};
+    uint64_t block = 1, block_bytes = 0;
+    TensorTypeBlock(uint32_t(t), &block, &block_bytes);
+    if (uint64_t(cols) % block != 0) t = TensorType::kQ8_0;
     return w.AddTensor(name, t, dims, EncodeTensor(v, t));
   };
+  const TensorType type = types.main, sensitive = types.sensitive;
   TANDEM_RETURN_IF_ERROR(add("token_embd.weight", p.dim, p.vocab_size, 1.0f, type));
   TANDEM_RETURN_IF_ERROR(add("output_norm.weight", p.dim, 1, 0.0f, TensorType::kF32));
-  TANDEM_RETURN_IF_ERROR(add("output.weight", p.dim, p.vocab_size, s, type));
+  TANDEM_RETURN_IF_ERROR(add("output.weight", p.dim, p.vocab_size, s, sensitive));
   for (int64_t l = 0; l < p.n_layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     TANDEM_RETURN_IF_ERROR(add(b + "attn_norm.weight", p.dim, 1, 0.0f, TensorType::kF32));
     TANDEM_RETURN_IF_ERROR(add(b + "ffn_norm.weight", p.dim, 1, 0.0f, TensorType::kF32));
     TANDEM_RETURN_IF_ERROR(add(b + "attn_q.weight", p.dim, p.n_heads * hd, s, type));
     TANDEM_RETURN_IF_ERROR(add(b + "attn_k.weight", p.dim, kv, s, type));
-    TANDEM_RETURN_IF_ERROR(add(b + "attn_v.weight", p.dim, kv, s, type));
+    TANDEM_RETURN_IF_ERROR(add(b + "attn_v.weight", p.dim, kv, s, sensitive));
     if (a == "qwen2") {
       TANDEM_RETURN_IF_ERROR(add(b + "attn_q.bias", p.n_heads * hd, 1, 0.1f, TensorType::kF32));
       TANDEM_RETURN_IF_ERROR(add(b + "attn_k.bias", kv, 1, 0.1f, TensorType::kF32));
@@ -151,14 +175,14 @@ StatusOr<GgufWriter> BuildRandomModel(const ModelPreset& p, TensorType type, uin
     TANDEM_RETURN_IF_ERROR(add(b + "ffn_gate.weight", p.dim, p.ffn_dim, s, type));
     TANDEM_RETURN_IF_ERROR(add(b + "ffn_up.weight", p.dim, p.ffn_dim, s, type));
     TANDEM_RETURN_IF_ERROR(add(b + "ffn_down.weight", p.ffn_dim, p.dim,
-                               1.0f / std::sqrt(float(p.ffn_dim)), type));
+                               1.0f / std::sqrt(float(p.ffn_dim)), sensitive));
   }
   return w;
 }
 
-Status WriteRandomModel(const ModelPreset& preset, TensorType type, uint64_t seed,
+Status WriteRandomModel(const ModelPreset& preset, MatrixTypes types, uint64_t seed,
                         const std::string& path, const std::string& architecture) {
-  TANDEM_ASSIGN_OR_RETURN(GgufWriter w, BuildRandomModel(preset, type, seed, architecture));
+  TANDEM_ASSIGN_OR_RETURN(GgufWriter w, BuildRandomModel(preset, types, seed, architecture));
   return w.WriteFile(path);
 }
 
@@ -177,7 +201,7 @@ StatusOr<std::string> EnsureDefaultModel() {
   std::filesystem::create_directories(home + "/models", ec);
   if (ec) return Unavailable("cannot create '" + home + "/models': " + ec.message());
   TANDEM_ASSIGN_OR_RETURN(ModelPreset preset, FindPreset("small"));
-  TANDEM_RETURN_IF_ERROR(WriteRandomModel(preset, TensorType::kF32, kDefaultSeed, path));
+  TANDEM_RETURN_IF_ERROR(WriteRandomModel(preset, MatrixTypes{}, kDefaultSeed, path));
   return path;
 }
 

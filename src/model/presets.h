@@ -18,13 +18,28 @@ struct ModelPreset {
 
 const std::vector<ModelPreset>& ModelPresets();
 StatusOr<ModelPreset> FindPreset(const std::string& name);
-StatusOr<TensorType> ParseTensorType(const std::string& name);  // f32, f16, bf16, q8_0
+// f32, f16, bf16, q8_0, q4_0, q5_0, q4_k, q5_k, q6_k
+StatusOr<TensorType> ParseTensorType(const std::string& name);
+
+// How a generated model's matrices are stored: one type, or a llama.cpp
+// Q4_K_M-style mix (`q4_k_m`: Q4_K, with Q6_K for output, attn_v and
+// ffn_down). A matrix whose rows are not a whole number of the type's blocks
+// falls back to Q8_0, as llama-quantize falls back for such tensors.
+struct MatrixTypes {
+  TensorType main = TensorType::kF32;
+  TensorType sensitive = TensorType::kF32;
+};
+StatusOr<MatrixTypes> ParseMatrixTypes(const std::string& name);
 
 // Matrices in `type`; norms always F32. architecture: "llama" or "qwen2"
 // (qwen2 adds Q/K/V biases and uses NeoX RoPE ordering).
-StatusOr<GgufWriter> BuildRandomModel(const ModelPreset& preset, TensorType type, uint64_t seed,
+StatusOr<GgufWriter> BuildRandomModel(const ModelPreset& preset, MatrixTypes types, uint64_t seed,
                                       const std::string& architecture = "llama");
-Status WriteRandomModel(const ModelPreset& preset, TensorType type, uint64_t seed,
+inline StatusOr<GgufWriter> BuildRandomModel(const ModelPreset& preset, TensorType type, uint64_t seed,
+                                             const std::string& architecture = "llama") {
+  return BuildRandomModel(preset, MatrixTypes{type, type}, seed, architecture);
+}
+Status WriteRandomModel(const ModelPreset& preset, MatrixTypes types, uint64_t seed,
                         const std::string& path, const std::string& architecture = "llama");
 
 // The embedded default model: the `small` preset in F32, generated on first

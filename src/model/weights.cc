@@ -17,6 +17,11 @@ kernels::WeightType ToWeightType(TensorType t) {
     case TensorType::kF16: return kernels::WeightType::kF16;
     case TensorType::kBF16: return kernels::WeightType::kBF16;
     case TensorType::kQ8_0: return kernels::WeightType::kQ8_0;
+    case TensorType::kQ4_0: return kernels::WeightType::kQ4_0;
+    case TensorType::kQ5_0: return kernels::WeightType::kQ5_0;
+    case TensorType::kQ4_K: return kernels::WeightType::kQ4_K;
+    case TensorType::kQ5_K: return kernels::WeightType::kQ5_K;
+    case TensorType::kQ6_K: return kernels::WeightType::kQ6_K;
   }
   return kernels::WeightType::kF32;
 }

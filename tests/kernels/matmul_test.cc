@@ -38,10 +38,17 @@ TEST(MatMul, AllIsasBitwiseEqualAndAccurate) {
   const Case cases[] = {{TensorType::kF32, WeightType::kF32},
                         {TensorType::kF16, WeightType::kF16},
                         {TensorType::kBF16, WeightType::kBF16},
-                        {TensorType::kQ8_0, WeightType::kQ8_0}};
+                        {TensorType::kQ8_0, WeightType::kQ8_0},
+                        {TensorType::kQ4_0, WeightType::kQ4_0},
+                        {TensorType::kQ5_0, WeightType::kQ5_0},
+                        {TensorType::kQ4_K, WeightType::kQ4_K},
+                        {TensorType::kQ5_K, WeightType::kQ5_K},
+                        {TensorType::kQ6_K, WeightType::kQ6_K}};
   for (const Case& c : cases) {
-    for (int64_t cols : {16, 32, 64, 96, 17, 3, 45, 172}) {
-      if (c.kernel_type == WeightType::kQ8_0 && cols % 32 != 0) continue;
+    for (int64_t cols : {16, 32, 64, 96, 17, 3, 45, 172, 256, 512}) {
+      uint64_t block = 1, block_bytes = 1;
+      ASSERT_TRUE(TensorTypeBlock(uint32_t(c.file_type), &block, &block_bytes));
+      if (uint64_t(cols) % block != 0) continue;
       for (int rows : {1, 3, 4, 9, 13}) {
         for (int n_tok : {1, 2, 5, 8, 13, 70}) {  // 70: past the 64-token block
           const auto wf = Values(size_t(rows * cols), uint32_t(cols * 31 + rows));

@@ -38,6 +38,32 @@ TEST(ForwardReference, TinyPresetAllTypes) {
   }
 }
 
+// Most matrices Q4_K, output / attn_v / ffn_down Q6_K (the 100m preset's
+// rows are whole 256-element super-blocks); Q4_0 and Q5_0 files too.
+TEST(ForwardReference, KQuantMixAndLegacyQuantsMatchTheReference) {
+  for (const char* type : {"q4_k_m", "q5_k", "q4_0", "q5_0"}) {
+    auto types = ParseMatrixTypes(type);
+    ASSERT_TRUE(types.ok());
+    auto preset = FindPreset("100m");
+    ASSERT_TRUE(preset.ok());
+    auto writer = BuildRandomModel(*preset, *types, 1);
+    ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+    const std::vector<uint8_t> bytes = writer->Serialize();
+    auto gguf = GgufFile::Parse(bytes);
+    ASSERT_TRUE(gguf.ok());
+    const TensorInfo* out = (*gguf)->FindTensor("output.weight");
+    const TensorInfo* up = (*gguf)->FindTensor("blk.0.ffn_up.weight");
+    ASSERT_TRUE(out && up);
+    if (std::string(type) == "q4_k_m") {
+      EXPECT_EQ(out->type, TensorType::kQ6_K);
+      EXPECT_EQ(up->type, TensorType::kQ4_K);
+    }
+    auto model = Model::FromGguf(std::move(gguf).value());
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    ExpectMatchesReference(**model, 6, 1e-5);
+  }
+}
+
 TEST(ForwardReference, Qwen2ShapeWithBiasesAndNeoxRope) {
   auto m = MakePresetModel("tiny", TensorType::kF16, 7, "qwen2");
   ASSERT_TRUE(m->model->config().rope_neox);

@@ -179,9 +179,21 @@ TEST(GgufMalformed, UnknownTypes) {
                  "metadata 'k' has unknown value type 13");
   ExpectRejected(Bytes().Header(0, 1).Str("k").Put<uint32_t>(9).Put<uint32_t>(99).Put<uint64_t>(0).b,
                  "unknown array element type 99");
-  ExpectRejected(Bytes().Header(1, 0).Str("w").Put<uint32_t>(1).Put<uint64_t>(32).Put<uint32_t>(2)
+  // Named as ggml names them, with what is supported.
+  ExpectRejected(Bytes().Header(1, 0).Str("w").Put<uint32_t>(1).Put<uint64_t>(256).Put<uint32_t>(17)
                      .Put<uint64_t>(0).PadTo(32).b,
-                 "tensor 'w' has unsupported tensor type 2");
+                 "tensor 'w' has unsupported tensor type IQ2_XS (id 17); F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, "
+                 "Q5_K and Q6_K are supported");
+  ExpectRejected(Bytes().Header(1, 0).Str("w").Put<uint32_t>(1).Put<uint64_t>(32).Put<uint32_t>(3)
+                     .Put<uint64_t>(0).PadTo(32).b,
+                 "unsupported tensor type Q4_1 (id 3);");
+  ExpectRejected(Bytes().Header(1, 0).Str("w").Put<uint32_t>(1).Put<uint64_t>(32).Put<uint32_t>(12345)
+                     .Put<uint64_t>(0).PadTo(32).b,
+                 "unsupported tensor type (id 12345);");
+  // A K-quant row must be whole 256-element super-blocks.
+  ExpectRejected(Bytes().Header(1, 0).Str("w").Put<uint32_t>(1).Put<uint64_t>(128).Put<uint32_t>(12)
+                     .Put<uint64_t>(0).PadTo(32).b,
+                 "row of 128 elements is not a multiple of the Q4_K block size");
   ExpectRejected(Bytes().Header(0, 1).Str("b").Put<uint32_t>(7).Put<uint8_t>(5).b, "bool");
 }
 

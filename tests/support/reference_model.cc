@@ -4,6 +4,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "kernels/weight_row.h"
+
 namespace tandem::testing {
 namespace {
 
@@ -29,6 +31,13 @@ double ElementAt(const TensorInfo& t, uint64_t i) {
       uint16_t d; std::memcpy(&d, block, 2);
       return HalfToDouble(d) * double(int8_t(block[2 + i % 32]));
     }
+    // The block-quantized types' fp32 values are defined by their decode
+    // formulas (kernels/quant_blocks.h); blocks are contiguous across rows.
+    case TensorType::kQ4_0: return kernels::WeightAt(kernels::WeightType::kQ4_0, p, int64_t(i));
+    case TensorType::kQ5_0: return kernels::WeightAt(kernels::WeightType::kQ5_0, p, int64_t(i));
+    case TensorType::kQ4_K: return kernels::WeightAt(kernels::WeightType::kQ4_K, p, int64_t(i));
+    case TensorType::kQ5_K: return kernels::WeightAt(kernels::WeightType::kQ5_K, p, int64_t(i));
+    case TensorType::kQ6_K: return kernels::WeightAt(kernels::WeightType::kQ6_K, p, int64_t(i));
   }
   return 0;
 }
