@@ -105,7 +105,12 @@ void MatMulTokensDecoded(const WeightMatrix& w, const float* x, int64_t x_stride
       if (rows == kRows) {
         RowBlock<WeightType::kF32, kRows, 4>(p, xt, x_stride, nt, yt, y_stride, 0);
       } else {
-        for (int i = 0; i < rows; ++i) RowBlock<WeightType::kF32, 1, 4>(p, xt, x_stride, nt, yt, y_stride, i);
+        int i = 0;
+        if (rows >= 4) {
+          RowBlock<WeightType::kF32, 4, 4>(p, xt, x_stride, nt, yt, y_stride, 0);
+          i = 4;
+        }
+        for (; i < rows; ++i) RowBlock<WeightType::kF32, 1, 4>(p, xt, x_stride, nt, yt, y_stride, i);
       }
     }
   }

@@ -152,7 +152,7 @@ StatusOr<GgufWriter> BuildRandomModel(const ModelPreset& p, MatrixTypes types, u
                                            : std::vector<uint64_t>{uint64_t(cols), uint64_t(rows)};
     uint64_t block = 1, block_bytes = 0;
     TensorTypeBlock(uint32_t(t), &block, &block_bytes);
-    if (uint64_t(cols) % block != 0) t = TensorType::kQ8_0;
+    if (uint64_t(cols) % block != 0) t = cols % kQ8Block == 0 ? TensorType::kQ8_0 : TensorType::kF16;
     return w.AddTensor(name, t, dims, EncodeTensor(v, t));
   };
   const TensorType type = types.main, sensitive = types.sensitive;

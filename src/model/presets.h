@@ -24,7 +24,7 @@ StatusOr<TensorType> ParseTensorType(const std::string& name);
 // How a generated model's matrices are stored: one type, or a llama.cpp
 // Q4_K_M-style mix (`q4_k_m`: Q4_K, with Q6_K for output, attn_v and
 // ffn_down). A matrix whose rows are not a whole number of the type's blocks
-// falls back to Q8_0, as llama-quantize falls back for such tensors.
+// is stored Q8_0 instead (F16 if not even 32-element blocks fit).
 struct MatrixTypes {
   TensorType main = TensorType::kF32;
   TensorType sensitive = TensorType::kF32;

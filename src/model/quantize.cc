@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "common/half.h"
+#include "common/status.h"
 #include "kernels/quant_blocks.h"
 
 namespace tandem {
@@ -118,14 +119,17 @@ void Q6K(const float* x, std::vector<uint8_t>& out) {
 
 void QuantizeBlocks(TensorType type, const float* x, int64_t n, std::vector<uint8_t>& out) {
   const int64_t block = type == TensorType::kQ4_0 || type == TensorType::kQ5_0 ? 32 : kernels::kSuperBlock;
-  for (int64_t b = 0; b + block <= n; b += block) {
+  TANDEM_CHECK_MSG(n % block == 0, "QuantizeBlocks needs whole blocks");
+  float v[kernels::kSuperBlock];
+  for (int64_t b = 0; b < n; b += block) {
+    for (int64_t i = 0; i < block; ++i) v[i] = std::isfinite(x[b + i]) ? x[b + i] : 0.0f;  // NaN/inf: 0
     switch (type) {
-      case TensorType::kQ4_0: Q40Q50(x + b, false, out); break;
-      case TensorType::kQ5_0: Q40Q50(x + b, true, out); break;
-      case TensorType::kQ4_K: Q45K(x + b, false, out); break;
-      case TensorType::kQ5_K: Q45K(x + b, true, out); break;
-      case TensorType::kQ6_K: Q6K(x + b, out); break;
-      default: return;
+      case TensorType::kQ4_0: Q40Q50(v, false, out); break;
+      case TensorType::kQ5_0: Q40Q50(v, true, out); break;
+      case TensorType::kQ4_K: Q45K(v, false, out); break;
+      case TensorType::kQ5_K: Q45K(v, true, out); break;
+      case TensorType::kQ6_K: Q6K(v, out); break;
+      default: TANDEM_CHECK_MSG(false, "QuantizeBlocks: not a block-quantized type");
     }
   }
 }

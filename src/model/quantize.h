@@ -11,8 +11,8 @@
 
 namespace tandem {
 
-// Appends the encoding of n values (n a multiple of the type's block) to out.
-// REQUIRES: type is one of Q4_0, Q5_0, Q4_K, Q5_K, Q6_K.
+// Appends the encoding of n values to out; non-finite values are stored as 0.
+// REQUIRES: n a multiple of the type's block; type one of Q4_0, Q5_0, Q4_K, Q5_K, Q6_K.
 void QuantizeBlocks(TensorType type, const float* x, int64_t n, std::vector<uint8_t>& out);
 
 }  // namespace tandem

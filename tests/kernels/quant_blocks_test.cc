@@ -14,9 +14,11 @@
 #include <vector>
 
 #include "common/half.h"
+#include "kernels/cpu.h"
 #include "kernels/weight_row.h"
 #include "model/gguf.h"
 #include "model/quantize.h"
+#include "support/isas.h"
 
 namespace tandem::kernels {
 namespace {
@@ -139,6 +141,58 @@ TEST(QuantBlocks, DecodeMatchesAnIndependentDecoderOnRandomBlocks) {
       for (int k = 0; k < t.block; ++k) got[size_t(k)] = WeightAt(t.kernel, block.data(), k);
       ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * 4))
           << TensorTypeName(t.file) << " trial " << trial;
+    }
+  }
+}
+
+// Random block bytes (any scale bits but NaN/inf, quants anywhere) through
+// every ISA's matmul: with one-hot activations each output is one decoded
+// weight, so the SIMD decodes must give WeightAt's values; with dense
+// activations every ISA gives the same bits.
+TEST(QuantBlocks, EveryIsaDecodesRandomBlocksLikeTheScalarPath) {
+  testing::IsaRestorer restore;
+  uint32_t seed = 5;
+  for (const TypeInfo& t : kTypes) {
+    const int rows = 7, blocks = 512 / t.block, cols = 512;
+    const size_t row_bytes = size_t(blocks * t.bytes);
+    std::vector<uint8_t> w(rows * row_bytes);
+    for (auto& b : w) b = uint8_t(Next(seed) >> 24);
+    for (int r = 0; r < rows; ++r) {
+      for (int bl = 0; bl < blocks; ++bl) {
+        uint8_t* block = w.data() + r * row_bytes + size_t(bl * t.bytes);
+        const size_t at = t.kernel == WeightType::kQ6_K ? 208 : 0;
+        const int halves = t.kernel == WeightType::kQ4_K || t.kernel == WeightType::kQ5_K ? 2 : 1;
+        for (int h = 0; h < halves; ++h) {
+          const uint16_t s = uint16_t(Next(seed) >> 16) & 0x3fff;  // finite, up to 2: no overflow in dots
+          block[at + 2 * h] = uint8_t(s & 0xff);
+          block[at + 2 * h + 1] = uint8_t(s >> 8);
+        }
+      }
+    }
+    const WeightMatrix m{t.kernel, w.data(), rows, cols, row_bytes};
+    for (int n_tok : {1, 6, 13}) {
+      std::vector<float> x(size_t(n_tok * cols), 0.0f);
+      for (int j = 0; j < n_tok; ++j) x[size_t(j * cols + (j * 37) % cols)] = 1.0f;  // one-hot
+      std::vector<float> dense(x.size());
+      for (auto& v : dense) v = float(int32_t(Next(seed) >> 8) % 2001 - 1000) / 1000.0f;
+      std::vector<float> ref;
+      for (Isa isa : testing::SupportedIsas()) {
+        SetIsa(isa);
+        std::vector<float> y(size_t(n_tok * rows)), yd(y.size());
+        Active().matmul_rows(m, x.data(), cols, n_tok, y.data(), rows, 0, rows);
+        Active().matmul_rows(m, dense.data(), cols, n_tok, yd.data(), rows, 0, rows);
+        for (int j = 0; j < n_tok; ++j) {
+          for (int r = 0; r < rows; ++r) {
+            const float want = WeightAt(t.kernel, w.data() + r * row_bytes, (j * 37) % cols);
+            ASSERT_EQ(y[size_t(j * rows + r)], want) << TensorTypeName(t.file) << " " << IsaName(isa);
+          }
+        }
+        if (ref.empty()) {
+          ref = yd;
+        } else {
+          ASSERT_EQ(0, std::memcmp(ref.data(), yd.data(), yd.size() * 4)) << TensorTypeName(t.file) << " " << IsaName(isa);
+        }
+      }
     }
   }
 }
