@@ -37,6 +37,8 @@ std::string GgmlTypeName(uint32_t type);
 std::string SupportedTensorTypes();  // "F32, F16, ..."
 // Elements per block and bytes per block; false if the type is unknown.
 bool TensorTypeBlock(uint32_t type, uint64_t* block_elems, uint64_t* block_bytes);
+constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" little-endian
+constexpr uint64_t kGgufMaxDims = 4;
 constexpr int kQ8Block = 32;        // Q8_0: 32 int8 weights share one fp16 scale
 constexpr int kQ8BlockBytes = 34;
 
