@@ -33,8 +33,8 @@ std::vector<BufferDigest> DigestPages(PagePool& pool, std::span<const int32_t> p
 
 // Compares a Commit's digests (`expected`) with digests computed here
 // (`actual`): same buffer names in the same order, same byte counts, same
-// hashes. A mismatch is DataLoss naming the buffer, e.g.
-// "index_k digest mismatch".
+// hashes. A mismatch is DataLoss naming the registry buffer, as
+// "<name> digest mismatch".
 Status VerifyDigests(std::span<const BufferDigest> expected, std::span<const BufferDigest> actual);
 
 }  // namespace tandem
