@@ -15,10 +15,6 @@
 namespace tandem::cli {
 namespace {
 
-double Since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 struct IndexerBenchArgs {
   std::vector<int64_t> contexts = {2048, 16384, 81920};
   int64_t top_k = 2048;

@@ -30,10 +30,6 @@ struct ModelBenchArgs {
   int decode_tokens = 32;
 };
 
-double Since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 // FLOPs of the matmuls for one token (2 per multiply-add).
 double MatmulFlopsPerToken(const ModelConfig& c) {
   const double per_layer = double(c.dim) * (c.q_dim() + 2 * c.kv_dim()) + double(c.q_dim()) * c.dim +

@@ -4,9 +4,15 @@
 
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <string>
 
 namespace tandem::cli {
+
+// Seconds from t0 until now (the benchmarks' timer).
+inline double Since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 void RegisterCommands(CLI::App& app);
 void RegisterGenerate(CLI::App& app);
