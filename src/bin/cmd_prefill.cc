@@ -71,6 +71,7 @@ int RunPrefill(PrefillArgs& a) {
   auto tiers = a.tiers.Resolve();
   if (!tiers.ok()) return TLOG_ERROR("error: %s\n", tiers.status().ToString().c_str()), 1;
   po.engine.tiers = *tiers;
+  po.engine.debug_poison_pages = a.tiers.debug_poison_pages;
   auto created = PrefillEngine::Create(**model, po);
   if (!created.ok()) return TLOG_ERROR("error: %s\n", created.status().ToString().c_str()), 1;
   PrefillEngine& worker = **created;

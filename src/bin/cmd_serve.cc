@@ -95,6 +95,7 @@ int WaitForSignal() {
 
 Status ApplyTierFlags(ServeArgs& a) {
   TANDEM_ASSIGN_OR_RETURN(a.engine.tiers, a.tiers.Resolve());
+  a.engine.debug_poison_pages = a.tiers.debug_poison_pages;
   return Status::Ok();
 }
 

@@ -42,10 +42,17 @@ void TierFlags::AddTo(CLI::App* cmd) {
   cmd->add_flag("--debug-ungated-index-k", debug_ungated_index_k,
                 "Tests only, UNSAFE: loads from L2 open each layer's gate before its index-K has landed (the "
                 "production bug); needs --host-cache-size and sparse attention");
+  cmd->add_flag("--debug-poison-pages", debug_poison_pages,
+                "Debug: fill every cache page (L1 and L2) with a poison pattern the moment it is freed or reserved, "
+                "so a read before its data lands gives garbage (caught by verification), never stale bytes");
 }
 
 StatusOr<TierOptions> TierFlags::Resolve() const {
   TierOptions t;
+  if (debug_poison_pages) {
+    TLOG_WARN("WARNING: --debug-poison-pages: every freed or reserved cache page is overwritten with a poison "
+              "pattern (debug; costs a page-sized memset per free)\n");
+  }
   if (host_cache_size.empty()) {
     if (!disk_cache_dir.empty()) return InvalidArgument("--disk-cache-dir needs --host-cache-size (L3 pages pass through L2)");
     if (debug_ungated_index_k) return InvalidArgument("--debug-ungated-index-k is a fault of the L2 tier: it needs --host-cache-size");
@@ -73,10 +80,12 @@ StatusOr<TierOptions> TierFlags::Resolve() const {
 }
 
 std::vector<std::string> TierFlags::Args() const {
-  if (host_cache_size.empty()) return {};
-  std::vector<std::string> a = {"--host-cache-size", host_cache_size, "--cache-write-policy", write_policy,
+  std::vector<std::string> a;
+  if (debug_poison_pages) a.push_back("--debug-poison-pages");
+  if (host_cache_size.empty()) return a;
+  a.insert(a.end(), {"--host-cache-size", host_cache_size, "--cache-write-policy", write_policy,
                                 "--cache-selective-hits", std::to_string(selective_hits), "--prefetch-timeout-ms",
-                                std::to_string(prefetch_timeout_ms)};
+                                std::to_string(prefetch_timeout_ms)});
   if (!disk_cache_dir.empty()) a.insert(a.end(), {"--disk-cache-dir", disk_cache_dir, "--disk-cache-size", disk_cache_size});
   if (debug_copy_delay_us > 0) a.insert(a.end(), {"--debug-copy-delay-us", std::to_string(debug_copy_delay_us)});
   if (debug_ungated_index_k) a.push_back("--debug-ungated-index-k");

@@ -1,5 +1,6 @@
-// The cache-tier flags shared by `serve` and `prefill`, and their re-spelling
-// for the child processes of `serve --disagg`.
+// The cache flags shared by `serve` and `prefill` (the tiers, and the page
+// poisoning debug mode), and their re-spelling for the child processes of
+// `serve --disagg`.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -17,6 +18,7 @@ struct TierFlags {
   int64_t prefetch_timeout_ms = 2000;
   int64_t debug_copy_delay_us = 0;
   bool debug_ungated_index_k = false;  // tests only: loads open gates before index-K lands
+  bool debug_poison_pages = false;     // debug: scribble freed and reserved pages (EngineOptions)
 
   void AddTo(CLI::App* cmd);
   bool enabled() const { return !host_cache_size.empty(); }

@@ -53,7 +53,10 @@ StatusOr<std::vector<int32_t>> PagePool::Allocate(int64_t n) {
 
 StatusOr<std::vector<int32_t>> PagePool::Reserve(int64_t n) {
   TANDEM_ASSIGN_OR_RETURN(std::vector<int32_t> pages, Allocate(n));
-  for (int32_t p : pages) ref_[size_t(p)] = kReserved;
+  for (int32_t p : pages) {
+    ref_[size_t(p)] = kReserved;
+    if (poison_) Poison(p);
+  }
   reserved_ += n;
   return pages;
 }
@@ -72,6 +75,7 @@ void PagePool::CancelReservation(std::span<const int32_t> pages) {
     ref_[size_t(p)] = 0;
     --reserved_;
     ++generation_[size_t(p)];
+    if (poison_) Poison(p);
     free_list_.push_back(p);
   }
 }
@@ -88,7 +92,16 @@ void PagePool::Release(std::span<const int32_t> pages) {
     TANDEM_CHECK_MSG(p >= 0 && p < total_pages() && ref_[size_t(p)] > 0, "double release");
     if (--ref_[size_t(p)] == 0) {
       ++generation_[size_t(p)];
+      if (poison_) Poison(p);
       free_list_.push_back(p);
+    }
+  }
+}
+
+void PagePool::Poison(int32_t page) {
+  for (int b = 0; b < layout_.n_buffers(); ++b) {
+    for (int l = 0; l < layout_.n_layers(); ++l) {
+      std::memset(Segment(CacheBufferId(b), l, page), kPoisonByte, size_t(layout_.page_stride(CacheBufferId(b))));
     }
   }
 }

@@ -415,10 +415,16 @@ void RemotePrefill::KeepAlive(Clock::time_point now) {
     }
   }
   // An abort nobody acknowledges: closing the link is the fence that ends it.
-  for (uint64_t conn : receiver_->PeersQuarantinedSince(now - options_.peer_timeout)) {
+  // The ack follows the peer's flush, which follows its current engine step
+  // and the writes queued ahead of it, so a live, loaded peer (its heartbeats
+  // arrive) gets kAckWaitPeerTimeouts peer timeouts: a quarantine holds only
+  // pages, while closing fails every handoff on the link. A silent peer is
+  // closed by the liveness check above, after one.
+  for (uint64_t conn : receiver_->PeersQuarantinedSince(now - kAckWaitPeerTimeouts * options_.peer_timeout)) {
     for (size_t i = 0; i < links_.size(); ++i) {
       if (links_[i].connection && links_[i].connection_id == conn) {
-        LinkDown(i, "an aborted handoff was not acknowledged within " + std::to_string(options_.peer_timeout.count()) +
+        LinkDown(i, "an aborted handoff was not acknowledged within " +
+                        std::to_string(kAckWaitPeerTimeouts * options_.peer_timeout.count()) +
                         " ms: connection closed to release its pages");
       }
     }

@@ -20,7 +20,9 @@
 // it), and each of those reaches the engine through Poll() the moment it is
 // known. Pages of an aborted handoff stay quarantined until the peer's
 // AbortAck (sent after its flush) or the link's closure; a quarantine older
-// than the peer timeout closes the link.
+// than kAckWaitPeerTimeouts peer timeouts closes the link (a live peer's ack
+// waits behind its current step and its queued writes; a silent one is
+// declared dead after one peer timeout anyway).
 //
 // Thread safety: the decode engine's loop thread calls every method;
 // transport threads only append to the inbox (mu_).
@@ -97,6 +99,7 @@ class RemotePrefill : public RemotePrompts {
 
  private:
   enum class LinkState { kConnecting, kUp, kDown };
+  static constexpr int kAckWaitPeerTimeouts = 8;
   struct Link {
     std::string address;
     std::shared_ptr<transfer::Connection> connection;  // null while down

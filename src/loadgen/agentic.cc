@@ -133,6 +133,7 @@ Json ToJson(const RoundRecord& r) {
   j["gaps_s"] = r.gaps_s;
   j["first_mismatch"] = r.first_mismatch;
   j["verify_note"] = r.verify_note;
+  if (r.verify_s > 0) j["verify_s"] = r.verify_s;
   return j;
 }
 
@@ -169,6 +170,7 @@ StatusOr<RoundRecord> RoundFromJson(const Json& j) {
     r.gaps_s = j.value("gaps_s", std::vector<double>{});
     r.first_mismatch = j.value("first_mismatch", int64_t(-1));
     r.verify_note = j.value("verify_note", "");
+    r.verify_s = j.value("verify_s", 0.0);
   } catch (const Json::exception& e) {
     return InvalidArgument(std::string("bad round record: ") + e.what());
   }

@@ -82,6 +82,7 @@ struct RoundRecord {
   // Set by verification.
   int64_t first_mismatch = -1;  // token index into the output; -1 when none
   std::string verify_note;
+  double verify_s = 0;  // the reference's time on this round
 };
 
 nlohmann::json ToJson(const RoundRecord& r);

@@ -1,6 +1,8 @@
 #include "loadgen/verify.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <map>
 
 #include "cache/page_pool.h"
@@ -12,6 +14,13 @@ namespace tandem {
 
 using Json = nlohmann::json;
 
+namespace {
+// Prompt and output tokens of a round as the server counted them.
+int64_t RoundTokens(const RoundRecord& r) {
+  return r.prompt_tokens + std::max(int64_t(r.token_ids.size()), r.completion_tokens);
+}
+}  // namespace
+
 ReferenceVerifier::ReferenceVerifier(const Model& model, const CacheSpec& spec, ThreadPool& threads,
                                      int64_t ctx_tokens, const std::string& model_id)
     : model_(model), spec_(spec), threads_(threads), ctx_tokens_(ctx_tokens) {
@@ -22,7 +31,24 @@ ReferenceVerifier::ReferenceVerifier(const Model& model, const CacheSpec& spec, 
   info_.attention = spec.attention;
 }
 
-void ReferenceVerifier::Judge(const Json& messages, RoundRecord* round) {
+Status ReferenceSession::Reserve(const CacheSpec& spec, int n_layers, int64_t tokens) {
+  if (pool_ && capacity_tokens() >= tokens) return Status::Ok();
+  Reset();
+  pool_ = std::make_unique<PagePool>(spec.registry, n_layers, (tokens + kPageTokens - 1) / kPageTokens);
+  auto pages = pool_->Allocate(pool_->free_pages());
+  if (!pages.ok()) return pages.status();
+  pages_ = std::move(*pages);
+  return Status::Ok();
+}
+
+void ReferenceSession::Reset() {
+  if (pool_) pool_->Release(pages_);
+  pages_.clear();
+  tokens_.clear();
+  pool_.reset();
+}
+
+int64_t ReferenceVerifier::Judge(const Json& messages, RoundRecord* round, ReferenceSession* session) {
   Json body = round->request;
   body["messages"] = messages;
   body["stream"] = false;
@@ -30,7 +56,7 @@ void ReferenceVerifier::Judge(const Json& messages, RoundRecord* round) {
   if (const auto* e = std::get_if<ApiError>(&parsed)) {
     round->outcome = kError;
     round->verify_note = "the reference cannot replay this request: " + e->message;
-    return;
+    return 0;
   }
   const ParsedRequest& req = std::get<ParsedRequest>(parsed);
   if (int64_t(req.spec.prompt.size()) != round->prompt_tokens && round->prompt_tokens > 0) {
@@ -41,9 +67,17 @@ void ReferenceVerifier::Judge(const Json& messages, RoundRecord* round) {
     round->verify_note.clear();
   }
   round->first_mismatch = -1;
-  Verdict v = round->has_token_ids ? JudgeTokens(req, round) : JudgeText(req, round);
+  int64_t computed = 0;
+  Verdict v;
+  if (round->has_token_ids) {
+    ReferenceSession scratch;
+    v = JudgeTokens(req, round, session ? *session : scratch, &computed);
+  } else {
+    v = JudgeText(req, round, &computed);
+  }
   if (v == Verdict::kSame && round->has_token_ids) v = CheckTextMatchesIds(req, round);
   round->outcome = v == Verdict::kSame ? kOk : v == Verdict::kDiffers ? kCorrupt : kError;
+  return computed;
 }
 
 ReferenceVerifier::Verdict ReferenceVerifier::CheckTextMatchesIds(const ParsedRequest& req, RoundRecord* round) {
@@ -74,7 +108,8 @@ ReferenceVerifier::Verdict ReferenceVerifier::CheckTextMatchesIds(const ParsedRe
   return Verdict::kSame;
 }
 
-ReferenceVerifier::Verdict ReferenceVerifier::JudgeTokens(const ParsedRequest& req, RoundRecord* round) {
+ReferenceVerifier::Verdict ReferenceVerifier::JudgeTokens(const ParsedRequest& req, RoundRecord* round,
+                                                          ReferenceSession& session, int64_t* computed) {
   const std::vector<int32_t>& prompt = req.spec.prompt;
   const std::vector<int32_t>& served = round->token_ids;
   std::vector<int32_t> seq = prompt;
@@ -84,17 +119,17 @@ ReferenceVerifier::Verdict ReferenceVerifier::JudgeTokens(const ParsedRequest& r
     round->verify_note += "too long to replay (" + std::to_string(total) + " tokens)";
     return Verdict::kNotReplayed;
   }
-  PagePool pool(spec_.registry, int(model_.config().n_layers), (total + kPageTokens) / kPageTokens);
-  auto pages = pool.Allocate(pool.free_pages());
-  if (!pages.ok()) {
-    round->verify_note += "no pages: " + pages.status().ToString();
+  if (Status st = session.Reserve(spec_, int(model_.config().n_layers), total + 1); !st.ok()) {
+    round->verify_note += "no pages: " + st.ToString();
     return Verdict::kNotReplayed;
   }
-  struct Release {
-    PagePool& pool;
-    std::vector<int32_t>& pages;
-    ~Release() { pool.Release(pages); }
-  } release{pool, *pages};
+  // Reuse the cached rows of the longest common prefix, but recompute from
+  // p - 1 at the latest: that row's logits draw output token 0.
+  const std::vector<int32_t>& cached = session.tokens();
+  int64_t start = 0;
+  const int64_t common = std::min<int64_t>(int64_t(cached.size()), p - 1);
+  while (start < common && cached[size_t(start)] == seq[size_t(start)]) ++start;
+  session.Truncate(start);
   ForwardPass forward(model_, spec_, threads_);
   Sampler sampler;
   const int64_t vocab = model_.config().vocab_size;
@@ -103,11 +138,17 @@ ReferenceVerifier::Verdict ReferenceVerifier::JudgeTokens(const ParsedRequest& r
   // up to p - 1 need no logits; from there on every row is checked.
   constexpr int64_t kChunk = 256;
   std::vector<float> logits;
-  int64_t start = 0;
   auto run = [&](int64_t from, int64_t to, bool all) -> Status {
-    SequenceChunk c{std::span<const int32_t>(seq.data() + from, size_t(to - from)), from, *pages, all};
+    SequenceChunk c{std::span<const int32_t>(seq.data() + from, size_t(to - from)), from, session.pages(), all};
     logits.clear();
-    return forward.Run({&c, 1}, pool, &logits);
+    Status st = forward.Run({&c, 1}, session.pool(), &logits);
+    if (st.ok()) {
+      session.Extend(seq, to);
+      *computed += to - from;
+    } else {
+      session.Truncate(0);  // nothing past a failed pass is trusted
+    }
+    return st;
   };
   for (; start < p - 1; start = std::min(start + kChunk, p - 1)) {
     if (Status st = run(start, std::min(start + kChunk, p - 1), false); !st.ok()) {
@@ -158,7 +199,8 @@ ReferenceVerifier::Verdict ReferenceVerifier::JudgeTokens(const ParsedRequest& r
   return Verdict::kSame;
 }
 
-ReferenceVerifier::Verdict ReferenceVerifier::JudgeText(const ParsedRequest& req, RoundRecord* round) {
+ReferenceVerifier::Verdict ReferenceVerifier::JudgeText(const ParsedRequest& req, RoundRecord* round,
+                                                        int64_t* computed) {
   Generator gen(model_, spec_, threads_, ctx_tokens_);
   GenerateOptions opt;
   opt.sampling = req.spec.sampling;
@@ -170,6 +212,7 @@ ReferenceVerifier::Verdict ReferenceVerifier::JudgeText(const ParsedRequest& req
     round->verify_note += "the reference failed: " + result.status().ToString();
     return Verdict::kNotReplayed;
   }
+  *computed += int64_t(req.spec.prompt.size() + result->tokens.size());
   if (result->text == round->text) {
     round->verify_note += "text identical (" + std::to_string(result->tokens.size()) + " tokens)";
     return Verdict::kSame;
@@ -198,44 +241,72 @@ StatusOr<AttentionOptions> AttentionFromHeader(const Json& a, const AttentionOpt
   }
 }
 
-Status VerifyRounds(const Model& model, const AttentionOptions& attention, int threads, const std::string& model_id,
-                    std::vector<RoundRecord>* rounds, const std::function<void(size_t, size_t)>& on_round,
-                    int64_t server_context) {
+Status VerifyRounds(const Model& model, const AttentionOptions& attention, std::vector<RoundRecord>* rounds,
+                    const VerifyOptions& options) {
   TANDEM_ASSIGN_OR_RETURN(CacheSpec spec, MakeCacheSpec(model.config(), attention));
   std::map<std::pair<int, int>, std::vector<RoundRecord*>> sessions;
   int64_t longest = 0;
   for (RoundRecord& r : *rounds) {
     sessions[{r.point, r.session}].push_back(&r);
-    longest = std::max(longest, r.prompt_tokens + std::max(int64_t(r.token_ids.size()), r.completion_tokens));
+    longest = std::max(longest, RoundTokens(r));
   }
   // The server's context when known (the reference must stop where it did);
   // else room for the longest round and never less than the model's context.
-  const int64_t ctx = server_context > 0 ? server_context
-                                         : std::max<int64_t>(model.config().context_length, longest + kPageTokens);
-  ThreadPool pool(std::max(1, threads));
-  ReferenceVerifier verifier(model, spec, pool, ctx, model_id);
-  size_t total = 0, done = 0;
+  const int64_t ctx = options.server_context > 0
+                          ? options.server_context
+                          : std::max<int64_t>(model.config().context_length, longest + kPageTokens);
+  ThreadPool pool(std::max(1, options.threads));
+  ReferenceVerifier verifier(model, spec, pool, ctx, options.model_id);
+  VerifyProgress progress;
   for (const RoundRecord& r : *rounds) {
-    total += r.outcome == kUnverified || r.outcome == kOk || r.outcome == kCorrupt;
+    progress.rounds_total += r.outcome == kUnverified || r.outcome == kOk || r.outcome == kCorrupt;
   }
+  const auto t0 = std::chrono::steady_clock::now();
   for (auto& [key, list] : sessions) {
     std::sort(list.begin(), list.end(), [](const RoundRecord* a, const RoundRecord* b) { return a->round < b->round; });
+    int64_t session_longest = 0;
     for (size_t i = 0; i < list.size(); ++i) {
       if (list[i]->round != int(i)) {
         return InvalidArgument("session " + std::to_string(key.second) + " of point " + std::to_string(key.first) +
                                " is missing round " + std::to_string(i));
       }
+      session_longest = std::max(session_longest, RoundTokens(*list[i]));
+    }
+    // Sized once for the session's longest round (plus room for a rendering
+    // that differs from the server's by a few tokens), so no round starts over.
+    ReferenceSession session;
+    if (!options.from_scratch) {
+      (void)session.Reserve(spec, int(model.config().n_layers), std::min(ctx, session_longest + 2 * kPageTokens));
     }
     std::vector<const RoundRecord*> view(list.begin(), list.end());
     for (size_t i = 0; i < list.size(); ++i) {
       RoundRecord& r = *list[i];
       if (r.outcome != kUnverified && r.outcome != kOk && r.outcome != kCorrupt) continue;
-      verifier.Judge(MessagesForRound(view, i), &r);
-      ++done;
-      if (on_round) on_round(done, total);
+      const auto r0 = std::chrono::steady_clock::now();
+      progress.tokens_computed += verifier.Judge(MessagesForRound(view, i), &r, options.from_scratch ? nullptr : &session);
+      const auto now = std::chrono::steady_clock::now();
+      r.verify_s = std::chrono::duration<double>(now - r0).count();
+      ++progress.rounds_done;
+      progress.elapsed_s = std::chrono::duration<double>(now - t0).count();
+      if (options.on_progress) options.on_progress(progress);
     }
   }
   return Status::Ok();
+}
+
+std::function<void(const VerifyProgress&)> VerifyProgressPrinter(bool tty, double log_every_s) {
+  auto last = std::make_shared<double>(0);
+  return [tty, log_every_s, last](const VerifyProgress& p) {
+    const bool finished = p.rounds_done == p.rounds_total;
+    if (!tty && !finished && p.elapsed_s - *last < log_every_s) return;
+    *last = p.elapsed_s;
+    const double left =
+        p.rounds_done == 0 ? 0 : p.elapsed_s / double(p.rounds_done) * double(p.rounds_total - p.rounds_done);
+    std::fprintf(stderr, "%s  verified %zu/%zu rounds, %.0f tok/s, %.0f s elapsed, about %.0f s left%s",
+                 tty ? "\r" : "", p.rounds_done, p.rounds_total,
+                 p.elapsed_s > 0 ? double(p.tokens_computed) / p.elapsed_s : 0.0, p.elapsed_s, left,
+                 tty ? (finished ? "\n" : "   ") : "\n");
+  };
 }
 
 }  // namespace tandem

@@ -1,6 +1,6 @@
 // The exact corruption oracle: every answered round of an agentic transcript
-// is replayed on the reference engine — one sequence, no prefix cache, no
-// handoff — and must match what the server sent bit for bit.
+// is replayed on the reference engine — one sequence, no handoff, none of the
+// server's caches — and must match what the server sent bit for bit.
 //
 // With the server's token ids the replay is teacher-forced: the prompt and
 // the served tokens run through the forward pass in chunks, logits for every
@@ -11,12 +11,20 @@
 // the drawn token differs from the served one is exactly the first token the
 // server got wrong. Without token ids (another server) the reference
 // generates freely and texts are compared.
+//
+// Linear time: a session's rounds are judged in order on one ReferenceSession
+// that keeps the K/V (and index-K) of every token the reference itself has
+// computed and checked; each round computes only the tokens past the longest
+// common prefix with the previous round's sequence. By invariant 5 that is
+// the same bits as replaying from token 0 (VerifyOptions::from_scratch does,
+// for checking), so a round costs its new tokens, not the whole context.
 #pragma once
 
 #include <functional>
 #include <memory>
 #include <vector>
 
+#include "cache/page_pool.h"
 #include "common/thread_pool.h"
 #include "loadgen/agentic.h"
 #include "model/cache_spec.h"
@@ -24,6 +32,39 @@
 #include "server/openai_api.h"
 
 namespace tandem {
+
+// One session's sequence on the reference engine, carried from round to
+// round: tokens() are the positions whose cache rows its pages hold, all
+// computed by the reference engine (never taken from the server).
+class ReferenceSession {
+ public:
+  ReferenceSession() = default;
+  ~ReferenceSession() { Reset(); }
+  ReferenceSession(const ReferenceSession&) = delete;
+  ReferenceSession& operator=(const ReferenceSession&) = delete;
+
+  // Room for at least `tokens` positions, keeping what is cached when it
+  // already fits; else a fresh, empty pool of that size.
+  Status Reserve(const CacheSpec& spec, int n_layers, int64_t tokens);
+  void Reset();
+
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  PagePool& pool() { return *pool_; }
+  std::span<const int32_t> pages() const { return pages_; }
+  int64_t capacity_tokens() const { return int64_t(pages_.size()) * kPageTokens; }
+  // Keeps the first n cached positions, forgets the rest.
+  void Truncate(int64_t n) { tokens_.resize(size_t(std::min<int64_t>(n, int64_t(tokens_.size())))); }
+  // Positions [tokens().size(), to) of seq are now cached.
+  // REQUIRES: tokens() is a prefix of seq.
+  void Extend(std::span<const int32_t> seq, int64_t to) {
+    tokens_.insert(tokens_.end(), seq.begin() + int64_t(tokens_.size()), seq.begin() + to);
+  }
+
+ private:
+  std::unique_ptr<PagePool> pool_;
+  std::vector<int32_t> pages_;
+  std::vector<int32_t> tokens_;
+};
 
 class ReferenceVerifier {
  public:
@@ -34,13 +75,16 @@ class ReferenceVerifier {
   // Judges one answered round given the messages its request carried. Sets
   // outcome (ok / corrupt), first_mismatch and verify_note; a round the
   // reference cannot replay (its request no longer parses, it does not fit,
-  // the reference fails) becomes an error, never corrupt.
-  void Judge(const nlohmann::json& messages, RoundRecord* round);
+  // the reference fails) becomes an error, never corrupt. With a session,
+  // the tokens it holds from earlier rounds are reused and the ones this
+  // round computes are kept; without one the round is replayed from token 0.
+  // Returns the tokens this round ran through the forward pass.
+  int64_t Judge(const nlohmann::json& messages, RoundRecord* round, ReferenceSession* session = nullptr);
 
  private:
   enum class Verdict { kSame, kDiffers, kNotReplayed };
-  Verdict JudgeTokens(const ParsedRequest& req, RoundRecord* round);
-  Verdict JudgeText(const ParsedRequest& req, RoundRecord* round);
+  Verdict JudgeTokens(const ParsedRequest& req, RoundRecord* round, ReferenceSession& session, int64_t* computed);
+  Verdict JudgeText(const ParsedRequest& req, RoundRecord* round, int64_t* computed);
   // The served ids must spell the served text (a decoder that loses bytes
   // after a handoff corrupts the text, not the ids).
   Verdict CheckTextMatchesIds(const ParsedRequest& req, RoundRecord* round);
@@ -57,13 +101,30 @@ class ReferenceVerifier {
 StatusOr<AttentionOptions> AttentionFromHeader(const nlohmann::json& server_attention,
                                                const AttentionOptions& fallback);
 
+struct VerifyProgress {
+  size_t rounds_done = 0, rounds_total = 0;
+  int64_t tokens_computed = 0;  // through the reference's forward pass so far
+  double elapsed_s = 0;
+};
+
+struct VerifyOptions {
+  int threads = 1;
+  std::string model_id;        // the id the server reported ("" : the model's name)
+  int64_t server_context = 0;  // the server's context length (0: unknown), so the reference stops where it had to
+  bool from_scratch = false;   // replay every round from token 0 (quadratic; to check the incremental path)
+  std::function<void(const VerifyProgress&)> on_progress;  // after each judged round
+};
+
 // Judges every round whose outcome is unverified, ok or corrupt (timeouts and
 // errors stay what they are). Rounds are grouped into sessions by (point,
-// session) to rebuild each request's messages. on_round is called after each.
-// server_context: the server's context length (0: unknown), so the reference
-// stops where the server had to.
-Status VerifyRounds(const Model& model, const AttentionOptions& attention, int threads, const std::string& model_id,
-                    std::vector<RoundRecord>* rounds, const std::function<void(size_t done, size_t total)>& on_round = {},
-                    int64_t server_context = 0);
+// session) to rebuild each request's messages, and each session's rounds are
+// judged in order on one ReferenceSession (unless from_scratch). Sets each
+// judged round's verify_s.
+Status VerifyRounds(const Model& model, const AttentionOptions& attention, std::vector<RoundRecord>* rounds,
+                    const VerifyOptions& options = {});
+
+// A progress line for a terminal ("\r"-rewritten) or a log (one line every
+// `log_every_s`): rounds verified of total, tokens/s, time left.
+std::function<void(const VerifyProgress&)> VerifyProgressPrinter(bool tty, double log_every_s = 30);
 
 }  // namespace tandem

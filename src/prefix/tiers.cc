@@ -89,6 +89,7 @@ TieredCache::TieredCache(PagePool& l1, const CacheBufferRegistry& registry, cons
       options_(options),
       disk_subdir_(std::move(disk_subdir)),
       host_(std::make_unique<PagePool>(registry, l1.layout().n_layers(), options.host_pages)) {
+  host_->set_debug_poison(l1.debug_poison());  // L2 scribbles its freed pages like L1
   copy_engine_ = std::thread([this] { RunCopyEngine(); });
 }
 

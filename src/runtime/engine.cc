@@ -70,7 +70,11 @@ Engine::Engine(const Model& model, const EngineOptions& options, CacheSpec spec,
                                     return remote_->Start(s.handoff, s.tokens, s.spec.sampling, s.replaces);
                                   })
                                           : nullptr}) {
-  if (remote_) remote_->Attach(*pool_, index_.get());
+  pool_->set_debug_poison(options.debug_poison_pages);
+  if (remote_) {
+    remote_->Attach(*pool_, index_.get());
+    link_healthy_ = remote_->healthy();  // not "healthy" until a link is up (the loop keeps it current)
+  }
   loop_alive_ = true;
 }
 

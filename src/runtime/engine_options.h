@@ -41,6 +41,9 @@ struct EngineOptions {
   std::chrono::milliseconds page_wait{30'000};
   // Host (L2) and disk (L3) tiers under the prefix cache; off when host_pages is 0.
   TierOptions tiers;
+  // DEBUG (--debug-poison-pages): scribble every freed or reserved page, in
+  // L1 and L2 (cache/page_pool.h), so any read before a write lands shows.
+  bool debug_poison_pages = false;
 };
 
 struct EngineStats {

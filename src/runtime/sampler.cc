@@ -31,9 +31,12 @@ int32_t Sampler::Sample(std::span<const float> logits, const SamplingParams& p,
     }
     row = penalized_;
   }
-  // Highest logit first; equal logits by lower id, so the order is total.
+  // Highest logit first; equal logits by lower id, so the order is total. A
+  // NaN logit (broken weights, a poisoned cache page) ranks as -inf: sorting
+  // with NaN compared as is would not be a strict weak order.
   auto better = [](const Candidate& a, const Candidate& b) {
-    return a.logit != b.logit ? a.logit > b.logit : a.id < b.id;
+    const float x = std::isnan(a.logit) ? -INFINITY : a.logit, y = std::isnan(b.logit) ? -INFINITY : b.logit;
+    return x != y ? x > y : a.id < b.id;
   };
   if (p.temperature <= 0.0f) {
     Candidate best{row[0], 0};

@@ -69,5 +69,59 @@ TEST(PagePool, ReservationsAndGenerationsKeepAccounting) {
   EXPECT_TRUE(pool.CheckAccounting().ok());
 }
 
+// --debug-poison-pages: a freed, cancelled or reserved page holds only the
+// poison byte in every buffer of every layer; a page still referenced keeps
+// its bytes; off, nothing is written.
+TEST(PagePool, DebugPoisonScribblesFreedAndReservedPagesOnly) {
+  CacheBufferRegistry r;
+  ASSERT_TRUE(r.Register({"k", CacheDType::kF32, 4}).ok());
+  ASSERT_TRUE(r.Register({"index_k", CacheDType::kFp8E4M3Scaled, 128}).ok());
+  auto fill = [](PagePool& pool, int32_t page, uint8_t byte) {
+    for (int b = 0; b < pool.layout().n_buffers(); ++b) {
+      for (int l = 0; l < pool.layout().n_layers(); ++l) {
+        std::memset(pool.Segment(CacheBufferId(b), l, page), byte, size_t(pool.layout().page_stride(CacheBufferId(b))));
+      }
+    }
+  };
+  auto all_equal = [](PagePool& pool, int32_t page, uint8_t byte) {
+    for (int b = 0; b < pool.layout().n_buffers(); ++b) {
+      for (int l = 0; l < pool.layout().n_layers(); ++l) {
+        const uint8_t* p = pool.Segment(CacheBufferId(b), l, page);
+        for (int64_t i = 0; i < pool.layout().page_stride(CacheBufferId(b)); ++i) {
+          if (p[i] != byte) return false;
+        }
+      }
+    }
+    return true;
+  };
+  for (bool poison : {false, true}) {
+    PagePool pool(r, 3, 6);
+    pool.set_debug_poison(poison);
+    auto pages = *pool.Allocate(3);
+    for (int32_t p : pages) fill(pool, p, 0x11);
+    pool.AddRef(std::span<const int32_t>(pages).first(1));
+    pool.Release(pages);  // page 0 is still referenced, 1 and 2 are freed
+    EXPECT_TRUE(all_equal(pool, pages[0], 0x11)) << "a referenced page is never touched";
+    const uint8_t freed = poison ? PagePool::kPoisonByte : 0x11;
+    EXPECT_TRUE(all_equal(pool, pages[1], freed) && all_equal(pool, pages[2], freed)) << "poison " << poison;
+    pool.Release(std::span<const int32_t>(pages).first(1));
+    EXPECT_TRUE(all_equal(pool, pages[0], freed));
+    // Reserve: scribbled again (a late write into a free page is gone), and
+    // a cancelled reservation is scribbled over whatever landed.
+    auto reserved = *pool.Reserve(2);
+    for (int32_t p : reserved) fill(pool, p, 0x22);
+    pool.CancelReservation(reserved);
+    EXPECT_TRUE(all_equal(pool, reserved[0], poison ? PagePool::kPoisonByte : 0x22));
+    fill(pool, reserved[1], 0x33);  // written while free
+    auto again = *pool.Reserve(pool.free_pages());
+    for (int32_t p : again) {
+      if (poison) EXPECT_TRUE(all_equal(pool, p, PagePool::kPoisonByte)) << "page " << p;
+      if (!poison && p == reserved[1]) EXPECT_TRUE(all_equal(pool, p, 0x33)) << "off: nothing is written";
+    }
+    pool.CancelReservation(again);
+    EXPECT_TRUE(pool.CheckAccounting().ok());
+  }
+}
+
 }  // namespace
 }  // namespace tandem

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <future>
+#include <map>
 #include <thread>
 
 #include "support/disagg_client.h"
@@ -29,6 +30,10 @@ using namespace std::chrono_literals;
 
 // Short liveness so a dead or silent peer is noticed in about a second.
 const std::vector<std::string> kFastLiveness = {"--peer-timeout-ms", "1000"};
+
+std::string Tail(const std::string& log, size_t bytes = 6000) {
+  return log.size() <= bytes ? log : "..." + log.substr(log.size() - bytes);
+}
 
 class Heal : public ::testing::Test {
  protected:
@@ -212,27 +217,31 @@ TEST_F(Heal, AnAbortStormOfSixtyFourRequestsForTwentyRoundsLeavesNothingBehind) 
   ASSERT_TRUE(decode->ok()) << decode->Log();
   const int port = decode->port();
   int served = 0;
+  std::map<std::string, int> refused;  // what the clients that stayed got instead of 200
   for (int round = 0; round < 20; ++round) {
-    std::vector<std::future<int>> clients;
+    std::vector<std::future<std::pair<int, std::string>>> clients;
     for (int i = 0; i < 64; ++i) {
       clients.push_back(std::async(std::launch::async, [&, i] {
         const std::string body =
             json{{"prompt", Prompt(i % 16)}, {"max_tokens", 4}, {"temperature", 0}, {"stream", true}}.dump();
         if (i % 2 == 0) {
           testing::HttpPostAndHangUp(port, "/v1/completions", body, 5 + (i % 7) * 3);  // gone mid-handoff
-          return 0;
+          return std::pair<int, std::string>{0, ""};
         }
         int status = 0;
-        Complete(port, Prompt(i % 16), 4, &status);
-        return status;
+        std::string text = Complete(port, Prompt(i % 16), 4, &status);
+        return std::pair<int, std::string>{status, std::move(text)};
       }));
     }
     for (auto& c : clients) {
-      const int status = c.get();
+      auto [status, text] = c.get();
       served += status == 200;
+      if (status != 200 && status != 0) ++refused[text.substr(0, 200)];
     }
   }
-  EXPECT_EQ(served, 20 * 32) << "every client that stayed was served";
+  std::string why;
+  for (const auto& [text, n] : refused) why += std::to_string(n) + "x " + text + "\n";
+  EXPECT_EQ(served, 20 * 32) << "every client that stayed was served; the others got:\n" << why << Tail(decode->Log());
   ExpectBaseline(port);
   auto m = testing::ParseMetrics(HttpGet(port, "/metrics").body);
   EXPECT_GT(m["tandem_handoffs_total{outcome=\"aborted\"}"], 0) << "some hang-ups hit handoffs in flight";

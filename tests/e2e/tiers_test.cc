@@ -66,10 +66,13 @@ Sweep RunSmallSweep(int port) {
 
 // L1 holds about one of 8 sessions, so later rounds come back from L2 through the
 // slowed copy engine. Skipping only the index-K gate must be caught by the
-// oracle; with the gates the same run is clean.
+// oracle; with the gates the same run is clean, page poisoning on (freed
+// pages scribbled in L1 and L2) or off.
 TEST(TiersE2E, TheAgenticOracleCatchesTheUngatedIndexKReadAndOnlyIt) {
-  for (bool ungated : {false, true}) {
+  for (int run = 0; run < 3; ++run) {
+    const bool ungated = run == 1, poison = run != 0;
     std::vector<std::string> flags = {"--cache-tokens", "2048", "--host-cache-size", "256M", "--debug-copy-delay-us", "3000"};
+    if (poison) flags.push_back("--debug-poison-pages");
     if (ungated) flags.push_back("--debug-ungated-index-k");
     auto server = Serve(flags);
     ASSERT_TRUE(server->ok()) << server->Log();

@@ -109,7 +109,7 @@ class Oracle : public ::testing::Test {
   }
 
   // Two rounds of one session: messages, generation, appended answer + tool result.
-  std::vector<RoundRecord> Session(const AttentionOptions& attention, float temperature) {
+  std::vector<RoundRecord> Session(const AttentionOptions& attention, float temperature, int n_rounds = 2) {
     ThreadPool threads(2);
     auto spec = MakeCacheSpec(m_->model->config(), attention);
     EXPECT_TRUE(spec.ok());
@@ -117,7 +117,7 @@ class Oracle : public ::testing::Test {
     Json messages = Json::array();
     Json append = Json::array({{{"role", "system"}, {"content", SyntheticText(1, 120)}},
                                {{"role", "user"}, {"content", "Task: " + SyntheticText(2, 20)}}});
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < n_rounds; ++r) {
       for (auto& m : append) messages.push_back(m);
       RoundRecord rec;
       rec.session = 0;
@@ -150,6 +150,14 @@ class Oracle : public ::testing::Test {
     return out;
   }
 
+  VerifyOptions Opts(bool from_scratch = false) const {
+    VerifyOptions o;
+    o.threads = 2;
+    o.model_id = info_.id;
+    o.from_scratch = from_scratch;
+    return o;
+  }
+
   std::unique_ptr<testing::InMemoryModel> m_;
   ModelInfo info_;
 };
@@ -163,7 +171,7 @@ TEST_F(Oracle, IdenticalRoundsAreOkAndTheFirstCorruptTokenIsNamed) {
     for (float temperature : {0.0f, 0.9f}) {
       std::vector<RoundRecord> rounds = Session(attention, temperature);
       ASSERT_EQ(rounds.size(), 2u);
-      ASSERT_TRUE(VerifyRounds(*m_->model, attention, 2, info_.id, &rounds).ok());
+      ASSERT_TRUE(VerifyRounds(*m_->model, attention, &rounds, Opts()).ok());
       for (const auto& r : rounds) {
         EXPECT_EQ(r.outcome, kOk) << r.verify_note << " temperature " << temperature;
         EXPECT_EQ(r.first_mismatch, -1);
@@ -171,14 +179,14 @@ TEST_F(Oracle, IdenticalRoundsAreOkAndTheFirstCorruptTokenIsNamed) {
       // Corrupt token 5 of round 1 (as a wrong cache would): caught at 5.
       std::vector<RoundRecord> bad = Session(attention, temperature);
       bad[1].token_ids[5] = (bad[1].token_ids[5] + 1) % int32_t(m_->model->config().vocab_size);
-      ASSERT_TRUE(VerifyRounds(*m_->model, attention, 2, info_.id, &bad).ok());
+      ASSERT_TRUE(VerifyRounds(*m_->model, attention, &bad, Opts()).ok());
       EXPECT_EQ(bad[0].outcome, kOk);
       EXPECT_EQ(bad[1].outcome, kCorrupt);
       EXPECT_EQ(bad[1].first_mismatch, 5) << bad[1].verify_note;
       // Verified under the wrong attention, correct answers do not pass.
       if (attention.kind == AttentionKind::kSparse) {
         std::vector<RoundRecord> as_dense = Session(attention, temperature);
-        ASSERT_TRUE(VerifyRounds(*m_->model, AttentionOptions{}, 2, info_.id, &as_dense).ok());
+        ASSERT_TRUE(VerifyRounds(*m_->model, AttentionOptions{}, &as_dense, Opts()).ok());
         EXPECT_TRUE(as_dense[0].outcome == kCorrupt || as_dense[1].outcome == kCorrupt);
       }
     }
@@ -192,21 +200,64 @@ TEST_F(Oracle, WithoutTokenIdsTextIsCompared) {
     r.token_ids.clear();
   }
   rounds[1].text.back() ^= 1;  // changes the last character
-  ASSERT_TRUE(VerifyRounds(*m_->model, {}, 2, info_.id, &rounds).ok());
+  ASSERT_TRUE(VerifyRounds(*m_->model, {}, &rounds, Opts()).ok());
   EXPECT_EQ(rounds[0].outcome, kOk) << rounds[0].verify_note;
   EXPECT_EQ(rounds[1].outcome, kCorrupt);
   EXPECT_GT(rounds[1].first_mismatch, 0);
   // Timeouts and errors are left as they are: they say nothing about corruption.
   std::vector<RoundRecord> t = Session({}, 0.0f);
   t[1].outcome = kTimeout;
-  ASSERT_TRUE(VerifyRounds(*m_->model, {}, 2, info_.id, &t).ok());
+  ASSERT_TRUE(VerifyRounds(*m_->model, {}, &t, Opts()).ok());
   EXPECT_EQ(t[1].outcome, kTimeout);
+}
+
+// Linear-time verification: carrying each session's reference cache from
+// round to round gives the verdicts of replaying every round from token 0,
+// corrupt rounds included (their served tokens sit in the carried cache and
+// the next round must recompute from where its prompt differs), while the
+// forward pass runs over far fewer tokens.
+TEST_F(Oracle, CarryingTheSessionCacheGivesTheVerdictsOfReplayingFromScratch) {
+  AttentionOptions sparse;
+  sparse.kind = AttentionKind::kSparse;
+  sparse.top_k = 16;
+  sparse.index_k_dtype = CacheDType::kFp8E4M3Scaled;
+  for (const AttentionOptions& attention : {AttentionOptions{}, sparse}) {
+    std::vector<RoundRecord> clean = Session(attention, 0.7f, 6);
+    std::vector<RoundRecord> bad = clean;
+    const int32_t vocab = int32_t(m_->model->config().vocab_size);
+    bad[1].token_ids[3] = (bad[1].token_ids[3] + 1) % vocab;
+    bad[3].token_ids[0] = (bad[3].token_ids[0] + 7) % vocab;
+    bad[5].token_ids.back() = (bad[5].token_ids.back() + 1) % vocab;
+    for (std::vector<RoundRecord>* rounds : {&clean, &bad}) {
+      std::vector<RoundRecord> carried = *rounds, scratch = *rounds;
+      int64_t carried_tokens = 0, scratch_tokens = 0;
+      VerifyOptions with_carry = Opts(), from_scratch = Opts(true);
+      with_carry.on_progress = [&](const VerifyProgress& p) { carried_tokens = p.tokens_computed; };
+      from_scratch.on_progress = [&](const VerifyProgress& p) { scratch_tokens = p.tokens_computed; };
+      ASSERT_TRUE(VerifyRounds(*m_->model, attention, &carried, with_carry).ok());
+      ASSERT_TRUE(VerifyRounds(*m_->model, attention, &scratch, from_scratch).ok());
+      for (size_t i = 0; i < carried.size(); ++i) {
+        EXPECT_EQ(carried[i].outcome, scratch[i].outcome) << "round " << i << ": " << carried[i].verify_note;
+        EXPECT_EQ(carried[i].first_mismatch, scratch[i].first_mismatch) << "round " << i;
+        EXPECT_EQ(carried[i].verify_note, scratch[i].verify_note) << "round " << i;
+      }
+      EXPECT_LT(carried_tokens * 2, scratch_tokens) << "the carried cache is reused";
+    }
+    EXPECT_EQ(clean[0].outcome, kUnverified);  // the copies were judged, not the originals
+    std::vector<RoundRecord> judged = bad;
+    ASSERT_TRUE(VerifyRounds(*m_->model, attention, &judged, Opts()).ok());
+    const char* want[] = {kOk, kCorrupt, kOk, kCorrupt, kOk, kCorrupt};
+    for (size_t i = 0; i < judged.size(); ++i) EXPECT_EQ(judged[i].outcome, want[i]) << "round " << i;
+    EXPECT_EQ(judged[1].first_mismatch, 3);
+    EXPECT_EQ(judged[3].first_mismatch, 0);
+    EXPECT_EQ(judged[5].first_mismatch, int64_t(judged[5].token_ids.size()) - 1);
+  }
 }
 
 TEST_F(Oracle, AMissingRoundIsReported) {
   std::vector<RoundRecord> rounds = Session({}, 0.0f);
   rounds.erase(rounds.begin());
-  const Status st = VerifyRounds(*m_->model, {}, 2, info_.id, &rounds);
+  const Status st = VerifyRounds(*m_->model, {}, &rounds, Opts());
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("missing round 0"), std::string::npos) << st.ToString();
 }

@@ -200,6 +200,53 @@ TEST(ForwardInvariance, CompactKvCacheIsChunkAndIsaInvariant) {
   }
 }
 
+// What linear-time verification relies on (loadgen/verify.h): pages that
+// hold sequence A, continued from the first position where B differs, give
+// B the logits of B computed alone; A's rows past that point are stale and
+// must never be read (they are, in sparse attention's index-K too, unless
+// each position overwrites its own row before anything reads it).
+TEST(ForwardInvariance, ContinuingOverAnotherSequencesStaleRowsGivesIdenticalLogits) {
+  auto m = MakePresetModel("tiny", TensorType::kF16);
+  const Model& model = *m->model;
+  ThreadPool threads(2);
+  AttentionOptions sparse;
+  sparse.kind = AttentionKind::kSparse;
+  sparse.top_k = 16;
+  sparse.index_k_dtype = CacheDType::kFp8E4M3Scaled;
+  const size_t vocab = size_t(model.config().vocab_size);
+  for (const AttentionOptions& attention : {AttentionOptions{}, sparse}) {
+    const auto a = PseudoRandomTokens(200, model.config().vocab_size, 31);
+    auto b = a;
+    b.resize(90);
+    const auto tail = PseudoRandomTokens(80, model.config().vocab_size, 32);
+    b.insert(b.end(), tail.begin(), tail.end());
+    const auto alone = RunSequence(model, threads, b, 0, attention);
+    const CacheSpec spec = *MakeCacheSpec(model.config(), attention);
+    PagePool pool(spec.registry, int(model.config().n_layers), 4);
+    auto pages = *pool.Allocate(4);
+    ForwardPass fwd(model, spec, threads);
+    std::vector<float> logits;
+    SequenceChunk first{std::span<const int32_t>(a), 0, pages, false};
+    ASSERT_TRUE(fwd.Run({&first, 1}, pool, &logits).ok());
+    for (size_t chunk : {size_t(1), size_t(23), size_t(80)}) {
+      logits.clear();
+      for (size_t start = 90; start < b.size(); start += chunk) {
+        const size_t len = std::min(chunk, b.size() - start);
+        SequenceChunk c{std::span<const int32_t>(b).subspan(start, len), int64_t(start), pages, true};
+        ASSERT_TRUE(fwd.Run({&c, 1}, pool, &logits).ok());
+      }
+      ASSERT_EQ(logits.size(), (b.size() - 90) * vocab);
+      EXPECT_EQ(0, std::memcmp(logits.data(), alone.data() + 90 * vocab, logits.size() * 4))
+          << (attention.kind == AttentionKind::kSparse ? "sparse" : "dense") << " chunk " << chunk;
+      // Leave A's tail behind again for the next chunk size.
+      SequenceChunk again{std::span<const int32_t>(a).subspan(90), 90, pages, false};
+      std::vector<float> ignored;
+      ASSERT_TRUE(fwd.Run({&again, 1}, pool, &ignored).ok());
+    }
+    pool.Release(pages);
+  }
+}
+
 TEST(ForwardInvariance, EveryIsaGivesIdenticalLogits) {
   auto m = MakePresetModel("tiny", TensorType::kQ8_0);
   ThreadPool threads(2);

@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <thread>
 
 #include "runtime/engine.h"
@@ -230,13 +231,16 @@ TEST(Tiers, EveryTierReturnsToBaselineWhenIdle) {
 
 // The production bug: the indexer reads a layer's index-K before the load
 // lands. With the copy engine slowed, skipping only the index-K gate changes
-// outputs; with the gates, the same slow copies change nothing.
+// outputs; with the gates, the same slow copies change nothing, also with
+// every freed page poisoned (so a gated path never reads a freed byte).
 TEST(Tiers, SkippingTheIndexKGateWithSlowCopiesCorruptsOutputs) {
   auto m = MakePresetModel("tiny", TensorType::kF32);
   const AttentionOptions a = Sparse(CacheDType::kBF16);
-  int mismatches[2] = {0, 0};
-  for (int ungated = 0; ungated < 2; ++ungated) {
+  int mismatches[4] = {0, 0, 0, 0};  // [ungated + 2 * poison]
+  for (int run = 0; run < 4; ++run) {
+    const int ungated = run % 2;
     EngineOptions opt;
+    opt.debug_poison_pages = run >= 2;
     opt.attention = a;
     opt.cache_tokens = 64 * 16;
     opt.max_running = 2;
@@ -250,7 +254,7 @@ TEST(Tiers, SkippingTheIndexKGateWithSlowCopiesCorruptsOutputs) {
     for (int i = 0; i < 6; ++i) {
       std::vector<int32_t> p = PseudoRandomTokens(size_t(200 + 17 * i), m->model->config().vocab_size, uint32_t(100 + i));
       for (int t = 0; t < 3; ++t) {
-        mismatches[ungated] += conv.outputs[size_t(i)][size_t(t)] != Reference(*m->model, a, p, 12);
+        mismatches[run] += conv.outputs[size_t(i)][size_t(t)] != Reference(*m->model, a, p, 12);
         const auto& out = conv.outputs[size_t(i)][size_t(t)];
         p.insert(p.end(), out.begin(), out.end());
         const auto more = PseudoRandomTokens(40, m->model->config().vocab_size, uint32_t(1000 * t + i));
@@ -260,7 +264,11 @@ TEST(Tiers, SkippingTheIndexKGateWithSlowCopiesCorruptsOutputs) {
     EXPECT_GT((*engine)->tier_stats().hit_tokens_l2, 0);
   }
   EXPECT_EQ(mismatches[0], 0) << "gated loads never change an output";
+  EXPECT_EQ(mismatches[2], 0) << "gated loads never read a poisoned (freed) byte";
   EXPECT_GT(mismatches[1], 0) << "the ungated index-K read must be caught";
+  EXPECT_GT(mismatches[3], 0) << "and caught with poisoning on";
+  std::cout << "[ tiers ] ungated index-K: " << mismatches[1] << " of 18 outputs differ, " << mismatches[3]
+            << " with page poisoning\n";
 }
 
 TEST(Tiers, DiskPagesSurviveARestartAndACorruptOneIsDropped) {
