@@ -103,13 +103,29 @@ Status WriteFile(const std::string& path, const std::string& text) {
   return out ? Status::Ok() : Unavailable("cannot write " + path);
 }
 
-// Loads the reference model and checks it is the one the server serves.
-StatusOr<std::unique_ptr<Model>> LoadReference(const ModelOptions& opts, const std::string& served_id) {
+// Loads the reference model and checks it is the one the server serves. A
+// tandem server (it reports its attention) names the model as the reference
+// does, so another name is refused. Other servers name it as they like (a
+// file path, an alias): the model's name, its file's name or path with or
+// without ".gguf" count as the same; anything else is judged with a warning.
+StatusOr<std::unique_ptr<Model>> LoadReference(const ModelOptions& opts, const std::string& served_id, bool tandem) {
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, opts.Load());
-  if (!served_id.empty() && model->config().name != served_id) {
+  if (served_id.empty() || model->config().name == served_id) return model;
+  if (tandem) {
     return FailedPrecondition("the server serves '" + served_id + "' but the reference model is '" +
                               model->config().name + "': pass --model with the server's GGUF file, or --no-verify");
   }
+  auto strip = [](std::string s) {
+    if (s.size() > 5 && s.compare(s.size() - 5, 5, ".gguf") == 0) s.resize(s.size() - 5);
+    return s;
+  };
+  const std::string path = opts.model_path, file = std::filesystem::path(path).filename().string();
+  const std::string served = strip(served_id), served_file = strip(std::filesystem::path(served_id).filename().string());
+  if (!path.empty() && (served == strip(path) || served_file == strip(file))) return model;
+  std::fprintf(stderr,
+               "warning: the server calls its model '%s'; the reference is '%s'%s%s. Judging anyway: if they are "
+               "not the same weights, every round will differ (pass --model with the server's GGUF file)\n",
+               served_id.c_str(), model->config().name.c_str(), path.empty() ? "" : " from ", path.c_str());
   return model;
 }
 
@@ -151,7 +167,7 @@ int RunAgentic(AgenticArgs& a) {
   shape.tokens_per_word = header.shape.tokens_per_word = *tpw;
   std::unique_ptr<Model> reference;
   if (!a.no_verify) {
-    auto m = LoadReference(a.model, header.model);
+    auto m = LoadReference(a.model, header.model, !header.server_attention.is_null());
     if (!m.ok()) return std::fprintf(stderr, "error: %s\n", m.status().ToString().c_str()), 1;
     reference = std::move(m).value();
   }
@@ -172,6 +188,11 @@ int RunAgentic(AgenticArgs& a) {
                shape.rounds, shape.gen_tokens, shape.tool_min, shape.tool_max, shape.tokens_per_word);
   for (int c : shape.sweep) std::fprintf(stderr, " %d", c);
   std::fprintf(stderr, "\n");
+  if (const ServerState first = ProbeServer(host, port); !first.unchecked.empty()) {
+    std::fprintf(stderr, "health gate: %s\n", first.unchecked.c_str());
+  } else if (first.reachable && !first.tandem) {
+    std::fprintf(stderr, "health gate: /health and /metrics, but no tandem engine gauges: idle and page checks skipped\n");
+  }
   std::vector<RoundRecord> all;
   for (size_t i = 0; i < shape.sweep.size(); ++i) {
     const int c = shape.sweep[i];
@@ -266,7 +287,7 @@ int RunVerify(VerifyArgs& a) {
   if (!fallback.ok()) return std::fprintf(stderr, "error: %s\n", fallback.status().ToString().c_str()), 1;
   auto attention = AttentionFromHeader(header.server_attention, *fallback);
   if (!attention.ok()) return std::fprintf(stderr, "error: %s\n", attention.status().ToString().c_str()), 1;
-  auto model = LoadReference(a.model, header.model);
+  auto model = LoadReference(a.model, header.model, !header.server_attention.is_null());
   if (!model.ok()) return std::fprintf(stderr, "error: %s\n", model.status().ToString().c_str()), 1;
   VerifyOptions vo;
   vo.threads = a.model.threads;
@@ -326,7 +347,7 @@ void RegisterAgenticBench(CLI::App& bench) {
   a->model.AddTo(cmd);
   cmd->add_option("--url", a->url, "host:port of the server under test (router, serve, or any OpenAI server)")
       ->required();
-  cmd->add_option("--preset", a->preset, "small, medium or production");
+  cmd->add_option("--preset", a->preset, "small, medium, incident or production");
   cmd->add_option("--initial-tokens", a->initial_tokens, "Context a session starts with")->check(CLI::Range(16, 1 << 22));
   cmd->add_option("--rounds", a->rounds, "Rounds per session")->check(CLI::Range(1, 100000));
   cmd->add_option("--gen-tokens", a->gen_tokens, "Tokens generated per round")->check(CLI::Range(1, 1 << 20));

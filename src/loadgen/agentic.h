@@ -42,8 +42,9 @@ struct AgenticShape {
   std::vector<int> sweep = {16, 32, 48, 64, 80};
 };
 
-// small: this 2-core machine in about a minute; medium; production: 2k -> 80k
-// tokens, 80 sessions (bigger machines).
+// small: this 2-core machine in about a minute; medium; incident: 2k -> 34k
+// tokens at 16, 48 and 80 sessions, the incident's shape on a small model;
+// production: 2k -> 80k tokens, 80 sessions (bigger machines).
 StatusOr<AgenticShape> AgenticPreset(const std::string& name);
 
 // About `tokens` tokens of deterministic English-like text, for a tokenizer
@@ -117,7 +118,8 @@ struct ServerState {
   // Sums over the engine(s) behind the endpoint (a router's backends included).
   int64_t running = 0, waiting = 0, reserved_pages = 0, used_pages = 0, prefix_pages = 0;
   int64_t handoffs_in_flight = 0, quarantined_pages = 0;
-  std::string detail;  // what is not at baseline, for messages
+  std::string detail;     // what is not at baseline, for messages
+  std::string unchecked;  // what the server does not offer to check ("" : everything was checked)
 
   // Idle and with every page either free or held by the prefix cache.
   bool AtBaseline() const;

@@ -121,7 +121,7 @@ TEST(Agentic, AWedgedServerStopsTheSweepWithAClearMessage) {
   // What the gate saw depends on when it looked: the aborted handoffs still
   // quarantined (before the peer timeout), or the link declared dead.
   const std::string stopped = report["stopped"].get<std::string>();
-  EXPECT_TRUE(stopped.find("/health is not 200") != std::string::npos ||
+  EXPECT_TRUE(stopped.find("/health answered 503") != std::string::npos ||
               stopped.find("quarantined") != std::string::npos)
       << stopped;
   // The stuck rounds are timeouts (the server's deadline), never corruption.

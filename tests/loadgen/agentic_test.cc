@@ -4,8 +4,11 @@
 #include "loadgen/agentic.h"
 
 #include <gtest/gtest.h>
+#include <httplib.h>
 
+#include <atomic>
 #include <cstdio>
+#include <thread>
 #include <fstream>
 
 #include "loadgen/report.h"
@@ -21,7 +24,7 @@ namespace {
 using Json = nlohmann::json;
 
 TEST(AgenticShape, PresetsAndSyntheticTextAreDeterministic) {
-  for (const char* name : {"small", "medium", "production"}) {
+  for (const char* name : {"small", "medium", "incident", "production"}) {
     auto s = AgenticPreset(name);
     ASSERT_TRUE(s.ok()) << name;
     EXPECT_GE(s->rounds, 1);
@@ -33,6 +36,12 @@ TEST(AgenticShape, PresetsAndSyntheticTextAreDeterministic) {
   const int64_t final_ctx = prod->initial_tokens + int64_t(prod->rounds) * (prod->gen_tokens + prod->tool_max);
   EXPECT_GE(final_ctx, 75000);
   EXPECT_LE(final_ctx, 90000);
+  // The incident's shape: 2k growing past 32k, 16..80 sessions.
+  auto inc = AgenticPreset("incident");
+  EXPECT_EQ(inc->initial_tokens, 2048);
+  EXPECT_GT(inc->initial_tokens + int64_t(inc->rounds) * (inc->gen_tokens + inc->tool_min), 32768);
+  EXPECT_EQ(inc->sweep.front(), 16);
+  EXPECT_EQ(inc->sweep.back(), 80);
   EXPECT_EQ(AgenticPreset("huge").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(SyntheticText(3, 200), SyntheticText(3, 200));
   EXPECT_NE(SyntheticText(3, 200), SyntheticText(4, 200));
@@ -40,6 +49,49 @@ TEST(AgenticShape, PresetsAndSyntheticTextAreDeterministic) {
   auto words = [](const std::string& t) { return std::count(t.begin(), t.end(), ' ') + 1; };
   EXPECT_NEAR(double(words(SyntheticText(9, 1000))), 1000 * 0.9, 120);
   EXPECT_NEAR(double(words(SyntheticText(9, 1000, 2.0))), 500 * 0.9, 70);
+}
+
+// The health gate against a server that is not tandem: /metrics is optional
+// (llama-server answers 501 without --metrics), the gate says what it could
+// not check, and an unhealthy /health is reported with its status.
+TEST(AgenticGate, AServerWithoutMetricsIsJudgedByHealthAloneAndSaysSo) {
+  httplib::Server server;
+  std::atomic<int> health{200};
+  server.Get("/health", [&](const httplib::Request&, httplib::Response& res) {
+    res.status = health.load();
+    res.set_content("{}", "application/json");
+  });
+  server.Get("/metrics", [](const httplib::Request&, httplib::Response& res) {
+    res.status = 501;
+    res.set_content("This server does not support metrics endpoint.", "text/plain");
+  });
+  const int port = server.bind_to_any_port("127.0.0.1");
+  ASSERT_GT(port, 0);
+  std::thread t([&] { server.listen_after_bind(); });
+  struct Stop {
+    httplib::Server& server;
+    std::thread& t;
+    ~Stop() {
+      server.stop();
+      t.join();
+    }
+  } stop{server, t};
+  for (const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+       !server.is_running() && std::chrono::steady_clock::now() < until;) {
+    std::this_thread::yield();
+  }
+  ASSERT_TRUE(server.is_running());
+  ServerState s = ProbeServer("127.0.0.1", port);
+  EXPECT_TRUE(s.reachable && s.healthy && !s.tandem) << s.detail;
+  EXPECT_TRUE(s.AtBaseline()) << s.detail;
+  EXPECT_NE(s.unchecked.find("/metrics answered 501"), std::string::npos) << s.unchecked;
+  EXPECT_TRUE(WaitForBaseline("127.0.0.1", port, 2).ok());
+  health = 503;
+  s = ProbeServer("127.0.0.1", port);
+  EXPECT_FALSE(s.healthy);
+  EXPECT_EQ(s.detail, "/health answered 503");
+  const Status st = WaitForBaseline("127.0.0.1", port, 0.3);
+  EXPECT_NE(st.message().find("/health answered 503"), std::string::npos) << st.ToString();
 }
 
 TEST(AgenticRecords, RoundAndHeaderSurviveJson) {
