@@ -40,8 +40,10 @@ std::string Bench(int port, const std::string& dir, const std::string& extra) {
 
 int64_t Outcome(const json& point, const char* o) { return point["outcomes"][o].get<int64_t>(); }
 
+// With every freed or reserved page poisoned on both engines: a correct
+// handoff never reads a page before its data landed, so poisoning changes nothing.
 TEST(Agentic, SweepToSixtyFourSessionsOnDisaggBf16SparseIsClean) {
-  auto server = Disagg({});
+  auto server = Disagg({"--debug-poison-pages"});
   ASSERT_TRUE(server->ok()) << server->Log();
   const std::string dir = testing::MakeTempDir();
   // A shorter shape than the preset keeps 64 sessions inside the decode cache and the test quick.
@@ -69,6 +71,13 @@ TEST(Agentic, SweepToSixtyFourSessionsOnDisaggBf16SparseIsClean) {
   auto v = RunTandem("verify " + dir + "/transcript.jsonl -m " + testing::TinyModelPath(), 300);
   EXPECT_EQ(v.exit_code, 0) << v.output;
   EXPECT_NE(v.output.find("160 rounds: 160 ok, 0 corrupt, 0 timeout, 0 error"), std::string::npos) << v.output;
+  const std::string log = server->Log();
+  int poisoning = 0;
+  for (size_t at = log.find("WARNING: --debug-poison-pages"); at != std::string::npos;
+       at = log.find("WARNING: --debug-poison-pages", at + 1)) {
+    ++poisoning;
+  }
+  EXPECT_EQ(poisoning, 2) << "the prefill engine and the decode server both poison\n" << log;
   EXPECT_EQ(server->Terminate(), 0);
 }
 
