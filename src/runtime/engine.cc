@@ -124,6 +124,14 @@ StatusOr<std::shared_ptr<RequestHandle>> Engine::Submit(RequestSpec spec) {
   }
   TANDEM_RETURN_IF_ERROR(spec.sampling.Validate());
   if (spec.max_tokens < 1) return InvalidArgument("max_tokens must be at least 1");
+  if (spec.logprobs > kMaxTopLogprobs) {
+    return InvalidArgument("at most " + std::to_string(kMaxTopLogprobs) + " top logprobs per token");
+  }
+  if (spec.logprobs >= 0 && remote_) {
+    return InvalidArgument(
+        "logprobs are not supported by a disaggregated decode server yet: its first token is sampled at the prefill "
+        "engine, where that position's logits are");
+  }
   auto seq = std::make_unique<Sequence>();
   seq->arrival = Clock::now();
   seq->deadline = seq->arrival + options_.request_timeout;
@@ -258,13 +266,18 @@ void Engine::Step() {
     s.computed += int64_t(batch[b].tokens.size());
     if (s.computed < int64_t(s.tokens.size())) continue;  // prompt not done yet
     const int64_t pos = int64_t(s.tokens.size());
-    const int32_t token = sampler_.Sample(std::span<const float>(logits_).subspan(b * vocab, vocab),
-                                          s.spec.sampling, s.tokens, pos);
+    const std::span<const float> row = std::span<const float>(logits_).subspan(b * vocab, vocab);
+    const int32_t token = sampler_.Sample(row, s.spec.sampling, s.tokens, pos);
     if (sink_) {
       HandOff(s, token);
       continue;
     }
-    Emit(s, token);
+    if (s.spec.logprobs >= 0) {
+      const PositionLogprobs lp = ComputeLogprobs(row, token, s.spec.logprobs);
+      Emit(s, token, &lp);
+    } else {
+      Emit(s, token);
+    }
   }
   std::erase_if(scheduler_.running(), [](const auto& s) { return s->done; });
 }
@@ -336,7 +349,7 @@ void Engine::PollRemote() {
   std::erase_if(scheduler_.running(), [](const auto& s) { return s == nullptr || s->done; });
 }
 
-void Engine::Emit(Sequence& s, int32_t token) {
+void Engine::Emit(Sequence& s, int32_t token, const PositionLogprobs* logprobs) {
   const auto now = Clock::now();
   if (!s.spec.ignore_eos && model_.tokenizer().IsEndOfGeneration(token)) return Finish(s, "stop");
   s.tokens.push_back(token);
@@ -353,6 +366,7 @@ void Engine::Emit(Sequence& s, int32_t token) {
   StreamEvent ev;
   ev.text = s.stops->Push(s.decoder->Push(token));
   ev.tokens = {token};
+  if (logprobs) ev.logprobs = {*logprobs};
   s.handle->Push(std::move(ev));
   if (s.stops->stopped()) return Finish(s, "stop");
   if (s.generated >= s.spec.max_tokens || int64_t(s.tokens.size()) >= context_tokens_) {

@@ -62,6 +62,8 @@ class Engine {
   const EngineOptions& options() const { return options_; }
   int64_t context_tokens() const { return context_tokens_; }
   const CacheSpec& cache_spec() const { return spec_; }
+  // Decode role: prompts are computed by remote prefill engines.
+  bool remote_prefill() const { return remote_ != nullptr; }
   EngineMetrics& metrics() { return metrics_; }
   // Tier counters and occupancy (zeros without tiers). Thread-safe.
   TierStats tier_stats() const { return tiers_ ? tiers_->stats() : TierStats{}; }
@@ -85,7 +87,7 @@ class Engine {
   void TakeNewRequests();
   void DropCancelledAndExpired();
   void Step();
-  void Emit(Sequence& seq, int32_t token);
+  void Emit(Sequence& seq, int32_t token, const PositionLogprobs* logprobs = nullptr);
   void HandOff(Sequence& seq, int32_t first_token);  // prefill role
   void Finish(Sequence& seq, const std::string& reason);
   void Fail(Sequence& seq, Status error);

@@ -16,6 +16,7 @@
 
 #include "common/mutex.h"
 #include "common/status.h"
+#include "runtime/logprobs.h"
 #include "runtime/sampler.h"
 
 namespace tandem {
@@ -26,6 +27,10 @@ struct RequestSpec {
   int32_t max_tokens = 256;
   std::vector<std::string> stop;  // stop strings (cut from the text)
   bool ignore_eos = false;
+  // -1: no logprobs; n >= 0: each generated token's logprob and the n most
+  // likely alternatives (runtime/logprobs.h). Colocated engines only: a
+  // remote prefill samples the first token where these logits live.
+  int32_t logprobs = -1;
   // When the request must be done by (the engine's request timeout applies
   // too, whichever is first); the default: only that timeout.
   std::chrono::steady_clock::time_point deadline{};
@@ -36,6 +41,7 @@ struct StreamEvent {
   Kind kind = Kind::kText;
   std::string text;                  // kText: newly final text (valid UTF-8)
   std::vector<int32_t> tokens;       // kText: the tokens that produced it
+  std::vector<PositionLogprobs> logprobs;  // kText: one per token, when the request asked
   std::string finish_reason;         // kFinish: "stop", "length" or "cancelled"
   Status error;                      // kError: why the request failed
   int64_t prompt_tokens = 0;         // kFinish: usage

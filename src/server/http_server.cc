@@ -30,6 +30,7 @@ HttpServer::HttpServer(Engine& engine, const Model& model, ServerOptions options
   info_.chat_template = DetectChatTemplate(model.gguf().GetStringOr("tokenizer.chat_template", ""));
   info_.created = UnixNow();
   info_.attention = engine.cache_spec().attention;
+  info_.logprobs = !engine.remote_prefill();
 }
 
 HttpServer::~HttpServer() { Stop(std::chrono::milliseconds(0)); }
@@ -119,12 +120,14 @@ void HttpServer::HandleCompletion(const httplib::Request& req, httplib::Response
 void HttpServer::Collect(const ParsedRequest& p, RequestHandle& handle, httplib::Response& res) {
   std::string text;
   std::vector<int32_t> tokens;
+  std::vector<PositionLogprobs> logprobs;
   StreamEvent ev;
   for (;;) {
     if (!handle.Next(&ev, kEventWait)) continue;  // the engine's deadline bounds this wait
     if (ev.kind == StreamEvent::Kind::kText) {
       text += ev.text;
       tokens.insert(tokens.end(), ev.tokens.begin(), ev.tokens.end());
+      logprobs.insert(logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
       continue;
     }
     if (ev.kind == StreamEvent::Kind::kError) return SendError(res, ApiErrorFromStatus(ev.error));
@@ -133,11 +136,13 @@ void HttpServer::Collect(const ParsedRequest& p, RequestHandle& handle, httplib:
   const ResponseMeta meta{p.model, handle.id(), UnixNow(), false};
   const Usage usage{ev.prompt_tokens, ev.completion_tokens, ev.cached_prompt_tokens};
   const std::vector<int32_t>* ids = p.return_token_ids ? &tokens : nullptr;
+  const LogprobsOut lp{info_.tokenizer, logprobs, 0};
+  const LogprobsOut* lpp = p.spec.logprobs >= 0 ? &lp : nullptr;
   if (p.chat) {
     const ParsedOutput out = p.tools_enabled ? ParseToolCalls(text, handle.id()) : ParsedOutput{text, {}};
-    res.set_content(ChatCompletionJson(meta, out, ev.finish_reason, usage, ids), "application/json");
+    res.set_content(ChatCompletionJson(meta, out, ev.finish_reason, usage, ids, lpp), "application/json");
   } else {
-    res.set_content(CompletionJson(meta, text, ev.finish_reason, usage, ids), "application/json");
+    res.set_content(CompletionJson(meta, text, ev.finish_reason, usage, ids, lpp), "application/json");
   }
 }
 
@@ -149,6 +154,8 @@ void HttpServer::Stream(const ParsedRequest& p, std::shared_ptr<RequestHandle> h
     bool started = false, done = false;
     std::string held;  // tool-call requests: text is parsed at the end
     std::vector<int32_t> held_tokens;  // and its token ids
+    std::vector<PositionLogprobs> held_logprobs;  // logprobs of tokens whose text is not out yet
+    int64_t text_offset = 0;                      // completions: text bytes sent so far
   };
   auto state = std::make_shared<State>();
   const ResponseMeta meta{p.model, handle->id(), UnixNow(), p.include_usage};
@@ -174,20 +181,28 @@ void HttpServer::Stream(const ParsedRequest& p, std::shared_ptr<RequestHandle> h
         if (!handle->Next(&ev, kEventWait)) return true;  // nothing yet: called again
         std::string frame;
         if (ev.kind == StreamEvent::Kind::kText) {
+          // A token whose text is held (an incomplete character, a possible
+          // stop string) sends its logprobs with the next text that goes out.
+          state->held_logprobs.insert(state->held_logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
           if (ev.text.empty() && (ev.tokens.empty() || !p.return_token_ids)) return true;
           if (p.chat && p.tools_enabled) {
             state->held += ev.text;
             state->held_tokens.insert(state->held_tokens.end(), ev.tokens.begin(), ev.tokens.end());
             return true;
           }
+          const LogprobsOut lp{info_.tokenizer, state->held_logprobs, state->text_offset};
+          const LogprobsOut* lpp = p.spec.logprobs >= 0 ? &lp : nullptr;
           if (p.chat) {
             ChatDelta d;
             d.content = ev.text;
             if (p.return_token_ids) d.token_ids = ev.tokens;
+            if (lpp) d.logprobs = *lpp;
             frame = ChatChunkSse(meta, d);
           } else {
-            frame = CompletionChunkSse(meta, ev.text, "", p.return_token_ids ? &ev.tokens : nullptr);
+            frame = CompletionChunkSse(meta, ev.text, "", p.return_token_ids ? &ev.tokens : nullptr, lpp);
           }
+          state->text_offset += int64_t(ev.text.size());
+          state->held_logprobs.clear();
           if (!write(frame)) return handle->Cancel(), false;
           return true;
         }
@@ -197,6 +212,9 @@ void HttpServer::Stream(const ParsedRequest& p, std::shared_ptr<RequestHandle> h
           write("data: " + ErrorJson(e) + "\n\n");
         } else {
           const Usage usage{ev.prompt_tokens, ev.completion_tokens, ev.cached_prompt_tokens};
+          // Logprobs still held (tool-call text, a final cut) go out with the last chunks.
+          const LogprobsOut lp{info_.tokenizer, state->held_logprobs, state->text_offset};
+          const bool rest = p.spec.logprobs >= 0 && !state->held_logprobs.empty();
           if (p.chat) {
             ChatDelta d;
             std::string reason = ev.finish_reason;
@@ -206,13 +224,16 @@ void HttpServer::Stream(const ParsedRequest& p, std::shared_ptr<RequestHandle> h
               d.tool_calls = out.tool_calls;
               if (!out.tool_calls.empty()) reason = "tool_calls";
               if (p.return_token_ids) d.token_ids = state->held_tokens;
-              if (d.content || !d.tool_calls.empty() || d.token_ids) frame += ChatChunkSse(meta, d);
+              if (rest) d.logprobs = lp;
+              if (d.content || !d.tool_calls.empty() || d.token_ids || d.logprobs) frame += ChatChunkSse(meta, d);
               d = ChatDelta{};
+            } else if (rest) {
+              d.logprobs = lp;
             }
             d.finish_reason = reason;
             frame += ChatChunkSse(meta, d);
           } else {
-            frame += CompletionChunkSse(meta, "", ev.finish_reason);
+            frame += CompletionChunkSse(meta, "", ev.finish_reason, nullptr, rest ? &lp : nullptr);
           }
           if (p.include_usage) frame += UsageChunkSse(meta, p.chat, usage);
           frame += DoneSse();

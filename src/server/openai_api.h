@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -51,6 +52,7 @@ struct ModelInfo {
   ChatTemplateKind chat_template = ChatTemplateKind::kPlain;
   int64_t created = 0;  // unix seconds, for /v1/models
   AttentionOptions attention;  // reported by /v1/models (extension "tandem")
+  bool logprobs = true;        // false: requests with logprobs are refused (a disaggregated decode server)
 };
 
 struct ParsedRequest {
@@ -72,8 +74,8 @@ using ParseResult = std::variant<ParsedRequest, ApiError>;
 
 // Parse and validate a request body. Every failure names the offending field.
 // Unknown fields are ignored; fields whose meaning we cannot honour (n > 1,
-// logprobs, non-zero frequency/presence penalties, echo, suffix, logit_bias,
-// JSON response formats) are rejected rather than silently dropped.
+// non-zero frequency/presence penalties, echo, suffix, logit_bias, JSON
+// response formats) are rejected rather than silently dropped.
 // Chat: the messages (and tools) are rendered through the model's chat
 // template and tokenized with special tokens parsed; BOS is added unless the
 // template writes it. Completions: "prompt" is a string, an array of one
@@ -116,17 +118,30 @@ struct Usage {
   int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
 };
 
+// choices[0].logprobs of a request that asked for them: one entry per
+// generated token. Chat: {"content": [{token, logprob, bytes, top_logprobs}],
+// "refusal": null}; completions: {tokens, token_logprobs, top_logprobs,
+// text_offset}. A token's "token" is its text (invalid UTF-8 as U+FFFD);
+// "bytes" are its exact bytes.
+struct LogprobsOut {
+  const Tokenizer* tokenizer = nullptr;
+  std::span<const PositionLogprobs> entries;
+  int64_t text_offset = 0;  // completions: where entries[0]'s text starts in the choice's text
+};
+
 // A chat.completion. finish_reason is "stop" or "length"; "stop" becomes
 // "tool_calls" when the output carries tool calls. Content is null when
 // there are tool calls and no other text.
 // token_ids, when given, is written as choices[0].token_ids (return_token_ids).
 std::string ChatCompletionJson(const ResponseMeta& meta, const ParsedOutput& output,
                                std::string_view finish_reason, const Usage& usage,
-                               const std::vector<int32_t>* token_ids = nullptr);
+                               const std::vector<int32_t>* token_ids = nullptr,
+                               const LogprobsOut* logprobs = nullptr);
 // A text_completion.
 std::string CompletionJson(const ResponseMeta& meta, std::string_view text,
                            std::string_view finish_reason, const Usage& usage,
-                           const std::vector<int32_t>* token_ids = nullptr);
+                           const std::vector<int32_t>* token_ids = nullptr,
+                           const LogprobsOut* logprobs = nullptr);
 
 // One chat.completion.chunk's delta. A stream is: a chunk with role, chunks
 // with content, (tool calls, if any, in one chunk after the text), a chunk
@@ -137,13 +152,15 @@ struct ChatDelta {
   std::vector<ToolCall> tool_calls;    // delta.tool_calls, indexed from 0
   std::string finish_reason;           // non-empty only on the final chunk
   std::optional<std::vector<int32_t>> token_ids;  // choices[0].token_ids (return_token_ids)
+  std::optional<LogprobsOut> logprobs;             // choices[0].logprobs of this chunk's tokens
 };
 
 // Each returns one SSE frame: "data: {json}\n\n".
 std::string ChatChunkSse(const ResponseMeta& meta, const ChatDelta& delta);
 std::string CompletionChunkSse(const ResponseMeta& meta, std::string_view text,
                                std::string_view finish_reason,
-                               const std::vector<int32_t>* token_ids = nullptr);
+                               const std::vector<int32_t>* token_ids = nullptr,
+                               const LogprobsOut* logprobs = nullptr);
 // The usage chunk (choices: []) sent after the final chunk when include_usage.
 std::string UsageChunkSse(const ResponseMeta& meta, bool chat, const Usage& usage);
 std::string DoneSse();  // "data: [DONE]\n\n"

@@ -49,12 +49,6 @@ MaybeError RejectUnsupported(const Json& body) {
   if (n && *n != 1) {
     return BadRequest("n", "'n' must be 1; this server returns one choice per request");
   }
-  const Json* logprobs = Field(body, "logprobs");
-  if (logprobs != nullptr && !(logprobs->is_boolean() && !logprobs->get<bool>())) {
-    return NotSupported("logprobs", " by this server");
-  }
-  if (Field(body, "top_logprobs") != nullptr)
-    return NotSupported("top_logprobs", " by this server");
   for (const char* key : {"frequency_penalty", "presence_penalty"}) {
     std::optional<double> penalty;
     TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadOptionalNumber(body, key, &penalty));
@@ -185,6 +179,40 @@ MaybeError ReadStreaming(const Json& body, ParsedRequest* req) {
   return std::nullopt;
 }
 
+// Chat: "logprobs": bool, "top_logprobs": 0..20 (only with logprobs true).
+// Completions (the legacy API): "logprobs": null or 0..20, the number of
+// alternatives. Either way spec.logprobs is -1 (none) or the top count.
+MaybeError ReadLogprobs(const Json& body, const ModelInfo& model, bool chat, ParsedRequest* req) {
+  const Json* lp = Field(body, "logprobs");
+  const Json* top = Field(body, "top_logprobs");
+  const std::string range = "between 0 and " + std::to_string(kMaxTopLogprobs);
+  if (chat) {
+    bool on = false;
+    TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadOptionalBool(body, "logprobs", &on));
+    std::optional<int64_t> n;
+    TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadOptionalInt(body, "top_logprobs", &n));
+    if (n && (*n < 0 || *n > kMaxTopLogprobs)) return BadRequest("top_logprobs", "'top_logprobs' must be " + range);
+    if (n && !on) return BadRequest("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    if (on) req->spec.logprobs = int32_t(n.value_or(0));
+  } else {
+    if (top != nullptr) {
+      return BadRequest("top_logprobs", "'top_logprobs' is a chat field; completions take 'logprobs': N");
+    }
+    if (lp != nullptr && !lp->is_null()) {
+      if (!lp->is_number_integer() || lp->get<int64_t>() < 0 || lp->get<int64_t>() > kMaxTopLogprobs) {
+        return BadRequest("logprobs", "'logprobs' must be an integer " + range + " (alternatives per token)");
+      }
+      req->spec.logprobs = int32_t(lp->get<int64_t>());
+    }
+  }
+  if (req->spec.logprobs >= 0 && !model.logprobs) {
+    return NotSupported("logprobs",
+                        " by a disaggregated decode server yet (its first token is sampled at the prefill engine); "
+                        "ask a colocated `tandem serve`");
+  }
+  return std::nullopt;
+}
+
 MaybeError ReadCommonFields(const Json& body, const ModelInfo& model, ParsedRequest* req,
                             std::optional<int64_t>* max_tokens) {
   TANDEM_RETURN_IF_API_ERROR(ReadModel(body, model, &req->model));
@@ -194,6 +222,7 @@ MaybeError ReadCommonFields(const Json& body, const ModelInfo& model, ParsedRequ
   TANDEM_RETURN_IF_API_ERROR(ReadStop(body, &req->spec.stop));
   TANDEM_RETURN_IF_API_ERROR(ReadMaxTokens(body, model, max_tokens));
   TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadOptionalBool(body, "return_token_ids", &req->return_token_ids));
+  TANDEM_RETURN_IF_API_ERROR(ReadLogprobs(body, model, req->chat, req));
   return openai_internal::ReadOptionalBool(body, "ignore_eos", &req->spec.ignore_eos);
 }
 

@@ -52,6 +52,62 @@ Out ToolCallsArray(const std::vector<ToolCall>& calls, bool with_index) {
 
 std::string Sse(const Out& value) { return "data: " + Dump(value) + "\n\n"; }
 
+// A token's text as it would stream alone: incomplete or invalid UTF-8 becomes U+FFFD.
+std::string TokenString(const Tokenizer& tok, int32_t id) {
+  StreamDecoder d(tok);
+  std::string text = d.Push(id);
+  return text + d.Flush();
+}
+
+Out BytesArray(const std::string& bytes) {
+  Out a = Out::array();
+  for (unsigned char c : bytes) a.push_back(int(c));
+  return a;
+}
+
+Out ChatLogprobs(const LogprobsOut& lp) {
+  auto entry = [&](const TokenLogprob& t) {
+    Out e;
+    e["token"] = TokenString(*lp.tokenizer, t.token);
+    e["logprob"] = t.logprob;
+    e["bytes"] = BytesArray(lp.tokenizer->TokenBytes(t.token));
+    return e;
+  };
+  Out content = Out::array();
+  for (const PositionLogprobs& p : lp.entries) {
+    Out e = entry(p.chosen);
+    Out top = Out::array();
+    for (const TokenLogprob& t : p.top) top.push_back(entry(t));
+    e["top_logprobs"] = std::move(top);
+    content.push_back(std::move(e));
+  }
+  return Out{{"content", std::move(content)}, {"refusal", nullptr}};
+}
+
+Out CompletionLogprobs(const LogprobsOut& lp) {
+  Out tokens = Out::array(), token_logprobs = Out::array(), top = Out::array(), offsets = Out::array();
+  int64_t offset = lp.text_offset;
+  for (const PositionLogprobs& p : lp.entries) {
+    const std::string text = TokenString(*lp.tokenizer, p.chosen.token);
+    tokens.push_back(text);
+    token_logprobs.push_back(p.chosen.logprob);
+    Out alternatives = Out::object();
+    for (const TokenLogprob& t : p.top) {
+      const std::string alt = TokenString(*lp.tokenizer, t.token);
+      if (!alternatives.contains(alt)) alternatives[alt] = t.logprob;  // two ids can spell the same text
+    }
+    top.push_back(std::move(alternatives));
+    offsets.push_back(offset);
+    offset += int64_t(text.size());
+  }
+  Out out;
+  out["tokens"] = std::move(tokens);
+  out["token_logprobs"] = std::move(token_logprobs);
+  out["top_logprobs"] = std::move(top);
+  out["text_offset"] = std::move(offsets);
+  return out;
+}
+
 }  // namespace
 
 std::string ErrorJson(const ApiError& e) {
@@ -102,7 +158,7 @@ ApiError ApiErrorFromStatus(const Status& s) {
 
 std::string ChatCompletionJson(const ResponseMeta& meta, const ParsedOutput& output,
                                std::string_view finish_reason, const Usage& usage,
-                               const std::vector<int32_t>* token_ids) {
+                               const std::vector<int32_t>* token_ids, const LogprobsOut* logprobs) {
   const bool has_calls = !output.tool_calls.empty();
   Out message;
   message["role"] = "assistant";
@@ -111,7 +167,7 @@ std::string ChatCompletionJson(const ResponseMeta& meta, const ParsedOutput& out
   Out choice;
   choice["index"] = 0;
   choice["message"] = std::move(message);
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = logprobs ? ChatLogprobs(*logprobs) : Out(nullptr);
   choice["finish_reason"] =
       has_calls && finish_reason == "stop" ? Out("tool_calls") : FinishReason(finish_reason);
   if (token_ids != nullptr) choice["token_ids"] = *token_ids;
@@ -123,11 +179,11 @@ std::string ChatCompletionJson(const ResponseMeta& meta, const ParsedOutput& out
 
 std::string CompletionJson(const ResponseMeta& meta, std::string_view text,
                            std::string_view finish_reason, const Usage& usage,
-                           const std::vector<int32_t>* token_ids) {
+                           const std::vector<int32_t>* token_ids, const LogprobsOut* logprobs) {
   Out choice;
   choice["text"] = std::string(text);
   choice["index"] = 0;
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = logprobs ? CompletionLogprobs(*logprobs) : Out(nullptr);
   choice["finish_reason"] = FinishReason(finish_reason);
   if (token_ids != nullptr) choice["token_ids"] = *token_ids;
   Out out = Envelope(meta, /*chat=*/false, "text_completion");
@@ -144,7 +200,7 @@ std::string ChatChunkSse(const ResponseMeta& meta, const ChatDelta& delta) {
   Out choice;
   choice["index"] = 0;
   choice["delta"] = std::move(d);
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = delta.logprobs ? ChatLogprobs(*delta.logprobs) : Out(nullptr);
   choice["finish_reason"] = FinishReason(delta.finish_reason);
   if (delta.token_ids) choice["token_ids"] = *delta.token_ids;
   Out out = Envelope(meta, /*chat=*/true, "chat.completion.chunk");
@@ -154,11 +210,12 @@ std::string ChatChunkSse(const ResponseMeta& meta, const ChatDelta& delta) {
 }
 
 std::string CompletionChunkSse(const ResponseMeta& meta, std::string_view text,
-                               std::string_view finish_reason, const std::vector<int32_t>* token_ids) {
+                               std::string_view finish_reason, const std::vector<int32_t>* token_ids,
+                               const LogprobsOut* logprobs) {
   Out choice;
   choice["text"] = std::string(text);
   choice["index"] = 0;
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = logprobs ? CompletionLogprobs(*logprobs) : Out(nullptr);
   choice["finish_reason"] = FinishReason(finish_reason);
   if (token_ids != nullptr) choice["token_ids"] = *token_ids;
   Out out = Envelope(meta, /*chat=*/false, "text_completion");

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "support/http_client.h"
 #include "support/process.h"
 #include "support/server_process.h"
 #include "support/tiny_model.h"
@@ -71,6 +72,11 @@ TEST(Agentic, SweepToSixtyFourSessionsOnDisaggBf16SparseIsClean) {
   auto v = RunTandem("verify " + dir + "/transcript.jsonl -m " + testing::TinyModelPath(), 300);
   EXPECT_EQ(v.exit_code, 0) << v.output;
   EXPECT_NE(v.output.find("160 rounds: 160 ok, 0 corrupt, 0 timeout, 0 error"), std::string::npos) << v.output;
+  // logprobs need the first token's logits, which the prefill engine has: refused by name, not faked.
+  const auto lp = testing::HttpPost(server->port(), "/v1/completions",
+                                    R"({"prompt":"Once upon a time","max_tokens":4,"logprobs":1})");
+  EXPECT_EQ(lp.status, 400) << lp.body;
+  EXPECT_NE(lp.body.find("disaggregated decode server"), std::string::npos) << lp.body;
   const std::string log = server->Log();
   int poisoning = 0;
   for (size_t at = log.find("WARNING: --debug-poison-pages"); at != std::string::npos;

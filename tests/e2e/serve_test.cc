@@ -318,5 +318,58 @@ TEST_F(Serve, CompletionsAndToolsRequestsHaveOpenAIShapes) {
   EXPECT_GT(tj["usage"]["prompt_tokens"].get<int>(), 40) << "the tool schema was rendered into the prompt";
 }
 
+// logprobs over HTTP: chat (content entries with top_logprobs) and
+// completions (the legacy arrays); streamed entries equal the non-streamed
+// ones bit for bit (as JSON numbers), one per generated token, and the
+// greedy token is always the first alternative.
+TEST_F(Serve, LogprobsAreReportedPerTokenAndStreamLikeTheyCollect) {
+  ServerProcess server(Args());
+  ASSERT_TRUE(server.ok()) << server.Log();
+  const int port = server.port();
+  json body = ChatBody("Tell me a story about a cat", 12, false);
+  body["logprobs"] = true;
+  body["top_logprobs"] = 3;
+  auto r = HttpPost(port, "/v1/chat/completions", body.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = json::parse(r.body);
+  const json& content = j["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), size_t(j["usage"]["completion_tokens"].get<int>()));
+  std::string spelled;
+  for (const json& e : content) {
+    EXPECT_LE(e["logprob"].get<double>(), 0.0);
+    ASSERT_EQ(e["top_logprobs"].size(), 3u);
+    EXPECT_EQ(e["top_logprobs"][0]["token"], e["token"]) << "temperature 0 picks the most likely token";
+    EXPECT_EQ(e["top_logprobs"][0]["logprob"], e["logprob"]);
+    EXPECT_GE(e["top_logprobs"][0]["logprob"].get<double>(), e["top_logprobs"][1]["logprob"].get<double>());
+    for (const json& b : e["bytes"]) spelled += char(b.get<int>());
+  }
+  EXPECT_EQ(spelled, j["choices"][0]["message"]["content"].get<std::string>()) << "the tokens' bytes spell the answer";
+  body["stream"] = true;
+  std::string streamed;
+  ASSERT_EQ(HttpPostStream(port, "/v1/chat/completions", body.dump(),
+                           [&](const std::string& d) { return streamed += d, true; }),
+            200);
+  json streamed_entries = json::array();
+  for (const auto& d : SseData(streamed)) {
+    if (d == "[DONE]") continue;
+    const json c = json::parse(d);
+    if (c["choices"].empty() || c["choices"][0]["logprobs"].is_null()) continue;
+    for (const json& e : c["choices"][0]["logprobs"]["content"]) streamed_entries.push_back(e);
+  }
+  EXPECT_EQ(streamed_entries, content) << "streamed logprobs equal the collected ones";
+  // Completions: the legacy arrays, and the same numbers for the same tokens.
+  auto c = HttpPost(port, "/v1/completions", R"({"prompt":"Once upon a time","max_tokens":6,"temperature":0,"logprobs":2})");
+  ASSERT_EQ(c.status, 200) << c.body;
+  const json lp = json::parse(c.body)["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), 6u);
+  ASSERT_EQ(lp["token_logprobs"].size(), 6u);
+  ASSERT_EQ(lp["top_logprobs"].size(), 6u);
+  EXPECT_EQ(lp["text_offset"][0], 0);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_LE(lp["top_logprobs"][i].size(), 2u);
+    EXPECT_EQ(lp["top_logprobs"][i][lp["tokens"][i].get<std::string>()], lp["token_logprobs"][i]);
+  }
+}
+
 }  // namespace
 }  // namespace tandem

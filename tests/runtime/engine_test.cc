@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "runtime/generator.h"
 #include "support/test_models.h"
 
@@ -91,6 +93,76 @@ TEST(Engine, ConcurrentRequestsMatchSingleRequestResults) {
   EXPECT_EQ(s.requests_finished, 32);
   EXPECT_EQ(s.pages.used, s.cached_pages) << "only the prefix index holds pages when idle";
   EXPECT_EQ(s.pages.reserved, 0);
+}
+
+// logprobs: each generated token's entry is the log-softmax of exactly the
+// logits that token was drawn from (teacher-forced through the forward pass
+// here), the greedy token is the top alternative, and a request's logprobs
+// are the same bits alone or batched with others.
+TEST(Engine, LogprobsAreTheLogSoftmaxOfTheTokensLogitsAloneOrBatched) {
+  auto m = MakePresetModel("tiny", TensorType::kF32);
+  const Model& model = *m->model;
+  const auto prompt = PseudoRandomTokens(70, model.config().vocab_size, 5);
+  auto run = [&](int others) {
+    EngineOptions opt;
+    opt.cache_tokens = 64 * 64;
+    opt.chunk_size = 32;
+    auto engine = Engine::Create(model, opt);
+    EXPECT_TRUE(engine.ok());
+    std::vector<std::shared_ptr<RequestHandle>> noise;
+    for (int i = 0; i < others; ++i) {
+      noise.push_back(*(*engine)->Submit(Spec(PseudoRandomTokens(size_t(10 + 9 * i), model.config().vocab_size, 50 + i), 9)));
+    }
+    RequestSpec spec = Spec(prompt, 10);
+    spec.sampling.temperature = 0;
+    spec.logprobs = 4;
+    auto h = (*engine)->Submit(spec);
+    EXPECT_TRUE(h.ok());
+    std::vector<int32_t> tokens;
+    std::vector<PositionLogprobs> lps;
+    StreamEvent ev;
+    while ((*h)->Next(&ev, std::chrono::seconds(60)) && ev.kind == StreamEvent::Kind::kText) {
+      EXPECT_EQ(ev.logprobs.size(), ev.tokens.size());
+      tokens.insert(tokens.end(), ev.tokens.begin(), ev.tokens.end());
+      lps.insert(lps.end(), ev.logprobs.begin(), ev.logprobs.end());
+    }
+    for (auto& n : noise) Drain(*n);
+    return std::make_pair(tokens, lps);
+  };
+  const auto [tokens, alone] = run(0);
+  ASSERT_EQ(tokens.size(), 10u);
+  ASSERT_EQ(alone.size(), 10u);
+  // The logits each token was drawn from, teacher-forced in one pass.
+  std::vector<int32_t> seq = prompt;
+  seq.insert(seq.end(), tokens.begin(), tokens.end() - 1);
+  ThreadPool threads(2);
+  const auto logits = testing::RunSequence(model, threads, seq, 0);
+  const size_t vocab = size_t(model.config().vocab_size);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const std::span<const float> row(logits.data() + (prompt.size() - 1 + i) * vocab, vocab);
+    const PositionLogprobs want = ComputeLogprobs(row, tokens[i], 4);
+    EXPECT_EQ(alone[i].chosen.token, tokens[i]);
+    EXPECT_EQ(alone[i].chosen.logprob, want.chosen.logprob) << "token " << i;
+    ASSERT_EQ(alone[i].top.size(), 4u);
+    EXPECT_EQ(alone[i].top[0].token, tokens[i]) << "greedy picks the most likely token";
+    EXPECT_EQ(alone[i].top[0].logprob, alone[i].chosen.logprob);
+    for (size_t k = 0; k < 4; ++k) {
+      EXPECT_EQ(alone[i].top[k].token, want.top[k].token);
+      EXPECT_EQ(alone[i].top[k].logprob, want.top[k].logprob);
+      if (k > 0) EXPECT_LE(alone[i].top[k].logprob, alone[i].top[k - 1].logprob);
+    }
+    // A distribution: the probabilities of all tokens sum to 1.
+    double total = 0;
+    for (size_t t = 0; t < vocab; ++t) total += std::exp(double(ComputeLogprobs(row, int32_t(t), 0).chosen.logprob));
+    EXPECT_NEAR(total, 1.0, 1e-4);
+  }
+  const auto [batched_tokens, batched] = run(7);
+  EXPECT_EQ(batched_tokens, tokens);
+  ASSERT_EQ(batched.size(), alone.size());
+  for (size_t i = 0; i < alone.size(); ++i) {
+    EXPECT_EQ(batched[i].chosen.logprob, alone[i].chosen.logprob) << "token " << i << " batched";
+    for (size_t k = 0; k < alone[i].top.size(); ++k) EXPECT_EQ(batched[i].top[k].logprob, alone[i].top[k].logprob);
+  }
 }
 
 TEST(Engine, PreemptionUnderMemoryPressureKeepsResultsExact) {

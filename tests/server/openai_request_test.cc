@@ -113,8 +113,12 @@ TEST(OpenAiRequest, RejectsWhatItCannotHonour) {
   ExpectChatErrors({
       {Chat(R"("n": 2)"), 400, "'n' must be 1", "n"},
       {Chat(R"("n": "1")"), 400, "'n' must be an integer", "n"},
-      {Chat(R"("logprobs": true)"), 400, "'logprobs' is not supported", "logprobs"},
-      {Chat(R"("top_logprobs": 3)"), 400, "'top_logprobs' is not supported", "top_logprobs"},
+      {Chat(R"("logprobs": 1)"), 400, "'logprobs' must be a boolean", "logprobs"},
+      {Chat(R"("top_logprobs": 3)"), 400, "'top_logprobs' needs 'logprobs': true", "top_logprobs"},
+      {Chat(R"("logprobs": true, "top_logprobs": 21)"), 400, "'top_logprobs' must be between 0 and 20",
+       "top_logprobs"},
+      {Chat(R"("logprobs": true, "top_logprobs": -1)"), 400, "'top_logprobs' must be between 0 and 20",
+       "top_logprobs"},
       {Chat(R"("frequency_penalty": 0.5)"), 400, "'frequency_penalty' is not supported",
        "frequency_penalty"},
       {Chat(R"("presence_penalty": -1)"), 400, "'presence_penalty' is not supported",
@@ -129,6 +133,24 @@ TEST(OpenAiRequest, RejectsWhatItCannotHonour) {
               "logit_bias": {}, "response_format": {"type": "text"}, "top_logprobs": null)"),
       TestModel()));
   EXPECT_EQ(r.n, 1);
+}
+
+TEST(OpenAiRequest, LogprobsAskForTheChosenTokenAndTopAlternatives) {
+  const ModelInfo m = TestModel();
+  EXPECT_EQ(ExpectParsed(ParseChatCompletionRequest(Chat(""), m)).spec.logprobs, -1);
+  EXPECT_EQ(ExpectParsed(ParseChatCompletionRequest(Chat(R"("logprobs": false)"), m)).spec.logprobs, -1);
+  EXPECT_EQ(ExpectParsed(ParseChatCompletionRequest(Chat(R"("logprobs": true)"), m)).spec.logprobs, 0);
+  EXPECT_EQ(ExpectParsed(ParseChatCompletionRequest(Chat(R"("logprobs": true, "top_logprobs": 5)"), m)).spec.logprobs,
+            5);
+  EXPECT_EQ(ExpectParsed(ParseCompletionRequest(R"({"prompt": "x", "logprobs": 3})", m)).spec.logprobs, 3);
+  EXPECT_EQ(ExpectParsed(ParseCompletionRequest(R"({"prompt": "x", "logprobs": null})", m)).spec.logprobs, -1);
+  // A disaggregated decode server refuses them by name.
+  ModelInfo decode = TestModel();
+  decode.logprobs = false;
+  const ApiError e = ExpectError(ParseChatCompletionRequest(Chat(R"("logprobs": true)"), decode));
+  EXPECT_EQ(e.param, "logprobs");
+  EXPECT_NE(e.message.find("disaggregated decode server"), std::string::npos) << e.message;
+  EXPECT_EQ(ExpectParsed(ParseChatCompletionRequest(Chat(R"("logprobs": false)"), decode)).spec.logprobs, -1);
 }
 
 TEST(OpenAiRequest, SamplingDefaultsFollowOpenAi) {
@@ -275,7 +297,9 @@ TEST(OpenAiCompletion, RejectsBadPrompts) {
       {R"({"prompt": "x", "echo": true})", 400, "'echo' is not supported", "echo"},
       {R"({"prompt": "x", "suffix": "y"})", 400, "'suffix' is not supported", "suffix"},
       {R"({"prompt": "x", "best_of": 3})", 400, "'best_of' is not supported", "best_of"},
-      {R"({"prompt": "x", "logprobs": 2})", 400, "'logprobs' is not supported", "logprobs"},
+      {R"({"prompt": "x", "logprobs": 21})", 400, "'logprobs' must be an integer between 0 and 20", "logprobs"},
+      {R"({"prompt": "x", "logprobs": true})", 400, "'logprobs' must be an integer", "logprobs"},
+      {R"({"prompt": "x", "top_logprobs": 2})", 400, "'top_logprobs' is a chat field", "top_logprobs"},
   };
   for (const ErrorCase& c : cases) {
     SCOPED_TRACE(c.body);
