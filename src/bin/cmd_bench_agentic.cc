@@ -21,6 +21,7 @@
 #include "bin/commands.h"
 #include "bin/model_options.h"
 #include "loadgen/agentic.h"
+#include "loadgen/differential.h"
 #include "loadgen/report.h"
 #include "loadgen/verify.h"
 
@@ -46,6 +47,8 @@ struct AgenticArgs {
   double health_timeout_s = 60;
   std::string out_dir = "agentic-report";
   bool no_verify = false;
+  std::string reference_url;  // differential oracle: a reference deployment instead of the reference engine
+  double near_tie_nats = 0.5;
   bool quiet = false;
   bool plain_openai = false;
 };
@@ -166,7 +169,20 @@ int RunAgentic(AgenticArgs& a) {
   if (!tpw.ok()) return std::fprintf(stderr, "error: %s\n", tpw.status().ToString().c_str()), 1;
   shape.tokens_per_word = header.shape.tokens_per_word = *tpw;
   std::unique_ptr<Model> reference;
-  if (!a.no_verify) {
+  DifferentialOptions differential;
+  if (!a.reference_url.empty()) {
+    if (a.no_verify) return std::fprintf(stderr, "error: --reference-url and --no-verify contradict each other\n"), 1;
+    if (!SplitUrl(a.reference_url, &differential.host, &differential.port)) {
+      return std::fprintf(stderr, "error: --reference-url must be host:port, not '%s'\n", a.reference_url.c_str()), 1;
+    }
+    Json attention;
+    int64_t context = 0;
+    if (Status st = QueryModel(differential.host, differential.port, &differential.model, &attention, &context);
+        !st.ok()) {
+      return std::fprintf(stderr, "error: the reference deployment: %s\n", st.ToString().c_str()), 1;
+    }
+    differential.near_tie_nats = a.near_tie_nats;
+  } else if (!a.no_verify) {
     auto m = LoadReference(a.model, header.model, !header.server_attention.is_null());
     if (!m.ok()) return std::fprintf(stderr, "error: %s\n", m.status().ToString().c_str()), 1;
     reference = std::move(m).value();
@@ -228,7 +244,18 @@ int RunAgentic(AgenticArgs& a) {
       std::fprintf(stderr, "tandem bench agentic: %s\n", report.stopped.c_str());
     }
   }
-  if (reference) {
+  if (!a.reference_url.empty()) {
+    std::fprintf(stderr, "judging %zu rounds against the reference deployment at %s (one request at a time)\n",
+                 all.size(), a.reference_url.c_str());
+    const Status st = VerifyRoundsAgainstReference(differential, &all, a.quiet ? nullptr : VerifyProgressPrinter(tty));
+    if (!st.ok()) return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
+    report.verified = true;
+    report.verified_by = a.reference_url;
+    Resummarize(&report, all);
+    if (Status w = WriteTranscript(transcript, header, all); !w.ok()) {
+      return std::fprintf(stderr, "error: %s\n", w.ToString().c_str()), 1;
+    }
+  } else if (reference) {
     auto attention = AttentionFromHeader(header.server_attention, AttentionOptions{});
     if (!attention.ok()) return std::fprintf(stderr, "error: %s\n", attention.status().ToString().c_str()), 1;
     std::fprintf(stderr, "verifying %zu rounds on the reference engine (one sequence per session, its own cache)\n",
@@ -275,29 +302,13 @@ struct VerifyArgs {
   int64_t top_k = 2048;
   bool write = false;
   bool from_scratch = false;
+  std::string reference_url;
+  double near_tie_nats = 0.5;
 };
 
-int RunVerify(VerifyArgs& a) {
-  TranscriptHeader header;
-  std::vector<RoundRecord> rounds;
-  if (Status st = ReadTranscript(a.transcript, &header, &rounds); !st.ok()) {
-    return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
-  }
-  auto fallback = ParseAttentionOptions(a.attention, a.index_k_dtype, a.top_k, a.kv_dtype);
-  if (!fallback.ok()) return std::fprintf(stderr, "error: %s\n", fallback.status().ToString().c_str()), 1;
-  auto attention = AttentionFromHeader(header.server_attention, *fallback);
-  if (!attention.ok()) return std::fprintf(stderr, "error: %s\n", attention.status().ToString().c_str()), 1;
-  auto model = LoadReference(a.model, header.model, !header.server_attention.is_null());
-  if (!model.ok()) return std::fprintf(stderr, "error: %s\n", model.status().ToString().c_str()), 1;
-  VerifyOptions vo;
-  vo.threads = a.model.threads;
-  vo.model_id = header.model;
-  vo.server_context = header.server_context;
-  vo.from_scratch = a.from_scratch;
-  vo.on_progress = VerifyProgressPrinter(isatty(2));
-  if (Status st = VerifyRounds(**model, *attention, &rounds, vo); !st.ok()) {
-    return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
-  }
+// One line per session (each round's verdict in order), the totals, and the
+// verification cost by round; writes the verdicts back with --write.
+int PrintVerdicts(const VerifyArgs& a, const TranscriptHeader& header, const std::vector<RoundRecord>& rounds) {
   // One line per session: each round's verdict in order.
   std::map<std::pair<int, int>, std::vector<const RoundRecord*>> sessions;
   std::map<std::string, int64_t> counts;
@@ -339,6 +350,41 @@ int RunVerify(VerifyArgs& a) {
   return counts[kTimeout] + counts[kError] > 0 ? kExitFailed : 0;
 }
 
+int RunVerify(VerifyArgs& a) {
+  TranscriptHeader header;
+  std::vector<RoundRecord> rounds;
+  if (Status st = ReadTranscript(a.transcript, &header, &rounds); !st.ok()) {
+    return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
+  }
+  if (!a.reference_url.empty()) {
+    DifferentialOptions d;
+    if (!SplitUrl(a.reference_url, &d.host, &d.port)) {
+      return std::fprintf(stderr, "error: --reference-url must be host:port, not '%s'\n", a.reference_url.c_str()), 1;
+    }
+    d.near_tie_nats = a.near_tie_nats;
+    if (Status st = VerifyRoundsAgainstReference(d, &rounds, VerifyProgressPrinter(isatty(2))); !st.ok()) {
+      return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
+    }
+    return PrintVerdicts(a, header, rounds);
+  }
+  auto fallback = ParseAttentionOptions(a.attention, a.index_k_dtype, a.top_k, a.kv_dtype);
+  if (!fallback.ok()) return std::fprintf(stderr, "error: %s\n", fallback.status().ToString().c_str()), 1;
+  auto attention = AttentionFromHeader(header.server_attention, *fallback);
+  if (!attention.ok()) return std::fprintf(stderr, "error: %s\n", attention.status().ToString().c_str()), 1;
+  auto model = LoadReference(a.model, header.model, !header.server_attention.is_null());
+  if (!model.ok()) return std::fprintf(stderr, "error: %s\n", model.status().ToString().c_str()), 1;
+  VerifyOptions vo;
+  vo.threads = a.model.threads;
+  vo.model_id = header.model;
+  vo.server_context = header.server_context;
+  vo.from_scratch = a.from_scratch;
+  vo.on_progress = VerifyProgressPrinter(isatty(2));
+  if (Status st = VerifyRounds(**model, *attention, &rounds, vo); !st.ok()) {
+    return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
+  }
+  return PrintVerdicts(a, header, rounds);
+}
+
 }  // namespace
 
 void RegisterAgenticBench(CLI::App& bench) {
@@ -361,6 +407,13 @@ void RegisterAgenticBench(CLI::App& bench) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--out-dir", a->out_dir, "Where transcript.jsonl, report.json and report.svg go");
   cmd->add_flag("--no-verify", a->no_verify, "Do not replay answers on the reference engine");
+  cmd->add_option("--reference-url", a->reference_url,
+                  "Differential oracle: judge greedy answers against this reference deployment (host:port, the same "
+                  "model served colocated, asked one request at a time) by its logprobs, instead of the exact "
+                  "reference engine");
+  cmd->add_option("--near-tie", a->near_tie_nats,
+                  "With --reference-url: a served token within this many nats of the reference's choice is drift")
+      ->check(CLI::Range(0.0, 100.0));
   cmd->add_flag("--quiet", a->quiet, "No progress bar");
   cmd->add_flag("--plain-openai", a->plain_openai,
                 "Send only standard OpenAI fields (no ignore_eos / return_token_ids); answers are judged by text");
@@ -378,6 +431,11 @@ void RegisterVerify(CLI::App& app) {
   cmd->add_option("--index-k-dtype", a->index_k_dtype, "fp8 or bf16, when the transcript does not say");
   cmd->add_option("--kv-dtype", a->kv_dtype, "f32, f16 or bf16, when the transcript does not say");
   cmd->add_flag("--write", a->write, "Write the verdicts back into the transcript");
+  cmd->add_option("--reference-url", a->reference_url,
+                  "Judge the transcript against this reference deployment (host:port) by its logprobs instead of "
+                  "replaying it on the reference engine");
+  cmd->add_option("--near-tie", a->near_tie_nats, "With --reference-url: nats within which a served token is drift")
+      ->check(CLI::Range(0.0, 100.0));
   cmd->add_flag("--from-scratch", a->from_scratch,
                 "Replay every round from token 0 instead of carrying each session's cache (slow; for checking)");
   cmd->callback([a] { SetExitCode(RunVerify(*a)); });

@@ -93,7 +93,10 @@ void Resummarize(SweepReport* report, const std::vector<RoundRecord>& rounds) {
 std::string ReportTable(const SweepReport& r) {
   std::string out;
   out += "agentic sweep against " + r.target + " (" + r.header.model + ", preset " + r.header.preset + ")" +
-         (r.verified ? ", every answer verified against the reference engine" : ", NOT verified") + "\n";
+         (!r.verified              ? std::string(", NOT verified")
+          : r.verified_by.empty() ? std::string(", every answer verified against the reference engine")
+                                  : ", every greedy answer judged against the reference deployment at " + r.verified_by) +
+         "\n";
   char line[512];
   std::snprintf(line, sizeof(line), "%5s %6s | %5s %7s %7s %5s %10s | %8s %8s | %7s %7s | %8s | %6s %6s\n", "conc",
                 "rounds", "ok", "corrupt", "timeout", "error", "unverified", "TTFTp50", "TTFTp99", "ITLp50", "ITLp99",
@@ -148,6 +151,7 @@ Json ReportJson(const SweepReport& r) {
               {"shape", ToJson(r.header)["shape"]},
               {"server_attention", r.header.server_attention},
               {"verified", r.verified},
+              {"verified_by", r.verified_by.empty() ? Json("reference engine") : Json(r.verified_by)},
               {"stopped", r.stopped.empty() ? Json() : Json(r.stopped)},
               {"transcript", r.transcript_path},
               {"points", points}};

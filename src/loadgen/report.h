@@ -32,6 +32,7 @@ struct SweepReport {
   std::string target;  // host:port
   std::vector<PointSummary> points;
   bool verified = false;
+  std::string verified_by;  // "" : the reference engine (exact); else the reference deployment's URL
   std::string stopped;  // non-empty: why the sweep stopped early (the health gate)
   std::string transcript_path;
 };

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 #include "support/http_client.h"
@@ -72,6 +74,14 @@ TEST(Agentic, SweepToSixtyFourSessionsOnDisaggBf16SparseIsClean) {
   auto v = RunTandem("verify " + dir + "/transcript.jsonl -m " + testing::TinyModelPath(), 300);
   EXPECT_EQ(v.exit_code, 0) << v.output;
   EXPECT_NE(v.output.find("160 rounds: 160 ok, 0 corrupt, 0 timeout, 0 error"), std::string::npos) << v.output;
+  // The differential oracle on the same clean transcript: nothing corrupt.
+  ServerProcess reference({"serve", "-m", testing::TinyModelPath(), "--attention", "sparse", "--topk", "32",
+                           "--index-k-dtype", "bf16"});
+  ASSERT_TRUE(reference.ok()) << reference.Log();
+  auto d = RunTandem("verify --reference-url 127.0.0.1:" + std::to_string(reference.port()) + " " + dir +
+                         "/transcript.jsonl", 300);
+  EXPECT_EQ(d.exit_code, 0) << d.output;
+  EXPECT_NE(d.output.find("160 rounds: 160 ok, 0 corrupt"), std::string::npos) << d.output;
   // logprobs need the first token's logits, which the prefill engine has: refused by name, not faked.
   const auto lp = testing::HttpPost(server->port(), "/v1/completions",
                                     R"({"prompt":"Once upon a time","max_tokens":4,"logprobs":1})");
@@ -113,6 +123,32 @@ TEST(Agentic, UnsafeEarlyCommitWithDelayedWritesIsReportedCorrupt) {
     EXPECT_LT(j["first_mismatch"].get<int64_t>(), int64_t(j["token_ids"].size()));
   }
   EXPECT_EQ(corrupt, Outcome(p, "corrupt"));
+  // The differential oracle, as for a foreign server: the same model served
+  // colocated, asked one request at a time, judges by its logprobs. It flags
+  // corruption (with positions), and only where the exact oracle did.
+  ServerProcess reference({"serve", "-m", testing::TinyModelPath(), "--attention", "sparse", "--topk", "32",
+                           "--index-k-dtype", "bf16"});
+  ASSERT_TRUE(reference.ok()) << reference.Log();
+  const std::string judged = dir + "/judged.jsonl";
+  std::filesystem::copy_file(dir + "/transcript.jsonl", judged);
+  auto dv = RunTandem("verify --write --reference-url 127.0.0.1:" + std::to_string(reference.port()) + " " + judged, 300);
+  EXPECT_EQ(dv.exit_code, 3) << dv.output;
+  EXPECT_NE(dv.output.find("=corrupt@token"), std::string::npos) << dv.output;
+  std::ifstream exact(dir + "/transcript.jsonl"), diff(judged);
+  std::string a, b;
+  int flagged = 0;
+  std::getline(exact, a);
+  std::getline(diff, b);
+  while (std::getline(exact, a) && std::getline(diff, b)) {
+    const json x = json::parse(a), y = json::parse(b);
+    if (y["outcome"] == "corrupt") {
+      ++flagged;
+      EXPECT_EQ(x["outcome"], "corrupt") << "a differential verdict the exact oracle does not share: "
+                                         << y["verify_note"];
+    }
+  }
+  EXPECT_GT(flagged, 0);
+  std::cout << "[ differential ] " << flagged << " of " << corrupt << " exactly-corrupt rounds flagged\n";
   auto v = RunTandem("verify " + dir + "/transcript.jsonl -m " + testing::TinyModelPath(), 300);
   EXPECT_EQ(v.exit_code, 3) << v.output;
   EXPECT_NE(v.output.find("=corrupt@token"), std::string::npos) << v.output;

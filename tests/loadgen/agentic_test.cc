@@ -11,6 +11,7 @@
 #include <thread>
 #include <fstream>
 
+#include "loadgen/differential.h"
 #include "loadgen/report.h"
 #include "loadgen/verify.h"
 #include "runtime/generator.h"
@@ -312,6 +313,47 @@ TEST_F(Oracle, AMissingRoundIsReported) {
   const Status st = VerifyRounds(*m_->model, {}, &rounds, Opts());
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("missing round 0"), std::string::npos) << st.ToString();
+}
+
+// The differential oracle's walk along the reference's tokens.
+Json Entry(const std::string& token, double logprob, std::vector<std::pair<std::string, double>> top) {
+  auto bytes = [](const std::string& t) {
+    Json b = Json::array();
+    for (unsigned char c : t) b.push_back(int(c));
+    return b;
+  };
+  Json e = {{"token", token}, {"logprob", logprob}, {"bytes", bytes(token)}, {"top_logprobs", Json::array()}};
+  for (auto& [t, lp] : top) e["top_logprobs"].push_back({{"token", t}, {"logprob", lp}, {"bytes", bytes(t)}});
+  return e;
+}
+
+TEST(Differential, IdenticalNearTieAndCorruptDivergencesAreTold) {
+  const Json ref = Json::array({Entry("Once", -0.1, {{"Once", -0.1}, {"Then", -2.5}}),
+                                Entry(" upon", -0.70, {{" upon", -0.70}, {" there", -0.72}, {" a", -3.0}}),
+                                Entry(" a", -0.2, {{" a", -0.2}, {" the", -4.0}})});
+  EXPECT_EQ(Compare(ref, "Once upon a", "Once upon a", 0.5).kind, Divergence::Kind::kSame);
+  // " there" is 0.02 nats below " upon": drift between builds, not corruption.
+  Divergence d = Compare(ref, "Once upon a", "Once there was", 0.5);
+  EXPECT_EQ(d.kind, Divergence::Kind::kNearTie) << d.detail;
+  EXPECT_EQ(d.token, 1);
+  EXPECT_NEAR(d.margin, 0.02, 1e-9);
+  // " a" at token 1 is 2.3 nats below: corruption, with its rank and margin.
+  d = Compare(ref, "Once upon a", "Once a", 0.5);
+  EXPECT_EQ(d.kind, Divergence::Kind::kCorrupt) << d.detail;
+  EXPECT_EQ(d.token, 1);
+  EXPECT_NEAR(d.margin, 2.3, 1e-9);
+  EXPECT_NE(d.detail.find("rank 3"), std::string::npos) << d.detail;
+  // Token salad: nothing the reference would consider.
+  d = Compare(ref, "Once upon a", "Once zq%", 0.5);
+  EXPECT_EQ(d.kind, Divergence::Kind::kCorrupt);
+  EXPECT_EQ(d.token, 1);
+  EXPECT_NE(d.detail.find("not among the reference's top 3"), std::string::npos) << d.detail;
+  // The served answer ends where the reference goes on, with no end among its choices.
+  EXPECT_EQ(Compare(ref, "Once upon a", "Once upon", 0.5).kind, Divergence::Kind::kCorrupt);
+  // The reference ends first: nothing to judge the rest by.
+  EXPECT_EQ(Compare(ref, "Once upon a", "Once upon a time", 0.5).kind, Divergence::Kind::kUnjudged);
+  // A wider tolerance turns the same margin into a near-tie.
+  EXPECT_EQ(Compare(ref, "Once upon a", "Once a", 3.0).kind, Divergence::Kind::kNearTie);
 }
 
 SweepReport SampleReport(std::vector<RoundRecord>* rounds) {

@@ -1,0 +1,198 @@
+#include "loadgen/differential.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+
+namespace tandem {
+namespace {
+
+using Json = nlohmann::json;
+
+// A logprobs entry's exact bytes ("bytes" when the server sends them, else its text).
+std::string EntryBytes(const Json& e) {
+  if (e.contains("bytes") && e["bytes"].is_array()) {
+    std::string out;
+    for (const Json& b : e["bytes"]) {
+      if (!b.is_number_integer()) return e.value("token", std::string());
+      out += char(b.get<int>() & 0xff);
+    }
+    return out;
+  }
+  return e.contains("token") && e["token"].is_string() ? e["token"].get<std::string>() : std::string();
+}
+
+double EntryLogprob(const Json& e) {
+  return e.contains("logprob") && e["logprob"].is_number() ? e["logprob"].get<double>() : -1e30;
+}
+
+std::string Shown(std::string s) {
+  if (s.size() > 24) s = s.substr(0, 24) + "...";
+  return "'" + s + "'";
+}
+
+}  // namespace
+
+Divergence Compare(const Json& reference, const std::string& reference_text, const std::string& served,
+                   double near_tie_nats) {
+  Divergence d;
+  size_t pos = 0;
+  for (size_t i = 0; i < reference.size(); ++i) {
+    const Json& e = reference[i];
+    const std::string t = EntryBytes(e);
+    if (!t.empty() && served.compare(pos, t.size(), t) == 0) {
+      pos += t.size();
+      continue;
+    }
+    // The texts part at reference token i: which alternative did the server take?
+    const std::string rest = served.substr(pos);
+    const double best = EntryLogprob(e);
+    int rank = -1;
+    double taken = 0;
+    std::string taken_text;
+    const Json top = e.contains("top_logprobs") && e["top_logprobs"].is_array() ? e["top_logprobs"] : Json::array();
+    for (size_t k = 0; k < top.size(); ++k) {
+      const std::string a = EntryBytes(top[k]);
+      if (a == t) continue;  // the reference's own choice
+      const bool matches = a.empty() ? rest.empty() : rest.compare(0, a.size(), a) == 0;
+      if (!matches || (rank >= 0 && EntryLogprob(top[k]) <= taken)) continue;
+      rank = int(k);
+      taken = EntryLogprob(top[k]);
+      taken_text = a;
+    }
+    d.token = int64_t(i);
+    if (rank < 0) {
+      d.kind = Divergence::Kind::kCorrupt;
+      d.margin = 1e30;
+      d.detail = "token " + std::to_string(i) + ": the server continues with " +
+                 (rest.empty() ? std::string("the end of its answer") : Shown(rest)) + ", not among the reference's top " +
+                 std::to_string(top.size()) + " (reference: " + Shown(t) + ")";
+      return d;
+    }
+    d.margin = best - taken;
+    const bool tie = d.margin <= near_tie_nats;
+    d.kind = tie ? Divergence::Kind::kNearTie : Divergence::Kind::kCorrupt;
+    char m[32];
+    std::snprintf(m, sizeof(m), "%.4g", d.margin);
+    d.detail = "token " + std::to_string(i) + ": the server took " + Shown(taken_text) + " (rank " +
+               std::to_string(rank + 1) + " at the reference, " + m + " nats below its " + Shown(t) + ")" +
+               (tie ? ": a near-tie, numerical drift; not judged past it" : "");
+    return d;
+  }
+  if (pos < served.size()) {
+    d.kind = Divergence::Kind::kUnjudged;
+    d.token = int64_t(reference.size());
+    d.detail = "the reference's answer (" + std::to_string(reference_text.size()) +
+               " bytes) ends inside the served one (" + std::to_string(served.size()) + " bytes)";
+  }
+  return d;
+}
+
+void JudgeAgainstReference(const DifferentialOptions& o, const Json& messages, RoundRecord* round) {
+  round->first_mismatch = -1;
+  const Json temperature = round->request.value("temperature", Json(1.0));
+  if (!temperature.is_number() || temperature.get<double>() != 0.0) {
+    round->outcome = kUnverified;
+    round->verify_note = "sampled (temperature > 0): the differential oracle judges greedy rounds only";
+    return;
+  }
+  Json body = round->request;
+  body["messages"] = messages;
+  body["model"] = o.model;
+  body["stream"] = false;
+  body["temperature"] = 0;
+  body["logprobs"] = true;
+  body["top_logprobs"] = o.top_logprobs;
+  body.erase("return_token_ids");
+  body.erase("stream_options");
+  httplib::Client cli(o.host, o.port);
+  const auto timeout = std::chrono::milliseconds(int64_t(o.timeout_s * 1000));
+  cli.set_connection_timeout(std::chrono::seconds(5));
+  cli.set_read_timeout(std::chrono::duration_cast<std::chrono::seconds>(timeout));
+  cli.set_write_timeout(std::chrono::seconds(60));
+  auto res = cli.Post("/v1/chat/completions", body.dump(), "application/json");
+  auto error = [&](const std::string& why) {
+    round->outcome = kError;
+    round->verify_note = "the reference could not judge this round: " + why;
+  };
+  if (!res) return error("no answer from http://" + o.host + ":" + std::to_string(o.port) + " (" + httplib::to_string(res.error()) + ")");
+  if (res->status != 200) return error("HTTP " + std::to_string(res->status) + ": " + res->body.substr(0, 300));
+  const Json j = Json::parse(res->body, nullptr, false);
+  if (j.is_discarded() || !j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) {
+    return error("its answer is not a chat completion");
+  }
+  const Json& choice = j["choices"][0];
+  const Json message = choice.value("message", Json::object());
+  const std::string text = message.contains("content") && message["content"].is_string()
+                               ? message["content"].get<std::string>() : std::string();
+  const Json lp = choice.value("logprobs", Json());
+  if (!lp.is_object() || !lp.contains("content") || !lp["content"].is_array()) {
+    return error("it did not return logprobs (a reference must report logprobs and top_logprobs)");
+  }
+  if (text == round->text) {
+    round->outcome = kOk;
+    round->verify_note = "text identical to the reference (" + std::to_string(lp["content"].size()) + " tokens)";
+    return;
+  }
+  const Divergence d = Compare(lp["content"], text, round->text, o.near_tie_nats);
+  switch (d.kind) {
+    case Divergence::Kind::kSame:
+    case Divergence::Kind::kNearTie:
+      round->outcome = kOk;
+      break;
+    case Divergence::Kind::kCorrupt:
+      round->outcome = kCorrupt;
+      round->first_mismatch = d.token;
+      break;
+    case Divergence::Kind::kUnjudged:
+      round->outcome = kUnverified;
+      break;
+  }
+  round->verify_note = d.kind == Divergence::Kind::kSame ? "the reference's text agrees" : d.detail;
+}
+
+Status VerifyRoundsAgainstReference(const DifferentialOptions& options, std::vector<RoundRecord>* rounds,
+                                    const std::function<void(const VerifyProgress&)>& on_progress) {
+  DifferentialOptions o = options;
+  if (o.model.empty()) {
+    Json attention;
+    int64_t context = 0;
+    TANDEM_RETURN_IF_ERROR(QueryModel(o.host, o.port, &o.model, &attention, &context));
+  }
+  std::map<std::tuple<int, int, int>, RoundRecord*> order;
+  std::map<std::pair<int, int>, std::vector<const RoundRecord*>> sessions;
+  for (RoundRecord& r : *rounds) {
+    order[{r.point, r.session, r.round}] = &r;
+    sessions[{r.point, r.session}].push_back(&r);
+  }
+  for (auto& [key, list] : sessions) {
+    std::sort(list.begin(), list.end(), [](const RoundRecord* a, const RoundRecord* b) { return a->round < b->round; });
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (list[i]->round != int(i)) {
+        return InvalidArgument("session " + std::to_string(key.second) + " of point " + std::to_string(key.first) +
+                               " is missing round " + std::to_string(i));
+      }
+    }
+  }
+  VerifyProgress progress;
+  for (const RoundRecord& r : *rounds) {
+    progress.rounds_total += r.outcome == kUnverified || r.outcome == kOk || r.outcome == kCorrupt;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto& [key, r] : order) {
+    if (r->outcome != kUnverified && r->outcome != kOk && r->outcome != kCorrupt) continue;
+    const auto r0 = std::chrono::steady_clock::now();
+    JudgeAgainstReference(o, MessagesForRound(sessions[{r->point, r->session}], size_t(r->round)), r);
+    const auto now = std::chrono::steady_clock::now();
+    r->verify_s = std::chrono::duration<double>(now - r0).count();
+    progress.tokens_computed += r->prompt_tokens + r->completion_tokens;
+    ++progress.rounds_done;
+    progress.elapsed_s = std::chrono::duration<double>(now - t0).count();
+    if (on_progress) on_progress(progress);
+  }
+  return Status::Ok();
+}
+
+}  // namespace tandem
