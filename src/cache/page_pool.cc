@@ -98,6 +98,13 @@ void PagePool::Release(std::span<const int32_t> pages) {
   }
 }
 
+void PagePool::set_debug_poison(bool on) {
+  poison_ = on;
+  if (on) {
+    for (int32_t p : free_list_) Poison(p);
+  }
+}
+
 void PagePool::Poison(int32_t page) {
   for (int b = 0; b < layout_.n_buffers(); ++b) {
     for (int l = 0; l < layout_.n_layers(); ++l) {

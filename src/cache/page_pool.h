@@ -68,7 +68,8 @@ class PagePool {
   // moment it is freed or reserved, like an allocator's scribbling, so a read
   // before its data has landed gives garbage instead of stale bytes that
   // happen to be right. Off: one untaken branch per freed page.
-  void set_debug_poison(bool on) { poison_ = on; }
+  // Turning it on poisons every free page at once (a fresh arena is zeros).
+  void set_debug_poison(bool on);
   bool debug_poison() const { return poison_; }
   // f32/bf16 0x5A5A.. ~ 1.5e16, f16 203, fp8 e4m3 20: finite, and far from any real cache row.
   static constexpr uint8_t kPoisonByte = 0x5A;

@@ -377,11 +377,15 @@ ServerState ProbeServer(const std::string& host, int port) {
   s.healthy = status == 200;
   if (status != 200) s.detail += "/health answered " + std::to_string(status) + "; ";
   const bool metrics = GetText(host, port, "/metrics", &status, &body);
-  if (!metrics || status != 200) {
+  if (metrics && (status == 404 || status == 501)) {
     // A server without metrics (llama-server answers 501 unless --metrics):
     // judged by /health alone, and the gate says what it could not check.
-    s.unchecked = std::string("/metrics ") + (metrics ? "answered " + std::to_string(status) : "did not answer") +
+    s.unchecked = "/metrics answered " + std::to_string(status) +
                   ", so only /health was checked (not idle requests, reserved or quarantined pages)";
+  } else if (!metrics || status != 200) {
+    // Offered but failing (a timeout under load, a 500): not a server to measure.
+    s.healthy = false;
+    s.detail += std::string("/metrics ") + (metrics ? "answered " + std::to_string(status) : "did not answer") + "; ";
   } else {
     const std::vector<Sample> samples = ParseMetricsText(body);
     AddEngineMetrics(samples, &s);

@@ -12,20 +12,25 @@ namespace {
 using Json = nlohmann::json;
 
 // A logprobs entry's exact bytes ("bytes" when the server sends them, else its text).
+std::string EntryText(const Json& e) {
+  return e.is_object() && e.contains("token") && e["token"].is_string() ? e["token"].get<std::string>() : std::string();
+}
+
 std::string EntryBytes(const Json& e) {
-  if (e.contains("bytes") && e["bytes"].is_array()) {
+  if (e.is_object() && e.contains("bytes") && e["bytes"].is_array()) {
     std::string out;
     for (const Json& b : e["bytes"]) {
-      if (!b.is_number_integer()) return e.value("token", std::string());
-      out += char(b.get<int>() & 0xff);
+      if (!b.is_number_integer()) return EntryText(e);
+      out += char(b.get<int64_t>() & 0xff);
     }
     return out;
   }
-  return e.contains("token") && e["token"].is_string() ? e["token"].get<std::string>() : std::string();
+  return EntryText(e);
 }
 
+// A missing or null logprob (some servers write -inf as null) is as unlikely as it gets.
 double EntryLogprob(const Json& e) {
-  return e.contains("logprob") && e["logprob"].is_number() ? e["logprob"].get<double>() : -1e30;
+  return e.is_object() && e.contains("logprob") && e["logprob"].is_number() ? e["logprob"].get<double>() : -1e30;
 }
 
 std::string Shown(std::string s) {
@@ -36,15 +41,23 @@ std::string Shown(std::string s) {
 }  // namespace
 
 Divergence Compare(const Json& reference, const std::string& reference_text, const std::string& served,
-                   double near_tie_nats) {
+                   const std::string& served_finish, double near_tie_nats) {
   Divergence d;
   size_t pos = 0;
   for (size_t i = 0; i < reference.size(); ++i) {
     const Json& e = reference[i];
     const std::string t = EntryBytes(e);
-    if (!t.empty() && served.compare(pos, t.size(), t) == 0) {
+    // Zero-width tokens (end of turn, control tokens past ignore_eos) spell nothing.
+    if (t.empty() || served.compare(pos, t.size(), t) == 0) {
       pos += t.size();
       continue;
+    }
+    if (pos == served.size() && served_finish == "length") {
+      d.kind = Divergence::Kind::kUnjudged;
+      d.token = int64_t(i);
+      d.detail = "the served answer stops at reference token " + std::to_string(i) +
+                 " with finish \"length\" (its context or token limit): nothing after it to judge";
+      return d;
     }
     // The texts part at reference token i: which alternative did the server take?
     const std::string rest = served.substr(pos);
@@ -52,12 +65,18 @@ Divergence Compare(const Json& reference, const std::string& reference_text, con
     int rank = -1;
     double taken = 0;
     std::string taken_text;
-    const Json top = e.contains("top_logprobs") && e["top_logprobs"].is_array() ? e["top_logprobs"] : Json::array();
+    const Json top =
+        e.is_object() && e.contains("top_logprobs") && e["top_logprobs"].is_array() ? e["top_logprobs"] : Json::array();
+    // Without the served token ids only the text says which alternative was
+    // taken: the longest one the served text starts with (" aardvark" over " a").
     for (size_t k = 0; k < top.size(); ++k) {
       const std::string a = EntryBytes(top[k]);
       if (a == t) continue;  // the reference's own choice
       const bool matches = a.empty() ? rest.empty() : rest.compare(0, a.size(), a) == 0;
-      if (!matches || (rank >= 0 && EntryLogprob(top[k]) <= taken)) continue;
+      if (!matches) continue;
+      if (rank >= 0 && (a.size() < taken_text.size() || (a.size() == taken_text.size() && EntryLogprob(top[k]) <= taken))) {
+        continue;
+      }
       rank = int(k);
       taken = EntryLogprob(top[k]);
       taken_text = a;
@@ -90,7 +109,9 @@ Divergence Compare(const Json& reference, const std::string& reference_text, con
   return d;
 }
 
-void JudgeAgainstReference(const DifferentialOptions& o, const Json& messages, RoundRecord* round) {
+namespace {
+
+void JudgeOnce(const DifferentialOptions& o, const Json& messages, RoundRecord* round) {
   round->first_mismatch = -1;
   const Json temperature = round->request.value("temperature", Json(1.0));
   if (!temperature.is_number() || temperature.get<double>() != 0.0) {
@@ -120,23 +141,24 @@ void JudgeAgainstReference(const DifferentialOptions& o, const Json& messages, R
   if (!res) return error("no answer from http://" + o.host + ":" + std::to_string(o.port) + " (" + httplib::to_string(res.error()) + ")");
   if (res->status != 200) return error("HTTP " + std::to_string(res->status) + ": " + res->body.substr(0, 300));
   const Json j = Json::parse(res->body, nullptr, false);
-  if (j.is_discarded() || !j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) {
+  if (j.is_discarded() || !j.is_object() || !j.contains("choices") || !j["choices"].is_array() ||
+      j["choices"].empty() || !j["choices"][0].is_object()) {
     return error("its answer is not a chat completion");
   }
   const Json& choice = j["choices"][0];
-  const Json message = choice.value("message", Json::object());
-  const std::string text = message.contains("content") && message["content"].is_string()
-                               ? message["content"].get<std::string>() : std::string();
-  const Json lp = choice.value("logprobs", Json());
-  if (!lp.is_object() || !lp.contains("content") || !lp["content"].is_array()) {
+  const Json* message = choice.contains("message") && choice["message"].is_object() ? &choice["message"] : nullptr;
+  const std::string text = message && message->contains("content") && (*message)["content"].is_string()
+                               ? (*message)["content"].get<std::string>() : std::string();
+  const Json* lp = choice.contains("logprobs") ? &choice["logprobs"] : nullptr;
+  if (!lp || !lp->is_object() || !lp->contains("content") || !(*lp)["content"].is_array()) {
     return error("it did not return logprobs (a reference must report logprobs and top_logprobs)");
   }
   if (text == round->text) {
     round->outcome = kOk;
-    round->verify_note = "text identical to the reference (" + std::to_string(lp["content"].size()) + " tokens)";
+    round->verify_note = "text identical to the reference (" + std::to_string((*lp)["content"].size()) + " tokens)";
     return;
   }
-  const Divergence d = Compare(lp["content"], text, round->text, o.near_tie_nats);
+  const Divergence d = Compare((*lp)["content"], text, round->text, round->finish_reason, o.near_tie_nats);
   switch (d.kind) {
     case Divergence::Kind::kSame:
     case Divergence::Kind::kNearTie:
@@ -151,6 +173,19 @@ void JudgeAgainstReference(const DifferentialOptions& o, const Json& messages, R
       break;
   }
   round->verify_note = d.kind == Divergence::Kind::kSame ? "the reference's text agrees" : d.detail;
+}
+
+}  // namespace
+
+void JudgeAgainstReference(const DifferentialOptions& o, const Json& messages, RoundRecord* round) {
+  try {
+    JudgeOnce(o, messages, round);
+  } catch (const Json::exception& e) {
+    // Every read checks its type; this is a missed check on the reference's reply.
+    round->outcome = kError;
+    round->first_mismatch = -1;
+    round->verify_note = std::string("the reference's answer could not be read: ") + e.what();
+  }
 }
 
 Status VerifyRoundsAgainstReference(const DifferentialOptions& options, std::vector<RoundRecord>* rounds,

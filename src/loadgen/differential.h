@@ -41,7 +41,8 @@ struct DifferentialOptions {
 void JudgeAgainstReference(const DifferentialOptions& options, const nlohmann::json& messages, RoundRecord* round);
 
 // What the walk found, for JudgeAgainstReference and its tests. `reference`
-// is the reference's choices[0].logprobs.content; `served` the served text.
+// is the reference's choices[0].logprobs.content (any JSON: what is not an
+// entry counts as none); `served` the served text and its finish reason.
 struct Divergence {
   enum class Kind { kSame, kNearTie, kCorrupt, kUnjudged } kind = Kind::kSame;
   int64_t token = -1;    // index of the reference token where the texts part
@@ -49,7 +50,7 @@ struct Divergence {
   std::string detail;
 };
 Divergence Compare(const nlohmann::json& reference, const std::string& reference_text, const std::string& served,
-                   double near_tie_nats);
+                   const std::string& served_finish, double near_tie_nats);
 
 // Judges every round whose outcome is unverified, ok or corrupt, one request
 // at a time, in (point, session, round) order.

@@ -33,6 +33,8 @@ ReferenceVerifier::ReferenceVerifier(const Model& model, const CacheSpec& spec, 
 
 Status ReferenceSession::Reserve(const CacheSpec& spec, int n_layers, int64_t tokens) {
   if (pool_ && capacity_tokens() >= tokens) return Status::Ok();
+  // Growing starts the session over: at least double, so that happens a few times at most.
+  if (pool_) tokens = std::max(tokens, 2 * capacity_tokens());
   Reset();
   pool_ = std::make_unique<PagePool>(spec.registry, n_layers, (tokens + kPageTokens - 1) / kPageTokens);
   auto pages = pool_->Allocate(pool_->free_pages());
@@ -118,6 +120,16 @@ ReferenceVerifier::Verdict ReferenceVerifier::JudgeTokens(const ParsedRequest& r
   if (total + 1 > ctx_tokens_) {
     round->verify_note += "too long to replay (" + std::to_string(total) + " tokens)";
     return Verdict::kNotReplayed;
+  }
+  // A served id outside the vocabulary is the first wrong token (the forward
+  // pass would refuse the whole sequence).
+  for (size_t i = 0; i < served.size(); ++i) {
+    if (served[i] < 0 || served[i] >= model_.config().vocab_size) {
+      round->first_mismatch = int64_t(i);
+      round->verify_note += "token " + std::to_string(i) + ": server " + std::to_string(served[i]) +
+                            " is not a token of this vocabulary";
+      return Verdict::kDiffers;
+    }
   }
   if (Status st = session.Reserve(spec_, int(model_.config().n_layers), total + 1); !st.ok()) {
     round->verify_note += "no pages: " + st.ToString();
@@ -275,7 +287,7 @@ Status VerifyRounds(const Model& model, const AttentionOptions& attention, std::
     // Sized once for the session's longest round (plus room for a rendering
     // that differs from the server's by a few tokens), so no round starts over.
     ReferenceSession session;
-    if (!options.from_scratch) {
+    if (!options.from_scratch && list[0]->has_token_ids) {
       (void)session.Reserve(spec, int(model.config().n_layers), std::min(ctx, session_longest + 2 * kPageTokens));
     }
     std::vector<const RoundRecord*> view(list.begin(), list.end());

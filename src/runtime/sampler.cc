@@ -32,8 +32,9 @@ int32_t Sampler::Sample(std::span<const float> logits, const SamplingParams& p,
     row = penalized_;
   }
   // Highest logit first; equal logits by lower id, so the order is total. A
-  // NaN logit (broken weights, a poisoned cache page) ranks as -inf: sorting
-  // with NaN compared as is would not be a strict weak order.
+  // NaN logit (broken weights, a poisoned cache page) ranks as -inf (and
+  // counts as -inf in the softmax below): sorting with NaN compared as is
+  // would not be a strict weak order.
   auto better = [](const Candidate& a, const Candidate& b) {
     const float x = std::isnan(a.logit) ? -INFINITY : a.logit, y = std::isnan(b.logit) ? -INFINITY : b.logit;
     return x != y ? x > y : a.id < b.id;
@@ -47,7 +48,7 @@ int32_t Sampler::Sample(std::span<const float> logits, const SamplingParams& p,
     return best.id;
   }
   candidates_.resize(row.size());
-  for (size_t i = 0; i < row.size(); ++i) candidates_[i] = {row[i], int32_t(i)};
+  for (size_t i = 0; i < row.size(); ++i) candidates_[i] = {std::isnan(row[i]) ? -INFINITY : row[i], int32_t(i)};
   size_t n = candidates_.size();
   if (p.top_k > 0 && size_t(p.top_k) < n) {
     n = size_t(p.top_k);

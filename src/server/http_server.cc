@@ -155,7 +155,7 @@ void HttpServer::Stream(const ParsedRequest& p, std::shared_ptr<RequestHandle> h
     std::string held;  // tool-call requests: text is parsed at the end
     std::vector<int32_t> held_tokens;  // and its token ids
     std::vector<PositionLogprobs> held_logprobs;  // logprobs of tokens whose text is not out yet
-    int64_t text_offset = 0;                      // completions: text bytes sent so far
+    int64_t text_offset = 0;                      // completions: bytes of the tokens whose logprobs went out
   };
   auto state = std::make_shared<State>();
   const ResponseMeta meta{p.model, handle->id(), UnixNow(), p.include_usage};
@@ -201,7 +201,9 @@ void HttpServer::Stream(const ParsedRequest& p, std::shared_ptr<RequestHandle> h
           } else {
             frame = CompletionChunkSse(meta, ev.text, "", p.return_token_ids ? &ev.tokens : nullptr, lpp);
           }
-          state->text_offset += int64_t(ev.text.size());
+          for (const PositionLogprobs& e : state->held_logprobs) {
+            state->text_offset += int64_t(info_.tokenizer->TokenBytes(e.chosen.token).size());
+          }
           state->held_logprobs.clear();
           if (!write(frame)) return handle->Cancel(), false;
           return true;

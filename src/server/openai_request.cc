@@ -198,7 +198,7 @@ MaybeError ReadLogprobs(const Json& body, const ModelInfo& model, bool chat, Par
     if (top != nullptr) {
       return BadRequest("top_logprobs", "'top_logprobs' is a chat field; completions take 'logprobs': N");
     }
-    if (lp != nullptr && !lp->is_null()) {
+    if (lp != nullptr && !lp->is_null() && !(lp->is_boolean() && !lp->get<bool>())) {
       if (!lp->is_number_integer() || lp->get<int64_t>() < 0 || lp->get<int64_t>() > kMaxTopLogprobs) {
         return BadRequest("logprobs", "'logprobs' must be an integer " + range + " (alternatives per token)");
       }

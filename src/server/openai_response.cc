@@ -3,6 +3,8 @@
 // compare by eye.
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+
 #include "server/openai_api.h"
 #include "server/openai_json.h"
 
@@ -65,11 +67,14 @@ Out BytesArray(const std::string& bytes) {
   return a;
 }
 
+// OpenAI writes impossible tokens as -9999.0; JSON has no -inf (it would be null).
+double Logprob(float lp) { return std::isfinite(lp) ? double(lp) : -9999.0; }
+
 Out ChatLogprobs(const LogprobsOut& lp) {
   auto entry = [&](const TokenLogprob& t) {
     Out e;
     e["token"] = TokenString(*lp.tokenizer, t.token);
-    e["logprob"] = t.logprob;
+    e["logprob"] = Logprob(t.logprob);
     e["bytes"] = BytesArray(lp.tokenizer->TokenBytes(t.token));
     return e;
   };
@@ -90,15 +95,17 @@ Out CompletionLogprobs(const LogprobsOut& lp) {
   for (const PositionLogprobs& p : lp.entries) {
     const std::string text = TokenString(*lp.tokenizer, p.chosen.token);
     tokens.push_back(text);
-    token_logprobs.push_back(p.chosen.logprob);
+    token_logprobs.push_back(Logprob(p.chosen.logprob));
+    // The alternatives and, as OpenAI's legacy API does, the chosen token.
     Out alternatives = Out::object();
     for (const TokenLogprob& t : p.top) {
       const std::string alt = TokenString(*lp.tokenizer, t.token);
-      if (!alternatives.contains(alt)) alternatives[alt] = t.logprob;  // two ids can spell the same text
+      if (!alternatives.contains(alt)) alternatives[alt] = Logprob(t.logprob);  // two ids can spell the same text
     }
+    if (!alternatives.contains(text)) alternatives[text] = Logprob(p.chosen.logprob);
     top.push_back(std::move(alternatives));
     offsets.push_back(offset);
-    offset += int64_t(text.size());
+    offset += int64_t(lp.tokenizer->TokenBytes(p.chosen.token).size());  // in bytes of the token itself
   }
   Out out;
   out["tokens"] = std::move(tokens);

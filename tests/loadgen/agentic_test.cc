@@ -331,29 +331,46 @@ TEST(Differential, IdenticalNearTieAndCorruptDivergencesAreTold) {
   const Json ref = Json::array({Entry("Once", -0.1, {{"Once", -0.1}, {"Then", -2.5}}),
                                 Entry(" upon", -0.70, {{" upon", -0.70}, {" there", -0.72}, {" a", -3.0}}),
                                 Entry(" a", -0.2, {{" a", -0.2}, {" the", -4.0}})});
-  EXPECT_EQ(Compare(ref, "Once upon a", "Once upon a", 0.5).kind, Divergence::Kind::kSame);
+  EXPECT_EQ(Compare(ref, "Once upon a", "Once upon a", "length", 0.5).kind, Divergence::Kind::kSame);
   // " there" is 0.02 nats below " upon": drift between builds, not corruption.
-  Divergence d = Compare(ref, "Once upon a", "Once there was", 0.5);
+  Divergence d = Compare(ref, "Once upon a", "Once there was", "length", 0.5);
   EXPECT_EQ(d.kind, Divergence::Kind::kNearTie) << d.detail;
   EXPECT_EQ(d.token, 1);
   EXPECT_NEAR(d.margin, 0.02, 1e-9);
   // " a" at token 1 is 2.3 nats below: corruption, with its rank and margin.
-  d = Compare(ref, "Once upon a", "Once a", 0.5);
+  d = Compare(ref, "Once upon a", "Once a", "length", 0.5);
   EXPECT_EQ(d.kind, Divergence::Kind::kCorrupt) << d.detail;
   EXPECT_EQ(d.token, 1);
   EXPECT_NEAR(d.margin, 2.3, 1e-9);
   EXPECT_NE(d.detail.find("rank 3"), std::string::npos) << d.detail;
   // Token salad: nothing the reference would consider.
-  d = Compare(ref, "Once upon a", "Once zq%", 0.5);
+  d = Compare(ref, "Once upon a", "Once zq%", "length", 0.5);
   EXPECT_EQ(d.kind, Divergence::Kind::kCorrupt);
   EXPECT_EQ(d.token, 1);
   EXPECT_NE(d.detail.find("not among the reference's top 3"), std::string::npos) << d.detail;
   // The served answer ends where the reference goes on, with no end among its choices.
-  EXPECT_EQ(Compare(ref, "Once upon a", "Once upon", 0.5).kind, Divergence::Kind::kCorrupt);
+  EXPECT_EQ(Compare(ref, "Once upon a", "Once upon", "stop", 0.5).kind, Divergence::Kind::kCorrupt);
+  // ... unless it ran out of room ("length"): nothing after that to judge.
+  EXPECT_EQ(Compare(ref, "Once upon a", "Once upon", "length", 0.5).kind, Divergence::Kind::kUnjudged);
   // The reference ends first: nothing to judge the rest by.
-  EXPECT_EQ(Compare(ref, "Once upon a", "Once upon a time", 0.5).kind, Divergence::Kind::kUnjudged);
+  EXPECT_EQ(Compare(ref, "Once upon a", "Once upon a time", "length", 0.5).kind, Divergence::Kind::kUnjudged);
   // A wider tolerance turns the same margin into a near-tie.
-  EXPECT_EQ(Compare(ref, "Once upon a", "Once a", 3.0).kind, Divergence::Kind::kNearTie);
+  EXPECT_EQ(Compare(ref, "Once upon a", "Once a", "length", 3.0).kind, Divergence::Kind::kNearTie);
+  // Zero-width tokens (an end of turn generated past ignore_eos) spell nothing and are skipped.
+  Json with_eot = ref;
+  with_eot.insert(with_eot.begin() + 1, Entry("", -0.3, {{"", -0.3}}));
+  EXPECT_EQ(Compare(with_eot, "Once upon a", "Once upon a", "length", 0.5).kind, Divergence::Kind::kSame);
+  // The longest alternative the served text starts with is the one taken.
+  const Json longer = Json::array({Entry("Once", -0.1, {{"Once", -0.1}, {" a", -0.3}, {" aardvark", -6.0}})});
+  d = Compare(longer, "Once", " aardvark", "length", 0.5);
+  EXPECT_EQ(d.kind, Divergence::Kind::kCorrupt) << d.detail;
+  EXPECT_NEAR(d.margin, 5.9, 1e-9);
+  // Whatever the reference sends, the walk never throws: entries it cannot
+  // read spell nothing, and what they leave of the served text is unjudged.
+  EXPECT_EQ(Compare(Json::array({1, "x", nullptr, Json::object()}), "", "abc", "stop", 0.5).kind,
+            Divergence::Kind::kUnjudged);
+  EXPECT_EQ(Compare(Json::array({{{"token", 5}, {"bytes", "no"}, {"top_logprobs", 3}}}), "", "abc", "stop", 0.5).kind,
+            Divergence::Kind::kUnjudged);
 }
 
 SweepReport SampleReport(std::vector<RoundRecord>* rounds) {

@@ -144,6 +144,7 @@ TEST(OpenAiRequest, LogprobsAskForTheChosenTokenAndTopAlternatives) {
             5);
   EXPECT_EQ(ExpectParsed(ParseCompletionRequest(R"({"prompt": "x", "logprobs": 3})", m)).spec.logprobs, 3);
   EXPECT_EQ(ExpectParsed(ParseCompletionRequest(R"({"prompt": "x", "logprobs": null})", m)).spec.logprobs, -1);
+  EXPECT_EQ(ExpectParsed(ParseCompletionRequest(R"({"prompt": "x", "logprobs": false})", m)).spec.logprobs, -1);
   // A disaggregated decode server refuses them by name.
   ModelInfo decode = TestModel();
   decode.logprobs = false;
