@@ -43,12 +43,31 @@ std::string Shown(std::string s) {
 Divergence Compare(const Json& reference, const std::string& reference_text, const std::string& served,
                    const std::string& served_finish, double near_tie_nats) {
   Divergence d;
+  // Without the served ids a reference token can match the served text while
+  // the server took a longer alternative there (" " where it took " for"):
+  // the last such place is where the texts really parted if the walk fails later.
+  struct Ambiguous {
+    int64_t token = -1;
+    std::string reference, taken;
+    double margin = 0;
+  } ambiguous;
+  auto top_of = [](const Json& e) {
+    return e.is_object() && e.contains("top_logprobs") && e["top_logprobs"].is_array() ? e["top_logprobs"]
+                                                                                        : Json::array();
+  };
   size_t pos = 0;
   for (size_t i = 0; i < reference.size(); ++i) {
     const Json& e = reference[i];
     const std::string t = EntryBytes(e);
     // Zero-width tokens (end of turn, control tokens past ignore_eos) spell nothing.
     if (t.empty() || served.compare(pos, t.size(), t) == 0) {
+      for (const Json& alt : top_of(e)) {
+        const std::string a = EntryBytes(alt);
+        if (a.size() <= t.size() || served.compare(pos, a.size(), a) != 0) continue;
+        const double margin = EntryLogprob(e) - EntryLogprob(alt);
+        if (ambiguous.token == int64_t(i) && margin >= ambiguous.margin) continue;
+        ambiguous = {int64_t(i), t, a, margin};
+      }
       pos += t.size();
       continue;
     }
@@ -65,8 +84,7 @@ Divergence Compare(const Json& reference, const std::string& reference_text, con
     int rank = -1;
     double taken = 0;
     std::string taken_text;
-    const Json top =
-        e.is_object() && e.contains("top_logprobs") && e["top_logprobs"].is_array() ? e["top_logprobs"] : Json::array();
+    const Json top = top_of(e);
     // Without the served token ids only the text says which alternative was
     // taken: the longest one the served text starts with (" aardvark" over " a").
     for (size_t k = 0; k < top.size(); ++k) {
@@ -82,6 +100,17 @@ Divergence Compare(const Json& reference, const std::string& reference_text, con
       taken_text = a;
     }
     d.token = int64_t(i);
+    if ((rank < 0 || best - taken > near_tie_nats) && ambiguous.token >= 0 && ambiguous.margin <= near_tie_nats) {
+      char m[32];
+      std::snprintf(m, sizeof(m), "%.4g", ambiguous.margin);
+      d.kind = Divergence::Kind::kNearTie;
+      d.token = ambiguous.token;
+      d.margin = ambiguous.margin;
+      d.detail = "token " + std::to_string(ambiguous.token) + ": the server took " + Shown(ambiguous.taken) + ", " + m +
+                 " nats below the reference's " + Shown(ambiguous.reference) +
+                 " (the texts part at token " + std::to_string(i) + "): a near-tie, numerical drift; not judged past it";
+      return d;
+    }
     if (rank < 0) {
       d.kind = Divergence::Kind::kCorrupt;
       d.margin = 1e30;

@@ -365,6 +365,20 @@ TEST(Differential, IdenticalNearTieAndCorruptDivergencesAreTold) {
   d = Compare(longer, "Once", " aardvark", "length", 0.5);
   EXPECT_EQ(d.kind, Divergence::Kind::kCorrupt) << d.detail;
   EXPECT_NEAR(d.margin, 5.9, 1e-9);
+  // Token boundaries the text alone hides: the reference's " " matches the
+  // served " for", whose token was the 0.03-nat alternative " for"; the texts
+  // only part a token later. That is the near-tie, not corruption at "i".
+  const Json boundary = Json::array({Entry("my", -0.1, {{"my", -0.1}}),
+                                     Entry(" ", -1.925, {{" ", -1.925}, {" for", -1.957}, {" a", -2.2}}),
+                                     Entry("i", -1.76, {{"i", -1.76}, {"out", -1.79}})});
+  d = Compare(boundary, "my i", "my for a walk", "length", 0.5);
+  EXPECT_EQ(d.kind, Divergence::Kind::kNearTie) << d.detail;
+  EXPECT_EQ(d.token, 1);
+  EXPECT_NEAR(d.margin, 0.032, 1e-9);
+  // Were " for" far below, the served text would be corrupt where it parts.
+  const Json far = Json::array({Entry("my", -0.1, {{"my", -0.1}}),
+                                Entry(" ", -0.5, {{" ", -0.5}, {" for", -4.0}}), Entry("i", -1.76, {{"i", -1.76}})});
+  EXPECT_EQ(Compare(far, "my i", "my for a walk", "length", 0.5).kind, Divergence::Kind::kCorrupt);
   // Whatever the reference sends, the walk never throws: entries it cannot
   // read spell nothing, and what they leave of the served text is unjudged.
   EXPECT_EQ(Compare(Json::array({1, "x", nullptr, Json::object()}), "", "abc", "stop", 0.5).kind,
