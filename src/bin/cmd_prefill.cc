@@ -26,6 +26,7 @@ struct PrefillArgs {
   std::string attention = "dense", index_k_dtype = "fp8", kv_dtype = "f32";
   int64_t top_k = 2048;
   int64_t cache_tokens = 65536;
+  int64_t context_tokens = 0;  // 0: the model's
   int32_t chunk_size = 512;
   int32_t max_batch_tokens = 2048;
   int32_t max_running = 32;
@@ -56,6 +57,7 @@ int RunPrefill(PrefillArgs& a) {
   PrefillOptions po;
   po.engine.attention = *attention;
   po.engine.cache_tokens = a.cache_tokens;
+  po.engine.context_tokens = a.context_tokens;
   po.engine.chunk_size = a.chunk_size;
   po.engine.max_batch_tokens = a.max_batch_tokens;
   po.engine.max_running = a.max_running;
@@ -169,6 +171,9 @@ void RegisterPrefill(CLI::App& app) {
   cmd->add_option("--index-k-dtype", a->index_k_dtype, "fp8 or bf16 (must match the decode engines)");
   cmd->add_option("--kv-dtype", a->kv_dtype, "K/V cache dtype: f32, f16 or bf16 (must match the decode engines)");
   cmd->add_option("--cache-tokens", a->cache_tokens, "Local page pool size in tokens")->check(CLI::Range(int64_t(64), int64_t(1) << 30));
+  cmd->add_option("--ctx-size", a->context_tokens,
+                  "Context tokens per sequence (default: the model's; must match the decode engines)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 30));
   cmd->add_option("--chunk-size", a->chunk_size, "Prefill tokens of one prompt per step")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--max-batch-tokens", a->max_batch_tokens, "Prefill tokens of all prompts together per step")
       ->check(CLI::Range(1, 1 << 20));

@@ -54,11 +54,16 @@ DisaggLaunch LaunchFor(const ServeArgs& a) {
                    std::to_string(a.engine.max_running), "--max-waiting", std::to_string(a.engine.max_waiting),
                    "--request-timeout", std::to_string(a.request_timeout_s), "--verify-handoff", a.verify};
   if (!a.server.model_id.empty()) l.decode_args.insert(l.decode_args.end(), {"--model-id", a.server.model_id});
-  if (a.engine.context_tokens > 0) l.decode_args.insert(l.decode_args.end(), {"--ctx-size", std::to_string(a.engine.context_tokens)});
   if (a.no_prefix_cache) l.decode_args.push_back("--no-prefix-cache");
   // One --cache-tokens sizes both engines' pools.
   l.prefill_args = {"--chunk-size", std::to_string(a.engine.chunk_size), "--cache-tokens", std::to_string(a.engine.cache_tokens)};
   if (!a.prefill_order.empty()) l.prefill_args.insert(l.prefill_args.end(), {"--prefill-order", a.prefill_order});
+  if (a.engine.context_tokens > 0) {
+    // Both sides: a prompt the decode server accepts must fit the prefill engine's context too.
+    for (auto* side : {&l.decode_args, &l.prefill_args}) {
+      side->insert(side->end(), {"--ctx-size", std::to_string(a.engine.context_tokens)});
+    }
+  }
   l.decode_args.insert(l.decode_args.end(), {"--handoff-timeout-ms", std::to_string(a.handoff_timeout_ms)});
   l.transport_tcp = a.transport == "tcp";
   for (auto* side : {&l.prefill_args, &l.decode_args, &l.router_args}) side->insert(side->end(), {"--log-level", a.log_level});

@@ -340,7 +340,9 @@ int FreePort() {
 }
 
 TEST_F(Disagg, ServeDisaggMatchesColocatedAndStopsCleanly) {
-  std::vector<std::string> args = {"serve", "--disagg", "-m", *model_, "--model-id", "tiny"};
+  // --ctx-size past the model's 4096 reaches both engines: a 5000-token prompt
+  // is prefilled (the prefill engine once refused it with the model's context).
+  std::vector<std::string> args = {"serve", "--disagg", "-m", *model_, "--model-id", "tiny", "--ctx-size", "8192"};
   for (auto& x : Attention("bf16")) args.push_back(x);
   ServerProcess disagg(args, 120, "router at http://127.0.0.1:");
   ASSERT_TRUE(disagg.ok()) << disagg.Log();
@@ -351,9 +353,14 @@ TEST_F(Disagg, ServeDisaggMatchesColocatedAndStopsCleanly) {
     got.push_back(std::async(std::launch::async, [&, i] { return Complete(disagg.port(), Prompt(i), 20); }));
   }
   for (int i = 0; i < 12; ++i) EXPECT_EQ(got[size_t(i)].get(), Complete(colocated->port(), Prompt(i), 20)) << i;
+  std::vector<int32_t> long_prompt(5000);
+  for (size_t k = 0; k < long_prompt.size(); ++k) long_prompt[k] = int32_t(3 + (k * 7) % 900);
+  int status = 0;
+  const std::string long_answer = Complete(disagg.port(), long_prompt, 4, &status);
+  EXPECT_EQ(status, 200) << long_answer << disagg.Log();
   EXPECT_EQ(HttpGet(disagg.port(), "/health").status, 200);
   EXPECT_EQ(disagg.Terminate(), 0) << disagg.Log();
-  EXPECT_NE(disagg.Log().find(" prefill info  tandem prefill: stopping (12 committed"), std::string::npos) << disagg.Log();
+  EXPECT_NE(disagg.Log().find(" prefill info  tandem prefill: stopping (13 committed"), std::string::npos) << disagg.Log();
 }
 
 TEST_F(Disagg, DecodeKilledRouterAnswers503ThenRecoversAfterRestart) {
