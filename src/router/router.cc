@@ -114,7 +114,9 @@ Status Router::Start() {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   RaiseListenBacklog(port_);
-  listener_ = std::thread([this] { server_->listen_after_bind(); });
+  if (!StartListening(*server_, &listener_, std::chrono::seconds(10))) {
+    return Unavailable("the HTTP listener on port " + std::to_string(port_) + " did not start within 10 s");
+  }
   return Status::Ok();
 }
 

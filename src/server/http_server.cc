@@ -54,7 +54,9 @@ Status HttpServer::Start() {
                        " (in use, or not an address of this host)");
   }
   RaiseListenBacklog(port_);
-  listener_ = std::thread([this] { server_->listen_after_bind(); });
+  if (!StartListening(*server_, &listener_, std::chrono::seconds(10))) {
+    return Unavailable("the HTTP listener on port " + std::to_string(port_) + " did not start within 10 s");
+  }
   return Status::Ok();
 }
 

@@ -5,6 +5,8 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <httplib.h>
+
 #include <cstdlib>
 
 namespace tandem {
@@ -29,6 +31,16 @@ bool RaiseListenBacklog(int port) {
   }
   closedir(dir);
   return found;
+}
+
+bool StartListening(httplib::Server& server, std::thread* listener, std::chrono::milliseconds deadline) {
+  *listener = std::thread([&server] { server.listen_after_bind(); });
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  while (!server.is_running()) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
 }
 
 }  // namespace tandem
