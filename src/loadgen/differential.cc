@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <map>
 
 namespace tandem {
 namespace {
@@ -225,36 +224,24 @@ Status VerifyRoundsAgainstReference(const DifferentialOptions& options, std::vec
     int64_t context = 0;
     TANDEM_RETURN_IF_ERROR(QueryModel(o.host, o.port, &o.model, &attention, &context));
   }
-  std::map<std::tuple<int, int, int>, RoundRecord*> order;
-  std::map<std::pair<int, int>, std::vector<const RoundRecord*>> sessions;
-  for (RoundRecord& r : *rounds) {
-    order[{r.point, r.session, r.round}] = &r;
-    sessions[{r.point, r.session}].push_back(&r);
-  }
-  for (auto& [key, list] : sessions) {
-    std::sort(list.begin(), list.end(), [](const RoundRecord* a, const RoundRecord* b) { return a->round < b->round; });
-    for (size_t i = 0; i < list.size(); ++i) {
-      if (list[i]->round != int(i)) {
-        return InvalidArgument("session " + std::to_string(key.second) + " of point " + std::to_string(key.first) +
-                               " is missing round " + std::to_string(i));
-      }
-    }
-  }
+  TANDEM_ASSIGN_OR_RETURN(SessionRounds sessions, GroupSessions(rounds));
   VerifyProgress progress;
-  for (const RoundRecord& r : *rounds) {
-    progress.rounds_total += r.outcome == kUnverified || r.outcome == kOk || r.outcome == kCorrupt;
-  }
+  for (const RoundRecord& r : *rounds) progress.rounds_total += Judgeable(r);
   const auto t0 = std::chrono::steady_clock::now();
-  for (auto& [key, r] : order) {
-    if (r->outcome != kUnverified && r->outcome != kOk && r->outcome != kCorrupt) continue;
-    const auto r0 = std::chrono::steady_clock::now();
-    JudgeAgainstReference(o, MessagesForRound(sessions[{r->point, r->session}], size_t(r->round)), r);
-    const auto now = std::chrono::steady_clock::now();
-    r->verify_s = std::chrono::duration<double>(now - r0).count();
-    progress.tokens_computed += r->prompt_tokens + r->completion_tokens;
-    ++progress.rounds_done;
-    progress.elapsed_s = std::chrono::duration<double>(now - t0).count();
-    if (on_progress) on_progress(progress);
+  for (auto& [key, list] : sessions) {
+    const std::vector<const RoundRecord*> view(list.begin(), list.end());
+    for (size_t i = 0; i < list.size(); ++i) {
+      RoundRecord& r = *list[i];
+      if (!Judgeable(r)) continue;
+      const auto r0 = std::chrono::steady_clock::now();
+      JudgeAgainstReference(o, MessagesForRound(view, i), &r);
+      const auto now = std::chrono::steady_clock::now();
+      r.verify_s = std::chrono::duration<double>(now - r0).count();
+      progress.tokens_computed += r.prompt_tokens + r.completion_tokens;
+      ++progress.rounds_done;
+      progress.elapsed_s = std::chrono::duration<double>(now - t0).count();
+      if (on_progress) on_progress(progress);
+    }
   }
   return Status::Ok();
 }

@@ -253,14 +253,30 @@ StatusOr<AttentionOptions> AttentionFromHeader(const Json& a, const AttentionOpt
   }
 }
 
+StatusOr<SessionRounds> GroupSessions(std::vector<RoundRecord>* rounds) {
+  SessionRounds sessions;
+  for (RoundRecord& r : *rounds) sessions[{r.point, r.session}].push_back(&r);
+  for (auto& [key, list] : sessions) {
+    std::sort(list.begin(), list.end(), [](const RoundRecord* a, const RoundRecord* b) { return a->round < b->round; });
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (list[i]->round != int(i)) {
+        return InvalidArgument("session " + std::to_string(key.second) + " of point " + std::to_string(key.first) +
+                               " is missing round " + std::to_string(i));
+      }
+    }
+  }
+  return sessions;
+}
+
 Status VerifyRounds(const Model& model, const AttentionOptions& attention, std::vector<RoundRecord>* rounds,
                     const VerifyOptions& options) {
   TANDEM_ASSIGN_OR_RETURN(CacheSpec spec, MakeCacheSpec(model.config(), attention));
-  std::map<std::pair<int, int>, std::vector<RoundRecord*>> sessions;
+  TANDEM_ASSIGN_OR_RETURN(SessionRounds sessions, GroupSessions(rounds));
   int64_t longest = 0;
-  for (RoundRecord& r : *rounds) {
-    sessions[{r.point, r.session}].push_back(&r);
+  VerifyProgress progress;
+  for (const RoundRecord& r : *rounds) {
     longest = std::max(longest, RoundTokens(r));
+    progress.rounds_total += Judgeable(r);
   }
   // The server's context when known (the reference must stop where it did);
   // else room for the longest round and never less than the model's context.
@@ -269,21 +285,10 @@ Status VerifyRounds(const Model& model, const AttentionOptions& attention, std::
                           : std::max<int64_t>(model.config().context_length, longest + kPageTokens);
   ThreadPool pool(std::max(1, options.threads));
   ReferenceVerifier verifier(model, spec, pool, ctx, options.model_id);
-  VerifyProgress progress;
-  for (const RoundRecord& r : *rounds) {
-    progress.rounds_total += r.outcome == kUnverified || r.outcome == kOk || r.outcome == kCorrupt;
-  }
   const auto t0 = std::chrono::steady_clock::now();
   for (auto& [key, list] : sessions) {
-    std::sort(list.begin(), list.end(), [](const RoundRecord* a, const RoundRecord* b) { return a->round < b->round; });
     int64_t session_longest = 0;
-    for (size_t i = 0; i < list.size(); ++i) {
-      if (list[i]->round != int(i)) {
-        return InvalidArgument("session " + std::to_string(key.second) + " of point " + std::to_string(key.first) +
-                               " is missing round " + std::to_string(i));
-      }
-      session_longest = std::max(session_longest, RoundTokens(*list[i]));
-    }
+    for (const RoundRecord* r : list) session_longest = std::max(session_longest, RoundTokens(*r));
     // Sized once for the session's longest round (plus room for a rendering
     // that differs from the server's by a few tokens), so no round starts over.
     ReferenceSession session;
@@ -293,7 +298,7 @@ Status VerifyRounds(const Model& model, const AttentionOptions& attention, std::
     std::vector<const RoundRecord*> view(list.begin(), list.end());
     for (size_t i = 0; i < list.size(); ++i) {
       RoundRecord& r = *list[i];
-      if (r.outcome != kUnverified && r.outcome != kOk && r.outcome != kCorrupt) continue;
+      if (!Judgeable(r)) continue;
       const auto r0 = std::chrono::steady_clock::now();
       progress.tokens_computed += verifier.Judge(MessagesForRound(view, i), &r, options.from_scratch ? nullptr : &session);
       const auto now = std::chrono::steady_clock::now();

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -100,6 +101,13 @@ class ReferenceVerifier {
 // server_attention), or `fallback` when it reported none.
 StatusOr<AttentionOptions> AttentionFromHeader(const nlohmann::json& server_attention,
                                                const AttentionOptions& fallback);
+
+// A transcript's rounds by (point, session), each session's in round order.
+using SessionRounds = std::map<std::pair<int, int>, std::vector<RoundRecord*>>;
+// Fails naming the first session with a missing round (its messages could not be rebuilt).
+StatusOr<SessionRounds> GroupSessions(std::vector<RoundRecord>* rounds);
+// Verification judges these (timeouts and errors stay what they are).
+inline bool Judgeable(const RoundRecord& r) { return r.outcome == kUnverified || r.outcome == kOk || r.outcome == kCorrupt; }
 
 struct VerifyProgress {
   size_t rounds_done = 0, rounds_total = 0;

@@ -203,6 +203,14 @@ class Oracle : public ::testing::Test {
     return out;
   }
 
+  static AttentionOptions Sparse(CacheDType index_k) {
+    AttentionOptions a;
+    a.kind = AttentionKind::kSparse;
+    a.top_k = 16;
+    a.index_k_dtype = index_k;
+    return a;
+  }
+
   VerifyOptions Opts(bool from_scratch = false) const {
     VerifyOptions o;
     o.threads = 2;
@@ -216,10 +224,7 @@ class Oracle : public ::testing::Test {
 };
 
 TEST_F(Oracle, IdenticalRoundsAreOkAndTheFirstCorruptTokenIsNamed) {
-  AttentionOptions sparse;
-  sparse.kind = AttentionKind::kSparse;
-  sparse.top_k = 16;
-  sparse.index_k_dtype = CacheDType::kBF16;
+  const AttentionOptions sparse = Sparse(CacheDType::kBF16);
   for (const AttentionOptions& attention : {AttentionOptions{}, sparse}) {
     for (float temperature : {0.0f, 0.9f}) {
       std::vector<RoundRecord> rounds = Session(attention, temperature);
@@ -270,10 +275,7 @@ TEST_F(Oracle, WithoutTokenIdsTextIsCompared) {
 // the next round must recompute from where its prompt differs), while the
 // forward pass runs over far fewer tokens.
 TEST_F(Oracle, CarryingTheSessionCacheGivesTheVerdictsOfReplayingFromScratch) {
-  AttentionOptions sparse;
-  sparse.kind = AttentionKind::kSparse;
-  sparse.top_k = 16;
-  sparse.index_k_dtype = CacheDType::kFp8E4M3Scaled;
+  const AttentionOptions sparse = Sparse(CacheDType::kFp8E4M3Scaled);
   for (const AttentionOptions& attention : {AttentionOptions{}, sparse}) {
     std::vector<RoundRecord> clean = Session(attention, 0.7f, 6);
     std::vector<RoundRecord> bad = clean;
