@@ -44,8 +44,9 @@ void BenchIndexerOne(const IndexerBenchArgs& a, CacheDType dtype, int64_t contex
   }
   std::vector<float> q(size_t(a.heads) * 128), w(size_t(a.heads), 1.0f / float(a.heads));
   for (size_t i = 0; i < q.size(); ++i) q[i] = float(int(i * 37 % 101) - 50) / 50.0f;
-  const kernels::IndexerQuery query{q.data(), w.data(), a.heads, 128};
-  std::vector<float> scores(static_cast<size_t>(context)), scratch(static_cast<size_t>(threads.size()) * 128);
+  const kernels::IndexerQueries query{q.data(), 0, w.data(), 0, a.heads, 128, 1};
+  const size_t per_thread = size_t(kernels::IndexerScratchFloats(1, 128));
+  std::vector<float> scores(static_cast<size_t>(context)), scratch(static_cast<size_t>(threads.size()) * per_thread);
   std::vector<int32_t> selected(static_cast<size_t>(context));
   const int reps = int(std::max<int64_t>(3, 4'000'000 / context));
   double score_s = 0, topk_s = 0;
@@ -55,7 +56,8 @@ void BenchIndexerOne(const IndexerBenchArgs& a, CacheDType dtype, int64_t contex
     threads.ParallelFor(tasks, [&](int t) {
       const int64_t per = (context + tasks - 1) / tasks;
       const int64_t b = std::min(context, t * per), e = std::min(context, b + per);
-      kernels::Active().indexer_scores(query, rows, fp8, b, e, scores.data() + b, scratch.data() + t * 128);
+      kernels::Active().indexer_scores(query, rows, fp8, b, e, scores.data() + b, 0,
+                                       scratch.data() + size_t(t) * per_thread);
     });
     score_s += Since(t0);
     t0 = std::chrono::steady_clock::now();

@@ -145,4 +145,9 @@ inline __m512 Exp16(__m512 x) {
 bool AttentionTiled(const AttentionQueries& queries, const PagedRows& k, const PagedRows& v,
                     const int32_t* positions, const AttentionShape& shape, float* scratch);
 
+// Indexer scores tiled over query rows (indexer_avx512.cc); false, doing
+// nothing, where the dimensions do not suit it.
+bool IndexerTiled(const IndexerQueries& queries, const PagedRows& keys, bool fp8, int64_t begin,
+                  int64_t end, float* scores, int64_t scores_stride, float* scratch);
+
 }  // namespace tandem::kernels::avx512

@@ -12,27 +12,35 @@
 namespace tandem::kernels {
 
 // Ops must provide static Dot (canonical) and DecodeFp8(const uint8_t*, int64_t n, float* out).
+// Query by query, position by position: the definition the tiled kernels match.
 template <typename Ops>
-void IndexerScoresImpl(const IndexerQuery& query, const PagedRows& keys, bool fp8,
-                       int64_t begin, int64_t end, float* scores, float* key_scratch) {
-  const int64_t dims = query.dims;
-  for (int64_t pos = begin; pos < end; ++pos) {
-    const uint8_t* row = keys.RowBytes(pos);
-    float scale = 1.0f;
-    if (fp8) {
-      Ops::DecodeFp8(row, dims, key_scratch);
-      scale = *keys.Scale(pos);
-    } else {
-      const uint16_t* h = reinterpret_cast<const uint16_t*>(row);
-      for (int64_t i = 0; i < dims; ++i) key_scratch[i] = Bf16ToFloat(h[i]);
+void IndexerScoresImpl(const IndexerQueries& queries, const PagedRows& keys, bool fp8,
+                       int64_t begin, int64_t end, float* scores, int64_t scores_stride,
+                       float* scratch) {
+  const int64_t dims = queries.dims;
+  float* key = scratch;
+  for (int i = 0; i < queries.n; ++i) {
+    const float* q = queries.q + i * queries.q_stride;
+    const float* w = queries.w + i * queries.w_stride;
+    float* out = scores + i * scores_stride;
+    for (int64_t pos = begin; pos < end; ++pos) {
+      const uint8_t* row = keys.RowBytes(pos);
+      float scale = 1.0f;
+      if (fp8) {
+        Ops::DecodeFp8(row, dims, key);
+        scale = *keys.Scale(pos);
+      } else {
+        const uint16_t* h = reinterpret_cast<const uint16_t*>(row);
+        for (int64_t d = 0; d < dims; ++d) key[d] = Bf16ToFloat(h[d]);
+      }
+      float acc = 0.0f;
+      for (int h = 0; h < queries.n_heads; ++h) {
+        float d = Ops::Dot(q + h * dims, key, dims);
+        if (fp8) d = d * scale;
+        acc = __builtin_fmaf(w[h], d > 0.0f ? d : 0.0f, acc);
+      }
+      out[pos - begin] = acc;
     }
-    float acc = 0.0f;
-    for (int h = 0; h < query.n_heads; ++h) {
-      float d = Ops::Dot(query.q + h * dims, key_scratch, dims);
-      if (fp8) d = d * scale;
-      acc = __builtin_fmaf(query.w[h], d > 0.0f ? d : 0.0f, acc);
-    }
-    scores[pos - begin] = acc;
   }
 }
 

@@ -98,14 +98,23 @@ struct AttentionQueries {
   int n = 0;
 };
 
-// One query token's indexer inputs: n_heads query vectors of `dims` and a
-// weight per head.
-struct IndexerQuery {
-  const float* q = nullptr;  // n_heads x dims
-  const float* w = nullptr;  // n_heads
+// Query tokens' indexer inputs: query i has n_heads vectors of `dims` floats
+// at q + i * q_stride and one weight per head at w + i * w_stride (w_stride
+// 0: every query shares the weights).
+struct IndexerQueries {
+  const float* q = nullptr;
+  int64_t q_stride = 0;
+  const float* w = nullptr;
+  int64_t w_stride = 0;
   int n_heads = 0;
   int64_t dims = 0;
+  int n = 1;
 };
+
+// Scratch floats the indexer_scores kernel needs for n queries of `dims`.
+inline int64_t IndexerScratchFloats(int n_queries, int64_t dims) {
+  return 16 * (dims + 1) + 16 * int64_t(n_queries) + dims;
+}
 
 struct KernelTable {
   // y[t * y_stride + r] = dot(W[r], x + t * x_stride) for r in [r0, r1), t in [0, n_tokens).
@@ -117,10 +126,13 @@ struct KernelTable {
   void (*axpy)(float a, const float* x, float* y, int64_t n);
   // gate[i] = gate[i] / (1 + exp(-gate[i])) * up[i], exp as in exp_inline.h.
   void (*silu_mul)(float* gate, const float* up, int64_t n);
-  // Indexer scores of key positions [begin, end) into scores[0, end - begin);
-  // key_scratch holds query.dims floats. See indexer_impl.h for the order.
-  void (*indexer_scores)(const IndexerQuery& query, const PagedRows& keys, bool fp8,
-                         int64_t begin, int64_t end, float* scores, float* key_scratch);
+  // Indexer scores of key positions [begin, end) for every query: query i's
+  // score of pos goes to scores[i * scores_stride + pos - begin]. Each score
+  // is the one of indexer_impl.h, however many queries share the call.
+  // scratch: IndexerScratchFloats(queries.n, queries.dims) floats.
+  void (*indexer_scores)(const IndexerQueries& queries, const PagedRows& keys, bool fp8,
+                         int64_t begin, int64_t end, float* scores, int64_t scores_stride,
+                         float* scratch);
   // Attention of a group of query tokens; see kernels::Attention in ops.h.
   void (*attention)(const AttentionQueries& queries, const PagedRows& k, const PagedRows& v,
                     const int32_t* positions, const AttentionShape& shape, float* scratch);

@@ -206,60 +206,10 @@ struct Avx512Ops {
   }
 };
 
-// 16 e4m3 bytes to their exact fp32 values, with integer operations only.
-inline __m512 DecodeFp8x16(const uint8_t* p) {
-  const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x80)), 24);
-  const __m512i e = _mm512_and_si512(_mm512_srli_epi32(x, 3), _mm512_set1_epi32(0xf));
-  const __m512i m = _mm512_and_si512(x, _mm512_set1_epi32(7));
-  const __m512i normal = _mm512_or_si512(
-      _mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(120)), 23), _mm512_slli_epi32(m, 20));
-  // Subnormals: m * 2^-9, exact.
-  const __m512i sub = _mm512_castps_si512(_mm512_mul_ps(_mm512_cvtepi32_ps(m), _mm512_set1_ps(0x1.0p-9f)));
-  __m512i bits = _mm512_mask_blend_epi32(_mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()), normal, sub);
-  const __mmask16 nan = _mm512_cmpeq_epi32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7f)),
-                                                _mm512_set1_epi32(0x7f));
-  bits = _mm512_mask_blend_epi32(nan, bits, _mm512_set1_epi32(0x7fc00000));
-  return _mm512_castsi512_ps(_mm512_or_si512(bits, sign));
-}
-
-// The key row lives in registers and is read once for all heads; each head's
-// dot is the canonical one (lane j takes dims j, j+16, ..., then Reduce).
-template <int kBlocks, bool kFp8>
-void IndexerScoresBlocks(const IndexerQuery& query, const PagedRows& keys, int64_t begin,
-                         int64_t end, float* scores) {
-  for (int64_t pos = begin; pos < end; ++pos) {
-    const uint8_t* row = keys.RowBytes(pos);
-    __m512 key[kBlocks];
-    for (int b = 0; b < kBlocks; ++b) {
-      if constexpr (kFp8) {
-        key[b] = DecodeFp8x16(row + 16 * b);
-      } else {
-        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 32 * b));
-        key[b] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-      }
-    }
-    const float scale = kFp8 ? *keys.Scale(pos) : 1.0f;
-    float acc = 0.0f;
-    for (int h = 0; h < query.n_heads; ++h) {
-      const float* q = query.q + h * kBlocks * kLanes;
-      __m512 a = _mm512_setzero_ps();
-      for (int b = 0; b < kBlocks; ++b) a = _mm512_fmadd_ps(_mm512_loadu_ps(q + b * kLanes), key[b], a);
-      float d = Reduce(a);
-      if (kFp8) d = d * scale;
-      acc = __builtin_fmaf(query.w[h], d > 0.0f ? d : 0.0f, acc);
-    }
-    scores[pos - begin] = acc;
-  }
-}
-
-void IndexerScores(const IndexerQuery& query, const PagedRows& keys, bool fp8, int64_t begin,
-                   int64_t end, float* scores, float* key_scratch) {
-  if (query.dims == 128) {
-    return fp8 ? IndexerScoresBlocks<8, true>(query, keys, begin, end, scores)
-               : IndexerScoresBlocks<8, false>(query, keys, begin, end, scores);
-  }
-  IndexerScoresImpl<Avx512Ops>(query, keys, fp8, begin, end, scores, key_scratch);
+void IndexerScores(const IndexerQueries& queries, const PagedRows& keys, bool fp8, int64_t begin,
+                   int64_t end, float* scores, int64_t scores_stride, float* scratch) {
+  if (avx512::IndexerTiled(queries, keys, fp8, begin, end, scores, scores_stride, scratch)) return;
+  IndexerScoresImpl<Avx512Ops>(queries, keys, fp8, begin, end, scores, scores_stride, scratch);
 }
 
 void Attention(const AttentionQueries& queries, const PagedRows& k, const PagedRows& v,

@@ -49,9 +49,9 @@ struct ScalarOps {
   }
 };
 
-void IndexerScores(const IndexerQuery& query, const PagedRows& keys, bool fp8, int64_t begin,
-                   int64_t end, float* scores, float* key_scratch) {
-  IndexerScoresImpl<ScalarOps>(query, keys, fp8, begin, end, scores, key_scratch);
+void IndexerScores(const IndexerQueries& queries, const PagedRows& keys, bool fp8, int64_t begin,
+                   int64_t end, float* scores, int64_t scores_stride, float* scratch) {
+  IndexerScoresImpl<ScalarOps>(queries, keys, fp8, begin, end, scores, scores_stride, scratch);
 }
 
 void Attention(const AttentionQueries& queries, const PagedRows& k, const PagedRows& v,

@@ -7,8 +7,8 @@ namespace tandem::kernels {
 
 // Writes to `out` the positions of the k highest scores among [0, n), in
 // ascending position order; returns min(k, n). Ties go to the lower position
-// and NaN ranks lowest, so the selected set is unique. out holds n entries
-// (it is also the work space).
-int64_t SelectTopK(const float* scores, int64_t n, int64_t k, int32_t* out);
+// and NaN ranks lowest, so the selected set is unique. out holds n entries;
+// both arrays are also the work space: the scores are overwritten.
+int64_t SelectTopK(float* scores, int64_t n, int64_t k, int32_t* out);
 
 }  // namespace tandem::kernels

@@ -67,7 +67,7 @@ void ForwardPass::Resize(int n, int64_t max_context) {
   fit(hb2_, size_t(n) * c_.ffn_dim);
   fit(rope_cos_, size_t(n) * c_.rope_dims / 2);
   fit(rope_sin_, size_t(n) * c_.rope_dims / 2);
-  fit(scores_, threads * size_t(max_context));
+  fit(scores_, threads * kQueryTile * size_t(max_context));
   fit(entries_, size_t(n));
   attn_scratch_per_ = size_t(kernels::AttentionScratchFloats(kQueryTile, AttentionShapeFor(0, int(c_.n_heads))));
   fit(attn_scratch_, threads * attn_scratch_per_);
@@ -76,7 +76,7 @@ void ForwardPass::Resize(int n, int64_t max_context) {
     fit(index_keys_, size_t(n) * dims);
     fit(index_queries_, size_t(n) * dims * size_t(indexer_->n_heads()));
     fit(query_means_, size_t(n) * c_.kv_dim());
-    fit(key_scratch_, threads * dims);
+    fit(key_scratch_, threads * size_t(kernels::IndexerScratchFloats(kQueryTile, int64_t(dims))));
     fit(positions_, threads * size_t(max_context));
     fit(n_positions_, threads);
   }
@@ -220,23 +220,31 @@ void ForwardPass::WriteIndexKeys(int l, std::span<const SequenceChunk> batch, Pa
   }
 }
 
+kernels::IndexerQueries ForwardPass::IndexQueries(int token, int count) const {
+  const int64_t dims = indexer_->dims(), per_token = dims * indexer_->n_heads();
+  return {index_queries_.data() + size_t(token) * per_token, per_token, indexer_->head_weights(), 0,
+          indexer_->n_heads(), dims, count};
+}
+
+float* ForwardPass::IndexerScratch(int thread) {
+  return key_scratch_.data() +
+         size_t(thread) * size_t(kernels::IndexerScratchFloats(kQueryTile, indexer_->dims()));
+}
+
 void ForwardPass::SelectForFewTokens(int l, std::span<const SequenceChunk> batch, PagePool& cache) {
   const int n = int(tokens_.size());
   const int threads = pool_.size();
   const bool fp8 = spec_.attention.index_k_dtype == CacheDType::kFp8E4M3Scaled;
-  const int64_t dims = indexer_->dims();
   pool_.ParallelFor(threads, [&](int t) {
     for (int i = 0; i < n; ++i) {
       const int64_t context = tokens_[size_t(i)].pos + 1;
       if (context <= spec_.attention.top_k) continue;
       const int64_t per = (context + threads - 1) / threads;
       const int64_t begin = std::min(context, t * per), end = std::min(context, begin + per);
-      const kernels::IndexerQuery query{index_queries_.data() + size_t(i) * dims * indexer_->n_heads(),
-                                        indexer_->head_weights(), indexer_->n_heads(), dims};
-      kernels::Active().indexer_scores(query, ReadRows(cache, spec_.index_k, l, ChunkOf(batch, i)),
+      kernels::Active().indexer_scores(IndexQueries(i, 1), ReadRows(cache, spec_.index_k, l, ChunkOf(batch, i)),
                                        fp8, begin, end,
-                                       scores_.data() + size_t(i) * size_t(max_context_) + begin,
-                                       key_scratch_.data() + size_t(t) * dims);
+                                       scores_.data() + size_t(i) * size_t(max_context_) + begin, 0,
+                                       IndexerScratch(t));
     }
   });
   for (int i = 0; i < n; ++i) {
@@ -249,16 +257,28 @@ void ForwardPass::SelectForFewTokens(int l, std::span<const SequenceChunk> batch
   }
 }
 
-int64_t ForwardPass::SelectPositions(int l, int i, std::span<const SequenceChunk> batch,
-                                     PagePool& cache, int thread, int32_t* positions) {
-  const int64_t context = tokens_[size_t(i)].pos + 1;
-  float* scores = scores_.data() + size_t(thread) * size_t(max_context_);
-  const kernels::IndexerQuery query{index_queries_.data() + size_t(i) * indexer_->dims() * indexer_->n_heads(),
-                                    indexer_->head_weights(), indexer_->n_heads(), indexer_->dims()};
-  kernels::Active().indexer_scores(query, ReadRows(cache, spec_.index_k, l, ChunkOf(batch, i)),
-                                   spec_.attention.index_k_dtype == CacheDType::kFp8E4M3Scaled, 0,
-                                   context, scores, key_scratch_.data() + size_t(thread) * indexer_->dims());
-  return kernels::SelectTopK(scores, context, spec_.attention.top_k, positions);
+// A run of sparse tokens of one sequence: one indexer call scores every
+// position for all of them (each key decoded once for the run), then each
+// token takes its top-k and attends to it.
+void ForwardPass::SparseRun(int l, const AttentionUnit& a, std::span<const SequenceChunk> batch,
+                            PagePool& cache, int thread, float* attn_scratch) {
+  const SequenceChunk& s = ChunkOf(batch, a.token);
+  const int64_t stride = max_context_;
+  float* scores = scores_.data() + size_t(thread) * kQueryTile * size_t(stride);
+  int32_t* positions = positions_.data() + size_t(thread) * size_t(stride);
+  const int64_t end = entries_[size_t(a.token + a.count - 1)];  // the run's longest context
+  kernels::Active().indexer_scores(IndexQueries(a.token, a.count), ReadRows(cache, spec_.index_k, l, s),
+                                   spec_.attention.index_k_dtype == CacheDType::kFp8E4M3Scaled, 0, end,
+                                   scores, stride, IndexerScratch(thread));
+  const kernels::PagedRows k = ReadRows(cache, spec_.k, l, s), v = ReadRows(cache, spec_.v, l, s);
+  const int64_t qd = c_.q_dim();
+  for (int j = 0; j < a.count; ++j) {
+    const int i = a.token + j;
+    const int64_t selected = kernels::SelectTopK(scores + j * stride, entries_[size_t(i)],
+                                                 spec_.attention.top_k, positions);
+    const kernels::AttentionQueries query{q_.data() + i * qd, qd, att_.data() + i * qd, qd, &selected, 1};
+    kernels::Attention(query, k, v, positions, AttentionShapeFor(a.head_begin, a.head_end), attn_scratch);
+  }
 }
 
 void ForwardPass::StoreKvRow(const float* x, int64_t n, uint8_t* row) const {
@@ -297,19 +317,24 @@ void ForwardPass::PlanAttention() {
       }
     }
   } else {
+    // Costs in (entry x KV-head group) units: a sparse token attends to top_k
+    // entries with every group and scores its whole context per index head.
+    const int64_t groups = heads / group, index_heads = indexer_ ? indexer_->n_heads() : 0;
     for (int i = 0; i < n;) {
-      if (entries_[size_t(i)] > top_k) {
-        units_.push_back({i, 1, 0, heads, true, top_k * group * int64_t(c_.n_kv_heads)});
-        ++i;
-        continue;
-      }
+      // A run of up to kQueryTile consecutive tokens of one chunk, all dense or all sparse.
+      const bool sparse = entries_[size_t(i)] > top_k;
       int j = i + 1;
       while (j < n && j - i < kQueryTile && tokens_[size_t(j)].chunk == tokens_[size_t(i)].chunk &&
-             entries_[size_t(j)] <= top_k) {
+             (entries_[size_t(j)] > top_k) == sparse) {
         ++j;
       }
-      for (int g = 0; g * group < heads; ++g) {
-        units_.push_back({i, j - i, g * group, (g + 1) * group, false, entries_[size_t(j - 1)] * (j - i)});
+      if (sparse) {
+        const int64_t per_token = top_k * groups + entries_[size_t(j - 1)] * index_heads;
+        units_.push_back({i, j - i, 0, heads, true, (j - i) * per_token});
+      } else {
+        for (int g = 0; g * group < heads; ++g) {
+          units_.push_back({i, j - i, g * group, (g + 1) * group, false, entries_[size_t(j - 1)] * (j - i)});
+        }
       }
       i = j;
     }
@@ -333,16 +358,16 @@ void ForwardPass::Attention(int l, std::span<const SequenceChunk> batch, PagePoo
     float* scratch = attn_scratch_.data() + size_t(t) * attn_scratch_per_;
     for (size_t u = next.fetch_add(1); u < units_.size(); u = next.fetch_add(1)) {
       const AttentionUnit& a = units_[u];
+      if (a.sparse && !few) {
+        SparseRun(l, a, batch, cache, t, scratch);
+        continue;
+      }
       const SequenceChunk& s = ChunkOf(batch, a.token);
       const int32_t* positions = nullptr;
-      int64_t selected = 0;
       const int64_t* n_entries = entries_.data() + a.token;
-      if (a.sparse) {
-        const size_t slot = size_t(few ? a.token : t) * size_t(max_context_);
-        positions = positions_.data() + slot;
-        selected = few ? n_positions_[size_t(a.token)]
-                       : SelectPositions(l, a.token, batch, cache, t, positions_.data() + slot);
-        n_entries = &selected;
+      if (a.sparse) {  // few tokens: selected before the heads were split
+        positions = positions_.data() + size_t(a.token) * size_t(max_context_);
+        n_entries = n_positions_.data() + a.token;
       }
       const kernels::AttentionQueries queries{q_.data() + a.token * qd, qd, att_.data() + a.token * qd,
                                               qd, n_entries, a.count};

@@ -97,9 +97,11 @@ class ForwardPass {
   kernels::AttentionShape AttentionShapeFor(int head_begin, int head_end) const;
   void StoreKvRow(const float* x, int64_t n, uint8_t* row) const;
   void SelectForFewTokens(int l, std::span<const SequenceChunk> batch, PagePool& cache);
-  // Top-k positions of token i into `positions`; returns how many.
-  int64_t SelectPositions(int l, int i, std::span<const SequenceChunk> batch, PagePool& cache,
-                          int thread, int32_t* positions);
+  void SparseRun(int l, const AttentionUnit& a, std::span<const SequenceChunk> batch, PagePool& cache,
+                 int thread, float* attn_scratch);
+  // The indexer queries of tokens [token, token + count).
+  kernels::IndexerQueries IndexQueries(int token, int count) const;
+  float* IndexerScratch(int thread);
   void Resize(int n_tokens, int64_t max_context);
   const SequenceChunk& ChunkOf(std::span<const SequenceChunk> batch, int i) const {
     return batch[size_t(tokens_[size_t(i)].chunk)];
@@ -117,8 +119,9 @@ class ForwardPass {
   // Activations, [n_tokens x width] each; reused across calls.
   std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_, rope_cos_, rope_sin_;
   std::vector<float> index_keys_, index_queries_, query_means_;
-  // Scratch [threads x ...]: scores and selected positions per thread (or per
-  // token, when fewer tokens than threads), and one decoded key row per thread.
+  // Scratch [threads x ...]: scores of kQueryTile tokens and the selected
+  // positions of one per thread (or per token, when fewer tokens than
+  // threads), and the indexer kernel's scratch per thread.
   std::vector<float> scores_, key_scratch_;
   std::vector<int32_t> positions_;
   std::vector<int64_t> n_positions_;

@@ -77,9 +77,9 @@ TEST(Indexer, ScoresMatchReferenceAndTopKBreaksTiesByPosition) {
     for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
       if (!IsaSupported(isa)) continue;
       SetIsa(isa);
-      std::vector<float> scores(kPositions), scratch(kDims);
-      const IndexerQuery query{q.data(), w.data(), kHeads, kDims};
-      Active().indexer_scores(query, k.rows, fp8, 0, kPositions, scores.data(), scratch.data());
+      std::vector<float> scores(kPositions), scratch(size_t(IndexerScratchFloats(1, kDims)));
+      const IndexerQueries query{q.data(), 0, w.data(), 0, kHeads, kDims, 1};
+      Active().indexer_scores(query, k.rows, fp8, 0, kPositions, scores.data(), 0, scratch.data());
       if (ref_scores.empty()) {
         ref_scores = scores;
         for (int pos = 0; pos < kPositions; ++pos) {
@@ -94,7 +94,8 @@ TEST(Indexer, ScoresMatchReferenceAndTopKBreaksTiesByPosition) {
     // Top-k vs a plain reference ordering: score descending, then position ascending.
     for (int64_t top : {1, 10, 57, 299, 300, 1000}) {
       std::vector<int32_t> got(kPositions);
-      const int64_t n = SelectTopK(ref_scores.data(), kPositions, top, got.data());
+      std::vector<float> work = ref_scores;  // SelectTopK overwrites its scores
+      const int64_t n = SelectTopK(work.data(), kPositions, top, got.data());
       std::vector<int32_t> order(kPositions);
       std::iota(order.begin(), order.end(), 0);
       std::stable_sort(order.begin(), order.end(),
@@ -110,12 +111,77 @@ TEST(Indexer, ScoresMatchReferenceAndTopKBreaksTiesByPosition) {
 TEST(Indexer, TiesAreBrokenTowardLowerPositions) {
   std::vector<float> scores = {1, 3, 3, 2, 3, 0};
   std::vector<int32_t> out(scores.size());
-  ASSERT_EQ(SelectTopK(scores.data(), 6, 2, out.data()), 2);
+  ASSERT_EQ(SelectTopK(std::vector<float>(scores).data(), 6, 2, out.data()), 2);
   EXPECT_EQ(out[0], 1);
   EXPECT_EQ(out[1], 2);
   scores[1] = NAN;
-  ASSERT_EQ(SelectTopK(scores.data(), 6, 3, out.data()), 3);
+  ASSERT_EQ(SelectTopK(std::vector<float>(scores).data(), 6, 3, out.data()), 3);
   EXPECT_EQ(std::vector<int32_t>(out.begin(), out.begin() + 3), (std::vector<int32_t>{2, 3, 4}));
+}
+
+// Many queries in one call (tiled on AVX-512) give each query's scores bit
+// for bit, on every ISA, for any head count, range and per-query weights.
+TEST(Indexer, ManyQueriesInOneCallEqualOneQueryAtATime) {
+  for (bool fp8 : {true, false}) {
+    const Keys k = MakeKeys(fp8, fp8 ? 5 : 6);
+    for (int heads : {1, 2, 3, 4}) {
+      for (int n : {1, 2, 3, 5, 9}) {
+        std::vector<float> q(size_t(n * heads * kDims)), w(size_t(n * heads));
+        for (size_t i = 0; i < q.size(); ++i) q[i] = float(int(i * 53 % 211) - 105) / 60.0f;
+        for (size_t i = 0; i < w.size(); ++i) w[i] = float(int(i * 7 % 5) + 1) / 8.0f;
+        const int64_t begin = 3 + n, end = kPositions - heads;
+        std::vector<float> want(size_t(n) * kPositions), scratch(size_t(IndexerScratchFloats(n, kDims)));
+        SetIsa(Isa::kScalar);
+        for (int i = 0; i < n; ++i) {
+          const IndexerQueries one{q.data() + i * heads * kDims, 0, w.data() + i * heads, 0, heads, kDims, 1};
+          Active().indexer_scores(one, k.rows, fp8, begin, end, want.data() + i * kPositions, 0, scratch.data());
+        }
+        for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+          if (!IsaSupported(isa)) continue;
+          SetIsa(isa);
+          std::vector<float> got(want.size(), -1.0f);
+          const IndexerQueries all{q.data(), heads * kDims, w.data(), heads, heads, kDims, n};
+          Active().indexer_scores(all, k.rows, fp8, begin, end, got.data(), kPositions, scratch.data());
+          for (int i = 0; i < n; ++i) {
+            EXPECT_EQ(0, std::memcmp(got.data() + i * kPositions, want.data() + i * kPositions,
+                                     size_t(end - begin) * 4))
+                << IsaName(isa) << " fp8 " << fp8 << " heads " << heads << " n " << n << " query " << i;
+          }
+        }
+        SetIsa(BestSupportedIsa());
+      }
+    }
+  }
+}
+
+// The radix select against a comparison reference on scores full of ties,
+// signed zeros, infinities and NaNs, for every k.
+TEST(Indexer, TopKEqualsTheComparisonOrderOnAdversarialScores) {
+  uint32_t s = 12345;
+  auto next = [&s] { return s = s * 1664525u + 1013904223u; };
+  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1.0f, -1.0f, 1e-45f, -1e-45f};
+  for (int trial = 0; trial < 40; ++trial) {
+    const int64_t n = 1 + int64_t(next() % 700);
+    std::vector<float> scores(static_cast<size_t>(n));
+    for (auto& x : scores) {
+      const uint32_t r = next();
+      if (r % 4 == 0) x = specials[(r >> 8) % 9];
+      else if (r % 4 == 1) x = float(int(r >> 20) % 7);  // many exact ties
+      else std::memcpy(&x, &r, 4);                      // any bit pattern
+    }
+    auto key = [&](int32_t i) { const float v = scores[size_t(i)]; return v != v ? -INFINITY : v; };
+    std::vector<int32_t> order(static_cast<size_t>(n));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return key(a) > key(b); });
+    for (int64_t top : {int64_t(1), n / 3, n / 2, n - 1, n}) {
+      if (top < 1) continue;
+      std::vector<int32_t> want(order.begin(), order.begin() + top), got(static_cast<size_t>(n));
+      std::sort(want.begin(), want.end());
+      std::vector<float> work = scores;
+      ASSERT_EQ(SelectTopK(work.data(), n, top, got.data()), top);
+      EXPECT_EQ(std::vector<int32_t>(got.begin(), got.begin() + top), want) << "n " << n << " top " << top;
+    }
+  }
 }
 
 }  // namespace
