@@ -168,6 +168,19 @@ void Tiled(const AttentionQueries& queries, const PagedRows& k, const PagedRows&
         keys[j] = k.RowBytes(pos) + kv_off;
         vals[j] = v.RowBytes(pos) + kv_off;
       }
+      // Gathered rows (sparse) are scattered over the cache, beyond what the
+      // hardware prefetcher follows: ask for the next block's rows now.
+      if (positions != nullptr) {
+        const int64_t next_end = std::min<int64_t>(max_n, b0 + 2 * kAttentionBlock);
+        for (int64_t e = b0 + kAttentionBlock; e < next_end; ++e) {
+          const uint8_t* kr = k.RowBytes(positions[e]) + kv_off;
+          const uint8_t* vr = v.RowBytes(positions[e]) + kv_off;
+          for (int64_t off = 0; off < hd * esz; off += 64) {
+            _mm_prefetch(reinterpret_cast<const char*>(kr + off), _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char*>(vr + off), _MM_HINT_T0);
+          }
+        }
+      }
       for (int r0 = 0; r0 < n_rows; r0 += 4) {
         RowState tile[4];
         RowState* ptrs[4];

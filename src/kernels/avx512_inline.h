@@ -150,4 +150,7 @@ bool AttentionTiled(const AttentionQueries& queries, const PagedRows& k, const P
 bool IndexerTiled(const IndexerQueries& queries, const PagedRows& keys, bool fp8, int64_t begin,
                   int64_t end, float* scores, int64_t scores_stride, float* scratch);
 
+// Top-k selection (topk_avx512.cc): the set of kernels::SelectTopK.
+int64_t SelectTopK(float* scores, int64_t n, int64_t k, int32_t* out);
+
 }  // namespace tandem::kernels::avx512

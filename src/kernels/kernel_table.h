@@ -133,6 +133,9 @@ struct KernelTable {
   void (*indexer_scores)(const IndexerQueries& queries, const PagedRows& keys, bool fp8,
                          int64_t begin, int64_t end, float* scores, int64_t scores_stride,
                          float* scratch);
+  // Top-k selection; see kernels::SelectTopK in topk.h (every ISA selects
+  // the same positions).
+  int64_t (*select_topk)(float* scores, int64_t n, int64_t k, int32_t* out);
   // Attention of a group of query tokens; see kernels::Attention in ops.h.
   void (*attention)(const AttentionQueries& queries, const PagedRows& k, const PagedRows& v,
                     const int32_t* positions, const AttentionShape& shape, float* scratch);

@@ -4,6 +4,7 @@
 
 #include "kernels/attention_impl.h"
 #include "kernels/indexer_impl.h"
+#include "kernels/topk.h"
 #include "common/fp8.h"
 #include "kernels/exp_inline.h"
 #include "kernels/weight_row.h"
@@ -199,7 +200,7 @@ void AxpyEntry(float a, const float* x, float* y, int64_t n) { Axpy(a, x, y, n);
 }  // namespace
 
 const KernelTable& Avx2Table() {
-  static const KernelTable table{&MatMulRows, &DotEntry, &AxpyEntry, &SiluMul, &IndexerScores, &Attention};
+  static const KernelTable table{&MatMulRows, &DotEntry, &AxpyEntry, &SiluMul, &IndexerScores, &SelectTopKRadix, &Attention};
   return table;
 }
 

@@ -235,7 +235,7 @@ void AxpyEntry(float a, const float* x, float* y, int64_t n) { Axpy(a, x, y, n);
 }  // namespace
 
 const KernelTable& Avx512Table() {
-  static const KernelTable table{&MatMulRows, &DotEntry, &AxpyEntry, &SiluMul, &IndexerScores, &Attention};
+  static const KernelTable table{&MatMulRows, &DotEntry, &AxpyEntry, &SiluMul, &IndexerScores, &avx512::SelectTopK, &Attention};
   return table;
 }
 

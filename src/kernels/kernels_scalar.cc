@@ -3,6 +3,7 @@
 
 #include "kernels/attention_impl.h"
 #include "kernels/indexer_impl.h"
+#include "kernels/topk.h"
 #include "common/fp8.h"
 #include "kernels/exp_inline.h"
 #include "kernels/weight_row.h"
@@ -66,7 +67,7 @@ void SiluMul(float* gate, const float* up, int64_t n) {
 }  // namespace
 
 const KernelTable& ScalarTable() {
-  static const KernelTable table{&MatMulRows, &Dot, &Axpy, &SiluMul, &IndexerScores, &Attention};
+  static const KernelTable table{&MatMulRows, &Dot, &Axpy, &SiluMul, &IndexerScores, &SelectTopKRadix, &Attention};
   return table;
 }
 

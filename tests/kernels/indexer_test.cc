@@ -154,14 +154,16 @@ TEST(Indexer, ManyQueriesInOneCallEqualOneQueryAtATime) {
   }
 }
 
-// The radix select against a comparison reference on scores full of ties,
-// signed zeros, infinities and NaNs, for every k.
+// Top-k on every ISA against a comparison reference, on scores full of ties,
+// signed zeros, infinities and NaNs, for short lists and long ones (where
+// the AVX-512 kernel first bounds the candidates by a sample of the keys),
+// including ones whose sample misleads (sorted scores, one repeated value).
 TEST(Indexer, TopKEqualsTheComparisonOrderOnAdversarialScores) {
   uint32_t s = 12345;
   auto next = [&s] { return s = s * 1664525u + 1013904223u; };
   const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1.0f, -1.0f, 1e-45f, -1e-45f};
-  for (int trial = 0; trial < 40; ++trial) {
-    const int64_t n = 1 + int64_t(next() % 700);
+  for (int trial = 0; trial < 48; ++trial) {
+    const int64_t n = 1 + int64_t(next() % (trial % 2 ? 700 : 6000));
     std::vector<float> scores(static_cast<size_t>(n));
     for (auto& x : scores) {
       const uint32_t r = next();
@@ -169,17 +171,27 @@ TEST(Indexer, TopKEqualsTheComparisonOrderOnAdversarialScores) {
       else if (r % 4 == 1) x = float(int(r >> 20) % 7);  // many exact ties
       else std::memcpy(&x, &r, 4);                      // any bit pattern
     }
+    if (trial % 8 == 2) std::sort(scores.begin(), scores.end(), [](float a, float b) { return a < b; });
+    if (trial % 8 == 4) std::fill(scores.begin(), scores.end(), 2.5f);
+    if (trial % 8 == 6) for (auto& x : scores) x = float(next() % 3);
     auto key = [&](int32_t i) { const float v = scores[size_t(i)]; return v != v ? -INFINITY : v; };
     std::vector<int32_t> order(static_cast<size_t>(n));
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return key(a) > key(b); });
-    for (int64_t top : {int64_t(1), n / 3, n / 2, n - 1, n}) {
-      if (top < 1) continue;
-      std::vector<int32_t> want(order.begin(), order.begin() + top), got(static_cast<size_t>(n));
+    for (int64_t top : {int64_t(1), int64_t(17), n / 3, n / 2, n - 1, n}) {
+      if (top < 1 || top > n) continue;
+      std::vector<int32_t> want(order.begin(), order.begin() + top);
       std::sort(want.begin(), want.end());
-      std::vector<float> work = scores;
-      ASSERT_EQ(SelectTopK(work.data(), n, top, got.data()), top);
-      EXPECT_EQ(std::vector<int32_t>(got.begin(), got.begin() + top), want) << "n " << n << " top " << top;
+      for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+        if (!IsaSupported(isa)) continue;
+        SetIsa(isa);
+        std::vector<float> work = scores;
+        std::vector<int32_t> got(static_cast<size_t>(n));
+        ASSERT_EQ(SelectTopK(work.data(), n, top, got.data()), top);
+        EXPECT_EQ(std::vector<int32_t>(got.begin(), got.begin() + top), want)
+            << IsaName(isa) << " n " << n << " top " << top << " trial " << trial;
+      }
+      SetIsa(BestSupportedIsa());
     }
   }
 }
