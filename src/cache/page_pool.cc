@@ -1,16 +1,26 @@
 #include "cache/page_pool.h"
 
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
 namespace tandem {
 namespace {
 
+// Cache reads gather rows from all over the arena (sparse attention's top-k,
+// paged tables): on 2 MiB pages where the kernel offers them, far fewer of
+// those reads miss the TLB.
+constexpr size_t kHugePage = size_t(2) << 20;
+
 uint8_t* AllocateArena(int64_t bytes) {
-  const size_t rounded = (size_t(bytes) + 4095) / 4096 * 4096;
-  void* p = std::aligned_alloc(4096, rounded == 0 ? 4096 : rounded);
+  const size_t align = size_t(bytes) >= kHugePage ? kHugePage : 4096;
+  const size_t rounded = std::max<size_t>(align, (size_t(bytes) + align - 1) / align * align);
+  void* p = std::aligned_alloc(align, rounded);
   TANDEM_CHECK_MSG(p != nullptr, "page pool allocation failed");
-  std::memset(p, 0, rounded == 0 ? 4096 : rounded);
+  if (align == kHugePage) madvise(p, rounded, MADV_HUGEPAGE);  // advice only: failure changes nothing
+  std::memset(p, 0, rounded);
   return static_cast<uint8_t*>(p);
 }
 

@@ -176,8 +176,8 @@ void Tiled(const AttentionQueries& queries, const PagedRows& k, const PagedRows&
           const uint8_t* kr = k.RowBytes(positions[e]) + kv_off;
           const uint8_t* vr = v.RowBytes(positions[e]) + kv_off;
           for (int64_t off = 0; off < hd * esz; off += 64) {
-            _mm_prefetch(reinterpret_cast<const char*>(kr + off), _MM_HINT_T0);
-            _mm_prefetch(reinterpret_cast<const char*>(vr + off), _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char*>(kr + off), _MM_HINT_T1);
+            _mm_prefetch(reinterpret_cast<const char*>(vr + off), _MM_HINT_T1);
           }
         }
       }

@@ -43,13 +43,16 @@ struct PagedRows {
   int page_tokens = 0;
   // Where per-token fp32 scales start within a page (after all rows); -1 if none.
   int64_t scale_offset = -1;
+  // Every page pool has 64-token pages (cache/layout.h): that case takes a
+  // shift and a mask, not a 64-bit division per row (gathers do millions).
+  int64_t PageOf(int64_t pos) const { return page_tokens == 64 ? pos >> 6 : pos / page_tokens; }
+  int64_t SlotOf(int64_t pos) const { return page_tokens == 64 ? pos & 63 : pos % page_tokens; }
   uint8_t* RowBytes(int64_t pos) const {
-    return base + pages[pos / page_tokens] * page_stride + (pos % page_tokens) * row_bytes;
+    return base + pages[PageOf(pos)] * page_stride + SlotOf(pos) * row_bytes;
   }
   float* Row(int64_t pos) const { return reinterpret_cast<float*>(RowBytes(pos)); }
   float* Scale(int64_t pos) const {
-    return reinterpret_cast<float*>(base + pages[pos / page_tokens] * page_stride + scale_offset +
-                                    (pos % page_tokens) * 4);
+    return reinterpret_cast<float*>(base + pages[PageOf(pos)] * page_stride + scale_offset + SlotOf(pos) * 4);
   }
 };
 
