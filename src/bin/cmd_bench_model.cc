@@ -23,7 +23,7 @@ struct ModelBenchArgs {
   std::vector<std::string> types = {"f32", "f16"};
   std::vector<int64_t> contexts = {512, 4096};
   std::vector<std::string> attention = {"dense", "sparse"};
-  std::vector<std::string> kv_dtypes = {"f32"};
+  std::vector<std::string> kv_dtypes = {"f16"};
   int64_t top_k = 2048;
   int threads = 2;
   int chunk_tokens = 512;

@@ -18,7 +18,7 @@ struct GenerateArgs {
   bool chat = false;
   bool no_bos = false;
   int64_t ctx_size = 0;
-  std::string attention = "dense", index_k_dtype = "fp8", kv_dtype = "f32";
+  std::string attention = "dense", index_k_dtype = "fp8", kv_dtype = "f16";
   int64_t top_k = 2048;
   GenerateOptions gen;
 };
@@ -105,7 +105,7 @@ void RegisterGenerate(CLI::App& app) {
   cmd->add_option("--attention", args->attention, "dense or sparse (lightning indexer + top-k)");
   cmd->add_option("--topk", args->top_k, "Positions each query attends to under sparse attention")->check(CLI::Range(1, 1 << 24));
   cmd->add_option("--index-k-dtype", args->index_k_dtype, "Index-K cache dtype: fp8 or bf16");
-  cmd->add_option("--kv-dtype", args->kv_dtype, "K/V cache dtype: f32, f16 or bf16");
+  cmd->add_option("--kv-dtype", args->kv_dtype, "K/V cache dtype: f16 (default), bf16 or f32");
   cmd->add_flag("--chat", args->chat, "Wrap the prompt in the model's chat template");
   cmd->add_flag("--no-bos", args->no_bos, "Do not prepend the BOS token");
   cmd->callback([args] { SetExitCode(RunGenerate(*args)); });

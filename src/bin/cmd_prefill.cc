@@ -23,7 +23,7 @@ struct PrefillArgs {
   ModelOptions model;
   std::string host = "127.0.0.1";
   int port = 0;
-  std::string attention = "dense", index_k_dtype = "fp8", kv_dtype = "f32";
+  std::string attention = "dense", index_k_dtype = "fp8", kv_dtype = "f16";
   int64_t top_k = 2048;
   int64_t cache_tokens = 65536;
   int64_t context_tokens = 0;  // 0: the model's
@@ -169,7 +169,7 @@ void RegisterPrefill(CLI::App& app) {
   cmd->add_option("--attention", a->attention, "dense or sparse (must match the decode engines)");
   cmd->add_option("--topk", a->top_k, "Sparse attention top-k")->check(CLI::Range(1, 1 << 24));
   cmd->add_option("--index-k-dtype", a->index_k_dtype, "fp8 or bf16 (must match the decode engines)");
-  cmd->add_option("--kv-dtype", a->kv_dtype, "K/V cache dtype: f32, f16 or bf16 (must match the decode engines)");
+  cmd->add_option("--kv-dtype", a->kv_dtype, "K/V cache dtype: f16 (default), bf16 or f32 (must match the decode engines)");
   cmd->add_option("--cache-tokens", a->cache_tokens, "Local page pool size in tokens")->check(CLI::Range(int64_t(64), int64_t(1) << 30));
   cmd->add_option("--ctx-size", a->context_tokens,
                   "Context tokens per sequence (default: the model's; must match the decode engines)")

@@ -25,7 +25,7 @@ struct ServeArgs {
   DecodeOptions decode;  // the decode role, with --prefill
   std::string prefill_order;  // empty: each role's default (arrival here, shortest on a prefill engine)
   std::string log_level = "info";
-  std::string attention = "dense", index_k_dtype = "fp8", kv_dtype = "f32";
+  std::string attention = "dense", index_k_dtype = "fp8", kv_dtype = "f16";
   double request_timeout_s = 600, shutdown_timeout_s = 30;
   bool no_prefix_cache = false;
   std::string verify = "all";
@@ -213,7 +213,7 @@ void RegisterServe(CLI::App& app) {
   cmd->add_option("--attention", a->attention, "dense or sparse");
   cmd->add_option("--topk", a->engine.attention.top_k, "Sparse attention top-k")->check(CLI::Range(1, 1 << 24));
   cmd->add_option("--index-k-dtype", a->index_k_dtype, "fp8 or bf16");
-  cmd->add_option("--kv-dtype", a->kv_dtype, "K/V cache dtype: f32, f16 or bf16");
+  cmd->add_option("--kv-dtype", a->kv_dtype, "K/V cache dtype: f16 (default), bf16 or f32");
   cmd->add_flag("--no-prefix-cache", a->no_prefix_cache, "Disable prefix reuse");
   cmd->add_option("--prefill", a->decode.prefill_addresses,
                   "Disaggregated decode: prefill engine's UCX address host:port (empty: colocated)");

@@ -15,7 +15,7 @@ struct AttentionOptions {
   int64_t top_k = 2048;  // positions each query attends to under sparse attention
   CacheDType index_k_dtype = CacheDType::kFp8E4M3Scaled;  // or kBF16
   int64_t index_dims = 128;
-  CacheDType kv_dtype = CacheDType::kF32;  // K and V rows: f32, f16 or bf16
+  CacheDType kv_dtype = CacheDType::kF16;  // K and V rows: f16 (default), bf16 or f32
 
   Status Validate() const;
 };

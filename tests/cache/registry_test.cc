@@ -27,7 +27,7 @@ TEST(Registry, IndexKPageSizesComeFromTheRegistry) {
   CacheLayout l8(fp8->registry, 5, 4), l16(bf16->registry, 5, 4);
   EXPECT_EQ(l8.page_stride(fp8->index_k), 8448);
   EXPECT_EQ(l16.page_stride(bf16->index_k), 16384);
-  EXPECT_EQ(l8.page_stride(fp8->k), 64 * 32 * 4);
+  EXPECT_EQ(l8.page_stride(fp8->k), 64 * 32 * 2);  // K and V are f16 unless asked otherwise
   EXPECT_EQ(l8.scale_offset(fp8->index_k), 64 * 128);
   EXPECT_EQ(l16.scale_offset(bf16->index_k), -1);
   EXPECT_NE(l8.Fingerprint(), l16.Fingerprint());

@@ -111,7 +111,7 @@ TEST_F(Disagg, CompactKvCachesMatchColocatedAndAMismatchIsRefused) {
   }
   auto prefill = Prefill("fp8", {"--kv-dtype", "f16"});
   ASSERT_TRUE(prefill->ok()) << prefill->Log();
-  auto decode = Serve("fp8", prefill->port());
+  auto decode = Serve("fp8", prefill->port(), {"--kv-dtype", "f32"});
   ASSERT_TRUE(decode->ok()) << decode->Log();
   int request_status = 0;
   Complete(decode->port(), Prompt(1), 4, &request_status);
