@@ -314,15 +314,19 @@ Status PrefillEngine::PutLayer(Handoff& h, int layer, int64_t first_token, int64
   const int64_t skip_pages = d.skip_tokens / kPageTokens;
   const int64_t first_page = std::max(first_token / kPageTokens, skip_pages);
   const int64_t end_page = (end_token + kPageTokens - 1) / kPageTokens;
-  for (int64_t p = first_page; p < end_page; ++p) {
-    const PageRef& dst = d.pages[size_t(p - skip_pages)];
-    for (CacheBufferId b = 0; b < layout.n_buffers(); ++b) {
-      const uint64_t offset = uint64_t(h.remote_layout->SegmentBase(b, layer)) +
-                              uint64_t(dst.page) * uint64_t(h.remote_layout->page_stride(b));
-      h.posted = true;
-      TANDEM_RETURN_IF_ERROR(h.connection->Put(pool.Segment(b, layer, pages[size_t(p)]),
-                                               size_t(layout.page_stride(b)), key, offset));
+  std::vector<transfer::PutOp> ops;
+  for (CacheBufferId b = 0; b < layout.n_buffers(); ++b) {
+    ops.clear();
+    for (int64_t p = first_page; p < end_page; ++p) {
+      const PageRef& dst = d.pages[size_t(p - skip_pages)];
+      ops.push_back({pool.Segment(b, layer, pages[size_t(p)]), size_t(layout.page_stride(b)),
+                     uint64_t(h.remote_layout->SegmentBase(b, layer)) +
+                         uint64_t(dst.page) * uint64_t(h.remote_layout->page_stride(b))});
     }
+    if (ops.empty()) continue;
+    h.posted = true;
+    const size_t n = transfer::CoalescePuts(ops);  // runs of adjacent pages on both sides: one put
+    TANDEM_RETURN_IF_ERROR(h.connection->PutMany(std::span<const transfer::PutOp>(ops.data(), n), key));
   }
   return Status::Ok();
 }

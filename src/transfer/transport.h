@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,18 @@ struct Region {
 
 class Connection;
 
+// One write of a PutMany: [src, src + bytes) to byte `offset` of the region.
+struct PutOp {
+  const void* src = nullptr;
+  size_t bytes = 0;
+  uint64_t offset = 0;
+};
+
+// Merges each op into the one before it where both the source bytes and the
+// destination offsets continue it (adjacent pages on both sides), in place;
+// returns the new count. The merged ops write exactly the same bytes.
+size_t CoalescePuts(std::span<PutOp> ops);
+
 struct ConnectionHandlers {
   // Called on the transport's progress thread, one message at a time, in order.
   std::function<void(Connection&, std::vector<uint8_t>)> on_message;
@@ -56,6 +69,12 @@ class Connection {
   // `key`, at byte `offset`. Returns once posted; the bytes land later.
   // REQUIRES: src stays valid and unchanged until a Flush covering it returns.
   virtual Status Put(const void* src, size_t bytes, const RemoteKey& key, uint64_t offset) = 0;
+  // Several puts into one region, exactly as that many Put calls in order
+  // (transports may post them more cheaply); stops at the first error.
+  virtual Status PutMany(std::span<const PutOp> ops, const RemoteKey& key) {
+    for (const PutOp& op : ops) TANDEM_RETURN_IF_ERROR(Put(op.src, op.bytes, key, op.offset));
+    return Status::Ok();
+  }
   // Returns OK when every Put posted so far on this connection has landed at
   // the peer; DeadlineExceeded at `deadline`; Unavailable if the connection broke.
   virtual Status Flush(Clock::time_point deadline) = 0;

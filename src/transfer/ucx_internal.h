@@ -185,25 +185,41 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   uint64_t id() const override { return id_; }
   bool alive() const override { return alive_.load(); }
 
-  // Put, Flush and SendAm hold ops_mu_ shared while they use the endpoints;
+  // PutMany, Flush and SendAm hold ops_mu_ shared while they use the endpoints;
   // Close takes it exclusively, so the endpoints and rkeys are released only
   // once no operation uses them (closing_ makes waiting operations give up).
   Status Put(const void* src, size_t bytes, const RemoteKey& key, uint64_t offset) override {
-    std::shared_lock<std::shared_mutex> ops(ops_mu_);
+    const PutOp op{src, bytes, offset};
+    return PutMany(std::span<const PutOp>(&op, 1), key);
+  }
+
+  // One lock, one endpoint and key lookup for the whole batch: into a region
+  // mapped here the batch is a run of copies with no atomic between them.
+  Status PutMany(std::span<const PutOp> ops, const RemoteKey& key) override {
+    if (ops.empty()) return Status::Ok();
+    std::shared_lock<std::shared_mutex> lock(ops_mu_);
     if (!alive_ || closing_) return Unavailable("UCX connection " + std::to_string(id_) + " is closed");
     if (key.blob.size() <= kKeyHeaderBytes) return InvalidArgument("UCX remote key is too short");
-    if (offset > key.size || bytes > key.size - offset) {
-      return OutOfRange("put of " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
-                        " exceeds the " + std::to_string(key.size) + "-byte remote region");
+    for (const PutOp& op : ops) {
+      if (op.offset > key.size || op.bytes > key.size - op.offset) {
+        return OutOfRange("put of " + std::to_string(op.bytes) + " bytes at offset " + std::to_string(op.offset) +
+                          " exceeds the " + std::to_string(key.size) + "-byte remote region");
+      }
     }
     KeyHeader header;
     std::memcpy(&header, key.blob.data(), kKeyHeaderBytes);
     TANDEM_ASSIGN_OR_RETURN(ucp_ep_h data_ep, DataEndpoint());
-    TANDEM_ASSIGN_OR_RETURN(ucp_rkey_h rkey, RemoteKeyFor(key, header));
-    ucp_request_param_t p{};
-    ucs_status_ptr_t r = ucp_put_nbx(data_ep, src, bytes, header.base + offset, rkey, &p);
-    if (UCS_PTR_IS_ERR(r)) return UcxError("ucp_put_nbx", UCS_PTR_STATUS(r));
-    if (r != nullptr) ucp_request_free(r);  // completes in the background; Flush covers it
+    TANDEM_ASSIGN_OR_RETURN(const RemoteKeyEntry entry, RemoteKeyFor(key, header));
+    for (const PutOp& op : ops) {
+      if (entry.local != nullptr) {
+        std::memcpy(entry.local + op.offset, op.src, op.bytes);
+        continue;
+      }
+      ucp_request_param_t p{};
+      ucs_status_ptr_t r = ucp_put_nbx(data_ep, op.src, op.bytes, header.base + op.offset, entry.rkey, &p);
+      if (UCS_PTR_IS_ERR(r)) return UcxError("ucp_put_nbx", UCS_PTR_STATUS(r));
+      if (r != nullptr) ucp_request_free(r);  // completes in the background; Flush covers it
+    }
     return Status::Ok();
   }
 
@@ -333,10 +349,21 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
     return st == UCS_OK ? Status::Ok() : UcxError(what, st);
   }
 
-  StatusOr<ucp_rkey_h> RemoteKeyFor(const RemoteKey& key, const KeyHeader& header) {
+  // An unpacked remote key, and where its region is mapped in this process
+  // when UCX shares it through shared memory (ucp_rkey_ptr), else null.
+  struct RemoteKeyEntry {
+    ucp_rkey_h rkey = nullptr;
+    uint8_t* local = nullptr;
+  };
+
+  StatusOr<RemoteKeyEntry> RemoteKeyFor(const RemoteKey& key, const KeyHeader& header) {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!rkeys_.empty() && last_rkey_->first == key.blob) return last_rkey_->second;
     auto it = rkeys_.find(key.blob);
-    if (it != rkeys_.end()) return it->second;
+    if (it != rkeys_.end()) {
+      last_rkey_ = it;
+      return it->second;
+    }
     std::optional<SegmentPin> pin;  // see KeyHeader: never let UCX unpack a dead segment
     if (header.shmid >= 0 && header.ipc_identity == IpcIdentity()) {
       TANDEM_ASSIGN_OR_RETURN(SegmentPin p, SegmentPin::Attach(header.shmid));
@@ -345,8 +372,13 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
     ucp_rkey_h rkey = nullptr;
     const ucs_status_t st = ucp_ep_rkey_unpack(data_ep_, key.blob.data() + kKeyHeaderBytes, &rkey);
     if (st != UCS_OK) return UcxError("ucp_ep_rkey_unpack", st);
-    rkeys_[key.blob] = rkey;
-    return rkey;
+    // Puts of a few KiB through UCX cost a system call each (CMA); a region
+    // UCX can map here is written with a plain copy instead.
+    RemoteKeyEntry entry{rkey, nullptr};
+    void* local = nullptr;
+    if (ucp_rkey_ptr(rkey, header.base, &local) == UCS_OK) entry.local = static_cast<uint8_t*>(local);
+    last_rkey_ = rkeys_.emplace(key.blob, entry).first;
+    return entry;
   }
 
   // force: the peer is gone, so do not try to flush to it (a flush to a dead
@@ -377,7 +409,7 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   // ours can land afterwards; forcing them when the peer is gone.
   void Release(bool force) {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [blob, rkey] : rkeys_) ucp_rkey_destroy(rkey);
+    for (auto& [blob, entry] : rkeys_) ucp_rkey_destroy(entry.rkey);
     rkeys_.clear();
     data_cv_.notify_all();
     if (data_ep_) {
@@ -403,7 +435,8 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   std::atomic<bool> released_{false};  // set under t_->closer_mu
   std::shared_mutex ops_mu_;
   std::mutex mu_;
-  std::map<std::vector<uint8_t>, ucp_rkey_h> rkeys_;
+  std::map<std::vector<uint8_t>, RemoteKeyEntry> rkeys_;
+  std::map<std::vector<uint8_t>, RemoteKeyEntry>::iterator last_rkey_;  // valid while rkeys_ is not empty
   std::vector<std::pair<void*, std::unique_ptr<std::vector<uint8_t>>>> pending_sends_;
   ucp_ep_h data_ep_ = nullptr;  // guarded by mu_
   Status data_status_;          // guarded by mu_

@@ -67,6 +67,45 @@ TEST(Ucx, PutsFlushAndOrderedMessagesBetweenTwoWorkers) {
   EXPECT_EQ((*conn)->Put(data.data(), 1, region->key, 0).code(), StatusCode::kUnavailable);
 }
 
+// A batch of puts (scattered, adjacent, and coalesced runs) lands byte for
+// byte as the same puts one by one would; one op out of range refuses the
+// batch before anything is written.
+TEST(Ucx, PutManyLandsEveryOpAndCoalescingChangesNoByte) {
+  Inbox at_server, at_client;
+  auto server = UcxTransport::Create();
+  auto client = UcxTransport::Create();
+  ASSERT_TRUE(server.ok() && client.ok());
+  auto region = (*server)->AllocateRegion(72 * 8448);
+  ASSERT_TRUE(region.ok()) << region.status().ToString();
+  std::memset(region->data, 0, region->size);
+  ASSERT_TRUE((*server)->Listen("127.0.0.1:0", [&](std::shared_ptr<Connection>) { return at_server.Handlers(); }).ok());
+  auto conn = (*client)->Connect("127.0.0.1:" + std::to_string((*server)->listen_port()), at_client.Handlers());
+  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  std::vector<uint8_t> src(32 * 8448);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = uint8_t((i * 2654435761u) >> 13);  // no page repeats another
+  // Source pages 0..31 to destination pages: 3,4,5 (a run), 40, 7, 8 (a run), then 26 scattered pages.
+  std::vector<int> dst = {3, 4, 5, 40, 7, 8};
+  for (int p = 6; p < 32; ++p) dst.push_back(44 + (p - 6) * 7 % 26);
+  std::vector<PutOp> ops;
+  for (size_t p = 0; p < dst.size(); ++p) ops.push_back({src.data() + p * 8448, 8448, uint64_t(dst[p]) * 8448});
+  std::vector<PutOp> merged = ops;
+  const size_t n = CoalescePuts(merged);
+  EXPECT_EQ(merged[0].bytes, 3u * 8448);
+  EXPECT_EQ(merged[1].offset, 40u * 8448);
+  EXPECT_EQ(merged[2].bytes, 2u * 8448);
+  EXPECT_EQ(n, ops.size() - 3);
+  ASSERT_TRUE((*conn)->PutMany(std::span<const PutOp>(merged.data(), n), region->key).ok());
+  ASSERT_TRUE((*conn)->Flush(Clock::now() + 20s).ok());
+  for (size_t p = 0; p < dst.size(); ++p) {
+    EXPECT_EQ(0, std::memcmp(region->data + dst[p] * 8448, src.data() + p * 8448, 8448)) << "page " << p;
+  }
+  std::vector<uint8_t> before(region->data, region->data + region->size);
+  const PutOp bad[] = {{src.data(), 8448, 0}, {src.data(), 8448, 72 * 8448 - 100}};
+  EXPECT_EQ((*conn)->PutMany(bad, region->key).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(0, std::memcmp(before.data(), region->data, region->size)) << "a refused batch wrote something";
+  (*conn)->Close();
+}
+
 UcxKeyHeader HeaderOf(const RemoteKey& key) {
   UcxKeyHeader h;
   EXPECT_GT(key.blob.size(), sizeof(h));
