@@ -66,6 +66,61 @@ inline __m512 LoadQuant16(const uint8_t* row, int64_t k) {
   }
 }
 
+// One whole K-quant super-block (256 weights) as fp32 into out[0, 256): the
+// values LoadQuant16 gives for each of its 16 steps, with the scales and
+// mins worked out once per block instead of once per 16 weights.
+template <WeightType kType>
+inline void DecodeSuperBlock(const uint8_t* b, float* out) {
+  const __m128i low4 = _mm_set1_epi8(0x0f);
+  if constexpr (kType == WeightType::kQ4_K || kType == WeightType::kQ5_K) {
+    constexpr bool five = kType == WeightType::kQ5_K;
+    const float d = HalfF16c(b), dmin = HalfF16c(b + 2);
+    const uint8_t* qs = b + 16 + (five ? 32 : 0);
+    for (int sub = 0; sub < 8; ++sub) {
+      int sc, m;
+      ScaleMinK4(b + 4, sub, &sc, &m);
+      const __m512 d1 = _mm512_set1_ps(d * float(sc)), m1 = _mm512_set1_ps(dmin * float(m));
+      const int chunk = sub / 2;
+      const bool high = sub % 2 != 0;
+      for (int half = 0; half < 2; ++half) {
+        const int l0 = 16 * half;
+        __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + 32 * chunk + l0));
+        if (high) bytes = _mm_srli_epi16(bytes, 4);
+        __m512i q = _mm512_cvtepu8_epi32(_mm_and_si128(bytes, low4));
+        if constexpr (five) {
+          const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 16 + l0));
+          const __m128i bit = _mm_and_si128(_mm_srl_epi16(h, _mm_cvtsi32_si128(sub)), _mm_set1_epi8(1));
+          q = _mm512_add_epi32(q, _mm512_slli_epi32(_mm512_cvtepu8_epi32(bit), 4));
+        }
+        _mm512_storeu_ps(out + 64 * chunk + (high ? 32 : 0) + l0,
+                         _mm512_sub_ps(_mm512_mul_ps(d1, _mm512_cvtepi32_ps(q)), m1));
+      }
+    }
+  } else {
+    static_assert(kType == WeightType::kQ6_K);
+    const float d = HalfF16c(b + 208);
+    for (int k = 0; k < kSuperBlock; k += kLanes) {
+      const int half = k / 128, quarter = (k % 128) / 32, l0 = k % 32;
+      const float ds = d * float(int8_t(b[192 + half * 8 + l0 / 16 + 2 * quarter]));
+      __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + half * 64 + (quarter & 1) * 32 + l0));
+      if (quarter >= 2) lo = _mm_srli_epi16(lo, 4);
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 128 + half * 32 + l0));
+      const __m128i hi2 = _mm_and_si128(_mm_srl_epi16(h, _mm_cvtsi32_si128(2 * quarter)), _mm_set1_epi8(3));
+      const __m128i q8 = _mm_or_si128(_mm_and_si128(lo, low4), _mm_slli_epi16(hi2, 4));  // 6 bits, no carry
+      const __m512i q = _mm512_sub_epi32(_mm512_cvtepu8_epi32(q8), _mm512_set1_epi32(32));
+      _mm512_storeu_ps(out + k, _mm512_mul_ps(_mm512_set1_ps(ds), _mm512_cvtepi32_ps(q)));
+    }
+  }
+}
+
+template <WeightType kType>
+constexpr bool kIsKQuant = kType == WeightType::kQ4_K || kType == WeightType::kQ5_K || kType == WeightType::kQ6_K;
+
+template <WeightType kType>
+constexpr int64_t SuperBlockBytes() {
+  return kType == WeightType::kQ4_K ? kQ4KBlockBytes : kType == WeightType::kQ5_K ? kQ5KBlockBytes : kQ6KBlockBytes;
+}
+
 // 16 consecutive weights starting at k (k % 16 == 0, k + 16 <= cols) as fp32.
 template <WeightType kType>
 inline __m512 Load16(const uint8_t* row, int64_t k) {
