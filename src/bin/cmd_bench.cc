@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "bin/commands.h"
+#include "common/splitmix.h"
 #include "cache/page_pool.h"
 #include "common/fp8.h"
 #include "common/half.h"
@@ -29,7 +30,9 @@ void BenchIndexerOne(const IndexerBenchArgs& a, CacheDType dtype, int64_t contex
   const CacheBufferId id = *registry.Register({"index_k", dtype, 128});
   const int64_t n_pages = (context + kPageTokens - 1) / kPageTokens;
   PagePool pool(registry, 1, n_pages);
-  const std::vector<int32_t> pages = *pool.Allocate(n_pages);
+  std::vector<int32_t> pages = *pool.Allocate(n_pages);
+  // A served sequence's pages lie anywhere in the pool: scatter them.
+  for (size_t i = pages.size(); i > 1; --i) std::swap(pages[i - 1], pages[SplitMix64(i) % i]);
   const kernels::PagedRows rows = pool.Rows(id, 0, pages);
   const bool fp8 = dtype == CacheDType::kFp8E4M3Scaled;
   std::vector<float> key(128);

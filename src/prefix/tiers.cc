@@ -240,6 +240,7 @@ TieredCache::Match TieredCache::Lookup(std::span<const int32_t> tokens, int64_t 
           !SameTokens(e.tokens, tokens.subspan(size_t(i * kPageTokens), kPageTokens))) {
         break;
       }
+      if (host_->RefCount(e.page) == 1) ++l2_pinned_;
       host_->AddRef(std::span<const int32_t>(&e.page, 1));
       host_lru_.splice(host_lru_.end(), host_lru_, e.lru);
       m.l2_pages.push_back(e.page);
@@ -263,6 +264,7 @@ TieredCache::Match TieredCache::Lookup(std::span<const int32_t> tokens, int64_t 
 void TieredCache::Unpin(std::span<const int32_t> l2_pages) {
   if (l2_pages.empty()) return;
   MutexLock lock(host_mu_);
+  for (int32_t page : l2_pages) l2_pinned_ -= host_->RefCount(page) == 2;
   host_->Release(l2_pages);
 }
 
@@ -360,7 +362,7 @@ TierStats TieredCache::stats() const {
     MutexLock lock(host_mu_);
     s.l2_pages_total = host_->total_pages();
     s.l2_pages_used = int64_t(host_index_.size());
-    for (const auto& [key, e] : host_index_) s.l2_pinned += host_->RefCount(e.page) > 1;
+    s.l2_pinned = l2_pinned_;
   }
   MutexLock lock(disk_mu_);
   s.l3_pages = int64_t(disk_index_.size());
@@ -386,6 +388,7 @@ Status TieredCache::CheckAccounting() const {
   for (const auto& [key, e] : host_index_) {
     if (host_->RefCount(e.page) != 1) return Internal("host tier page " + std::to_string(e.page) + " is still pinned");
   }
+  if (l2_pinned_ != 0) return Internal("host tier counts " + std::to_string(l2_pinned_) + " pinned pages, holds none");
   MutexLock dlock(disk_mu_);
   int64_t bytes = 0;
   for (const auto& [key, e] : disk_index_) bytes += e.bytes;

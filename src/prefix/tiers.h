@@ -192,6 +192,9 @@ class TieredCache {
   const std::unique_ptr<PagePool> host_;
   std::unordered_map<uint64_t, HostEntry> host_index_ GUARDED_BY(host_mu_);
   std::list<uint64_t> host_lru_ GUARDED_BY(host_mu_);  // front = oldest
+  // Host pages a load holds (ref count above the index's one), kept as they
+  // change so stats() is O(1) once per engine step.
+  int64_t l2_pinned_ GUARDED_BY(host_mu_) = 0;
 
   mutable Mutex disk_mu_;
   std::unordered_map<uint64_t, DiskEntry> disk_index_ GUARDED_BY(disk_mu_);
