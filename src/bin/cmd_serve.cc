@@ -30,6 +30,8 @@ struct ServeArgs {
   bool no_prefix_cache = false;
   std::string verify = "all";
   bool disagg = false;
+  int prefill_engines = 1;     // --disagg
+  bool fault_control = false;  // --disagg, --debug-fault-control
   bool unsafe_early_commit = false;
   TierFlags tiers;
   int64_t debug_put_delay_us = 0;          // --disagg: passed to the prefill engine
@@ -66,6 +68,8 @@ DisaggLaunch LaunchFor(const ServeArgs& a) {
   }
   l.decode_args.insert(l.decode_args.end(), {"--handoff-timeout-ms", std::to_string(a.handoff_timeout_ms)});
   l.transport_tcp = a.transport == "tcp";
+  l.prefill_engines = a.prefill_engines;
+  l.fault_control = a.fault_control;
   for (auto* side : {&l.prefill_args, &l.decode_args, &l.router_args}) side->insert(side->end(), {"--log-level", a.log_level});
   for (auto* side : {&l.prefill_args, &l.decode_args}) {
     side->insert(side->end(), {"--transport", a.transport, "--peer-timeout-ms", std::to_string(a.peer_timeout_ms)});
@@ -106,6 +110,10 @@ Status ApplyTierFlags(ServeArgs& a) {
 
 int RunServe(ServeArgs& a) {
   if (!StartLog(a.disagg ? "disagg" : !a.decode.prefill_addresses.empty() ? "decode" : "serve", a.log_level)) return 2;
+  if (!a.disagg && (a.prefill_engines != 1 || a.fault_control)) {
+    TLOG_ERROR("error: --prefill-engines and --debug-fault-control are options of --disagg\n");
+    return 2;
+  }
   if (!a.disagg && (a.unsafe_early_commit || a.debug_put_delay_us > 0 || a.debug_wedge_after_messages >= 0)) {
     // Faults of the handoff: there is none without --disagg (a decode server
     // with --prefill gets them from its prefill engines' own flags).
@@ -229,6 +237,12 @@ void RegisterServe(CLI::App& app) {
       ->check(CLI::Range(int64_t(10), int64_t(3600) * 1000));
   cmd->add_flag("--disagg", a->disagg,
                 "Start a prefill engine, a decode server and a router on this host (router on --port)");
+  cmd->add_option("--prefill-engines", a->prefill_engines,
+                  "With --disagg: how many prefill engines the decode server balances (default 1)")
+      ->check(CLI::Range(1, 16));
+  cmd->add_flag("--debug-fault-control", a->fault_control,
+                "With --disagg, tests and soaks only: the launcher kills, restarts (optionally with bit flips) and "
+                "stops its prefill engines when asked over HTTP (bench agentic --faults uses it)");
   cmd->add_flag("--debug-unsafe-early-commit", a->unsafe_early_commit,
                 "With --disagg, UNSAFE, tests only: the prefill engine commits before index-K is flushed");
   a->tiers.AddTo(cmd);

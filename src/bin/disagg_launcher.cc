@@ -13,6 +13,9 @@
 #include <mutex>
 #include <thread>
 
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
 namespace tandem::cli {
 namespace {
 
@@ -62,8 +65,23 @@ class Child {
     return 0;
   }
 
+  bool alive() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
+
+  // SIGKILL, and reaped: the fault of a crash.
+  void Kill() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+
+  bool Signal(int sig) { return pid_ > 0 && kill(pid_, sig) == 0; }
+
   void Stop() {
     if (pid_ <= 0) return;
+    kill(pid_, SIGCONT);  // a stopped child takes SIGTERM only once it runs
     kill(pid_, SIGTERM);
     int status = 0;
     for (int i = 0; i < 3000; ++i) {
@@ -113,6 +131,108 @@ std::vector<std::string> Concat(std::vector<std::string> a, const std::vector<st
   return a;
 }
 
+// The prefill engines: started on any free port, restarted on the one they had.
+class PrefillEngines {
+ public:
+  explicit PrefillEngines(const DisaggLaunch& l) : l_(l) {}
+
+  // Starts engine i on `port` (0: any) with `extra` arguments; its port, or 0.
+  int Start(int i, int port, const std::vector<std::string>& extra) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return StartLocked(i, port, extra);
+  }
+
+  std::vector<int> Ports() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<int> ports;
+    for (const Slot& s : slots_) ports.push_back(s.port);
+    return ports;
+  }
+
+  // A fault-control request: kill | restart [bit_flip_rate] | stop | cont.
+  // Returns the answer's status and body.
+  std::pair<int, std::string> Apply(int i, const std::string& action, double bit_flip_rate) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (i < 0 || i >= int(slots_.size())) return {404, "no prefill engine " + std::to_string(i)};
+    Slot& s = slots_[size_t(i)];
+    if (action == "kill") {
+      if (s.child) s.child->Kill();
+    } else if (action == "stop" || action == "cont") {
+      if (!s.child || !s.child->Signal(action == "stop" ? SIGSTOP : SIGCONT)) return {409, "prefill engine not running"};
+    } else if (action == "restart") {
+      if (s.child) s.child->Kill();
+      std::vector<std::string> extra;
+      if (bit_flip_rate > 0) extra = {"--debug-bit-flip-rate", std::to_string(bit_flip_rate)};
+      if (StartLocked(i, s.port, extra) <= 0) return {500, "prefill engine " + std::to_string(i) + " did not start again"};
+    } else {
+      return {400, "unknown action '" + action + "' (kill, restart, stop, cont)"};
+    }
+    TLOG_WARN("fault control: prefill engine %d: %s%s\n", i, action.c_str(),
+              bit_flip_rate > 0 ? (" with bit flips in " + std::to_string(bit_flip_rate) + " of its page writes").c_str() : "");
+    return {200, "prefill engine " + std::to_string(i) + ": " + action};
+  }
+
+  void StopAll() {
+    std::lock_guard<std::mutex> lock(mu_);
+    slots_.clear();
+  }
+
+ private:
+  struct Slot {
+    std::unique_ptr<Child> child;
+    int port = 0;
+  };
+
+  int StartLocked(int i, int port, const std::vector<std::string>& extra) {
+    if (int(slots_.size()) <= i) slots_.resize(size_t(i) + 1);
+    const std::string loop = l_.host;
+    auto args = Concat(Concat(Concat(Concat({"prefill", "--host", loop, "--port", std::to_string(port)}, l_.model_args),
+                                     l_.attention_args),
+                              l_.prefill_args),
+                       extra);
+    Slot& s = slots_[size_t(i)];
+    s.child.reset();
+    s.child = std::make_unique<Child>(i == 0 ? "prefill" : "prefill" + std::to_string(i), std::move(args),
+                                      "handoffs at " + std::string(l_.transport_tcp ? "tcp" : "ucx") + "://" + loop + ":");
+    const int got = s.child->WaitPort(120);
+    if (got > 0) s.port = got;
+    return got;
+  }
+
+  const DisaggLaunch& l_;
+  std::mutex mu_;
+  std::vector<Slot> slots_;
+};
+
+// --debug-fault-control: POST /debug/prefill/<i> {"action": ..., "bit_flip_rate": r}.
+std::unique_ptr<httplib::Server> StartFaultControl(PrefillEngines& engines, const std::string& host, int* port) {
+  auto server = std::make_unique<httplib::Server>();
+  server->Post(R"(/debug/prefill/(\d+))", [&engines](const httplib::Request& req, httplib::Response& res) {
+    std::string action;
+    double rate = 0;
+    try {
+      const auto body = nlohmann::json::parse(req.body);
+      action = body.at("action").get<std::string>();
+      rate = body.value("bit_flip_rate", 0.0);
+    } catch (const std::exception& e) {
+      res.status = 400;
+      res.set_content(std::string("bad fault request: ") + e.what(), "text/plain");
+      return;
+    }
+    if (!(rate >= 0 && rate <= 1)) {
+      res.status = 400;
+      res.set_content("bit_flip_rate must be in [0, 1]", "text/plain");
+      return;
+    }
+    const auto [status, text] = engines.Apply(std::atoi(req.matches[1].str().c_str()), action, rate);
+    res.status = status;
+    res.set_content(text, "text/plain");
+  });
+  *port = server->bind_to_any_port(host);
+  if (*port <= 0) return nullptr;
+  return server;
+}
+
 }  // namespace
 
 int RunDisagg(const DisaggLaunch& l) {
@@ -122,15 +242,16 @@ int RunDisagg(const DisaggLaunch& l) {
   sigaddset(&set, SIGINT);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   const std::string loop = l.host;
-  auto prefill = std::make_unique<Child>(
-      "prefill", Concat(Concat(Concat({"prefill", "--host", loop, "--port", "0"}, l.model_args), l.attention_args), l.prefill_args),
-      "handoffs at " + std::string(l.transport_tcp ? "tcp" : "ucx") + "://" + loop + ":");
-  const int prefill_port = prefill->WaitPort(120);
-  if (prefill_port <= 0) return TLOG_ERROR("tandem serve --disagg: the prefill engine did not start\n"), 1;
+  PrefillEngines prefill(l);
+  std::string addresses;
+  for (int i = 0; i < l.prefill_engines; ++i) {
+    const int port = prefill.Start(i, 0, {});
+    if (port <= 0) return TLOG_ERROR("tandem serve --disagg: prefill engine %d did not start\n", i), 1;
+    addresses += (addresses.empty() ? "" : ",") + loop + ":" + std::to_string(port);
+  }
   auto decode = std::make_unique<Child>(
       "decode",
-      Concat(Concat(Concat({"serve", "--host", loop, "--port", "0", "--prefill", loop + ":" + std::to_string(prefill_port)},
-                           l.model_args),
+      Concat(Concat(Concat({"serve", "--host", loop, "--port", "0", "--prefill", addresses}, l.model_args),
                     l.attention_args),
              l.decode_args),
       "http://" + loop + ":");
@@ -144,14 +265,28 @@ int RunDisagg(const DisaggLaunch& l) {
       "http://" + l.host + ":");
   const int router_port = router->WaitPort(60);
   if (router_port <= 0) return TLOG_ERROR("tandem serve --disagg: the router did not start\n"), 1;
-  TLOG_INFO("tandem serve --disagg: router at http://%s:%d (decode :%d, prefill ucx :%d)\n", l.host.c_str(),
-               router_port, decode_port, prefill_port);
+  std::unique_ptr<httplib::Server> control;
+  std::thread control_thread;
+  if (l.fault_control) {
+    int control_port = 0;
+    control = StartFaultControl(prefill, loop, &control_port);
+    if (!control) return TLOG_ERROR("tandem serve --disagg: the fault-control listener did not start\n"), 1;
+    control_thread = std::thread([&] { control->listen_after_bind(); });
+    TLOG_WARN("WARNING: --debug-fault-control: fault control at http://%s:%d kills, restarts and stops prefill "
+              "engines on request (tests and soaks only)\n", loop.c_str(), control_port);
+  }
+  TLOG_INFO("tandem serve --disagg: router at http://%s:%d (decode :%d, prefill ucx %s)\n", l.host.c_str(),
+            router_port, decode_port, addresses.c_str());
   int sig = 0;
   sigwait(&set, &sig);
   TLOG_INFO("tandem serve --disagg: stopping router, decode, prefill\n");
+  if (control) {
+    control->stop();
+    control_thread.join();
+  }
   router.reset();
   decode.reset();
-  prefill.reset();
+  prefill.StopAll();
   return 0;
 }
 

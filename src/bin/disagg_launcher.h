@@ -1,6 +1,9 @@
-// `tandem serve --disagg`: one prefill engine, one decode server and a router
-// on this host, as three child processes of this binary, started in order and
-// stopped together.
+// `tandem serve --disagg`: prefill engines, one decode server and a router on
+// this host, as child processes of this binary, started in order and stopped
+// together. With --debug-fault-control (tests and soaks only) the launcher
+// also takes requests to kill, restart, stop and continue its prefill engines
+// (fault_control.h), so a load generator can inject those faults on a
+// schedule.
 #pragma once
 
 #include <string>
@@ -17,6 +20,8 @@ struct DisaggLaunch {
   std::vector<std::string> prefill_args;    // --chunk-size, --debug-unsafe-early-commit ...
   std::vector<std::string> router_args;     // --log-level
   bool transport_tcp = false;               // --transport tcp (the prefill engine's address says tcp://)
+  int prefill_engines = 1;                  // the decode server balances them (--prefill a,b,...)
+  bool fault_control = false;               // --debug-fault-control
 };
 
 // Runs until SIGTERM/SIGINT; returns the exit code.

@@ -82,6 +82,16 @@ void AddEngineMetrics(const std::vector<Sample>& samples, ServerState* s) {
   }
 }
 
+// "host:port started at T" when the process exports its start time.
+void AddInstance(const std::vector<Sample>& samples, const std::string& where, ServerState* s) {
+  for (const Sample& m : samples) {
+    if (m.name != "tandem_process_start_time_seconds") continue;
+    char start[64];
+    std::snprintf(start, sizeof(start), "%.3f", m.value);
+    s->instances.push_back(where + " started at " + start);
+  }
+}
+
 }  // namespace
 
 bool ServerState::AtBaseline() const {
@@ -115,6 +125,7 @@ ServerState ProbeServer(const std::string& host, int port) {
   } else {
     const std::vector<Sample> samples = ParseMetricsText(body);
     AddEngineMetrics(samples, &s);
+    AddInstance(samples, host + ":" + std::to_string(port), &s);
     // A tandem router: gate on the decode servers behind it too.
     for (const Sample& m : samples) {
       if (m.name != "tandem_router_backend_healthy") continue;
@@ -145,7 +156,9 @@ ServerState ProbeServer(const std::string& host, int port) {
         s.detail += "backend " + backend + " does not answer /metrics; ";
         continue;
       }
-      AddEngineMetrics(ParseMetricsText(text), &s);
+      const std::vector<Sample> backend_samples = ParseMetricsText(text);
+      AddEngineMetrics(backend_samples, &s);
+      AddInstance(backend_samples, backend, &s);
     }
   }
   if (s.tandem) {

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <deque>
 
+#include "common/process_start.h"
 #include "server/listen_backlog.h"
 #include "server/openai_api.h"
 
@@ -255,7 +256,11 @@ void Router::ForwardStream(const httplib::Request& req, httplib::Response& res, 
 }
 
 std::string Router::MetricsText() const {
-  std::string out = "# HELP tandem_router_backend_healthy 1 when the decode backend answers /health\n"
+  char start[64];
+  std::snprintf(start, sizeof(start), "%.3f", ProcessStartUnixSeconds());
+  std::string out = std::string("# HELP tandem_process_start_time_seconds When this process started (Unix seconds)\n"
+                                "# TYPE tandem_process_start_time_seconds gauge\ntandem_process_start_time_seconds ") +
+                    start + "\n# HELP tandem_router_backend_healthy 1 when the decode backend answers /health\n"
                     "# TYPE tandem_router_backend_healthy gauge\n";
   for (const auto& b : backends_) {
     out += "tandem_router_backend_healthy{backend=\"" + b->host + ":" + std::to_string(b->port) + "\"} " +

@@ -4,6 +4,7 @@
 
 #include <sstream>
 
+#include "common/process_start.h"
 #include "prefix/tiers.h"
 
 namespace tandem {
@@ -79,7 +80,10 @@ EngineMetrics::EngineMetrics()
       handoff_replacements(Counter(*registry_, "tandem_handoff_replacements_total",
                                    "Requests placed on a prefill engine again after their handoff's link or peer failed")),
       prefill_affinity_hits(Counter(*registry_, "tandem_prefill_affinity_hits_total",
-                                    "Handoffs placed on the prefill engine that computed a prefix of their prompt")) {}
+                                    "Handoffs placed on the prefill engine that computed a prefix of their prompt")) {
+  Gauge(*registry_, "tandem_process_start_time_seconds", "When this process started (Unix seconds)")
+      .Set(ProcessStartUnixSeconds());
+}
 
 void EngineMetrics::PublishTiers(const TierStats& s) {
   auto counter = [&](const std::string& key, const std::string& name, const std::string& help,

@@ -1,0 +1,19 @@
+#include "common/process_start.h"
+
+#include <chrono>
+
+namespace tandem {
+namespace {
+
+double NowUnixSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Set while the process starts (static initialization), not at first use.
+const double kProcessStart = NowUnixSeconds();
+
+}  // namespace
+
+double ProcessStartUnixSeconds() { return kProcessStart; }
+
+}  // namespace tandem
