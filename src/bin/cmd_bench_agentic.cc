@@ -23,6 +23,7 @@
 #include "loadgen/agentic.h"
 #include "loadgen/differential.h"
 #include "loadgen/report.h"
+#include "loadgen/soak.h"
 #include "loadgen/verify.h"
 
 namespace tandem::cli {
@@ -51,6 +52,12 @@ struct AgenticArgs {
   double near_tie_nats = 0.5;
   bool quiet = false;
   bool plain_openai = false;
+  // The soak (loadgen/soak.h): sessions back to back at the last sweep value.
+  double soak_s = 0;
+  std::string faults;
+  double faults_repeat_s = 0;
+  std::string fault_control;  // host:port of serve --disagg --debug-fault-control
+  double fault_settle_s = 10;
 };
 
 // A one-line progress bar on stderr, only when it is a terminal.
@@ -132,6 +139,62 @@ StatusOr<std::unique_ptr<Model>> LoadReference(const ModelOptions& opts, const s
   return model;
 }
 
+// The instances (host:port and start time) of `before` that `after` no
+// longer shows as they were: restarted or gone.
+std::vector<std::string> Restarted(const std::vector<std::string>& before, const std::vector<std::string>& after) {
+  std::vector<std::string> out;
+  for (const std::string& b : before) {
+    if (std::find(after.begin(), after.end(), b) == after.end()) out.push_back(b + " (now: not the same process)");
+  }
+  return out;
+}
+
+// Runs the soak instead of the sweep: one point, sessions back to back while
+// the fault schedule runs; the health gate before and after, and a check that
+// nothing the schedule did not kill was restarted.
+int Soak(const AgenticArgs& a, const AgenticShape& shape, const std::string& host, int port, SweepReport* report,
+         std::vector<RoundRecord>* all, std::vector<FaultEvent>* events) {
+  SoakOptions o;
+  o.duration_s = a.soak_s;
+  o.concurrency = shape.sweep.back();
+  o.settle_s = a.fault_settle_s;
+  auto faults = ParseFaults(a.faults);
+  if (!faults.ok()) return std::fprintf(stderr, "error: --faults: %s\n", faults.status().message().c_str()), 1;
+  o.faults = RepeatFaults(*faults, a.faults_repeat_s, a.soak_s);
+  if (!a.fault_control.empty() && !SplitUrl(a.fault_control, &o.control_host, &o.control_port)) {
+    return std::fprintf(stderr, "error: --fault-control must be host:port, not '%s'\n", a.fault_control.c_str()), 1;
+  }
+  SoakSection& k = report->soak_section;
+  report->soak = true;
+  k.duration_s = o.duration_s;
+  k.concurrency = o.concurrency;
+  k.faults = a.faults.empty() ? "none" : a.faults;
+  if (a.faults_repeat_s > 0) k.faults += ", repeated every " + std::to_string(int64_t(a.faults_repeat_s)) + " s";
+  k.settle_s = o.settle_s;
+  if (const Status gate = WaitForBaseline(host, port, a.health_timeout_s); !gate.ok()) {
+    report->stopped = "before the soak: " + gate.message();
+    std::fprintf(stderr, "tandem bench agentic: soak not started %s\n", report->stopped.c_str());
+    return 0;
+  }
+  const std::vector<std::string> before = ProbeServer(host, port).instances;
+  std::fprintf(stderr, "  soak: %.0f s, %d sessions at a time, %zu faults scheduled\n", o.duration_s, o.concurrency,
+               o.faults.size());
+  PointProgress progress;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (Status st = RunSoak(host, port, report->header.model, shape, o, &progress, all, events); !st.ok()) {
+    return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
+  }
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (const RoundRecord& r : *all) k.sessions = std::max<int64_t>(k.sessions, r.session + 1);
+  report->points.push_back(Summarize(0, o.concurrency, *all, wall));
+  if (const Status after = WaitForBaseline(host, port, a.health_timeout_s); !after.ok()) {
+    report->stopped = "after the soak: " + after.message();
+    std::fprintf(stderr, "tandem bench agentic: %s\n", report->stopped.c_str());
+  }
+  k.restarted = Restarted(before, ProbeServer(host, port).instances);
+  return 0;
+}
+
 int RunAgentic(AgenticArgs& a) {
   auto preset = AgenticPreset(a.preset);
   if (!preset.ok()) return std::fprintf(stderr, "error: %s\n", preset.status().ToString().c_str()), 1;
@@ -210,7 +273,14 @@ int RunAgentic(AgenticArgs& a) {
     std::fprintf(stderr, "health gate: /health and /metrics, but no tandem engine gauges: idle and page checks skipped\n");
   }
   std::vector<RoundRecord> all;
-  for (size_t i = 0; i < shape.sweep.size(); ++i) {
+  std::vector<FaultEvent> events;
+  if (a.soak_s > 0) {
+    if (int rc = Soak(a, shape, host, port, &report, &all, &events); rc != 0) return rc;
+    if (Status st = WriteTranscript(transcript, header, all); !st.ok()) {
+      return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
+    }
+  }
+  for (size_t i = 0; a.soak_s <= 0 && i < shape.sweep.size(); ++i) {
     const int c = shape.sweep[i];
     const Status gate = WaitForBaseline(host, port, a.health_timeout_s);
     if (!gate.ok()) {
@@ -237,7 +307,7 @@ int RunAgentic(AgenticArgs& a) {
       return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
     }
   }
-  if (report.stopped.empty()) {
+  if (report.stopped.empty() && a.soak_s <= 0) {
     const Status after = WaitForBaseline(host, port, a.health_timeout_s);
     if (!after.ok()) {
       report.stopped = "after the last point: " + after.message();
@@ -273,6 +343,7 @@ int RunAgentic(AgenticArgs& a) {
       return std::fprintf(stderr, "error: %s\n", w.ToString().c_str()), 1;
     }
   }
+  if (report.soak) report.soak_section.windows = SoakWindows(events, all, a.soak_s, a.fault_settle_s);
   const std::string table = ReportTable(report);
   std::fputs(table.c_str(), stdout);
   std::fflush(stdout);
@@ -290,8 +361,16 @@ int RunAgentic(AgenticArgs& a) {
       if (o == kTimeout || o == kError) failed += n;
     }
   }
+  if (report.soak) {  // a fault's own window may fail rounds; the quiet periods may not
+    failed = 0;
+    for (const SoakWindow& w : report.soak_section.windows) {
+      if (w.fault) continue;
+      for (const char* o : {kTimeout, kError}) failed += w.outcomes.count(o) ? w.outcomes.at(o) : 0;
+    }
+    for (const FaultEvent& e : events) failed += e.error.empty() ? 0 : 1;
+  }
   if (corrupt > 0) return kExitCorrupt;  // the finding that matters most
-  if (!report.stopped.empty()) return kExitStopped;
+  if (!report.stopped.empty() || !report.soak_section.restarted.empty()) return kExitStopped;
   return failed > 0 ? kExitFailed : 0;
 }
 
@@ -414,6 +493,20 @@ void RegisterAgenticBench(CLI::App& bench) {
   cmd->add_option("--near-tie", a->near_tie_nats,
                   "With --reference-url: a served token within this many nats of the reference's choice is drift")
       ->check(CLI::Range(0.0, 100.0));
+  cmd->add_option("--soak", a->soak_s,
+                  "Soak for this many seconds instead of the sweep: sessions back to back at the last --sweep value "
+                  "while --faults run; outcomes are reported by fault window and quiet period")
+      ->check(CLI::Range(1.0, 7.0 * 24 * 3600));
+  cmd->add_option("--faults", a->faults,
+                  "With --soak: KIND:TARGET@AT[+FOR][/RATE],... kinds kill, wedge, bit-flips (TARGET: prefill engine) "
+                  "and abort-storm (TARGET: requests), e.g. kill:0@30+5,wedge:1@90+12,abort-storm:64@150,bit-flips:0@210+30/0.05");
+  cmd->add_option("--faults-repeat", a->faults_repeat_s, "With --soak: run the --faults schedule again every this many seconds")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--fault-control", a->fault_control,
+                  "With --soak: host:port of the launcher's fault control (serve --disagg --debug-fault-control)");
+  cmd->add_option("--fault-settle", a->fault_settle_s,
+                  "With --soak: seconds after a fault ends that still count as its window")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--quiet", a->quiet, "No progress bar");
   cmd->add_flag("--plain-openai", a->plain_openai,
                 "Send only standard OpenAI fields (no ignore_eos / return_token_ids); answers are judged by text");

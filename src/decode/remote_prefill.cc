@@ -366,7 +366,12 @@ void RemotePrefill::Handle(const Arrival& a, std::vector<Outcome>& out) {
       o.ready.compute_us = ready->compute_us;
       o.ready.transfer_us = ready->transfer_us;
     } else {
+      // A commit that does not check out (a digest mismatch: bytes damaged
+      // on the way) failed that transfer, not the request: it goes to
+      // another engine if one is up, like a handoff whose peer died.
       o.status = ready.status();
+      o.retryable = true;
+      failed_on_[commit->handoff_id] = a.link;
     }
     out.push_back(std::move(o));
   } else if (*type == MessageType::kAbort) {

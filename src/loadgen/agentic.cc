@@ -293,9 +293,11 @@ uint64_t SessionSeed(const AgenticShape& shape, int concurrency, int session) {
   return SplitMix64(shape.seed ^ SplitMix64(uint64_t(concurrency) * 1000003u + uint64_t(session)));
 }
 
+}  // namespace
+
 void RunSession(const std::string& host, int port, const std::string& model, const AgenticShape& shape,
                 int point, int concurrency, int session, Clock::time_point t0, PointProgress* progress,
-                std::vector<RoundRecord>* out) {
+                std::vector<RoundRecord>* out, const std::atomic<bool>* stop) {
   uint64_t seed = SessionSeed(shape, concurrency, session);
   Json messages = Json::array();
   Json append = Json::array();
@@ -305,6 +307,7 @@ void RunSession(const std::string& host, int port, const std::string& model, con
   append.push_back({{"role", "user"},
                     {"content", "Task " + std::to_string(session) + ": " + SyntheticText(seed + 1, 24, shape.tokens_per_word)}});
   for (int r = 0; r < shape.rounds; ++r) {
+    if (stop != nullptr && stop->load()) return;
     if (r > 0 && shape.think_ms > 0) {
       seed = SplitMix64(seed);
       std::this_thread::sleep_for(std::chrono::milliseconds(int64_t(seed % uint64_t(shape.think_ms + 1))));
@@ -368,8 +371,6 @@ void RunSession(const std::string& host, int port, const std::string& model, con
                       {"content", "Tool output:\n" + SyntheticText(seed, tool, shape.tokens_per_word)}});
   }
 }
-
-}  // namespace
 
 std::vector<RoundRecord> RunPoint(const std::string& host, int port, const std::string& model,
                                   const AgenticShape& shape, int point, int concurrency,

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -145,6 +146,13 @@ Status QueryModel(const std::string& host, int port, std::string* id, nlohmann::
 struct PointProgress {
   std::atomic<int64_t> rounds_done{0}, rounds_total{0}, failures{0};
 };
+
+// Runs session `session` of a point (its texts are a pure function of the
+// shape's seed, concurrency and session), appending its rounds to *out; no
+// new round starts once *stop (if given) is set.
+void RunSession(const std::string& host, int port, const std::string& model, const AgenticShape& shape,
+                int point, int concurrency, int session, std::chrono::steady_clock::time_point t0,
+                PointProgress* progress, std::vector<RoundRecord>* out, const std::atomic<bool>* stop = nullptr);
 
 // Runs `concurrency` sessions at once (one thread each) and returns every
 // round they sent, sorted by (session, round). A session stops at its first

@@ -28,9 +28,10 @@ void CountOutcomes(PointSummary* s, const std::vector<RoundRecord>& rounds) {
   }
 }
 
-std::string Fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), f, v);
+template <typename... Args>
+std::string Fmt(const char* f, Args... args) {
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), f, args...);
   return buf;
 }
 
@@ -90,6 +91,32 @@ void Resummarize(SweepReport* report, const std::vector<RoundRecord>& rounds) {
   for (PointSummary& p : report->points) CountOutcomes(&p, rounds);
 }
 
+// The soak's windows: outcomes in each fault window and quiet period, and
+// how long the system took to answer again after each fault.
+std::string SoakTable(const SoakSection& k) {
+  std::string out = Fmt("soak: %.0f s at %d sessions (%lld sessions run), faults: ", k.duration_s, k.concurrency,
+                        (long long)k.sessions) +
+                    k.faults + Fmt(" (a fault's window runs %.0f s past its end)\n", k.settle_s);
+  char line[512];
+  std::snprintf(line, sizeof(line), "%-7s %8s %8s | %5s %7s %7s %5s %10s | %9s %9s  %s\n", "window", "from s", "to s", "ok",
+                "corrupt", "timeout", "error", "unverified", "healthy s", "answer s", "fault");
+  out += line;
+  for (const SoakWindow& w : k.windows) {
+    auto n = [&](const char* o) {
+      auto it = w.outcomes.find(o);
+      return (long long)(it == w.outcomes.end() ? 0 : it->second);
+    };
+    const std::string healthy = w.fault ? (w.healthy_after_s < 0 ? "never" : Fmt("%.2f", w.healthy_after_s)) : "";
+    const std::string answer = w.fault ? (w.recovery_s < 0 ? "never" : Fmt("%.2f", w.recovery_s)) : "";
+    std::snprintf(line, sizeof(line), "%-7s %8.1f %8.1f | %5lld %7lld %7lld %5lld %10lld | %9s %9s  %s\n",
+                  w.fault ? "FAULT" : "quiet", w.from_s, w.to_s, n(kOk), n(kCorrupt), n(kTimeout), n(kError),
+                  n(kUnverified), healthy.c_str(), answer.c_str(), w.fault ? w.label.c_str() : "");
+    out += line;
+  }
+  for (const std::string& p : k.restarted) out += "RESTARTED WITHOUT A FAULT: " + p + "\n";
+  return out;
+}
+
 std::string ReportTable(const SweepReport& r) {
   std::string out;
   out += "agentic sweep against " + r.target + " (" + r.header.model + ", preset " + r.header.preset + ")" +
@@ -118,6 +145,7 @@ std::string ReportTable(const SweepReport& r) {
     out += line;
     for (const std::string& m : p.first_mismatches) out += "      corrupt: " + m + "\n";
   }
+  if (r.soak) out += SoakTable(r.soak_section);
   if (!r.stopped.empty()) out += "SWEEP STOPPED: " + r.stopped + "\n";
   return out;
 }
@@ -144,7 +172,30 @@ Json ReportJson(const SweepReport& r) {
                       {"max_prompt_tokens", p.max_prompt_tokens},
                       {"first_mismatches", p.first_mismatches}});
   }
+  Json soak;
+  if (r.soak) {
+    const SoakSection& k = r.soak_section;
+    Json windows = Json::array();
+    for (const SoakWindow& w : k.windows) {
+      Json outcomes = Json::object();
+      for (const char* o : kOutcomes) {
+        auto it = w.outcomes.find(o);
+        outcomes[o] = it == w.outcomes.end() ? 0 : it->second;
+      }
+      windows.push_back({{"kind", w.fault ? "fault" : "quiet"},
+                         {"label", w.label},
+                         {"from_s", w.from_s},
+                         {"to_s", w.to_s},
+                         {"outcomes", outcomes},
+                         {"healthy_after_s", w.fault && w.healthy_after_s >= 0 ? Json(w.healthy_after_s) : Json()},
+                         {"answered_after_s", w.fault && w.recovery_s >= 0 ? Json(w.recovery_s) : Json()}});
+    }
+    soak = {{"duration_s", k.duration_s}, {"concurrency", k.concurrency}, {"sessions", k.sessions},
+            {"faults", k.faults},         {"settle_s", k.settle_s},       {"windows", windows},
+            {"restarted", k.restarted}};
+  }
   return Json{{"schema", "tandem-agentic-report/1"},
+              {"soak", soak},
               {"target", r.target},
               {"model", r.header.model},
               {"preset", r.header.preset},

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loadgen/agentic.h"
+#include "loadgen/soak.h"
 
 namespace tandem {
 
@@ -27,6 +28,17 @@ struct PointSummary {
   std::vector<std::string> first_mismatches;  // "session 3 round 2: token 17", at most 20
 };
 
+// A soak's outcome by fault window and quiet period (loadgen/soak.h).
+struct SoakSection {
+  double duration_s = 0;
+  int concurrency = 0;
+  std::string faults;  // the schedule as given
+  double settle_s = 0;
+  std::vector<SoakWindow> windows;
+  std::vector<std::string> restarted;  // processes the schedule did not kill that came back with a new start time
+  int64_t sessions = 0;
+};
+
 struct SweepReport {
   TranscriptHeader header;
   std::string target;  // host:port
@@ -35,6 +47,8 @@ struct SweepReport {
   std::string verified_by;  // "" : the reference engine (exact); else the reference deployment's URL
   std::string stopped;  // non-empty: why the sweep stopped early (the health gate)
   std::string transcript_path;
+  bool soak = false;
+  SoakSection soak_section;
 };
 
 PointSummary Summarize(int point, int concurrency, const std::vector<RoundRecord>& rounds, double wall_s);

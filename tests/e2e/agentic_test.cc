@@ -43,6 +43,50 @@ std::string Bench(int port, const std::string& dir, const std::string& extra) {
 
 int64_t Outcome(const json& point, const char* o) { return point["outcomes"][o].get<int64_t>(); }
 
+// The soak: two prefill engines behind the decode server, every kind of
+// fault once (a prefill engine killed and restarted, the other stopped past
+// the peer timeout and continued, an abort storm, bit flips in one engine's
+// page writes), sessions running throughout on poisoned pages. Nothing is
+// corrupt, every failed round lies in a fault's window, every quiet period is
+// clean, and nothing the schedule did not kill was restarted.
+TEST(Agentic, ASoakThroughEveryKindOfFaultStaysExactAndItsQuietPeriodsClean) {
+  auto server = Disagg({"--prefill-engines", "2", "--debug-fault-control", "--peer-timeout-ms", "1000",
+                        "--debug-poison-pages"});
+  ASSERT_TRUE(server->ok()) << server->Log();
+  const std::string log = server->Log(), marker = "fault control at http://127.0.0.1:";
+  const size_t at = log.find(marker);
+  ASSERT_NE(at, std::string::npos) << log;
+  const int control = std::atoi(log.c_str() + at + marker.size());
+  const std::string dir = testing::MakeTempDir();
+  auto r = RunTandem(Bench(server->port(), dir,
+                           "--sweep 8 --rounds 2 --initial-tokens 384 --gen-tokens 16 --soak 30 --fault-settle 5 "
+                           "--faults kill:0@4+2,wedge:1@11+3,abort-storm:16@18,bit-flips:0@22+4/0.2 "
+                           "--fault-control 127.0.0.1:" + std::to_string(control)),
+                     600);
+  ASSERT_EQ(r.exit_code, 0) << r.output << server->Log();
+  const json report = ReadJson(dir + "/report.json");
+  ASSERT_FALSE(report.is_discarded()) << r.output;
+  EXPECT_TRUE(report["verified"].get<bool>());
+  EXPECT_TRUE(report["stopped"].is_null()) << r.output;
+  const json& soak = report["soak"];
+  EXPECT_TRUE(soak["restarted"].empty()) << soak.dump();
+  int faults = 0;
+  for (const auto& w : soak["windows"]) {
+    if (w["kind"] == "fault") {
+      ++faults;
+      EXPECT_EQ(w["label"].get<std::string>().find("FAILED"), std::string::npos) << w.dump();
+    } else {
+      EXPECT_EQ(w["outcomes"]["timeout"].get<int64_t>() + w["outcomes"]["error"].get<int64_t>(), 0) << w.dump();
+    }
+    EXPECT_EQ(w["outcomes"]["corrupt"].get<int64_t>(), 0) << w.dump();
+  }
+  EXPECT_EQ(faults, 4) << soak.dump();
+  const json& point = report["points"][0];
+  EXPECT_EQ(Outcome(point, "corrupt"), 0);
+  EXPECT_GT(Outcome(point, "ok"), 40) << point.dump();
+  EXPECT_NE(r.output.find("soak: 30 s at 8 sessions"), std::string::npos) << r.output;
+}
+
 // With every freed or reserved page poisoned on both engines: a correct
 // handoff never reads a page before its data landed, so poisoning changes nothing.
 TEST(Agentic, SweepToSixtyFourSessionsOnDisaggBf16SparseIsClean) {
