@@ -350,7 +350,7 @@ int RunAgentic(AgenticArgs& a) {
   if (Status st = WriteFile(a.out_dir + "/report.json", ReportJson(report).dump(2) + "\n"); !st.ok()) {
     return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
   }
-  if (Status st = WriteFile(a.out_dir + "/report.svg", ReportSvg(report)); !st.ok()) {
+  if (Status st = WriteFile(a.out_dir + "/report.svg", ReportSvg(report, all)); !st.ok()) {
     return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
   }
   std::fprintf(stderr, "wrote %s/transcript.jsonl, report.json, report.svg\n", a.out_dir.c_str());

@@ -5,14 +5,16 @@
 #include <cstdio>
 
 #include "loadgen/stream_client.h"
+#include "loadgen/text_format.h"
 
 namespace tandem {
 
 using Json = nlohmann::json;
+using report_text::Fmt;
 
 namespace {
 
-const char* const kOutcomes[] = {kOk, kCorrupt, kTimeout, kError, kUnverified};
+constexpr const char* kOutcomes[] = {kOk, kCorrupt, kTimeout, kError, kUnverified};
 
 void CountOutcomes(PointSummary* s, const std::vector<RoundRecord>& rounds) {
   s->outcomes.clear();
@@ -26,29 +28,6 @@ void CountOutcomes(PointSummary* s, const std::vector<RoundRecord>& rounds) {
                                     ": token " + std::to_string(r.first_mismatch));
     }
   }
-}
-
-template <typename... Args>
-std::string Fmt(const char* f, Args... args) {
-  char buf[256];
-  std::snprintf(buf, sizeof(buf), f, args...);
-  return buf;
-}
-
-std::string Escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default:
-        // XML 1.0 has no other control characters.
-        if (static_cast<unsigned char>(c) >= 0x20 || c == '\t' || c == '\n' || c == '\r') out += c;
-    }
-  }
-  return out;
 }
 
 }  // namespace
@@ -206,102 +185,6 @@ Json ReportJson(const SweepReport& r) {
               {"stopped", r.stopped.empty() ? Json() : Json(r.stopped)},
               {"transcript", r.transcript_path},
               {"points", points}};
-}
-
-// Four panels side by side: TTFT, inter-token latency, tokens/s, outcome mix,
-// each against the sweep's concurrency points.
-std::string ReportSvg(const SweepReport& r) {
-  constexpr double kPanelW = 300, kPanelH = 220, kLeft = 56, kTop = 40, kPlotW = 220, kPlotH = 140;
-  const size_t n = r.points.size();
-  std::string svg = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  svg += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + Fmt("%.0f", 4 * kPanelW) + "\" height=\"" +
-         Fmt("%.0f", kPanelH + 40) + "\" font-family=\"sans-serif\" font-size=\"11\">\n";
-  svg += "<text x=\"10\" y=\"18\" font-size=\"14\">" +
-         Escape("tandem bench agentic — " + r.header.model + ", preset " + r.header.preset + ", " + r.target) +
-         (r.stopped.empty() ? "" : " (sweep stopped)") + "</text>\n";
-  auto x_of = [&](size_t i) { return kLeft + (n <= 1 ? kPlotW / 2 : kPlotW * double(i) / double(n - 1)); };
-  struct Series {
-    std::string name, color;
-    std::vector<double> v;
-  };
-  auto line_panel = [&](int panel, const std::string& title, const std::string& unit, const std::vector<Series>& series) {
-    const double ox = panel * kPanelW;
-    double vmax = 0;
-    for (const auto& s : series) {
-      for (double v : s.v) vmax = std::max(vmax, v);
-    }
-    if (vmax <= 0) vmax = 1;
-    std::string g = "<g transform=\"translate(" + Fmt("%.0f", ox) + ",20)\">\n";
-    g += "<text x=\"" + Fmt("%.0f", kLeft) + "\" y=\"12\" font-size=\"12\">" + Escape(title) + "</text>\n";
-    g += "<line x1=\"" + Fmt("%.1f", kLeft) + "\" y1=\"" + Fmt("%.1f", kTop + kPlotH) + "\" x2=\"" +
-         Fmt("%.1f", kLeft + kPlotW) + "\" y2=\"" + Fmt("%.1f", kTop + kPlotH) + "\" stroke=\"black\"/>\n";
-    g += "<line x1=\"" + Fmt("%.1f", kLeft) + "\" y1=\"" + Fmt("%.1f", kTop) + "\" x2=\"" + Fmt("%.1f", kLeft) +
-         "\" y2=\"" + Fmt("%.1f", kTop + kPlotH) + "\" stroke=\"black\"/>\n";
-    g += "<text x=\"4\" y=\"" + Fmt("%.1f", kTop + 4) + "\">" + Escape(Fmt("%.3g", vmax) + " " + unit) + "</text>\n";
-    g += "<text x=\"4\" y=\"" + Fmt("%.1f", kTop + kPlotH) + "\">0</text>\n";
-    for (size_t i = 0; i < n; ++i) {
-      g += "<text x=\"" + Fmt("%.1f", x_of(i) - 6) + "\" y=\"" + Fmt("%.1f", kTop + kPlotH + 14) + "\">" +
-           std::to_string(r.points[i].concurrency) + "</text>\n";
-    }
-    g += "<text x=\"" + Fmt("%.1f", kLeft + kPlotW / 2 - 30) + "\" y=\"" + Fmt("%.1f", kTop + kPlotH + 28) +
-         "\">sessions</text>\n";
-    int legend = 0;
-    for (const auto& s : series) {
-      std::string pts;
-      for (size_t i = 0; i < s.v.size(); ++i) {
-        const double y = kTop + kPlotH - kPlotH * s.v[i] / vmax;
-        pts += Fmt("%.1f", x_of(i)) + "," + Fmt("%.1f", y) + " ";
-        g += "<circle cx=\"" + Fmt("%.1f", x_of(i)) + "\" cy=\"" + Fmt("%.1f", y) + "\" r=\"2.5\" fill=\"" + s.color +
-             "\"/>\n";
-      }
-      g += "<polyline fill=\"none\" stroke=\"" + s.color + "\" stroke-width=\"1.5\" points=\"" + pts + "\"/>\n";
-      g += "<text x=\"" + Fmt("%.1f", kLeft + 8 + 70 * legend++) + "\" y=\"" + Fmt("%.1f", kTop - 6) + "\" fill=\"" +
-           s.color + "\">" + Escape(s.name) + "</text>\n";
-    }
-    return g + "</g>\n";
-  };
-  std::vector<double> t50, t99, i50, i99, tps;
-  for (const PointSummary& p : r.points) {
-    t50.push_back(p.ttft_p50_s * 1e3);
-    t99.push_back(p.ttft_p99_s * 1e3);
-    i50.push_back(p.itl_p50_s * 1e3);
-    i99.push_back(p.itl_p99_s * 1e3);
-    tps.push_back(p.tokens_per_s);
-  }
-  svg += line_panel(0, "time to first token", "ms", {{"p50", "#1f77b4", t50}, {"p99", "#d62728", t99}});
-  svg += line_panel(1, "inter-token latency", "ms", {{"p50", "#1f77b4", i50}, {"p99", "#d62728", i99}});
-  svg += line_panel(2, "generated tokens/s", "tok/s", {{"tokens/s", "#2ca02c", tps}});
-  // Outcome mix: stacked bars, shares of each point's rounds.
-  const std::pair<const char*, const char*> colors[] = {
-      {kOk, "#2ca02c"}, {kCorrupt, "#d62728"}, {kTimeout, "#ff7f0e"}, {kError, "#7f7f7f"}, {kUnverified, "#c7c7c7"}};
-  std::string g = "<g transform=\"translate(" + Fmt("%.0f", 3 * kPanelW) + ",20)\">\n";
-  g += "<text x=\"" + Fmt("%.0f", kLeft) + "\" y=\"12\" font-size=\"12\">outcome mix</text>\n";
-  const double bar_w = n == 0 ? 0 : std::min(36.0, kPlotW / double(n) * 0.7);
-  for (size_t i = 0; i < n; ++i) {
-    const PointSummary& p = r.points[i];
-    double y = kTop + kPlotH;
-    for (const auto& [o, color] : colors) {
-      auto it = p.outcomes.find(o);
-      const double share = p.rounds > 0 && it != p.outcomes.end() ? double(it->second) / double(p.rounds) : 0;
-      if (share <= 0) continue;
-      const double h = kPlotH * share;
-      y -= h;
-      g += "<rect x=\"" + Fmt("%.1f", x_of(i) - bar_w / 2) + "\" y=\"" + Fmt("%.1f", y) + "\" width=\"" +
-           Fmt("%.1f", bar_w) + "\" height=\"" + Fmt("%.1f", h) + "\" fill=\"" + color + "\"><title>" +
-           std::to_string(it->second) + " " + o + "</title></rect>\n";
-    }
-    g += "<text x=\"" + Fmt("%.1f", x_of(i) - 6) + "\" y=\"" + Fmt("%.1f", kTop + kPlotH + 14) + "\">" +
-         std::to_string(p.concurrency) + "</text>\n";
-  }
-  int legend = 0;
-  for (const auto& [o, color] : colors) {
-    g += "<rect x=\"" + Fmt("%.1f", kLeft + 48.0 * legend) + "\" y=\"" + Fmt("%.1f", kTop - 16) +
-         "\" width=\"8\" height=\"8\" fill=\"" + color + "\"/><text x=\"" + Fmt("%.1f", kLeft + 48.0 * legend + 10) +
-         "\" y=\"" + Fmt("%.1f", kTop - 8) + "\" font-size=\"9\">" + o + "</text>\n";
-    ++legend;
-  }
-  svg += g + "</g>\n</svg>\n";
-  return svg;
 }
 
 }  // namespace tandem

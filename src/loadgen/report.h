@@ -57,6 +57,9 @@ void Resummarize(SweepReport* report, const std::vector<RoundRecord>& rounds);
 
 std::string ReportTable(const SweepReport& report);
 nlohmann::json ReportJson(const SweepReport& report);
-std::string ReportSvg(const SweepReport& report);
+// Four panels against the concurrency points (TTFT, inter-token latency,
+// tokens/s, the outcome mix with each point's corrupt share written out) and,
+// for a soak, a timeline of every round's TTFT with the fault windows shaded.
+std::string ReportSvg(const SweepReport& report, const std::vector<RoundRecord>& rounds = {});
 
 }  // namespace tandem

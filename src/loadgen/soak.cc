@@ -332,7 +332,10 @@ std::vector<SoakWindow> SoakWindows(const std::vector<FaultEvent>& events, const
     SoakWindow w;
     w.fault = true;
     w.label = DescribeFault(e.fault) + (e.error.empty() ? "" : " (FAILED: " + e.error + ")");
+    w.short_label = std::string(FaultName(e.fault.kind)) + (e.fault.kind == Fault::Kind::kAbortStorm ? " " : " p") +
+                    std::to_string(e.fault.target);
     w.from_s = e.start_s;
+    w.fault_end_s = e.end_s;
     w.to_s = e.end_s + settle_s;
     w.healthy_after_s = e.healthy_s < 0 ? -1 : std::max(0.0, e.healthy_s - e.end_s);
     windows.push_back(w);

@@ -65,6 +65,8 @@ Status RunSoak(const std::string& host, int port, const std::string& model, cons
 struct SoakWindow {
   bool fault = false;
   std::string label;
+  std::string short_label;  // fault windows: "kill p0", "abort-storm 64" ...
+  double fault_end_s = 0;   // fault windows: when the fault was handed back (the window runs settle_s longer)
   double from_s = 0, to_s = 0;
   std::map<std::string, int64_t> outcomes;
   double recovery_s = -1;  // fault windows: end -> the first round started after it answered ok
