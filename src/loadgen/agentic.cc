@@ -41,12 +41,14 @@ StatusOr<AgenticShape> AgenticPreset(const std::string& name) {
     s.request_timeout_s = 300;
     s.sweep = {8, 16, 32};
   } else if (name == "incident") {
-    // The incident's shape: 2k tokens growing past 32k (2048 + 45 x (384
-    // generated + 300..500 tool + the chat template) = 33k..42k) at 16, 48
-    // and 80 sessions. Needs a server context of 48k (serve --ctx-size 49152).
+    // The incident's shape scaled to fit this class of machine: a 2k start
+    // growing past 32k (2048 + 60 x (128 generated + 300..500 tool + the
+    // chat template) = 34k..41k) at 16, 48 and 80 sessions. Run it against
+    // the `micro` model (one layer, one KV head) with serve --ctx-size 49152;
+    // `production` keeps the full generation length.
     s.initial_tokens = 2048;
-    s.rounds = 45;
-    s.gen_tokens = 384;
+    s.rounds = 60;
+    s.gen_tokens = 128;
     s.tool_min = 300;
     s.tool_max = 500;
     s.think_ms = 200;

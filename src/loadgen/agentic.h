@@ -43,7 +43,7 @@ struct AgenticShape {
   std::vector<int> sweep = {16, 32, 48, 64, 80};
 };
 
-// small: this 2-core machine in about a minute; medium; incident: 2k -> 33k..42k
+// small: this 2-core machine in about a minute; medium; incident: 2k -> 34k..41k
 // tokens at 16, 48 and 80 sessions, the incident's shape;
 // production: 2k -> 80k tokens, 80 sessions (bigger machines).
 StatusOr<AgenticShape> AgenticPreset(const std::string& name);
