@@ -11,6 +11,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -58,6 +61,70 @@ struct AgenticArgs {
   double faults_repeat_s = 0;
   std::string fault_control;  // host:port of serve --disagg --debug-fault-control
   double fault_settle_s = 10;
+  bool verify_during = false;
+};
+
+// --verify-during: each finished point's rounds are verified on a thread of
+// its own while the next point runs, one point after another, so a long
+// sweep ends verified. The reference engine then shares the machine with the
+// server under test: the latencies are measured under that load.
+class BackgroundVerifier {
+ public:
+  BackgroundVerifier(const Model& model, AttentionOptions attention, VerifyOptions options)
+      : model_(model), attention_(attention), options_(std::move(options)) {
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~BackgroundVerifier() { Close(); }
+
+  void Add(std::vector<RoundRecord> rounds) {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(rounds));
+    cv_.notify_all();
+  }
+
+  // Waits for every point added; their verified rounds, in the order added.
+  Status Finish(std::vector<RoundRecord>* all) {
+    Close();
+    all->clear();
+    for (auto& rounds : done_) all->insert(all->end(), rounds.begin(), rounds.end());
+    return status_;
+  }
+
+ private:
+  void Close() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closed_ = true;
+      cv_.notify_all();
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+  void Run() {
+    for (;;) {
+      std::vector<RoundRecord> rounds;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return closed_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        rounds = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      if (status_.ok()) status_ = VerifyRounds(model_, attention_, &rounds, options_);
+      done_.push_back(std::move(rounds));
+    }
+  }
+
+  const Model& model_;
+  const AttentionOptions attention_;
+  const VerifyOptions options_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::vector<RoundRecord>> queue_;
+  bool closed_ = false;
+  std::vector<std::vector<RoundRecord>> done_;  // the worker's until Close joins it
+  Status status_;
+  std::thread thread_;
 };
 
 // A one-line progress bar on stderr, only when it is a terminal.
@@ -274,8 +341,20 @@ int RunAgentic(AgenticArgs& a) {
   }
   std::vector<RoundRecord> all;
   std::vector<FaultEvent> events;
+  std::unique_ptr<BackgroundVerifier> during;
+  if (a.verify_during && reference) {
+    auto attention = AttentionFromHeader(header.server_attention, AttentionOptions{});
+    if (!attention.ok()) return std::fprintf(stderr, "error: %s\n", attention.status().ToString().c_str()), 1;
+    VerifyOptions vo;
+    vo.threads = a.model.threads;
+    vo.model_id = header.model;
+    vo.server_context = header.server_context;
+    if (!a.quiet) vo.on_progress = VerifyProgressPrinter(false);
+    during = std::make_unique<BackgroundVerifier>(*reference, *attention, vo);
+  }
   if (a.soak_s > 0) {
     if (int rc = Soak(a, shape, host, port, &report, &all, &events); rc != 0) return rc;
+    if (during) during->Add(all);
     if (Status st = WriteTranscript(transcript, header, all); !st.ok()) {
       return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
     }
@@ -302,6 +381,7 @@ int RunAgentic(AgenticArgs& a) {
                  c, (long long)s.rounds, wall, s.tokens_per_s, s.ttft_p50_s * 1e3, (long long)s.outcomes[kTimeout],
                  (long long)s.outcomes[kError]);
     report.points.push_back(std::move(s));
+    if (during) during->Add(recs);
     all.insert(all.end(), std::make_move_iterator(recs.begin()), std::make_move_iterator(recs.end()));
     if (Status st = WriteTranscript(transcript, header, all); !st.ok()) {
       return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
@@ -321,6 +401,14 @@ int RunAgentic(AgenticArgs& a) {
     if (!st.ok()) return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
     report.verified = true;
     report.verified_by = a.reference_url;
+    Resummarize(&report, all);
+    if (Status w = WriteTranscript(transcript, header, all); !w.ok()) {
+      return std::fprintf(stderr, "error: %s\n", w.ToString().c_str()), 1;
+    }
+  } else if (during) {
+    std::fprintf(stderr, "waiting for the verification of the last point (it ran during the sweep)\n");
+    if (Status st = during->Finish(&all); !st.ok()) return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
+    report.verified = true;
     Resummarize(&report, all);
     if (Status w = WriteTranscript(transcript, header, all); !w.ok()) {
       return std::fprintf(stderr, "error: %s\n", w.ToString().c_str()), 1;
@@ -507,6 +595,9 @@ void RegisterAgenticBench(CLI::App& bench) {
   cmd->add_option("--fault-settle", a->fault_settle_s,
                   "With --soak: seconds after a fault ends that still count as its window")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--verify-during", a->verify_during,
+                "Verify each point's rounds while the next point runs (the sweep ends verified; the reference engine "
+                "then competes with the server for the cores)");
   cmd->add_flag("--quiet", a->quiet, "No progress bar");
   cmd->add_flag("--plain-openai", a->plain_openai,
                 "Send only standard OpenAI fields (no ignore_eos / return_token_ids); answers are judged by text");

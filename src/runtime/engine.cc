@@ -123,7 +123,11 @@ StatusOr<std::shared_ptr<RequestHandle>> Engine::Submit(RequestSpec spec) {
     if (t < 0 || t >= model_.config().vocab_size) return InvalidArgument("token id out of range");
   }
   TANDEM_RETURN_IF_ERROR(spec.sampling.Validate());
-  if (spec.max_tokens < 1) return InvalidArgument("max_tokens must be at least 1");
+  if (spec.max_tokens < 0) return InvalidArgument("max_tokens must not be negative");
+  if (spec.max_tokens == 0 && remote_) {
+    return InvalidArgument("max_tokens 0 is not supported by a disaggregated decode server (its prefill engine samples a first token)");
+  }
+  if (spec.prompt_logprobs && spec.logprobs < 0) return InvalidArgument("prompt logprobs need logprobs >= 0");
   if (spec.logprobs > kMaxTopLogprobs) {
     return InvalidArgument("at most " + std::to_string(kMaxTopLogprobs) + " top logprobs per token");
   }
@@ -261,12 +265,30 @@ void Engine::Step() {
     return;
   }
   const size_t vocab = size_t(model_.config().vocab_size);
+  size_t rows = 0;  // logits rows before member b's (a chunk with all_logits has one per token)
   for (size_t b = 0; b < members.size(); ++b) {
     Sequence& s = *members[b];
+    const size_t n_rows = batch[b].all_logits ? batch[b].tokens.size() : 1, first_row = rows;
+    auto row_at = [&, first_row](size_t i) {
+      return std::span<const float>(logits_).subspan((first_row + i) * vocab, vocab);
+    };
+    if (batch[b].all_logits) CollectPromptLogprobs(s, batch[b].start_pos, n_rows, row_at);
+    rows += n_rows;
     s.computed += int64_t(batch[b].tokens.size());
     if (s.computed < int64_t(s.tokens.size())) continue;  // prompt not done yet
+    if (s.spec.prompt_logprobs && !s.prompt_logprobs_sent) {
+      StreamEvent ev;
+      ev.prompt_logprobs = std::move(s.prompt_logprobs);
+      s.prompt_logprobs.clear();
+      s.prompt_logprobs_sent = true;
+      s.handle->Push(std::move(ev));
+    }
+    if (s.spec.max_tokens == 0) {  // the prompt alone was asked for (echo)
+      Finish(s, "length");
+      continue;
+    }
     const int64_t pos = int64_t(s.tokens.size());
-    const std::span<const float> row = std::span<const float>(logits_).subspan(b * vocab, vocab);
+    const std::span<const float> row = row_at(n_rows - 1);
     const int32_t token = sampler_.Sample(row, s.spec.sampling, s.tokens, pos);
     if (sink_) {
       HandOff(s, token);
@@ -280,6 +302,24 @@ void Engine::Step() {
     }
   }
   std::erase_if(scheduler_.running(), [](const auto& s) { return s->done; });
+}
+
+// Rows [0, n) are the logits at positions start .. start + n - 1: row i
+// predicts prompt token start + i + 1. The first prompt token has no logprob.
+void Engine::CollectPromptLogprobs(Sequence& s, int64_t start, size_t n,
+                                   const std::function<std::span<const float>(size_t)>& row_at) {
+  if (s.prompt_logprobs_sent) return;
+  if (s.prompt_logprobs.empty() && start == 0) {
+    PositionLogprobs first;
+    first.chosen.token = s.tokens[0];
+    first.has_logprob = false;
+    s.prompt_logprobs.push_back(first);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t next = start + int64_t(i) + 1;  // the prompt token row i predicts
+    if (next >= s.prompt_len || int64_t(s.prompt_logprobs.size()) != next) continue;  // past the prompt, or done before a preemption
+    s.prompt_logprobs.push_back(ComputeLogprobs(row_at(i), s.tokens[size_t(next)], s.spec.logprobs));
+  }
 }
 
 // Committed handoffs become runnable sequences whose first token is already

@@ -17,8 +17,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -88,6 +90,8 @@ class Engine {
   void DropCancelledAndExpired();
   void Step();
   void Emit(Sequence& seq, int32_t token, const PositionLogprobs* logprobs = nullptr);
+  void CollectPromptLogprobs(Sequence& s, int64_t start, size_t n,
+                             const std::function<std::span<const float>(size_t)>& row_at);
   void HandOff(Sequence& seq, int32_t first_token);  // prefill role
   void Finish(Sequence& seq, const std::string& reason);
   void Fail(Sequence& seq, Status error);

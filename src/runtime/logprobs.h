@@ -20,6 +20,7 @@ struct TokenLogprob {
 struct PositionLogprobs {
   TokenLogprob chosen;
   std::vector<TokenLogprob> top;  // most likely first; ties by lower id
+  bool has_logprob = true;        // false: a prompt's first token (nothing before it predicts it)
 };
 
 // OpenAI's limit for top_logprobs.

@@ -31,6 +31,10 @@ struct RequestSpec {
   // likely alternatives (runtime/logprobs.h). Colocated engines only: a
   // remote prefill samples the first token where these logits live.
   int32_t logprobs = -1;
+  // With logprobs >= 0 (completions' echo): also every prompt token's
+  // logprob and alternatives (the first token has none). The prompt is then
+  // computed whole, with logits at every position: no prefix-cache reuse.
+  bool prompt_logprobs = false;
   // When the request must be done by (the engine's request timeout applies
   // too, whichever is first); the default: only that timeout.
   std::chrono::steady_clock::time_point deadline{};
@@ -42,6 +46,9 @@ struct StreamEvent {
   std::string text;                  // kText: newly final text (valid UTF-8)
   std::vector<int32_t> tokens;       // kText: the tokens that produced it
   std::vector<PositionLogprobs> logprobs;  // kText: one per token, when the request asked
+  // kText, once, before the first token, when prompt_logprobs was asked: one
+  // per prompt token (the first without a logprob). text and tokens are empty.
+  std::vector<PositionLogprobs> prompt_logprobs;
   std::string finish_reason;         // kFinish: "stop", "length" or "cancelled"
   Status error;                      // kError: why the request failed
   int64_t prompt_tokens = 0;         // kFinish: usage

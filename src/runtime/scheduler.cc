@@ -136,7 +136,7 @@ void Scheduler::Admit() {
       waiting_.pop_front();
       continue;
     }
-    if (index_ && seq.computed == 0 && seq.pages.empty()) {
+    if (index_ && seq.computed == 0 && seq.pages.empty() && !seq.spec.prompt_logprobs) {
       const int64_t max_tokens = int64_t(seq.tokens.size()) - 1;
       PrefixIndex::Match hit = index_->Lookup(seq.tokens, max_tokens);
       if (tiers_ && !LookupTiers(seq, hit, max_tokens)) {
@@ -219,8 +219,10 @@ std::vector<Sequence*> Scheduler::Schedule(std::vector<SequenceChunk>* batch) {
     const int64_t pending = int64_t(s->tokens.size()) - s->computed;
     const int64_t n = std::min<int64_t>({pending, options_.chunk_size,
                                          int64_t(s->pages.size()) * kPageTokens - s->computed});
+    // Prompt logprobs need the logits of every prompt position.
+    const bool all_logits = s->spec.prompt_logprobs && !s->prompt_logprobs_sent && s->computed < s->prompt_len;
     batch->push_back({std::span<const int32_t>(s->tokens).subspan(size_t(s->computed), size_t(n)),
-                     s->computed, s->pages, false, s->gates.get()});
+                     s->computed, s->pages, all_logits, s->gates.get()});
   }
   return members;
 }

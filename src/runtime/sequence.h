@@ -51,6 +51,10 @@ struct Sequence {
   std::shared_ptr<TieredCache::Prefetch> prefetch;
   bool prefetched = false;       // the L3 prefetch was tried (never twice)
   int64_t l2_pages_before_prefetch = 0;
+  // spec.prompt_logprobs: entry k is prompt token k + 1's (filled as the
+  // prompt's chunks are computed; a preempted sequence does not add twice).
+  std::vector<PositionLogprobs> prompt_logprobs;
+  bool prompt_logprobs_sent = false;
 };
 
 }  // namespace tandem

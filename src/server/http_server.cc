@@ -120,13 +120,14 @@ void HttpServer::HandleCompletion(const httplib::Request& req, httplib::Response
 }
 
 void HttpServer::Collect(const ParsedRequest& p, RequestHandle& handle, httplib::Response& res) {
-  std::string text;
+  std::string text = p.echo_text;  // empty without echo
   std::vector<int32_t> tokens;
   std::vector<PositionLogprobs> logprobs;
   StreamEvent ev;
   for (;;) {
     if (!handle.Next(&ev, kEventWait)) continue;  // the engine's deadline bounds this wait
     if (ev.kind == StreamEvent::Kind::kText) {
+      logprobs.insert(logprobs.end(), ev.prompt_logprobs.begin(), ev.prompt_logprobs.end());  // echo: first
       text += ev.text;
       tokens.insert(tokens.end(), ev.tokens.begin(), ev.tokens.end());
       logprobs.insert(logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
@@ -182,6 +183,16 @@ void HttpServer::Stream(const ParsedRequest& p, std::shared_ptr<RequestHandle> h
         StreamEvent ev;
         if (!handle->Next(&ev, kEventWait)) return true;  // nothing yet: called again
         std::string frame;
+        if (p.echo && !state->started) {  // the prompt first, with its logprobs when asked
+          state->started = true;
+          const LogprobsOut lp{info_.tokenizer, ev.prompt_logprobs, 0};
+          if (!write(CompletionChunkSse(meta, p.echo_text, "", nullptr, p.spec.logprobs >= 0 ? &lp : nullptr))) {
+            return handle->Cancel(), false;
+          }
+          for (const PositionLogprobs& e : ev.prompt_logprobs) {
+            state->text_offset += int64_t(info_.tokenizer->TokenBytes(e.chosen.token).size());
+          }
+        }
         if (ev.kind == StreamEvent::Kind::kText) {
           // A token whose text is held (an incomplete character, a possible
           // stop string) sends its logprobs with the next text that goes out.

@@ -68,13 +68,15 @@ struct ParsedRequest {
                                   // check outputs token for token (`tandem verify`)
   std::string model;           // as the client sent it (the served id if absent)
   int n = 1;                   // always 1: n > 1 is rejected
+  bool echo = false;           // completions: the prompt comes back before the answer
+  std::string echo_text;       // with echo: the prompt as sent (token ids: their bytes)
 };
 
 using ParseResult = std::variant<ParsedRequest, ApiError>;
 
 // Parse and validate a request body. Every failure names the offending field.
 // Unknown fields are ignored; fields whose meaning we cannot honour (n > 1,
-// non-zero frequency/presence penalties, echo, suffix, logit_bias, JSON
+// non-zero frequency/presence penalties, echo in chat, suffix, logit_bias, JSON
 // response formats) are rejected rather than silently dropped.
 // Chat: the messages (and tools) are rendered through the model's chat
 // template and tokenized with special tokens parsed; BOS is added unless the

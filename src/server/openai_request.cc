@@ -56,9 +56,6 @@ MaybeError RejectUnsupported(const Json& body) {
       return NotSupported(key, " (only 0); use 'repetition_penalty' instead");
     }
   }
-  bool echo = false;
-  TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadOptionalBool(body, "echo", &echo));
-  if (echo) return NotSupported("echo", " by this server");
   const Json* suffix = Field(body, "suffix");
   if (suffix != nullptr &&
       !(suffix->is_string() && suffix->get_ref<const std::string&>().empty())) {
@@ -147,14 +144,17 @@ MaybeError ReadStop(const Json& body, std::vector<std::string>* stop) {
 }
 
 // max_completion_tokens is OpenAI's current name; max_tokens the older one.
-MaybeError ReadMaxTokens(const Json& body, const ModelInfo& model, std::optional<int64_t>* out) {
+// 0 only with echo: the prompt's logprobs alone.
+MaybeError ReadMaxTokens(const Json& body, const ModelInfo& model, bool echo, std::optional<int64_t>* out) {
   for (const char* key : {"max_completion_tokens", "max_tokens"}) {
     std::optional<int64_t> v;
     TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadOptionalInt(body, key, &v));
     if (!v) continue;
-    if (*v < 1 || *v > model.context_length) {
-      return BadRequest(key, std::string("'") + key + "' must be between 1 and " +
-                                 std::to_string(model.context_length) + " (the context length)");
+    const int64_t least = echo ? 0 : 1;
+    if (*v < least || *v > model.context_length) {
+      return BadRequest(key, std::string("'") + key + "' must be between " + std::to_string(least) + " and " +
+                                 std::to_string(model.context_length) + " (the context length)" +
+                                 (echo ? "" : "; 0 only with 'echo'"));
     }
     *out = v;
     return std::nullopt;
@@ -220,9 +220,18 @@ MaybeError ReadCommonFields(const Json& body, const ModelInfo& model, ParsedRequ
   TANDEM_RETURN_IF_API_ERROR(ReadStreaming(body, req));
   TANDEM_RETURN_IF_API_ERROR(ReadSampling(body, &req->spec.sampling, &req->has_seed));
   TANDEM_RETURN_IF_API_ERROR(ReadStop(body, &req->spec.stop));
-  TANDEM_RETURN_IF_API_ERROR(ReadMaxTokens(body, model, max_tokens));
+  // echo (completions): the prompt comes back before the answer, with its
+  // tokens' logprobs when logprobs are asked.
+  TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadOptionalBool(body, "echo", &req->echo));
+  if (req->echo && req->chat) return NotSupported("echo", " in chat completions (it is a completions field)");
+  if (req->echo && !model.logprobs) {
+    return NotSupported("echo", " by a disaggregated decode server yet (the prompt's logits live at the prefill engine); "
+                        "ask a colocated `tandem serve`");
+  }
+  TANDEM_RETURN_IF_API_ERROR(ReadMaxTokens(body, model, req->echo, max_tokens));
   TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadOptionalBool(body, "return_token_ids", &req->return_token_ids));
   TANDEM_RETURN_IF_API_ERROR(ReadLogprobs(body, model, req->chat, req));
+  req->spec.prompt_logprobs = req->echo && req->spec.logprobs >= 0;
   return openai_internal::ReadOptionalBool(body, "ignore_eos", &req->spec.ignore_eos);
 }
 
@@ -245,7 +254,7 @@ bool AllOf(const Json& array, bool (Json::*predicate)() const noexcept) {
 }
 
 MaybeError ReadCompletionPrompt(const Json& body, const ModelInfo& model,
-                                std::vector<int32_t>* tokens) {
+                                std::vector<int32_t>* tokens, std::string* prompt_text) {
   const Json* v = Field(body, "prompt");
   if (v == nullptr) return BadRequest("prompt", "'prompt' is required");
   const Tokenizer& tok = *model.tokenizer;
@@ -256,8 +265,10 @@ MaybeError ReadCompletionPrompt(const Json& body, const ModelInfo& model,
     std::string text;
     TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadString(*v, "prompt", &text));
     *tokens = tok.Encode(text, tok.add_bos(), /*parse_special=*/true);
+    *prompt_text = std::move(text);
   } else if (v->is_array() && !v->empty() && AllOf(*v, &Json::is_number)) {
     TANDEM_RETURN_IF_API_ERROR(ReadTokenIds(*v, model, tokens));
+    for (int32_t t : *tokens) *prompt_text += tok.TokenBytes(t);
   } else if (v->is_array() && v->size() > 1 &&
              (AllOf(*v, &Json::is_string) || AllOf(*v, &Json::is_array))) {
     return BadRequest("prompt", "batched prompts are not supported; send one prompt per request");
@@ -301,7 +312,8 @@ ParseResult ParseRequest(std::string_view body_text, const ModelInfo& model, boo
       TANDEM_RETURN_IF_API_ERROR(
           openai_internal::BuildChatPrompt(body, model, &req.spec.prompt, &req.tools_enabled));
     } else {
-      TANDEM_RETURN_IF_API_ERROR(ReadCompletionPrompt(body, model, &req.spec.prompt));
+      TANDEM_RETURN_IF_API_ERROR(ReadCompletionPrompt(body, model, &req.spec.prompt, &req.echo_text));
+      if (!req.echo) req.echo_text.clear();
     }
     TANDEM_RETURN_IF_API_ERROR(
         ApplyContextLimit(max_tokens, model, chat ? "messages" : "prompt", &req.spec));

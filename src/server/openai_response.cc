@@ -95,6 +95,13 @@ Out CompletionLogprobs(const LogprobsOut& lp) {
   for (const PositionLogprobs& p : lp.entries) {
     const std::string text = TokenString(*lp.tokenizer, p.chosen.token);
     tokens.push_back(text);
+    offsets.push_back(offset);
+    offset += int64_t(lp.tokenizer->TokenBytes(p.chosen.token).size());  // in bytes of the token itself
+    if (!p.has_logprob) {  // an echoed prompt's first token: nothing predicts it
+      token_logprobs.push_back(nullptr);
+      top.push_back(nullptr);
+      continue;
+    }
     token_logprobs.push_back(Logprob(p.chosen.logprob));
     // The alternatives and, as OpenAI's legacy API does, the chosen token.
     Out alternatives = Out::object();
@@ -104,8 +111,6 @@ Out CompletionLogprobs(const LogprobsOut& lp) {
     }
     if (!alternatives.contains(text)) alternatives[text] = Logprob(p.chosen.logprob);
     top.push_back(std::move(alternatives));
-    offsets.push_back(offset);
-    offset += int64_t(lp.tokenizer->TokenBytes(p.chosen.token).size());  // in bytes of the token itself
   }
   Out out;
   out["tokens"] = std::move(tokens);

@@ -369,6 +369,43 @@ TEST_F(Serve, LogprobsAreReportedPerTokenAndStreamLikeTheyCollect) {
     EXPECT_LE(lp["top_logprobs"][i].size(), 2u);
     EXPECT_EQ(lp["top_logprobs"][i][lp["tokens"][i].get<std::string>()], lp["token_logprobs"][i]);
   }
+  // echo: the prompt's tokens first (the first without a logprob), then the
+  // same answer with the same numbers; max_tokens 0 gives the prompt alone,
+  // and streaming sends the prompt in the first chunk.
+  auto e = HttpPost(port, "/v1/completions",
+                    R"({"prompt":"Once upon a time","max_tokens":6,"temperature":0,"logprobs":2,"echo":true})");
+  ASSERT_EQ(e.status, 200) << e.body;
+  const json echoed = json::parse(e.body)["choices"][0];
+  const json elp = echoed["logprobs"];
+  const size_t n_prompt = json::parse(e.body)["usage"]["prompt_tokens"].get<size_t>();
+  ASSERT_EQ(elp["tokens"].size(), n_prompt + 6);
+  EXPECT_TRUE(elp["token_logprobs"][0].is_null());
+  EXPECT_TRUE(elp["top_logprobs"][0].is_null());
+  for (size_t i = 1; i < n_prompt; ++i) EXPECT_LE(elp["token_logprobs"][i].get<double>(), 0.0) << i;
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(elp["tokens"][n_prompt + i], lp["tokens"][i]);
+    EXPECT_EQ(elp["token_logprobs"][n_prompt + i], lp["token_logprobs"][i]) << "the answer's numbers do not change";
+  }
+  const std::string answer = json::parse(c.body)["choices"][0]["text"];
+  EXPECT_EQ(echoed["text"], "Once upon a time" + answer);
+  auto only = HttpPost(port, "/v1/completions",
+                       R"({"prompt":"Once upon a time","max_tokens":0,"logprobs":1,"echo":true})");
+  ASSERT_EQ(only.status, 200) << only.body;
+  const json o = json::parse(only.body);
+  EXPECT_EQ(o["choices"][0]["text"], "Once upon a time");
+  EXPECT_EQ(o["usage"]["completion_tokens"], 0);
+  EXPECT_EQ(o["choices"][0]["logprobs"]["token_logprobs"].size(), n_prompt);
+  EXPECT_EQ(o["choices"][0]["logprobs"]["token_logprobs"][n_prompt - 1], elp["token_logprobs"][n_prompt - 1]);
+  std::string stream_text;
+  ASSERT_EQ(HttpPostStream(port, "/v1/completions",
+                           R"({"prompt":"Once upon a time","max_tokens":6,"temperature":0,"echo":true,"stream":true})",
+                           [&](const std::string& d) { return stream_text += d, true; }),
+            200);
+  std::string joined;
+  for (const auto& d : SseData(stream_text)) {
+    if (d != "[DONE]") joined += json::parse(d)["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(joined, "Once upon a time" + answer);
 }
 
 }  // namespace

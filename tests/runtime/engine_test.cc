@@ -99,6 +99,72 @@ TEST(Engine, ConcurrentRequestsMatchSingleRequestResults) {
 // logits that token was drawn from (teacher-forced through the forward pass
 // here), the greedy token is the top alternative, and a request's logprobs
 // are the same bits alone or batched with others.
+// echo: every prompt token's logprob is the log-softmax of the logits at the
+// position before it (teacher-forced in one pass), the first has none, the
+// same bits alone or batched with other requests, and whatever the cache
+// holds (the prompt is computed whole). max_tokens 0 asks for the prompt alone.
+TEST(Engine, PromptLogprobsAreTheTeacherForcedLogSoftmaxAloneOrBatched) {
+  auto m = MakePresetModel("tiny", TensorType::kF32);
+  const Model& model = *m->model;
+  const auto prompt = PseudoRandomTokens(90, model.config().vocab_size, 6);
+  EngineOptions opt;
+  opt.cache_tokens = 64 * 64;
+  opt.chunk_size = 32;
+  auto engine = Engine::Create(model, opt);
+  ASSERT_TRUE(engine.ok());
+  auto echo = [&](int others, int32_t max_tokens) {
+    std::vector<std::shared_ptr<RequestHandle>> noise;
+    for (int i = 0; i < others; ++i) {
+      noise.push_back(*(*engine)->Submit(Spec(PseudoRandomTokens(size_t(12 + 7 * i), model.config().vocab_size, 70 + i), 6)));
+    }
+    RequestSpec spec = Spec(prompt, max_tokens);
+    spec.sampling.temperature = 0;
+    spec.logprobs = 3;
+    spec.prompt_logprobs = true;
+    auto h = (*engine)->Submit(spec);
+    EXPECT_TRUE(h.ok()) << h.status().ToString();
+    std::vector<PositionLogprobs> lps;
+    int64_t generated = 0;
+    StreamEvent ev;
+    while ((*h)->Next(&ev, std::chrono::seconds(60)) && ev.kind == StreamEvent::Kind::kText) {
+      if (!ev.prompt_logprobs.empty()) {
+        EXPECT_TRUE(lps.empty()) << "prompt logprobs come once";
+        EXPECT_TRUE(ev.tokens.empty() && ev.text.empty());
+        lps = ev.prompt_logprobs;
+      }
+      generated += int64_t(ev.tokens.size());
+    }
+    EXPECT_EQ(ev.kind, StreamEvent::Kind::kFinish);
+    EXPECT_EQ(ev.completion_tokens, generated);
+    EXPECT_EQ(ev.cached_prompt_tokens, 0) << "the prompt is computed whole";
+    for (auto& n : noise) Drain(*n);
+    return std::make_pair(lps, generated);
+  };
+  const auto [alone, generated] = echo(0, 3);
+  EXPECT_EQ(generated, 3);
+  ASSERT_EQ(alone.size(), prompt.size());
+  EXPECT_FALSE(alone[0].has_logprob);
+  EXPECT_EQ(alone[0].chosen.token, prompt[0]);
+  ThreadPool threads(2);
+  const auto logits = testing::RunSequence(model, threads, prompt, 0);
+  const size_t vocab = size_t(model.config().vocab_size);
+  for (size_t k = 1; k < prompt.size(); ++k) {
+    const PositionLogprobs want = ComputeLogprobs(std::span<const float>(logits.data() + (k - 1) * vocab, vocab), prompt[k], 3);
+    ASSERT_TRUE(alone[k].has_logprob);
+    EXPECT_EQ(alone[k].chosen.token, prompt[k]);
+    EXPECT_EQ(alone[k].chosen.logprob, want.chosen.logprob) << "prompt token " << k;
+    ASSERT_EQ(alone[k].top.size(), 3u);
+    for (size_t t = 0; t < 3; ++t) EXPECT_EQ(alone[k].top[t].logprob, want.top[t].logprob);
+  }
+  // Again, now that the prefix cache holds this prompt, batched with 6 others, and with no generation.
+  const auto [batched, none] = echo(6, 0);
+  EXPECT_EQ(none, 0);
+  ASSERT_EQ(batched.size(), alone.size());
+  for (size_t k = 1; k < alone.size(); ++k) {
+    EXPECT_EQ(batched[k].chosen.logprob, alone[k].chosen.logprob) << k;
+  }
+}
+
 TEST(Engine, LogprobsAreTheLogSoftmaxOfTheTokensLogitsAloneOrBatched) {
   auto m = MakePresetModel("tiny", TensorType::kF32);
   const Model& model = *m->model;

@@ -283,6 +283,32 @@ TEST(OpenAiCompletion, PromptForms) {
             std::vector<int32_t>{1});
 }
 
+// echo: the prompt text comes back (token ids as their bytes); with logprobs
+// the engine reports the prompt's too; max_tokens 0 asks for the prompt alone.
+// Chat has no echo, and a disaggregated decode server cannot give it.
+TEST(OpenAiCompletion, EchoAsksForThePromptBackAndItsLogprobs) {
+  const ModelInfo m = TestModel();
+  const ParsedRequest plain = ExpectParsed(ParseCompletionRequest(R"({"prompt": "ab", "echo": true})", m));
+  EXPECT_TRUE(plain.echo);
+  EXPECT_EQ(plain.echo_text, "ab");
+  EXPECT_FALSE(plain.spec.prompt_logprobs);
+  const ParsedRequest lp =
+      ExpectParsed(ParseCompletionRequest(R"({"prompt": [1, 2, 3], "echo": true, "logprobs": 2, "max_tokens": 0})", m));
+  EXPECT_TRUE(lp.spec.prompt_logprobs);
+  EXPECT_EQ(lp.spec.max_tokens, 0);
+  EXPECT_EQ(lp.spec.logprobs, 2);
+  EXPECT_FALSE(lp.echo_text.empty());
+  EXPECT_TRUE(ExpectParsed(ParseCompletionRequest(R"({"prompt": "ab", "echo": false})", m)).echo_text.empty());
+  const ApiError chat = ExpectError(ParseChatCompletionRequest(
+      R"({"messages": [{"role": "user", "content": "hi"}], "echo": true})", m));
+  EXPECT_EQ(chat.param, "echo");
+  EXPECT_NE(chat.message.find("in chat completions"), std::string::npos) << chat.message;
+  ModelInfo disagg = m;
+  disagg.logprobs = false;
+  const ApiError remote = ExpectError(ParseCompletionRequest(R"({"prompt": "ab", "echo": true})", disagg));
+  EXPECT_NE(remote.message.find("disaggregated decode server"), std::string::npos) << remote.message;
+}
+
 TEST(OpenAiCompletion, RejectsBadPrompts) {
   const ModelInfo m = TestModel();
   const std::vector<ErrorCase> cases = {
@@ -295,7 +321,8 @@ TEST(OpenAiCompletion, RejectsBadPrompts) {
       {R"({"prompt": [1, 1024]})", 400, "token ids must be integers in [0, 1024)", "prompt"},
       {R"({"prompt": [-1]})", 400, "token ids must be integers in [0, 1024)", "prompt"},
       {R"({"prompt": [1.5]})", 400, "token ids must be integers", "prompt"},
-      {R"({"prompt": "x", "echo": true})", 400, "'echo' is not supported", "echo"},
+      {R"({"prompt": "x", "echo": "yes"})", 400, "'echo' must be a boolean", "echo"},
+      {R"({"prompt": "x", "max_tokens": 0})", 400, "0 only with 'echo'", "max_tokens"},
       {R"({"prompt": "x", "suffix": "y"})", 400, "'suffix' is not supported", "suffix"},
       {R"({"prompt": "x", "best_of": 3})", 400, "'best_of' is not supported", "best_of"},
       {R"({"prompt": "x", "logprobs": 21})", 400, "'logprobs' must be an integer between 0 and 20", "logprobs"},
