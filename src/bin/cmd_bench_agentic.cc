@@ -206,6 +206,13 @@ StatusOr<std::unique_ptr<Model>> LoadReference(const ModelOptions& opts, const s
   return model;
 }
 
+// A disaggregated deployment's handoff share of request time between two
+// probes; -1 when the server does not report it (colocated, not tandem).
+double HandoffShare(const ServerState& before, const ServerState& after) {
+  const double requests = after.handoff_request_s - before.handoff_request_s;
+  return requests > 0 ? (after.handoff_s - before.handoff_s) / requests : -1;
+}
+
 // The instances (host:port and start time) of `before` that `after` no
 // longer shows as they were: restarted or gone.
 std::vector<std::string> Restarted(const std::vector<std::string>& before, const std::vector<std::string>& after) {
@@ -243,7 +250,8 @@ int Soak(const AgenticArgs& a, const AgenticShape& shape, const std::string& hos
     std::fprintf(stderr, "tandem bench agentic: soak not started %s\n", report->stopped.c_str());
     return 0;
   }
-  const std::vector<std::string> before = ProbeServer(host, port).instances;
+  const ServerState before_state = ProbeServer(host, port);
+  const std::vector<std::string>& before = before_state.instances;
   std::fprintf(stderr, "  soak: %.0f s, %d sessions at a time, %zu faults scheduled\n", o.duration_s, o.concurrency,
                o.faults.size());
   PointProgress progress;
@@ -254,6 +262,7 @@ int Soak(const AgenticArgs& a, const AgenticShape& shape, const std::string& hos
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (const RoundRecord& r : *all) k.sessions = std::max<int64_t>(k.sessions, r.session + 1);
   report->points.push_back(Summarize(0, o.concurrency, *all, wall));
+  report->points.back().handoff_time_share = HandoffShare(before_state, ProbeServer(host, port));
   if (const Status after = WaitForBaseline(host, port, a.health_timeout_s); !after.ok()) {
     report->stopped = "after the soak: " + after.message();
     std::fprintf(stderr, "tandem bench agentic: %s\n", report->stopped.c_str());
@@ -369,6 +378,7 @@ int RunAgentic(AgenticArgs& a) {
       break;
     }
     PointProgress progress;
+    const ServerState before = ProbeServer(host, port);
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<RoundRecord> recs;
     {
@@ -377,6 +387,7 @@ int RunAgentic(AgenticArgs& a) {
     }
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     PointSummary s = Summarize(int(i), c, recs, wall);
+    s.handoff_time_share = HandoffShare(before, ProbeServer(host, port));
     std::fprintf(stderr, "  %d sessions: %lld rounds in %.1f s, %.1f tok/s, TTFT p50 %.1f ms, %lld timeout, %lld error\n",
                  c, (long long)s.rounds, wall, s.tokens_per_s, s.ttft_p50_s * 1e3, (long long)s.outcomes[kTimeout],
                  (long long)s.outcomes[kError]);

@@ -119,6 +119,10 @@ struct ServerState {
   // Sums over the engine(s) behind the endpoint (a router's backends included).
   int64_t running = 0, waiting = 0, reserved_pages = 0, used_pages = 0, prefix_pages = 0;
   int64_t handoffs_in_flight = 0, quarantined_pages = 0;
+  // Disaggregated decode servers: seconds finished requests waited for their
+  // handoffs, and their whole time (counters; a point's share is the ratio of
+  // their growth over it).
+  double handoff_s = 0, handoff_request_s = 0;
   // "host:port started at T" for the server and each backend behind it that
   // exports tandem_process_start_time_seconds: a change means a restart.
   std::vector<std::string> instances;

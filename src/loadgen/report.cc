@@ -104,12 +104,12 @@ std::string ReportTable(const SweepReport& r) {
                                   : ", every greedy answer judged against the reference deployment at " + r.verified_by) +
          "\n";
   char line[512];
-  std::snprintf(line, sizeof(line), "%5s %6s | %5s %7s %7s %5s %10s | %8s %8s | %7s %7s | %8s | %6s %6s\n", "conc",
+  std::snprintf(line, sizeof(line), "%5s %6s | %5s %7s %7s %5s %10s | %8s %8s | %7s %7s | %8s | %6s %6s %8s\n", "conc",
                 "rounds", "ok", "corrupt", "timeout", "error", "unverified", "TTFTp50", "TTFTp99", "ITLp50", "ITLp99",
-                "tok/s", "hit%", "ctxmax");
+                "tok/s", "hit%", "ctxmax", "handoff%");
   out += line;
-  std::snprintf(line, sizeof(line), "%5s %6s | %5s %7s %7s %5s %10s | %8s %8s | %7s %7s | %8s | %6s %6s\n", "", "", "",
-                "", "", "", "", "ms", "ms", "ms", "ms", "", "r>=1", "tokens");
+  std::snprintf(line, sizeof(line), "%5s %6s | %5s %7s %7s %5s %10s | %8s %8s | %7s %7s | %8s | %6s %6s %8s\n", "", "", "",
+                "", "", "", "", "ms", "ms", "ms", "ms", "", "r>=1", "tokens", "of time");
   out += line;
   for (const PointSummary& p : r.points) {
     auto n = [&](const char* o) {
@@ -117,10 +117,11 @@ std::string ReportTable(const SweepReport& r) {
       return (long long)(it == p.outcomes.end() ? 0 : it->second);
     };
     std::snprintf(line, sizeof(line),
-                  "%5d %6lld | %5lld %7lld %7lld %5lld %10lld | %8.1f %8.1f | %7.2f %7.2f | %8.1f | %6.1f %6lld\n",
+                  "%5d %6lld | %5lld %7lld %7lld %5lld %10lld | %8.1f %8.1f | %7.2f %7.2f | %8.1f | %6.1f %6lld %8s\n",
                   p.concurrency, (long long)p.rounds, n(kOk), n(kCorrupt), n(kTimeout), n(kError), n(kUnverified),
                   p.ttft_p50_s * 1e3, p.ttft_p99_s * 1e3, p.itl_p50_s * 1e3, p.itl_p99_s * 1e3, p.tokens_per_s,
-                  p.later_round_hit_rate * 100, (long long)p.max_prompt_tokens);
+                  p.later_round_hit_rate * 100, (long long)p.max_prompt_tokens,
+                  p.handoff_time_share < 0 ? "-" : Fmt("%.1f", p.handoff_time_share * 100).c_str());
     out += line;
     for (const std::string& m : p.first_mismatches) out += "      corrupt: " + m + "\n";
   }
@@ -148,6 +149,7 @@ Json ReportJson(const SweepReport& r) {
                       {"prompt_tokens", p.prompt_tokens},
                       {"cached_tokens", p.cached_tokens},
                       {"later_round_hit_rate", p.later_round_hit_rate},
+                      {"handoff_time_share", p.handoff_time_share < 0 ? Json() : Json(p.handoff_time_share)},
                       {"max_prompt_tokens", p.max_prompt_tokens},
                       {"first_mismatches", p.first_mismatches}});
   }

@@ -24,6 +24,7 @@ struct PointSummary {
   double tokens_per_s = 0;              // generated tokens / wall
   int64_t prompt_tokens = 0, cached_tokens = 0;
   double later_round_hit_rate = 0;      // cached / prompt tokens over rounds >= 1
+  double handoff_time_share = -1;       // disaggregated servers: the point's handoff share of request time; -1: unknown
   int64_t max_prompt_tokens = 0;
   std::vector<std::string> first_mismatches;  // "session 3 round 2: token 17", at most 20
 };

@@ -78,6 +78,10 @@ void AddEngineMetrics(const std::vector<Sample>& samples, ServerState* s) {
       s->handoffs_in_flight += v;
     } else if (m.name == "tandem_handoff_quarantined_pages") {
       s->quarantined_pages += v;
+    } else if (m.name == "tandem_handoff_seconds_total") {
+      s->handoff_s += m.value;
+    } else if (m.name == "tandem_handoff_request_seconds_total") {
+      s->handoff_request_s += m.value;
     }
   }
 }

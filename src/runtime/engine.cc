@@ -449,6 +449,8 @@ void Engine::Finish(Sequence& s, const std::string& reason) {
     if (s.committed_at != Clock::time_point{}) metrics_.decode_phase.Observe(SecondsBetween(s.committed_at, Clock::now()));
     handoff_seconds_total_ += s.handoff_seconds;
     request_seconds_total_ += e2e;
+    metrics_.handoff_seconds.Increment(s.handoff_seconds);
+    metrics_.handoff_request_seconds.Increment(e2e);
     if (request_seconds_total_ > 0) metrics_.handoff_time_share.Set(handoff_seconds_total_ / request_seconds_total_);
   }
   if (reason == "cancelled") {

@@ -62,7 +62,9 @@ class EngineMetrics {
   prometheus::Histogram& handoff_transfer;   // prefill side: the flush after the last layer
   prometheus::Histogram& handoff_commit_wait;  // the rest of handoff_wait: queueing, messages, verification
   prometheus::Histogram& decode_phase;       // commit accepted -> request finished
-  prometheus::Gauge& handoff_time_share;     // handoff wait / request duration, over finished requests
+  prometheus::Gauge& handoff_time_share;
+  prometheus::Counter& handoff_seconds;          // numerator and denominator of the share, so a
+  prometheus::Counter& handoff_request_seconds;  // client can take it over any interval     // handoff wait / request duration, over finished requests
   prometheus::Gauge& prefill_links_up;       // links whose handshake was accepted
   prometheus::Counter& prefill_link_reconnects;
   prometheus::Counter& prefill_links_declared_dead;  // silent past the peer timeout

@@ -112,6 +112,10 @@ TEST(Agentic, SweepToSixtyFourSessionsOnDisaggBf16SparseIsClean) {
     EXPECT_EQ(Outcome(p, "error"), 0);
     // Round 2 re-sends round 1's conversation: the decode side's prefix cache serves most of it.
     EXPECT_GT(p["later_round_hit_rate"].get<double>(), 0.5) << p.dump();
+    // The decode server's handoff counters give each point its own share.
+    ASSERT_TRUE(p["handoff_time_share"].is_number()) << p.dump();
+    EXPECT_GT(p["handoff_time_share"].get<double>(), 0.0);
+    EXPECT_LT(p["handoff_time_share"].get<double>(), 1.0);
   }
   EXPECT_NE(r.output.find("every answer verified"), std::string::npos) << r.output;
   // `tandem verify` on the saved transcript agrees.
