@@ -44,7 +44,7 @@ StatusOr<AgenticShape> AgenticPreset(const std::string& name) {
     // The incident's shape scaled to fit this class of machine: a 2k start
     // growing past 32k (2048 + 60 x (128 generated + 300..500 tool + the
     // chat template) = 34k..41k) at 16, 48 and 80 sessions. Run it against
-    // the `micro` model (one layer, one KV head) with serve --ctx-size 49152;
+    // the `micro` model (two layers, one KV head) with serve --ctx-size 49152;
     // `production` keeps the full generation length.
     s.initial_tokens = 2048;
     s.rounds = 60;

@@ -13,9 +13,9 @@
 
 namespace tandem::testing {
 
-ProcessResult RunTandem(const std::string& args, int timeout_seconds, const std::string& env) {
-  const std::string cmd = env + " timeout " + std::to_string(timeout_seconds) + " " +
-                          TandemBinary() + " " + args + " 2>&1";
+namespace {
+
+ProcessResult Capture(const std::string& cmd) {
   ProcessResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -25,6 +25,18 @@ ProcessResult RunTandem(const std::string& args, int timeout_seconds, const std:
   const int status = pclose(p);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+}  // namespace
+
+ProcessResult RunTandem(const std::string& args, int timeout_seconds, const std::string& env) {
+  return Capture(env + " timeout " + std::to_string(timeout_seconds) + " " + TandemBinary() + " " + args + " 2>&1");
+}
+
+ProcessResult RunShell(const std::string& command, int timeout_seconds) {
+  std::string quoted;  // the command as one single-quoted word for sh -c
+  for (char c : command) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return Capture("timeout " + std::to_string(timeout_seconds) + " /bin/sh -c '" + quoted + "' 2>&1");
 }
 
 namespace {

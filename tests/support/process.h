@@ -14,6 +14,8 @@ struct ProcessResult {
 // `args` is appended to the binary path and run by /bin/sh under `timeout`.
 ProcessResult RunTandem(const std::string& args, int timeout_seconds = 120,
                         const std::string& env = "");
+// A shell command under `timeout`, stdout and stderr captured together.
+ProcessResult RunShell(const std::string& command, int timeout_seconds = 120);
 
 // A fresh directory under /tmp, removed with its contents when the test
 // process exits (kept when TANDEM_KEEP_TEST_DIRS is set, for debugging).
