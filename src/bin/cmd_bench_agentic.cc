@@ -74,7 +74,15 @@ class BackgroundVerifier {
       : model_(model), attention_(attention), options_(std::move(options)) {
     thread_ = std::thread([this] { Run(); });
   }
-  ~BackgroundVerifier() { Close(); }
+  // Without Finish (an error ends the run): the queued points are dropped;
+  // the point being verified finishes first.
+  ~BackgroundVerifier() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.clear();
+    }
+    Close();
+  }
 
   void Add(std::vector<RoundRecord> rounds) {
     std::lock_guard<std::mutex> lock(mu_);

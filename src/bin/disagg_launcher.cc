@@ -16,6 +16,8 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "server/listen_backlog.h"
+
 namespace tandem::cli {
 namespace {
 
@@ -132,58 +134,74 @@ std::vector<std::string> Concat(std::vector<std::string> a, const std::vector<st
 }
 
 // The prefill engines: started on any free port, restarted on the one they had.
+// A start waits for the child's port without holding the lock (up to 120 s),
+// so a shutdown never waits behind it.
 class PrefillEngines {
  public:
   explicit PrefillEngines(const DisaggLaunch& l) : l_(l) {}
 
   // Starts engine i on `port` (0: any) with `extra` arguments; its port, or 0.
   int Start(int i, int port, const std::vector<std::string>& extra) {
+    std::shared_ptr<Child> child;  // alive while we wait, whatever happens to the slot
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return 0;
+      child = Spawn(i, port, extra);
+    }
+    const int got = child->WaitPort(120);  // returns at once when the child is stopped or dies
     std::lock_guard<std::mutex> lock(mu_);
-    return StartLocked(i, port, extra);
-  }
-
-  std::vector<int> Ports() {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::vector<int> ports;
-    for (const Slot& s : slots_) ports.push_back(s.port);
-    return ports;
+    if (stopping_ || size_t(i) >= slots_.size() || slots_[size_t(i)].child != child) return 0;
+    if (got > 0) slots_[size_t(i)].port = got;
+    return got;
   }
 
   // A fault-control request: kill | restart [bit_flip_rate] | stop | cont.
   // Returns the answer's status and body.
   std::pair<int, std::string> Apply(int i, const std::string& action, double bit_flip_rate) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (i < 0 || i >= int(slots_.size())) return {404, "no prefill engine " + std::to_string(i)};
-    Slot& s = slots_[size_t(i)];
-    if (action == "kill") {
-      if (s.child) s.child->Kill();
-    } else if (action == "stop" || action == "cont") {
-      if (!s.child || !s.child->Signal(action == "stop" ? SIGSTOP : SIGCONT)) return {409, "prefill engine not running"};
-    } else if (action == "restart") {
-      if (s.child) s.child->Kill();
+    int port = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (i < 0 || i >= int(slots_.size())) return {404, "no prefill engine " + std::to_string(i)};
+      Slot& s = slots_[size_t(i)];
+      if (action == "kill") {
+        if (s.child) s.child->Kill();
+      } else if (action == "stop" || action == "cont") {
+        if (!s.child || !s.child->Signal(action == "stop" ? SIGSTOP : SIGCONT)) return {409, "prefill engine not running"};
+      } else if (action != "restart") {
+        return {400, "unknown action '" + action + "' (kill, restart, stop, cont)"};
+      }
+      port = s.port;
+    }
+    if (action == "restart") {
       std::vector<std::string> extra;
-      if (bit_flip_rate > 0) extra = {"--debug-bit-flip-rate", std::to_string(bit_flip_rate)};
-      if (StartLocked(i, s.port, extra) <= 0) return {500, "prefill engine " + std::to_string(i) + " did not start again"};
-    } else {
-      return {400, "unknown action '" + action + "' (kill, restart, stop, cont)"};
+      char rate[32];
+      std::snprintf(rate, sizeof(rate), "%.17g", bit_flip_rate);
+      if (bit_flip_rate > 0) extra = {"--debug-bit-flip-rate", rate};
+      if (Start(i, port, extra) <= 0) return {500, "prefill engine " + std::to_string(i) + " did not start again"};
     }
     TLOG_WARN("fault control: prefill engine %d: %s%s\n", i, action.c_str(),
-              bit_flip_rate > 0 ? (" with bit flips in " + std::to_string(bit_flip_rate) + " of its page writes").c_str() : "");
+              bit_flip_rate > 0 ? (std::string(" with bit flips in ") + std::to_string(bit_flip_rate) + " of its page writes").c_str() : "");
     return {200, "prefill engine " + std::to_string(i) + ": " + action};
   }
 
+  // Stops every engine; starts after this do nothing.
   void StopAll() {
     std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    for (Slot& s : slots_) {
+      if (s.child) s.child->Stop();  // SIGCONT, SIGTERM, at most 30 s, then SIGKILL
+    }
     slots_.clear();
   }
 
  private:
   struct Slot {
-    std::unique_ptr<Child> child;
+    std::shared_ptr<Child> child;
     int port = 0;
   };
 
-  int StartLocked(int i, int port, const std::vector<std::string>& extra) {
+  // REQUIRES: mu_ held. The previous child of slot i, if any, is stopped first.
+  std::shared_ptr<Child> Spawn(int i, int port, const std::vector<std::string>& extra) {
     if (int(slots_.size()) <= i) slots_.resize(size_t(i) + 1);
     const std::string loop = l_.host;
     auto args = Concat(Concat(Concat(Concat({"prefill", "--host", loop, "--port", std::to_string(port)}, l_.model_args),
@@ -191,21 +209,20 @@ class PrefillEngines {
                               l_.prefill_args),
                        extra);
     Slot& s = slots_[size_t(i)];
-    s.child.reset();
-    s.child = std::make_unique<Child>(i == 0 ? "prefill" : "prefill" + std::to_string(i), std::move(args),
+    if (s.child) s.child->Stop();
+    s.child = std::make_shared<Child>(i == 0 ? "prefill" : "prefill" + std::to_string(i), std::move(args),
                                       "handoffs at " + std::string(l_.transport_tcp ? "tcp" : "ucx") + "://" + loop + ":");
-    const int got = s.child->WaitPort(120);
-    if (got > 0) s.port = got;
-    return got;
+    return s.child;
   }
 
   const DisaggLaunch& l_;
   std::mutex mu_;
   std::vector<Slot> slots_;
+  bool stopping_ = false;
 };
 
 // --debug-fault-control: POST /debug/prefill/<i> {"action": ..., "bit_flip_rate": r}.
-std::unique_ptr<httplib::Server> StartFaultControl(PrefillEngines& engines, const std::string& host, int* port) {
+std::unique_ptr<httplib::Server> StartFaultControl(PrefillEngines& engines, int* port) {
   auto server = std::make_unique<httplib::Server>();
   server->Post(R"(/debug/prefill/(\d+))", [&engines](const httplib::Request& req, httplib::Response& res) {
     std::string action;
@@ -228,7 +245,7 @@ std::unique_ptr<httplib::Server> StartFaultControl(PrefillEngines& engines, cons
     res.status = status;
     res.set_content(text, "text/plain");
   });
-  *port = server->bind_to_any_port(host);
+  *port = server->bind_to_any_port("127.0.0.1");  // never reachable from another host
   if (*port <= 0) return nullptr;
   return server;
 }
@@ -269,24 +286,25 @@ int RunDisagg(const DisaggLaunch& l) {
   std::thread control_thread;
   if (l.fault_control) {
     int control_port = 0;
-    control = StartFaultControl(prefill, loop, &control_port);
-    if (!control) return TLOG_ERROR("tandem serve --disagg: the fault-control listener did not start\n"), 1;
-    control_thread = std::thread([&] { control->listen_after_bind(); });
-    TLOG_WARN("WARNING: --debug-fault-control: fault control at http://%s:%d kills, restarts and stops prefill "
-              "engines on request (tests and soaks only)\n", loop.c_str(), control_port);
+    control = StartFaultControl(prefill, &control_port);
+    if (!control || !StartListening(*control, &control_thread, std::chrono::seconds(10))) {
+      return TLOG_ERROR("tandem serve --disagg: the fault-control listener did not start\n"), 1;
+    }
+    TLOG_WARN("WARNING: --debug-fault-control: fault control at http://127.0.0.1:%d kills, restarts and stops prefill "
+              "engines on request (tests and soaks only)\n", control_port);
   }
   TLOG_INFO("tandem serve --disagg: router at http://%s:%d (decode :%d, prefill ucx %s)\n", l.host.c_str(),
             router_port, decode_port, addresses.c_str());
   int sig = 0;
   sigwait(&set, &sig);
   TLOG_INFO("tandem serve --disagg: stopping router, decode, prefill\n");
+  prefill.StopAll();  // first: a restart under way ends its wait at once
   if (control) {
     control->stop();
     control_thread.join();
   }
   router.reset();
   decode.reset();
-  prefill.StopAll();
   return 0;
 }
 

@@ -356,6 +356,7 @@ void RemotePrefill::Handle(const Arrival& a, std::vector<Outcome>& out) {
       return;
     }
     handoff_link_.erase(commit->handoff_id);
+    const int64_t mismatches_before = receiver_->stats().digest_mismatches;
     auto ready = receiver_->OnCommit(*commit, a.connection_id, Clock::now());
     Outcome o;
     o.id = commit->handoff_id;
@@ -366,12 +367,16 @@ void RemotePrefill::Handle(const Arrival& a, std::vector<Outcome>& out) {
       o.ready.compute_us = ready->compute_us;
       o.ready.transfer_us = ready->transfer_us;
     } else {
-      // A commit that does not check out (a digest mismatch: bytes damaged
-      // on the way) failed that transfer, not the request: it goes to
-      // another engine if one is up, like a handoff whose peer died.
       o.status = ready.status();
-      o.retryable = true;
-      failed_on_[commit->handoff_id] = a.link;
+      // Bytes damaged on the way (a digest mismatch; the commit came after
+      // the sender's flush, so its pages are free again) failed that
+      // transfer, not the request: it goes to another engine if one is up.
+      // Any other bad commit (another reservation, a layout or model
+      // disagreement) is the peer's error and fails the request, visibly.
+      if (receiver_->stats().digest_mismatches > mismatches_before) {
+        o.retryable = true;
+        failed_on_[commit->handoff_id] = a.link;
+      }
     }
     out.push_back(std::move(o));
   } else if (*type == MessageType::kAbort) {

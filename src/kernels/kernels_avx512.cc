@@ -186,14 +186,13 @@ void MatVecSuperBlocks(const WeightMatrix& w, const float* x, int64_t x_stride, 
 template <WeightType kType>
 void MatMulTyped(const WeightMatrix& w, const float* x, int64_t x_stride, int n_tokens, float* y,
                  int64_t y_stride, int64_t r0, int64_t r1) {
+  if (n_tokens < 1) return;
   if (n_tokens >= 4) return MatMulTokens<kType>(w, x, x_stride, n_tokens, y, y_stride, r0, r1);
   if constexpr (avx512::kIsKQuant<kType>) {
     if (w.cols % kSuperBlock == 0) {
-      switch (n_tokens) {
-        case 1: return MatVecSuperBlocks<kType, 1>(w, x, x_stride, y, y_stride, r0, r1);
-        case 2: return MatVecSuperBlocks<kType, 2>(w, x, x_stride, y, y_stride, r0, r1);
-        default: return MatVecSuperBlocks<kType, 3>(w, x, x_stride, y, y_stride, r0, r1);
-      }
+      if (n_tokens == 1) return MatVecSuperBlocks<kType, 1>(w, x, x_stride, y, y_stride, r0, r1);
+      if (n_tokens == 2) return MatVecSuperBlocks<kType, 2>(w, x, x_stride, y, y_stride, r0, r1);
+      return MatVecSuperBlocks<kType, 3>(w, x, x_stride, y, y_stride, r0, r1);  // n_tokens == 3
     }
   }
   int64_t r = r0;

@@ -1,9 +1,14 @@
 #include "loadgen/soak.h"
 
+#include <fcntl.h>
 #include <httplib.h>
 #include <netdb.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <chrono>
@@ -49,6 +54,8 @@ std::string DescribeFault(const Fault& f) {
 
 namespace {
 
+constexpr int kMaxStormRequests = 1024;  // one client thread each
+
 StatusOr<Fault> ParseOneFault(const std::string& item) {
   const std::string form = " (KIND:TARGET@AT[+FOR][/RATE], e.g. kill:0@30+5)";
   const size_t colon = item.find(':'), at = item.find('@');
@@ -82,7 +89,9 @@ StatusOr<Fault> ParseOneFault(const std::string& item) {
     p = end;
   }
   if (*p != '\0') return InvalidArgument("fault '" + item + "': unexpected '" + std::string(p) + "'" + form);
-  if (f.kind == Fault::Kind::kAbortStorm && f.target < 1) return InvalidArgument("an abort storm needs at least 1 request");
+  if (f.kind == Fault::Kind::kAbortStorm && (f.target < 1 || f.target > kMaxStormRequests)) {
+    return InvalidArgument("an abort storm takes 1 to " + std::to_string(kMaxStormRequests) + " requests");
+  }
   if (f.kind != Fault::Kind::kAbortStorm && f.for_s <= 0) {
     return InvalidArgument("fault '" + item + "' needs a duration (+SECONDS)");
   }
@@ -101,17 +110,36 @@ bool SleepUntil(Clock::time_point t0, double at_s, const std::atomic<bool>& stop
   return !stop.load();
 }
 
-void SleepFor(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
+// Sleeps `s` seconds, or until `stop` is set.
+void SleepFor(double s, const std::atomic<bool>& stop) { SleepUntil(Clock::now(), s, stop); }
+
+// connect() within 2 s (a full accept queue must not hold the fault runner).
+bool ConnectWithin(int fd, const sockaddr* addr, socklen_t len) {
+  const int flags = fcntl(fd, F_GETFL, 0);
+  fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  int rc = connect(fd, addr, len);
+  if (rc != 0 && errno == EINPROGRESS) {
+    pollfd p{fd, POLLOUT, 0};
+    int err = 0;
+    socklen_t err_len = sizeof(err);
+    rc = poll(&p, 1, 2000) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &err_len) == 0 && err == 0 ? 0 : -1;
+  }
+  fcntl(fd, F_SETFL, flags);
+  return rc == 0;
+}
 
 // A client that leaves: sends a streaming request and closes the socket
-// after `after_ms`, without reading a byte of the answer.
+// after `after_ms`, without reading a byte of the answer. Every step is
+// bounded (connect 2 s, each send 2 s).
 void HangUpAfter(const std::string& host, int port, const std::string& body, int after_ms) {
   addrinfo hints{}, *res = nullptr;
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || res == nullptr) return;
   const int fd = socket(res->ai_family, res->ai_socktype, res->ai_protocol);
-  if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+  const timeval send_timeout{2, 0};
+  if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof(send_timeout));
+  if (fd >= 0 && ConnectWithin(fd, res->ai_addr, res->ai_addrlen)) {
     const std::string request = "POST /v1/chat/completions HTTP/1.1\r\nHost: " + host +
                                 "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
                                 "\r\n\r\n" + body;
@@ -142,7 +170,7 @@ class FaultRunner {
       FaultEvent e;
       e.fault = f;
       e.start_s = Since(t0);
-      e.error = Apply(f, uint64_t(i));
+      e.error = Apply(f, uint64_t(i), stop);
       e.end_s = Since(t0);
       std::fprintf(stderr, "  soak %.0f s: %s%s%s\n", e.start_s, DescribeFault(f).c_str(),
                    e.error.empty() ? "" : ": FAILED: ", e.error.c_str());
@@ -166,7 +194,9 @@ class FaultRunner {
     return "";
   }
 
-  std::string Apply(const Fault& f, uint64_t index) {
+  // A fault's duration ends early when the soak does: the system is always
+  // handed back (restarted, continued) before Run returns.
+  std::string Apply(const Fault& f, uint64_t index, const std::atomic<bool>& stop) {
     std::string error;
     auto note = [&error](std::string e) {
       if (!e.empty()) error += (error.empty() ? "" : "; ") + e;
@@ -174,17 +204,17 @@ class FaultRunner {
     switch (f.kind) {
       case Fault::Kind::kKill:
         note(Control(f.target, "kill"));
-        SleepFor(f.for_s);
+        SleepFor(f.for_s, stop);
         note(Control(f.target, "restart"));
         break;
       case Fault::Kind::kWedge:
         note(Control(f.target, "stop"));
-        SleepFor(f.for_s);
+        SleepFor(f.for_s, stop);
         note(Control(f.target, "cont"));
         break;
       case Fault::Kind::kBitFlips:
         note(Control(f.target, "restart", f.rate));
-        SleepFor(f.for_s);
+        SleepFor(f.for_s, stop);
         note(Control(f.target, "restart"));
         break;
       case Fault::Kind::kAbortStorm: AbortStorm(f.target, index); break;

@@ -67,7 +67,11 @@ void ForwardPass::Resize(int n, int64_t max_context) {
   fit(hb2_, size_t(n) * c_.ffn_dim);
   fit(rope_cos_, size_t(n) * c_.rope_dims / 2);
   fit(rope_sin_, size_t(n) * c_.rope_dims / 2);
-  fit(scores_, threads * kQueryTile * size_t(max_context));
+  // Sparse runs score up to kQueryTile tokens at once, fewer where that many
+  // rows of scores over a long context would pass kMaxScoresBytes.
+  sparse_run_ = int(std::clamp<int64_t>(kMaxScoresBytes / (int64_t(threads) * std::max<int64_t>(1, max_context) * 4), 1,
+                                        kQueryTile));
+  fit(scores_, threads * size_t(sparse_run_) * size_t(max_context));
   fit(entries_, size_t(n));
   attn_scratch_per_ = size_t(kernels::AttentionScratchFloats(kQueryTile, AttentionShapeFor(0, int(c_.n_heads))));
   fit(attn_scratch_, threads * attn_scratch_per_);
@@ -264,7 +268,7 @@ void ForwardPass::SparseRun(int l, const AttentionUnit& a, std::span<const Seque
                             PagePool& cache, int thread, float* attn_scratch) {
   const SequenceChunk& s = ChunkOf(batch, a.token);
   const int64_t stride = max_context_;
-  float* scores = scores_.data() + size_t(thread) * kQueryTile * size_t(stride);
+  float* scores = scores_.data() + size_t(thread) * size_t(sparse_run_) * size_t(stride);
   int32_t* positions = positions_.data() + size_t(thread) * size_t(stride);
   const int64_t end = entries_[size_t(a.token + a.count - 1)];  // the run's longest context
   kernels::Active().indexer_scores(IndexQueries(a.token, a.count), ReadRows(cache, spec_.index_k, l, s),
@@ -324,8 +328,8 @@ void ForwardPass::PlanAttention() {
       // A run of up to kQueryTile consecutive tokens of one chunk, all dense or all sparse.
       const bool sparse = entries_[size_t(i)] > top_k;
       int j = i + 1;
-      while (j < n && j - i < kQueryTile && tokens_[size_t(j)].chunk == tokens_[size_t(i)].chunk &&
-             (entries_[size_t(j)] > top_k) == sparse) {
+      while (j < n && j - i < (sparse ? sparse_run_ : kQueryTile) &&
+             tokens_[size_t(j)].chunk == tokens_[size_t(i)].chunk && (entries_[size_t(j)] > top_k) == sparse) {
         ++j;
       }
       if (sparse) {

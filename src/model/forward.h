@@ -92,6 +92,8 @@ class ForwardPass {
     int64_t cost;
   };
   static constexpr int kQueryTile = 32;  // dense query tokens per attention unit
+  static constexpr int64_t kMaxScoresBytes = int64_t(64) << 20;  // sparse runs' score rows, all threads
+  int sparse_run_ = kQueryTile;          // sparse query tokens per run (Resize)
   void PlanAttention();
   void Attention(int l, std::span<const SequenceChunk> batch, PagePool& cache);
   kernels::AttentionShape AttentionShapeFor(int head_begin, int head_end) const;

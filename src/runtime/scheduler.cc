@@ -217,10 +217,11 @@ std::vector<Sequence*> Scheduler::Schedule(std::vector<SequenceChunk>* batch) {
   if (members.empty()) std::erase_if(running_, [](const auto& s) { return s->done; });
   for (Sequence* s : members) {
     const int64_t pending = int64_t(s->tokens.size()) - s->computed;
-    const int64_t n = std::min<int64_t>({pending, options_.chunk_size,
-                                         int64_t(s->pages.size()) * kPageTokens - s->computed});
-    // Prompt logprobs need the logits of every prompt position.
+    // Prompt logprobs need the logits of every prompt position: a vocab-sized
+    // row per token, so such a chunk is kept to kPageTokens tokens.
     const bool all_logits = s->spec.prompt_logprobs && !s->prompt_logprobs_sent && s->computed < s->prompt_len;
+    const int64_t n = std::min<int64_t>({pending, all_logits ? int64_t(kPageTokens) : int64_t(options_.chunk_size),
+                                         int64_t(s->pages.size()) * kPageTokens - s->computed});
     batch->push_back({std::span<const int32_t>(s->tokens).subspan(size_t(s->computed), size_t(n)),
                      s->computed, s->pages, all_logits, s->gates.get()});
   }

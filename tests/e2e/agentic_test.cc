@@ -85,6 +85,15 @@ TEST(Agentic, ASoakThroughEveryKindOfFaultStaysExactAndItsQuietPeriodsClean) {
   EXPECT_EQ(Outcome(point, "corrupt"), 0);
   EXPECT_GT(Outcome(point, "ok"), 40) << point.dump();
   EXPECT_NE(r.output.find("soak: 30 s at 8 sessions"), std::string::npos) << r.output;
+  // The fault control refuses what it cannot do, with the reason, and stays up.
+  const auto bad_json = testing::HttpPost(control, "/debug/prefill/0", "{not json");
+  EXPECT_EQ(bad_json.status, 400) << bad_json.body;
+  const auto unknown = testing::HttpPost(control, "/debug/prefill/0", R"({"action":"explode"})");
+  EXPECT_EQ(unknown.status, 400);
+  EXPECT_NE(unknown.body.find("unknown action"), std::string::npos) << unknown.body;
+  EXPECT_EQ(testing::HttpPost(control, "/debug/prefill/7", R"({"action":"kill"})").status, 404);
+  EXPECT_EQ(testing::HttpPost(control, "/debug/prefill/0", R"({"action":"restart","bit_flip_rate":2})").status, 400);
+  EXPECT_EQ(testing::HttpGet(server->port(), "/health").status, 200);
 }
 
 // With every freed or reserved page poisoned on both engines: a correct

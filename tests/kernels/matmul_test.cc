@@ -50,7 +50,7 @@ TEST(MatMul, AllIsasBitwiseEqualAndAccurate) {
       ASSERT_TRUE(TensorTypeBlock(uint32_t(c.file_type), &block, &block_bytes));
       if (uint64_t(cols) % block != 0) continue;
       for (int rows : {1, 3, 4, 9, 13}) {
-        for (int n_tok : {1, 2, 5, 8, 13, 70}) {  // 70: past the 64-token block
+        for (int n_tok : {1, 2, 3, 4, 5, 8, 13, 70}) {  // 70: past the 64-token block
           const auto wf = Values(size_t(rows * cols), uint32_t(cols * 31 + rows));
           const auto bytes = EncodeTensor(wf, c.file_type);
           WeightMatrix w{c.kernel_type, bytes.data(), rows, cols, bytes.size() / size_t(rows)};
@@ -86,19 +86,28 @@ TEST(MatMul, AllIsasBitwiseEqualAndAccurate) {
   }
 }
 
+// A token's outputs are the same bits in a batch of 9 as alone, and with the
+// rows split between two calls (r0 > 0), for plain and K-quant weights (whose
+// decode path for one to three tokens differs from the batched one).
 TEST(MatMul, ResultIndependentOfBatchAndRowRange) {
-  const int64_t cols = 80, rows = 12;
-  const auto wf = Values(size_t(rows * cols), 5);
-  WeightMatrix w{WeightType::kF32, reinterpret_cast<const uint8_t*>(wf.data()), rows, cols,
-                 size_t(cols) * 4};
-  const auto x = Values(size_t(9 * cols), 6);
-  std::vector<float> all(size_t(9 * rows));
-  Active().matmul_rows(w, x.data(), cols, 9, all.data(), rows, 0, rows);
-  for (int t = 0; t < 9; ++t) {
-    std::vector<float> one(static_cast<size_t>(rows));
-    Active().matmul_rows(w, x.data() + t * cols, cols, 1, one.data(), rows, 0, 5);
-    Active().matmul_rows(w, x.data() + t * cols, cols, 1, one.data(), rows, 5, rows);
-    ASSERT_EQ(0, std::memcmp(one.data(), all.data() + t * rows, size_t(rows) * 4)) << t;
+  const int64_t cols = 512, rows = 12;
+  for (auto [file_type, type] : {std::pair{TensorType::kF32, WeightType::kF32},
+                                 std::pair{TensorType::kQ4_K, WeightType::kQ4_K},
+                                 std::pair{TensorType::kQ6_K, WeightType::kQ6_K}}) {
+    const auto bytes = EncodeTensor(Values(size_t(rows * cols), 5), file_type);
+    const WeightMatrix w{type, bytes.data(), rows, cols, bytes.size() / size_t(rows)};
+    const auto x = Values(size_t(9 * cols), 6);
+    std::vector<float> all(size_t(9 * rows));
+    Active().matmul_rows(w, x.data(), cols, 9, all.data(), rows, 0, rows);
+    for (int t = 0; t < 9; ++t) {
+      std::vector<float> one(static_cast<size_t>(rows));
+      Active().matmul_rows(w, x.data() + t * cols, cols, 1, one.data(), rows, 0, 5);
+      Active().matmul_rows(w, x.data() + t * cols, cols, 1, one.data(), rows, 5, rows);
+      ASSERT_EQ(0, std::memcmp(one.data(), all.data() + t * rows, size_t(rows) * 4)) << int(type) << " token " << t;
+    }
+    std::vector<float> three(size_t(3 * rows));  // the three-token decode path
+    Active().matmul_rows(w, x.data() + 2 * cols, cols, 3, three.data(), rows, 0, rows);
+    ASSERT_EQ(0, std::memcmp(three.data(), all.data() + 2 * rows, three.size() * 4)) << int(type);
   }
 }
 
