@@ -1,0 +1,73 @@
+// The Jinja subset's syntax tree and values (model/jinja.h); private to
+// jinja_*.cc.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/jinja.h"
+
+namespace tandem::jinja {
+
+// A value while rendering: JSON data, Jinja's undefined, or a namespace()
+// (a mapping whose attributes `set` may change).
+struct Value {
+  Json j;
+  bool undefined = false;
+  bool ns = false;
+  static Value Undefined() {
+    Value v;
+    v.undefined = true;
+    return v;
+  }
+  static Value Of(Json j) { return Value{std::move(j)}; }
+};
+
+struct Expr;
+using ExprPtr = std::unique_ptr<Expr>;
+
+struct Expr {
+  enum class Kind { kLiteral, kName, kList, kDict, kAttr, kIndex, kSlice, kCall, kFilter, kTest, kUnary, kBinary, kTernary };
+  Kind kind = Kind::kLiteral;
+  int line = 0;
+  Json literal;                 // kLiteral
+  std::string name;             // kName; kAttr: attribute; kFilter/kTest: its name; kUnary/kBinary: the operator
+  std::vector<ExprPtr> args;    // operands, items (dict: key, value, key, value ...), call/filter/test arguments
+                                // (a filter's or test's subject first; a call's callee first); kSlice: subject,
+                                // start, stop, step (null where absent); kTernary: then, condition, else (may be null)
+  std::vector<std::pair<std::string, ExprPtr>> kwargs;  // calls and filters
+  bool negated = false;         // kTest: `is not`
+};
+
+struct Node {
+  enum class Kind { kText, kOutput, kIf, kFor, kSet, kBlockSet, kGeneration };
+  Kind kind = Kind::kText;
+  int line = 0;
+  std::string text;                        // kText
+  ExprPtr expr;                            // kOutput; kFor: the iterable; kSet: the value
+  std::vector<std::pair<ExprPtr, std::vector<std::unique_ptr<Node>>>> branches;  // kIf: (condition or null, body)
+  std::vector<std::string> targets;        // kFor: loop variables; kSet/kBlockSet: the name
+  std::string attribute;                   // kSet: `set ns.attribute = ...`
+  ExprPtr filter;                          // kFor: `for x in xs if cond`
+  std::vector<std::unique_ptr<Node>> body, else_body;  // kFor, kBlockSet, kGeneration
+};
+
+// Source -> statements (jinja_parse.cc).
+StatusOr<std::vector<std::unique_ptr<Node>>> ParseTemplate(std::string_view source);
+
+// The built-in filters, tests and methods (jinja_builtins.cc).
+StatusOr<Value> ApplyFilter(const std::string& name, const Value& subject, const std::vector<Value>& args,
+                            const std::vector<std::pair<std::string, Value>>& kwargs, int line);
+StatusOr<bool> ApplyTest(const std::string& name, const Value& subject, const std::vector<Value>& args, int line);
+StatusOr<Value> CallMethod(const Value& subject, const std::string& method, const std::vector<Value>& args, int line);
+
+// Python semantics the evaluator shares with the built-ins.
+bool Truthy(const Value& v);
+std::string ToText(const Value& v);        // str(): what {{ }} prints
+std::string PythonRepr(const Json& j);     // repr() of data
+bool Equal(const Value& a, const Value& b);
+Status LineError(int line, const std::string& what);
+
+}  // namespace tandem::jinja
