@@ -130,18 +130,27 @@ std::string ReportTable(const SweepReport& r) {
   return out;
 }
 
+namespace {
+
+// Every outcome's count, zero where there were none.
+Json OutcomesJson(const std::map<std::string, int64_t>& counts) {
+  Json outcomes = Json::object();
+  for (const char* o : kOutcomes) {
+    auto it = counts.find(o);
+    outcomes[o] = it == counts.end() ? 0 : it->second;
+  }
+  return outcomes;
+}
+
+}  // namespace
+
 Json ReportJson(const SweepReport& r) {
   Json points = Json::array();
   for (const PointSummary& p : r.points) {
-    Json outcomes = Json::object();
-    for (const char* o : kOutcomes) {
-      auto it = p.outcomes.find(o);
-      outcomes[o] = it == p.outcomes.end() ? 0 : it->second;
-    }
     points.push_back({{"concurrency", p.concurrency},
                       {"rounds", p.rounds},
                       {"wall_s", p.wall_s},
-                      {"outcomes", outcomes},
+                      {"outcomes", OutcomesJson(p.outcomes)},
                       {"ttft_s", {{"p50", p.ttft_p50_s}, {"p99", p.ttft_p99_s}}},
                       {"itl_s", {{"p50", p.itl_p50_s}, {"p99", p.itl_p99_s}}},
                       {"e2e_p50_s", p.e2e_p50_s},
@@ -158,16 +167,11 @@ Json ReportJson(const SweepReport& r) {
     const SoakSection& k = r.soak_section;
     Json windows = Json::array();
     for (const SoakWindow& w : k.windows) {
-      Json outcomes = Json::object();
-      for (const char* o : kOutcomes) {
-        auto it = w.outcomes.find(o);
-        outcomes[o] = it == w.outcomes.end() ? 0 : it->second;
-      }
       windows.push_back({{"kind", w.fault ? "fault" : "quiet"},
                          {"label", w.label},
                          {"from_s", w.from_s},
                          {"to_s", w.to_s},
-                         {"outcomes", outcomes},
+                         {"outcomes", OutcomesJson(w.outcomes)},
                          {"healthy_after_s", w.fault && w.healthy_after_s >= 0 ? Json(w.healthy_after_s) : Json()},
                          {"answered_after_s", w.fault && w.recovery_s >= 0 ? Json(w.recovery_s) : Json()}});
     }

@@ -263,24 +263,23 @@ class ExprParser {
     return e;
   }
 
-  StatusOr<ExprPtr> Or() {
-    TANDEM_ASSIGN_OR_RETURN(ExprPtr a, And());
-    while (IsName("or")) {
+  // One left-associative level: next (op next)*, op a keyword or a symbol.
+  template <typename Level>
+  StatusOr<ExprPtr> LeftAssociative(std::initializer_list<const char*> ops, Level next) {
+    TANDEM_ASSIGN_OR_RETURN(ExprPtr a, (this->*next)());
+    for (;;) {
+      const char* op = nullptr;
+      for (const char* o : ops) {
+        if (IsName(o) || IsOp(o)) op = o;
+      }
+      if (op == nullptr) return a;
       ++p_;
-      TANDEM_ASSIGN_OR_RETURN(ExprPtr b, And());
-      a = Binary("or", std::move(a), std::move(b));
+      TANDEM_ASSIGN_OR_RETURN(ExprPtr b, (this->*next)());
+      a = Binary(op, std::move(a), std::move(b));
     }
-    return a;
   }
-  StatusOr<ExprPtr> And() {
-    TANDEM_ASSIGN_OR_RETURN(ExprPtr a, Not());
-    while (IsName("and")) {
-      ++p_;
-      TANDEM_ASSIGN_OR_RETURN(ExprPtr b, Not());
-      a = Binary("and", std::move(a), std::move(b));
-    }
-    return a;
-  }
+  StatusOr<ExprPtr> Or() { return LeftAssociative({"or"}, &ExprParser::And); }
+  StatusOr<ExprPtr> And() { return LeftAssociative({"and"}, &ExprParser::Not); }
   StatusOr<ExprPtr> Not() {
     if (IsName("not")) {
       ++p_;
@@ -311,42 +310,10 @@ class ExprParser {
       a = Binary(op, std::move(a), std::move(b));
     }
   }
-  StatusOr<ExprPtr> Math1() {
-    TANDEM_ASSIGN_OR_RETURN(ExprPtr a, Concat());
-    while (IsOp("+") || IsOp("-")) {
-      const std::string op = Next().text;
-      TANDEM_ASSIGN_OR_RETURN(ExprPtr b, Concat());
-      a = Binary(op, std::move(a), std::move(b));
-    }
-    return a;
-  }
-  StatusOr<ExprPtr> Concat() {
-    TANDEM_ASSIGN_OR_RETURN(ExprPtr a, Math2());
-    while (IsOp("~")) {
-      ++p_;
-      TANDEM_ASSIGN_OR_RETURN(ExprPtr b, Math2());
-      a = Binary("~", std::move(a), std::move(b));
-    }
-    return a;
-  }
-  StatusOr<ExprPtr> Math2() {
-    TANDEM_ASSIGN_OR_RETURN(ExprPtr a, Pow());
-    while (IsOp("*") || IsOp("/") || IsOp("//") || IsOp("%")) {
-      const std::string op = Next().text;
-      TANDEM_ASSIGN_OR_RETURN(ExprPtr b, Pow());
-      a = Binary(op, std::move(a), std::move(b));
-    }
-    return a;
-  }
-  StatusOr<ExprPtr> Pow() {
-    TANDEM_ASSIGN_OR_RETURN(ExprPtr a, Unary());
-    while (IsOp("**")) {
-      ++p_;
-      TANDEM_ASSIGN_OR_RETURN(ExprPtr b, Unary());
-      a = Binary("**", std::move(a), std::move(b));
-    }
-    return a;
-  }
+  StatusOr<ExprPtr> Math1() { return LeftAssociative({"+", "-"}, &ExprParser::Concat); }
+  StatusOr<ExprPtr> Concat() { return LeftAssociative({"~"}, &ExprParser::Math2); }
+  StatusOr<ExprPtr> Math2() { return LeftAssociative({"*", "/", "//", "%"}, &ExprParser::Pow); }
+  StatusOr<ExprPtr> Pow() { return LeftAssociative({"**"}, &ExprParser::Unary); }
   StatusOr<ExprPtr> Unary() {
     if (IsOp("-") || IsOp("+")) {
       auto e = Make(Expr::Kind::kUnary);

@@ -37,10 +37,12 @@ TEST(AgenticShape, PresetsAndSyntheticTextAreDeterministic) {
   const int64_t final_ctx = prod->initial_tokens + int64_t(prod->rounds) * (prod->gen_tokens + prod->tool_max);
   EXPECT_GE(final_ctx, 75000);
   EXPECT_LE(final_ctx, 90000);
-  // The incident's shape: 2k growing past 32k, 16..80 sessions.
+  // The incident's shape: 2k growing past 32k on average (tool results of
+  // mean length, before the chat template's own tokens), 16..80 sessions.
   auto inc = AgenticPreset("incident");
   EXPECT_EQ(inc->initial_tokens, 2048);
-  EXPECT_GT(inc->initial_tokens + int64_t(inc->rounds) * (inc->gen_tokens + inc->tool_min), 32768);
+  const int64_t mean_tool = (inc->tool_min + inc->tool_max) / 2;
+  EXPECT_GT(inc->initial_tokens + int64_t(inc->rounds) * (inc->gen_tokens + mean_tool), 32768);
   EXPECT_EQ(inc->sweep.front(), 16);
   EXPECT_EQ(inc->sweep.back(), 80);
   EXPECT_EQ(AgenticPreset("huge").status().code(), StatusCode::kInvalidArgument);
