@@ -32,10 +32,11 @@ int RunGenerate(const GenerateArgs& args) {
   const Model& m = **model;
   const Tokenizer& tok = m.tokenizer();
   std::string text = args.prompt;
-  const auto kind = DetectChatTemplate(m.gguf().GetStringOr("tokenizer.chat_template", ""));
+  const std::string bos_text = tok.bos_id() >= 0 ? tok.TokenText(tok.bos_id()) : "";
   if (args.chat) {
     const ChatMessage msg{"user", args.prompt};
-    auto rendered = RenderChat(kind, {&msg, 1}, true, tok.bos_id() >= 0 ? tok.TokenText(tok.bos_id()) : "");
+    auto rendered = m.chat_format().Render({&msg, 1}, nullptr, true, bos_text,
+                                           tok.eos_id() >= 0 ? tok.TokenText(tok.eos_id()) : "");
     if (!rendered.ok()) {
       std::fprintf(stderr, "error: %s\n", rendered.status().ToString().c_str());
       return 1;
@@ -43,7 +44,7 @@ int RunGenerate(const GenerateArgs& args) {
     text = *rendered;
   }
   // Some chat templates spell BOS themselves; otherwise it comes from the vocab's flag.
-  const bool add_bos = !args.no_bos && tok.add_bos() && !(args.chat && ChatTemplateIncludesBos(kind));
+  const bool add_bos = !args.no_bos && (args.chat ? ChatFormat::NeedsBos(text, tok.add_bos(), bos_text) : tok.add_bos());
   std::vector<int32_t> prompt = tok.Encode(text, add_bos, args.chat);
   if (prompt.empty() && tok.bos_id() >= 0) prompt.push_back(tok.bos_id());
   const int64_t ctx = args.ctx_size > 0 ? args.ctx_size : m.config().context_length;

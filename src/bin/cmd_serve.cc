@@ -50,6 +50,9 @@ DisaggLaunch LaunchFor(const ServeArgs& a) {
   l.model_args.push_back("-t");
   l.model_args.push_back(std::to_string(a.model.threads));
   if (!a.model.isa.empty()) l.model_args.insert(l.model_args.end(), {"--isa", a.model.isa});
+  if (!a.model.chat_template_path.empty()) {
+    l.model_args.insert(l.model_args.end(), {"--chat-template", a.model.chat_template_path});
+  }
   l.attention_args = {"--attention", a.attention, "--index-k-dtype", a.index_k_dtype, "--topk",
                       std::to_string(a.engine.attention.top_k), "--kv-dtype", a.kv_dtype};
   l.decode_args = {"--cache-tokens", std::to_string(a.engine.cache_tokens), "--max-running",
@@ -189,6 +192,7 @@ int RunServe(ServeArgs& a) {
                (*model)->config().name.c_str(), a.server.host.c_str(), server.port(),
                kernels::IsaName(kernels::ActiveIsa()), a.model.threads, (long long)a.engine.cache_tokens,
                a.attention.c_str());
+  TLOG_INFO("tandem serve: chats are rendered with %s\n", (*model)->chat_format().Describe().c_str());
   const int sig = WaitForSignal();
   TLOG_INFO("tandem serve: signal %d, draining in-flight requests\n", sig);
   (*engine)->Shutdown(std::chrono::milliseconds(int64_t(a.shutdown_timeout_s * 1000)));

@@ -1,5 +1,8 @@
 #include "bin/model_options.h"
 
+#include <fstream>
+#include <sstream>
+
 #include "kernels/cpu.h"
 #include "model/presets.h"
 
@@ -10,6 +13,9 @@ void ModelOptions::AddTo(CLI::App* cmd) {
                   "GGUF model file (default: the embedded `small` model, generated on first use)");
   cmd->add_option("-t,--threads", threads, "Worker threads")->check(CLI::Range(1, 256));
   cmd->add_option("--isa", isa, "Force kernels: scalar, avx2 or avx512 (default: best supported)");
+  cmd->add_option("--chat-template", chat_template_path,
+                  "Jinja chat template file used instead of the model's tokenizer.chat_template "
+                  "(give the server and the reference the same one)");
 }
 
 StatusOr<std::unique_ptr<Model>> ModelOptions::Load() const {
@@ -25,7 +31,17 @@ StatusOr<std::unique_ptr<Model>> ModelOptions::Load() const {
   if (path.empty()) {
     TANDEM_ASSIGN_OR_RETURN(path, EnsureDefaultModel());
   }
-  return Model::Load(path);
+  ModelLoadOptions options;
+  if (!chat_template_path.empty()) {
+    std::ifstream in(chat_template_path, std::ios::binary);
+    if (!in) return NotFound("cannot read --chat-template '" + chat_template_path + "'");
+    std::stringstream source;
+    source << in.rdbuf();
+    auto format = ChatFormat::FromOverride(source.str());
+    if (!format.ok()) return InvalidArgument("--chat-template '" + chat_template_path + "': " + format.status().message());
+    options.chat_format = std::move(*format);
+  }
+  return Model::Load(path, options);
 }
 
 }  // namespace tandem::cli

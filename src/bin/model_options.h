@@ -1,4 +1,5 @@
-// Options every model-running command shares (--model, --threads, --isa) and
+// Options every model-running command shares (--model, --threads, --isa,
+// --chat-template) and
 // the one place they are turned into a loaded model.
 #pragma once
 
@@ -15,6 +16,7 @@ struct ModelOptions {
   std::string model_path;  // empty: the embedded default model
   int threads = 2;
   std::string isa;  // empty: best supported
+  std::string chat_template_path;  // empty: the model's own template
 
   void AddTo(CLI::App* cmd);
   // Applies --isa, then loads the model; prints what went wrong on failure.

@@ -27,7 +27,7 @@ ReferenceVerifier::ReferenceVerifier(const Model& model, const CacheSpec& spec, 
   info_.id = model_id.empty() ? model.config().name : model_id;
   info_.context_length = ctx_tokens;
   info_.tokenizer = &model.tokenizer();
-  info_.chat_template = DetectChatTemplate(model.gguf().GetStringOr("tokenizer.chat_template", ""));
+  info_.chat_format = &model.chat_format();
   info_.attention = spec.attention;
 }
 

@@ -1,5 +1,7 @@
 #include "model/chat_template.h"
 
+#include <ctime>
+
 namespace tandem {
 namespace {
 
@@ -117,10 +119,6 @@ std::optional<ChatTemplateKind> ParseChatTemplateName(std::string_view name) {
   return std::nullopt;
 }
 
-bool ChatTemplateIncludesBos(ChatTemplateKind kind) {
-  return kind == ChatTemplateKind::kLlama2 || kind == ChatTemplateKind::kLlama3;
-}
-
 StatusOr<std::string> RenderChat(ChatTemplateKind kind, std::span<const ChatMessage> messages,
                                  bool add_generation_prompt, std::string_view bos_text) {
   TANDEM_RETURN_IF_ERROR(CheckRoles(messages));
@@ -135,6 +133,84 @@ StatusOr<std::string> RenderChat(ChatTemplateKind kind, std::span<const ChatMess
       return RenderPlain(messages, add_generation_prompt);
   }
   return InvalidArgument("unknown chat template kind");
+}
+
+namespace {
+
+// strftime_now(format): the current UTC time, as templates that print
+// today's date (Llama 3.1's) expect.
+StatusOr<jinja::Json> StrftimeNow(const std::vector<jinja::Json>& args) {
+  if (args.size() != 1 || !args[0].is_string()) return InvalidArgument("strftime_now takes one format string");
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[256];
+  const size_t n = std::strftime(buf, sizeof buf, args[0].get_ref<const std::string&>().c_str(), &tm);
+  return jinja::Json(std::string(buf, n));
+}
+
+}  // namespace
+
+ChatFormat ChatFormat::FromModel(std::string_view jinja_source) {
+  ChatFormat f;
+  f.kind_ = DetectChatTemplate(jinja_source);
+  if (jinja_source.empty()) {
+    f.fallback_reason_ = "the model has no chat template";
+    return f;
+  }
+  auto parsed = jinja::Template::Parse(jinja_source);
+  if (!parsed.ok()) {
+    f.fallback_reason_ = "the model's template is outside the Jinja subset: " + parsed.status().message();
+    return f;
+  }
+  f.jinja_ = std::make_shared<const jinja::Template>(std::move(*parsed));
+  f.native_tool_calls_ = jinja_source.find("<tool_call>") != std::string_view::npos &&
+                         jinja_source.find("tools") != std::string_view::npos;
+  return f;
+}
+
+StatusOr<ChatFormat> ChatFormat::FromOverride(std::string_view jinja_source) {
+  auto parsed = jinja::Template::Parse(jinja_source);
+  if (!parsed.ok()) return InvalidArgument("the chat template " + parsed.status().message());
+  ChatFormat f = FromModel(jinja_source);
+  f.override_ = true;
+  return f;
+}
+
+ChatFormat ChatFormat::Builtin(ChatTemplateKind kind) {
+  ChatFormat f;
+  f.kind_ = kind;
+  f.fallback_reason_ = "chosen by name";
+  return f;
+}
+
+StatusOr<std::string> ChatFormat::Render(std::span<const ChatMessage> messages, const jinja::Json& tools,
+                                         bool add_generation_prompt, std::string_view bos_text,
+                                         std::string_view eos_text) const {
+  if (jinja_ == nullptr) return RenderChat(kind_, messages, add_generation_prompt, bos_text);
+  TANDEM_RETURN_IF_ERROR(CheckRoles(messages));
+  jinja::Json context = jinja::Json::object();
+  jinja::Json& list = context["messages"] = jinja::Json::array();
+  for (const ChatMessage& m : messages) {
+    jinja::Json j = {{"role", m.role}, {"content", m.content}};
+    if (!m.tool_calls.is_null()) j["tool_calls"] = m.tool_calls;
+    if (!m.tool_call_id.empty()) j["tool_call_id"] = m.tool_call_id;
+    list.push_back(std::move(j));
+  }
+  if (native_tool_calls_ && !tools.is_null()) context["tools"] = tools;
+  context["bos_token"] = std::string(bos_text);
+  context["eos_token"] = std::string(eos_text);
+  context["add_generation_prompt"] = add_generation_prompt;
+  static const std::map<std::string, jinja::Template::Function> kFunctions = {{"strftime_now", StrftimeNow}};
+  return jinja_->Render(context, kFunctions);
+}
+
+std::string ChatFormat::Describe() const {
+  if (jinja_ != nullptr) {
+    return std::string(override_ ? "the --chat-template file" : "the model's own template") + " (Jinja" +
+           (native_tool_calls_ ? ", tools laid out by the template)" : ")");
+  }
+  return std::string("built-in ") + ChatTemplateName(kind_) + " shape (" + fallback_reason_ + ")";
 }
 
 }  // namespace tandem

@@ -1,21 +1,34 @@
-// Chat prompt rendering for the common template families. A GGUF carries its
-// template as Jinja source (tokenizer.chat_template); rather than run Jinja we
-// recognise the family and render it the way that family's official template
-// does.
+// Chat prompt rendering. A GGUF carries its template as Jinja source
+// (tokenizer.chat_template); ChatFormat runs it with the Jinja subset
+// (model/jinja.h) as Hugging Face runs it, and falls back to the built-in
+// shape of the template's family — rendered the way that family's official
+// template does — when the model has no template or the subset refuses it.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "common/status.h"
+#include "model/jinja.h"
 
 namespace tandem {
 
 struct ChatMessage {
+  ChatMessage() = default;
+  ChatMessage(std::string role_, std::string content_) : role(std::move(role_)), content(std::move(content_)) {}
+
   std::string role;  // "system", "user", "assistant" or "tool"
   std::string content;
+  // Only for templates that lay out tool calls themselves (ChatFormat::
+  // native_tool_calls): an assistant turn's calls, [{"id", "type": "function",
+  // "function": {"name", "arguments": {...}}}] with the arguments parsed, and
+  // a tool turn's tool_call_id. Null / empty otherwise.
+  jinja::Json tool_calls;
+  std::string tool_call_id;
 };
 
 enum class ChatTemplateKind { kLlama2, kChatml, kLlama3, kPlain };
@@ -27,12 +40,6 @@ ChatTemplateKind DetectChatTemplate(std::string_view jinja_source);
 // "llama2", "chatml", "llama3", "plain".
 const char* ChatTemplateName(ChatTemplateKind kind);
 std::optional<ChatTemplateKind> ParseChatTemplateName(std::string_view name);
-
-// Whether RenderChat writes the BOS text itself (llama-2 before every user
-// turn, llama-3 once at the start). For these kinds the caller encodes the
-// rendered text with parse_special and without adding another BOS; for the
-// others it adds BOS as the tokenizer says.
-bool ChatTemplateIncludesBos(ChatTemplateKind kind);
 
 // Renders the conversation, ending with the assistant's turn header when
 // add_generation_prompt. bos_text is the BOS token's spelling ("<s>",
@@ -47,5 +54,51 @@ bool ChatTemplateIncludesBos(ChatTemplateKind kind);
 // A role other than the four above -> InvalidArgument.
 StatusOr<std::string> RenderChat(ChatTemplateKind kind, std::span<const ChatMessage> messages,
                                  bool add_generation_prompt, std::string_view bos_text);
+
+// How a model's conversations become prompt text. Immutable; shared by the
+// server and the reference verifier, which must render alike.
+class ChatFormat {
+ public:
+  // The model's template: run as Jinja when the subset parses it, otherwise
+  // the built-in shape DetectChatTemplate picks (fallback_reason() says why).
+  // Empty source: the plain built-in shape.
+  static ChatFormat FromModel(std::string_view jinja_source);
+  // A template given by the user (--chat-template): it must parse.
+  static StatusOr<ChatFormat> FromOverride(std::string_view jinja_source);
+  static ChatFormat Builtin(ChatTemplateKind kind);
+
+  // The prompt text, ending with the assistant's turn header when
+  // add_generation_prompt. `tools` ([{"type": "function", "function": {...}}]
+  // or null) reaches only a template with native_tool_calls(). Errors: an
+  // unknown role, or the template's own raise_exception message.
+  StatusOr<std::string> Render(std::span<const ChatMessage> messages, const jinja::Json& tools,
+                               bool add_generation_prompt, std::string_view bos_text,
+                               std::string_view eos_text) const;
+
+  // Whether the tokenizer's BOS must be added before `rendered`: templates
+  // that spell BOS themselves get no second one.
+  static bool NeedsBos(std::string_view rendered, bool tokenizer_adds_bos, std::string_view bos_text) {
+    return tokenizer_adds_bos && !rendered.starts_with(bos_text);
+  }
+
+  // A Jinja template that lays out `tools` and asks for calls in the
+  // <tool_call>{...}</tool_call> form tandem parses (Hermes, Qwen 2.5):
+  // messages then carry their tool calls structured. For every other format
+  // the caller renders tools and calls into the text in that form itself.
+  bool native_tool_calls() const { return native_tool_calls_; }
+  bool is_jinja() const { return jinja_ != nullptr; }
+  ChatTemplateKind builtin_kind() const { return kind_; }
+  // Empty when the model's own template is used.
+  const std::string& fallback_reason() const { return fallback_reason_; }
+  // For logs: "the model's Jinja template" or "built-in llama2 (...)".
+  std::string Describe() const;
+
+ private:
+  std::shared_ptr<const jinja::Template> jinja_;  // null: the built-in kind_
+  ChatTemplateKind kind_ = ChatTemplateKind::kPlain;
+  bool native_tool_calls_ = false;
+  bool override_ = false;
+  std::string fallback_reason_;
+};
 
 }  // namespace tandem

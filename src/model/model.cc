@@ -4,14 +4,14 @@
 
 namespace tandem {
 
-StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path) {
+StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path, const ModelLoadOptions& options) {
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> gguf, GgufFile::Open(path));
-  auto model = FromGguf(std::move(gguf));
+  auto model = FromGguf(std::move(gguf), options);
   if (!model.ok()) return Status(model.status().code(), "'" + path + "': " + model.status().message());
   return model;
 }
 
-StatusOr<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<GgufFile> gguf) {
+StatusOr<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<GgufFile> gguf, const ModelLoadOptions& options) {
   auto m = std::unique_ptr<Model>(new Model());
   m->gguf_ = std::move(gguf);
   TANDEM_ASSIGN_OR_RETURN(m->config_, ReadModelConfig(*m->gguf_));
@@ -23,6 +23,8 @@ StatusOr<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<GgufFile> gguf)
                     " tokens but token_embd.weight has " + std::to_string(m->config_.vocab_size) +
                     " rows");
   }
+  m->chat_format_ = options.chat_format ? *options.chat_format
+                                        : ChatFormat::FromModel(m->gguf_->GetStringOr("tokenizer.chat_template", ""));
   return m;
 }
 

@@ -146,10 +146,7 @@ StatusOr<GgufWriter> BuildRandomModel(const ModelPreset& p, MatrixTypes types, u
   WriteDefaultTokenizer(BuildDefaultVocab(int32_t(p.vocab_size)), w);
   w.SetBool("tokenizer.ggml.add_bos_token", true);
   w.SetBool("tokenizer.ggml.add_eos_token", false);
-  w.SetString("tokenizer.chat_template",
-              "{% for m in messages %}{% if m['role'] == 'user' %}{{ bos_token + '[INST] ' + "
-              "m['content'] + ' [/INST]' }}{% else %}{{ ' ' + m['content'] + eos_token }}"
-              "{% endif %}{% endfor %}");
+  w.SetString("tokenizer.chat_template", kPresetChatTemplate);
   const int64_t hd = p.dim / p.n_heads, kv = p.n_kv_heads * hd;
   const float s = 1.0f / std::sqrt(float(p.dim));
   auto add = [&](const std::string& name, int64_t cols, int64_t rows, float std, TensorType t) {
@@ -202,7 +199,8 @@ StatusOr<std::string> EnsureDefaultModel() {
   } else {
     home = "/tmp/tandem";
   }
-  const std::string path = home + "/models/default-small-f32.gguf";
+  // v2: the chat template is the Llama-2 shape below (v1's rendered system turns as answers).
+  const std::string path = home + "/models/default-small-f32-v2.gguf";
   if (std::filesystem::exists(path)) return path;
   std::error_code ec;
   std::filesystem::create_directories(home + "/models", ec);

@@ -31,6 +31,26 @@ struct MatrixTypes {
 };
 StatusOr<MatrixTypes> ParseMatrixTypes(const std::string& name);
 
+// The chat template generated models carry: the Llama-2 shape, written so
+// that it renders exactly as RenderChat(kLlama2) does (system text joins the
+// next user turn inside <<SYS>>, tool results are user turns, contents are
+// trimmed, every user turn opens with BOS).
+inline constexpr const char* kPresetChatTemplate =
+    "{%- set ns = namespace(system='') -%}\n"
+    "{%- for m in messages -%}\n"
+    "{%- if m['role'] == 'system' -%}\n"
+    "{%- if ns.system -%}{%- set ns.system = ns.system + '\\n' -%}{%- endif -%}\n"
+    "{%- set ns.system = ns.system + (m['content'] | trim) -%}\n"
+    "{%- elif m['role'] == 'assistant' -%}\n"
+    "{{- ' ' + (m['content'] | trim) + ' ' + eos_token -}}\n"
+    "{%- else -%}\n"
+    "{{- bos_token + '[INST] ' -}}\n"
+    "{%- if ns.system -%}{{- '<<SYS>>\\n' + ns.system + '\\n<</SYS>>\\n\\n' -}}{%- set ns.system = '' -%}{%- endif -%}\n"
+    "{{- (m['content'] | trim) + ' [/INST]' -}}\n"
+    "{%- endif -%}\n"
+    "{%- endfor -%}\n"
+    "{%- if ns.system -%}{{- bos_token + '[INST] <<SYS>>\\n' + ns.system + '\\n<</SYS>>\\n\\n [/INST]' -}}{%- endif -%}\n";
+
 // Matrices in `type`; norms always F32. architecture: "llama" or "qwen2"
 // (qwen2 adds Q/K/V biases and uses NeoX RoPE ordering).
 StatusOr<GgufWriter> BuildRandomModel(const ModelPreset& preset, MatrixTypes types, uint64_t seed,

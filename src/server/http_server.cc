@@ -27,7 +27,7 @@ HttpServer::HttpServer(Engine& engine, const Model& model, ServerOptions options
   info_.id = options_.model_id.empty() ? model.config().name : options_.model_id;
   info_.context_length = engine.context_tokens();
   info_.tokenizer = &model.tokenizer();
-  info_.chat_template = DetectChatTemplate(model.gguf().GetStringOr("tokenizer.chat_template", ""));
+  info_.chat_format = &model.chat_format();
   info_.created = UnixNow();
   info_.attention = engine.cache_spec().attention;
   info_.logprobs = !engine.remote_prefill();

@@ -49,7 +49,7 @@ struct ModelInfo {
   std::string id;  // the name clients send as "model"
   int64_t context_length = 0;
   const Tokenizer* tokenizer = nullptr;  // not owned; outlives every call
-  ChatTemplateKind chat_template = ChatTemplateKind::kPlain;
+  const ChatFormat* chat_format = nullptr;  // not owned; outlives every call
   int64_t created = 0;  // unix seconds, for /v1/models
   AttentionOptions attention;  // reported by /v1/models (extension "tandem")
   bool logprobs = true;        // false: requests with logprobs are refused (a disaggregated decode server)

@@ -1,8 +1,11 @@
 // Chat requests: "messages", "tools" and "tool_choice" rendered into the
-// model's prompt. Tools become a system message that lists each function and
-// asks for calls as <tool_call>{"name": ..., "arguments": {...}}</tool_call>;
-// earlier calls and their results are rendered back in that same form, so
-// the model sees one consistent convention across the conversation.
+// model's prompt by its chat format (model/chat_template.h). A template that
+// lays out tools itself in the <tool_call> convention tandem parses gets the
+// tools and the calls structured; for every other format the tools become a
+// system message that lists each function and asks for calls as
+// <tool_call>{"name": ..., "arguments": {...}}</tool_call>, and earlier calls
+// and their results are rendered back in that same form, so the model sees
+// one consistent convention across the conversation.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -107,6 +110,14 @@ MaybeError ReadToolChoice(const Json& body, const std::vector<ToolSpec>& tools, 
   return std::nullopt;
 }
 
+// What tool_choice asks of the model, as a sentence; for "auto" only when
+// optional_text (templates that lay out tools say it themselves).
+std::string ToolChoiceText(const ToolChoice& choice, bool optional_text) {
+  if (choice.mode == "required") return "You must call at least one function.";
+  if (choice.mode == "function") return "You must call the function '" + choice.forced_name + "'.";
+  return optional_text ? "Call a function only when it helps; otherwise answer directly." : "";
+}
+
 std::string ToolsSystemText(const std::vector<ToolSpec>& tools, const ToolChoice& choice) {
   std::string out =
       "# Tools\n\nYou may call functions to help answer. The available functions, one JSON "
@@ -120,14 +131,7 @@ std::string ToolsSystemText(const std::vector<ToolSpec>& tools, const ToolChoice
       "\nTo call a function, answer with one block per call, in exactly this form:\n"
       "<tool_call>{\"name\": \"<function name>\", \"arguments\": <arguments as a JSON "
       "object>}</tool_call>\n";
-  if (choice.mode == "required") {
-    out += "You must call at least one function.";
-  } else if (choice.mode == "function") {
-    out += "You must call the function '" + choice.forced_name + "'.";
-  } else {
-    out += "Call a function only when it helps; otherwise answer directly.";
-  }
-  return out;
+  return out + ToolChoiceText(choice, /*optional_text=*/true);
 }
 
 // A string, or an array of {"type": "text", "text": ...} parts (joined by
@@ -162,10 +166,11 @@ MaybeError ReadContent(const Json& content, const std::string& name, std::string
   return std::nullopt;
 }
 
-// An assistant turn's earlier tool calls, appended to its content in the
-// same <tool_call> form the model is asked to produce.
-MaybeError AppendToolCalls(const Json& calls, const std::string& name, std::string* content) {
+// An assistant turn's earlier tool calls, validated, with their arguments
+// parsed: [{"id", "type": "function", "function": {"name", "arguments"}}].
+MaybeError ReadToolCalls(const Json& calls, const std::string& name, jinja::Json* out) {
   if (!calls.is_array()) return BadRequest(name, "'" + name + "' must be an array");
+  *out = jinja::Json::array();
   for (size_t i = 0; i < calls.size(); ++i) {
     const std::string call_name = Indexed(name, i);
     const Json* function = calls[i].is_object() ? Field(calls[i], "function") : nullptr;
@@ -174,20 +179,26 @@ MaybeError AppendToolCalls(const Json& calls, const std::string& name, std::stri
     if (fn_name == nullptr || !fn_name->is_string()) {
       return BadRequest(call_name, "'" + call_name + ".function.name' must be a string");
     }
-    Json arguments = Json::object();
+    jinja::Json arguments = jinja::Json::object();
     if (const Json* a = Field(*function, "arguments")) {
       if (!a->is_string()) {
         return BadRequest(call_name,
                           "'" + call_name + ".function.arguments' must be a JSON string");
       }
-      arguments = Json::parse(a->get_ref<const std::string&>(), nullptr, false);
-      if (arguments.is_discarded() ||
-          JsonNestingDepth(a->get_ref<const std::string&>(), kMaxJsonDepth) > kMaxJsonDepth) {
+      const std::string& text = a->get_ref<const std::string&>();
+      if (JsonNestingDepth(text, kMaxJsonDepth) > kMaxJsonDepth) {
+        return BadRequest(call_name, "'" + call_name + ".function.arguments' is nested too deeply");
+      }
+      arguments = jinja::Json::parse(text, nullptr, false);
+      if (arguments.is_discarded()) {
         return BadRequest(call_name, "'" + call_name + ".function.arguments' is not valid JSON");
       }
     }
-    if (!content->empty()) *content += "\n";
-    *content += ToolCallText(fn_name->get<std::string>(), arguments);
+    jinja::Json call = jinja::Json::object();
+    if (const Json* id = Field(calls[i], "id"); id != nullptr && id->is_string()) call["id"] = id->get<std::string>();
+    call["type"] = "function";
+    call["function"] = {{"name", fn_name->get<std::string>()}, {"arguments", std::move(arguments)}};
+    out->push_back(std::move(call));
   }
   return std::nullopt;
 }
@@ -205,19 +216,39 @@ MaybeError ReadMessage(const Json& m, const std::string& name, ChatMessage* out)
   }
   const Json* calls = out->role == "assistant" ? Field(m, "tool_calls") : nullptr;
   const Json* content = Field(m, "content");
-  if (content == nullptr && calls == nullptr) {
+  if ((content == nullptr || content->is_null()) && calls == nullptr) {
     return BadRequest(name, "'" + name + "' must have 'content'");
   }
-  if (content != nullptr) {
+  if (content != nullptr && !content->is_null()) {
     TANDEM_RETURN_IF_API_ERROR(ReadContent(*content, name + ".content", &out->content));
   }
   if (calls != nullptr) {
-    TANDEM_RETURN_IF_API_ERROR(AppendToolCalls(*calls, name + ".tool_calls", &out->content));
+    TANDEM_RETURN_IF_API_ERROR(ReadToolCalls(*calls, name + ".tool_calls", &out->tool_calls));
   }
   if (out->role == "tool") {
-    out->content = "<tool_response>\n" + out->content + "\n</tool_response>";
+    if (const Json* id = Field(m, "tool_call_id")) {
+      TANDEM_RETURN_IF_API_ERROR(ReadString(*id, name + ".tool_call_id", &out->tool_call_id));
+    }
   }
   return std::nullopt;
+}
+
+// For formats that do not lay out tool calls themselves: earlier calls are
+// appended to their turn's content in the <tool_call> form the model is asked
+// to produce, and results are wrapped in <tool_response>.
+void FlattenToolCalls(std::vector<ChatMessage>* messages) {
+  for (ChatMessage& m : *messages) {
+    if (m.tool_calls.is_array()) {
+      for (const jinja::Json& call : m.tool_calls) {
+        if (!m.content.empty()) m.content += "\n";
+        m.content += ToolCallText(call["function"]["name"].get<std::string>(),
+                                  Json(call["function"]["arguments"]));
+      }
+    }
+    m.tool_calls = nullptr;
+    if (m.role == "tool") m.content = "<tool_response>\n" + m.content + "\n</tool_response>";
+    m.tool_call_id.clear();
+  }
 }
 
 MaybeError ReadMessages(const Json& body, std::vector<ChatMessage>* out) {
@@ -243,23 +274,41 @@ MaybeError BuildChatPrompt(const Json& body, const ModelInfo& model, std::vector
   TANDEM_RETURN_IF_API_ERROR(ReadTools(body, &tools));
   TANDEM_RETURN_IF_API_ERROR(ReadToolChoice(body, tools, &choice));
   *tools_enabled = !tools.empty() && choice.mode != "none";
-  if (*tools_enabled) {
-    const std::string text = ToolsSystemText(tools, choice);
+  TANDEM_CHECK_MSG(model.chat_format != nullptr, "ModelInfo without a chat format");
+  const ChatFormat& format = *model.chat_format;
+  jinja::Json template_tools;  // null: none for the template
+  std::string system_text;     // what tandem adds to the system turn
+  if (format.native_tool_calls()) {
+    if (*tools_enabled) {
+      template_tools = jinja::Json::array();
+      for (const ToolSpec& t : tools) {
+        jinja::Json fn = {{"name", t.name}};
+        if (!t.description.empty()) fn["description"] = t.description;
+        fn["parameters"] = t.parameters.is_null() ? jinja::Json::object() : jinja::Json(t.parameters);
+        template_tools.push_back({{"type", "function"}, {"function", std::move(fn)}});
+      }
+      system_text = ToolChoiceText(choice, /*optional_text=*/false);
+    }
+  } else {
+    FlattenToolCalls(&messages);
+    if (*tools_enabled) system_text = ToolsSystemText(tools, choice);
+  }
+  if (!system_text.empty()) {
     if (messages.front().role == "system") {
-      messages.front().content += "\n\n" + text;
+      messages.front().content += "\n\n" + system_text;
     } else {
-      messages.insert(messages.begin(), ChatMessage{"system", text});
+      messages.insert(messages.begin(), ChatMessage{"system", system_text});
     }
   }
   const Tokenizer& tok = *model.tokenizer;
   const std::string bos_text = tok.bos_id() >= 0 ? tok.TokenText(tok.bos_id()) : std::string();
-  StatusOr<std::string> prompt = RenderChat(model.chat_template, messages,
-                                            /*add_generation_prompt=*/true, bos_text);
-  if (!prompt.ok()) return BadRequest("messages", prompt.status().message());
+  const std::string eos_text = tok.eos_id() >= 0 ? tok.TokenText(tok.eos_id()) : std::string();
+  StatusOr<std::string> prompt =
+      format.Render(messages, template_tools, /*add_generation_prompt=*/true, bos_text, eos_text);
+  if (!prompt.ok()) return BadRequest("messages", "the chat template refused the messages: " + prompt.status().message());
   // Templates that spell BOS themselves get none added; special tokens are
   // parsed so the template's markers become their control tokens.
-  const bool add_bos = !ChatTemplateIncludesBos(model.chat_template) && tok.add_bos();
-  *tokens = tok.Encode(*prompt, add_bos, /*parse_special=*/true);
+  *tokens = tok.Encode(*prompt, ChatFormat::NeedsBos(*prompt, tok.add_bos(), bos_text), /*parse_special=*/true);
   if (tokens->empty()) return BadRequest("messages", "the rendered prompt is empty");
   return std::nullopt;
 }

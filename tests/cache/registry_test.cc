@@ -115,8 +115,12 @@ TEST(PagePool, DebugPoisonScribblesFreedAndReservedPagesOnly) {
     fill(pool, reserved[1], 0x33);  // written while free
     auto again = *pool.Reserve(pool.free_pages());
     for (int32_t p : again) {
-      if (poison) EXPECT_TRUE(all_equal(pool, p, PagePool::kPoisonByte)) << "page " << p;
-      if (!poison && p == reserved[1]) EXPECT_TRUE(all_equal(pool, p, 0x33)) << "off: nothing is written";
+      if (poison) {
+        EXPECT_TRUE(all_equal(pool, p, PagePool::kPoisonByte)) << "page " << p;
+      }
+      if (!poison && p == reserved[1]) {
+        EXPECT_TRUE(all_equal(pool, p, 0x33)) << "off: nothing is written";
+      }
     }
     pool.CancelReservation(again);
     EXPECT_TRUE(pool.CheckAccounting().ok());

@@ -160,7 +160,7 @@ class Oracle : public ::testing::Test {
     info_.id = m_->model->config().name;
     info_.context_length = 4096;
     info_.tokenizer = &m_->model->tokenizer();
-    info_.chat_template = DetectChatTemplate(m_->model->gguf().GetStringOr("tokenizer.chat_template", ""));
+    info_.chat_format = &m_->model->chat_format();
   }
 
   // Two rounds of one session: messages, generation, appended answer + tool result.

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "model/presets.h"
+
 #include <vector>
 
 namespace tandem {
@@ -97,8 +99,62 @@ TEST(ChatTemplate, NamesRoundTrip) {
   }
   EXPECT_STREQ(ChatTemplateName(ChatTemplateKind::kLlama3), "llama3");
   EXPECT_EQ(ParseChatTemplateName("vicuna"), std::nullopt);
-  EXPECT_TRUE(ChatTemplateIncludesBos(ChatTemplateKind::kLlama2));
-  EXPECT_FALSE(ChatTemplateIncludesBos(ChatTemplateKind::kChatml));
+}
+
+// Generated models carry a Jinja template that renders exactly as the
+// built-in Llama-2 shape: the server runs the model's own template, and the
+// token streams of every earlier run stay what they were.
+TEST(ChatFormat, PresetTemplateRendersAsTheBuiltinLlama2Shape) {
+  const ChatFormat format = ChatFormat::FromModel(kPresetChatTemplate);
+  ASSERT_TRUE(format.is_jinja()) << format.Describe();
+  EXPECT_FALSE(format.native_tool_calls());
+  const std::vector<std::vector<ChatMessage>> conversations = {
+      kConversation,
+      {{"user", "  Hi\n"}},
+      {{"system", " one "}, {"system", ""}, {"system", "two"}, {"user", "u"}, {"assistant", " a "},
+       {"tool", "{\"r\": 1}"}, {"assistant", "done"}},
+      {{"system", "only a system turn"}},
+      {{"system", ""}, {"user", "empty system"}},
+      {{"user", "first"}, {"system", "late system"}, {"user", "second"}, {"system", "trailing"}},
+      {{"assistant", "an answer first"}, {"user", "tabs\tand ünïcödé"}},
+  };
+  for (const auto& c : conversations) {
+    auto got = format.Render(c, nullptr, true, "<s>", "</s>");
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(*got, Render(ChatTemplateKind::kLlama2, c, true, "<s>"));
+  }
+  const std::vector<ChatMessage> unknown_role = {{"wizard", "x"}};
+  EXPECT_FALSE(format.Render(unknown_role, nullptr, true, "<s>", "</s>").ok());
+}
+
+TEST(ChatFormat, ATemplateOutsideTheSubsetFallsBackToItsFamilyAndSaysWhy) {
+  const std::string source = "{% macro turn(m) %}<|im_start|>{{ m.role }}{% endmacro %}";
+  const ChatFormat format = ChatFormat::FromModel(source);
+  EXPECT_FALSE(format.is_jinja());
+  EXPECT_EQ(format.builtin_kind(), ChatTemplateKind::kChatml);
+  EXPECT_NE(format.fallback_reason().find("'{% macro %}' is not supported"), std::string::npos)
+      << format.fallback_reason();
+  EXPECT_NE(format.Describe().find("built-in chatml"), std::string::npos) << format.Describe();
+  auto rendered = format.Render(kConversation, nullptr, true, "<s>", "</s>");
+  ASSERT_TRUE(rendered.ok());
+  EXPECT_EQ(*rendered, Render(ChatTemplateKind::kChatml, kConversation, true, "<s>"));
+  // A template the user gives must be one the subset runs.
+  auto forced = ChatFormat::FromOverride(source);
+  ASSERT_FALSE(forced.ok());
+  EXPECT_NE(forced.status().message().find("macro"), std::string::npos) << forced.status().message();
+  EXPECT_NE(ChatFormat::FromModel("").fallback_reason().find("no chat template"), std::string::npos);
+}
+
+TEST(ChatFormat, BosIsAddedOnlyWhereTheTemplateDidNotWriteIt) {
+  EXPECT_TRUE(ChatFormat::NeedsBos("<|im_start|>user", true, "<s>"));
+  EXPECT_FALSE(ChatFormat::NeedsBos("<s>[INST] hi", true, "<s>"));
+  EXPECT_FALSE(ChatFormat::NeedsBos("<|im_start|>user", false, "<s>"));
+  EXPECT_FALSE(ChatFormat::NeedsBos("anything", true, ""));
+  // The template raises: its message is the error.
+  const ChatFormat raising = ChatFormat::FromModel("{{ raise_exception('roles must alternate') }}");
+  auto r = raising.Render(kConversation, nullptr, true, "<s>", "</s>");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "roles must alternate");
 }
 
 }  // namespace

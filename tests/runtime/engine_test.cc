@@ -215,7 +215,9 @@ TEST(Engine, LogprobsAreTheLogSoftmaxOfTheTokensLogitsAloneOrBatched) {
     for (size_t k = 0; k < 4; ++k) {
       EXPECT_EQ(alone[i].top[k].token, want.top[k].token);
       EXPECT_EQ(alone[i].top[k].logprob, want.top[k].logprob);
-      if (k > 0) EXPECT_LE(alone[i].top[k].logprob, alone[i].top[k - 1].logprob);
+      if (k > 0) {
+        EXPECT_LE(alone[i].top[k].logprob, alone[i].top[k - 1].logprob);
+      }
     }
     // A distribution: the probabilities of all tokens sum to 1.
     double total = 0;

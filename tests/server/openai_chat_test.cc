@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -226,6 +228,85 @@ TEST(OpenAiChat, RejectsMalformedEarlierToolCalls) {
     const ApiError e = ChatError(prefix + c.calls + "}]}");
     EXPECT_NE(e.message.find(c.message_part), std::string::npos) << e.message;
   }
+}
+
+// A template that lays out tools itself in the <tool_call> convention (the
+// corpus's Qwen 2.5 shape) gets the request's tools and the conversation's
+// calls and results structured, exactly as Hugging Face would pass them; no
+// tandem tool text is added.
+TEST(OpenAiChat, ATemplateThatLaysOutToolsGetsThemAndTheCallsStructured) {
+  std::ifstream in(std::string(TANDEM_SOURCE_DIR) + "/tests/model/chat_templates/qwen25_tools.jinja");
+  std::stringstream source;
+  source << in.rdbuf();
+  const ChatFormat format = ChatFormat::FromModel(source.str());
+  ASSERT_TRUE(format.is_jinja()) << format.Describe();
+  ASSERT_TRUE(format.native_tool_calls());
+  ModelInfo m = TestModel();
+  m.chat_format = &format;
+  const std::string messages = R"("messages": [
+      {"role": "system", "content": "Be brief."},
+      {"role": "user", "content": "Weather in Paris?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+        "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"days\": 2}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}])";
+  const ParsedRequest r =
+      ExpectParsed(ParseChatCompletionRequest("{" + messages + ", " + kWeatherTools + "}", m));
+  EXPECT_TRUE(r.tools_enabled);
+  auto tmpl = jinja::Template::Parse(source.str());
+  ASSERT_TRUE(tmpl.ok());
+  const jinja::Json context = jinja::Json::parse(R"({
+    "messages": [
+      {"role": "system", "content": "Be brief."},
+      {"role": "user", "content": "Weather in Paris?"},
+      {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function",
+        "function": {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}}]},
+      {"role": "tool", "content": "sunny", "tool_call_id": "call_1"}],
+    "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Current weather for a city",
+      "parameters": {"properties": {"city": {"type": "string"}}, "required": ["city"], "type": "object"}}}],
+    "bos_token": "<s>", "eos_token": "</s>", "add_generation_prompt": true})");
+  auto want = tmpl->Render(context);
+  ASSERT_TRUE(want.ok()) << want.status().ToString();
+  EXPECT_EQ(PromptText(r), *want);
+  EXPECT_NE(want->find("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2}}"),
+            std::string::npos)
+      << *want;
+  EXPECT_EQ(want->find("# Tools"), std::string::npos);
+  // A forced choice is said in the system turn; templates do not say it.
+  const ParsedRequest forced = ExpectParsed(ParseChatCompletionRequest(
+      "{" + messages + ", " + kWeatherTools + R"(, "tool_choice": "required"})", m));
+  EXPECT_NE(PromptText(forced).find("Be brief.\n\nYou must call at least one function."), std::string::npos)
+      << PromptText(forced);
+  // Without tools enabled the template gets none.
+  const ParsedRequest none = ExpectParsed(ParseChatCompletionRequest(
+      "{" + messages + ", " + kWeatherTools + R"(, "tool_choice": "none"})", m));
+  EXPECT_EQ(PromptText(none).find("## Functions"), std::string::npos);
+}
+
+// A template that does not use tandem's tool convention still renders the
+// conversation; tool calls and results reach it flattened into the
+// <tool_call> / <tool_response> text tandem asks for.
+TEST(OpenAiChat, OtherTemplatesGetToolCallsAsText) {
+  // (trim_blocks: the newline after a block tag is dropped.)
+  const ChatFormat format = ChatFormat::FromModel(
+      "{% for m in messages %}[{{ m.role }}]{{ m.content }}{% if m.tool_calls is defined %}CALLS{% endif %}\n"
+      "{% endfor %}{% if tools is defined %}TOOLS{% endif %}");
+  ASSERT_TRUE(format.is_jinja());
+  ASSERT_FALSE(format.native_tool_calls());
+  ModelInfo m = TestModel();
+  m.chat_format = &format;
+  const ParsedRequest r = ExpectParsed(ParseChatCompletionRequest(R"({"messages": [
+      {"role": "user", "content": "Weather?"},
+      {"role": "assistant", "content": "", "tool_calls": [{"type": "function",
+        "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
+      {"role": "tool", "content": "rain"}], )" + std::string(kWeatherTools) + "}", m));
+  const std::string text = PromptText(r);
+  EXPECT_EQ(text.find("[system]# Tools"), 0u) << text;
+  EXPECT_NE(text.find("[assistant]<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Oslo\"}}</tool_call>[tool]"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("[tool]<tool_response>\nrain\n</tool_response>"), std::string::npos) << text;
+  EXPECT_EQ(text.find("CALLS"), std::string::npos);
+  EXPECT_EQ(text.find("TOOLS"), std::string::npos);
 }
 
 }  // namespace

@@ -32,13 +32,22 @@ inline const Tokenizer& TestTokenizer() {
   return *tokenizer;
 }
 
+// A built-in chat format that outlives every test.
+inline const ChatFormat* BuiltinFormat(ChatTemplateKind kind) {
+  static const ChatFormat formats[] = {ChatFormat::Builtin(ChatTemplateKind::kLlama2),
+                                       ChatFormat::Builtin(ChatTemplateKind::kChatml),
+                                       ChatFormat::Builtin(ChatTemplateKind::kLlama3),
+                                       ChatFormat::Builtin(ChatTemplateKind::kPlain)};
+  return &formats[int(kind)];
+}
+
 inline ModelInfo TestModel(ChatTemplateKind kind = ChatTemplateKind::kChatml,
                            int64_t context_length = 512) {
   ModelInfo m;
   m.id = "tiny";
   m.context_length = context_length;
   m.tokenizer = &TestTokenizer();
-  m.chat_template = kind;
+  m.chat_format = BuiltinFormat(kind);
   m.created = 1700000000;
   return m;
 }
