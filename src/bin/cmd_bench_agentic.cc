@@ -193,8 +193,16 @@ Status WriteFile(const std::string& path, const std::string& text) {
 // does, so another name is refused. Other servers name it as they like (a
 // file path, an alias): the model's name, its file's name or path with or
 // without ".gguf" count as the same; anything else is judged with a warning.
-StatusOr<std::unique_ptr<Model>> LoadReference(const ModelOptions& opts, const std::string& served_id, bool tandem) {
+StatusOr<std::unique_ptr<Model>> LoadReference(const ModelOptions& opts, const std::string& served_id, bool tandem,
+                                               const std::string& served_chat_format) {
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, opts.Load());
+  // The prompt is rendered here again: under another template or day every
+  // round would be judged against a different prompt.
+  if (!served_chat_format.empty() && served_chat_format != model->chat_format().Identity()) {
+    return FailedPrecondition("the server renders chats with " + served_chat_format + " but the reference with " +
+                              model->chat_format().Identity() + " (" + model->chat_format().Describe() +
+                              "): give this command the server's --chat-template and --chat-date");
+  }
   if (served_id.empty() || model->config().name == served_id) return model;
   if (tandem) {
     return FailedPrecondition("the server serves '" + served_id + "' but the reference model is '" +
@@ -309,7 +317,9 @@ int RunAgentic(AgenticArgs& a) {
   TranscriptHeader header;
   header.preset = a.preset;
   header.shape = shape;
-  if (Status st = QueryModel(host, port, &header.model, &header.server_attention, &header.server_context); !st.ok()) {
+  if (Status st = QueryModel(host, port, &header.model, &header.server_attention, &header.server_context,
+                             &header.server_chat_format);
+      !st.ok()) {
     return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
   }
   auto tpw = CalibrateTokensPerWord(host, port, header.model);
@@ -330,7 +340,7 @@ int RunAgentic(AgenticArgs& a) {
     }
     differential.near_tie_nats = a.near_tie_nats;
   } else if (!a.no_verify) {
-    auto m = LoadReference(a.model, header.model, !header.server_attention.is_null());
+    auto m = LoadReference(a.model, header.model, !header.server_attention.is_null(), header.server_chat_format);
     if (!m.ok()) return std::fprintf(stderr, "error: %s\n", m.status().ToString().c_str()), 1;
     reference = std::move(m).value();
   }
@@ -557,7 +567,7 @@ int RunVerify(VerifyArgs& a) {
   if (!fallback.ok()) return std::fprintf(stderr, "error: %s\n", fallback.status().ToString().c_str()), 1;
   auto attention = AttentionFromHeader(header.server_attention, *fallback);
   if (!attention.ok()) return std::fprintf(stderr, "error: %s\n", attention.status().ToString().c_str()), 1;
-  auto model = LoadReference(a.model, header.model, !header.server_attention.is_null());
+  auto model = LoadReference(a.model, header.model, !header.server_attention.is_null(), header.server_chat_format);
   if (!model.ok()) return std::fprintf(stderr, "error: %s\n", model.status().ToString().c_str()), 1;
   VerifyOptions vo;
   vo.threads = a.model.threads;

@@ -53,6 +53,7 @@ DisaggLaunch LaunchFor(const ServeArgs& a) {
   if (!a.model.chat_template_path.empty()) {
     l.model_args.insert(l.model_args.end(), {"--chat-template", a.model.chat_template_path});
   }
+  if (!a.model.chat_date.empty()) l.model_args.insert(l.model_args.end(), {"--chat-date", a.model.chat_date});
   l.attention_args = {"--attention", a.attention, "--index-k-dtype", a.index_k_dtype, "--topk",
                       std::to_string(a.engine.attention.top_k), "--kv-dtype", a.kv_dtype};
   l.decode_args = {"--cache-tokens", std::to_string(a.engine.cache_tokens), "--max-running",

@@ -1,5 +1,7 @@
 #include "bin/model_options.h"
 
+#include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -16,6 +18,9 @@ void ModelOptions::AddTo(CLI::App* cmd) {
   cmd->add_option("--chat-template", chat_template_path,
                   "Jinja chat template file used instead of the model's tokenizer.chat_template "
                   "(give the server and the reference the same one)");
+  cmd->add_option("--chat-date", chat_date,
+                  "YYYY-MM-DD: the day chat templates print as today (strftime_now); a fixed day keeps prompts "
+                  "reproducible (default 2024-07-26; give the server and the reference the same one)");
 }
 
 StatusOr<std::unique_ptr<Model>> ModelOptions::Load() const {
@@ -34,12 +39,23 @@ StatusOr<std::unique_ptr<Model>> ModelOptions::Load() const {
   ModelLoadOptions options;
   if (!chat_template_path.empty()) {
     std::ifstream in(chat_template_path, std::ios::binary);
-    if (!in) return NotFound("cannot read --chat-template '" + chat_template_path + "'");
     std::stringstream source;
-    source << in.rdbuf();
+    if (in) source << in.rdbuf();
+    if (!in || std::filesystem::is_directory(chat_template_path)) {
+      return NotFound("cannot read --chat-template '" + chat_template_path + "'");
+    }
+    if (source.str().empty()) return InvalidArgument("--chat-template '" + chat_template_path + "' is empty");
     auto format = ChatFormat::FromOverride(source.str());
-    if (!format.ok()) return InvalidArgument("--chat-template '" + chat_template_path + "': " + format.status().message());
+    if (!format.ok()) {
+      return InvalidArgument("--chat-template '" + chat_template_path + "': " + format.status().message());
+    }
     options.chat_format = std::move(*format);
+  }
+  if (!chat_date.empty()) {
+    std::tm tm{};
+    const char* end = strptime(chat_date.c_str(), "%Y-%m-%d", &tm);
+    if (end == nullptr || *end != '\0') return InvalidArgument("--chat-date must be YYYY-MM-DD, not '" + chat_date + "'");
+    options.chat_date = int64_t(timegm(&tm));
   }
   return Model::Load(path, options);
 }

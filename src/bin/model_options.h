@@ -17,6 +17,7 @@ struct ModelOptions {
   int threads = 2;
   std::string isa;  // empty: best supported
   std::string chat_template_path;  // empty: the model's own template
+  std::string chat_date;           // YYYY-MM-DD for strftime_now; empty: ChatFormat::kDefaultDate
 
   void AddTo(CLI::App* cmd);
   // Applies --isa, then loads the model; prints what went wrong on failure.

@@ -198,6 +198,7 @@ Json ToJson(const TranscriptHeader& h) {
               {"model", h.model},
               {"server_attention", h.server_attention},
               {"server_context", h.server_context},
+              {"server_chat_format", h.server_chat_format},
               {"preset", h.preset},
               {"shape",
                {{"initial_tokens", s.initial_tokens},
@@ -222,6 +223,7 @@ StatusOr<TranscriptHeader> HeaderFromJson(const Json& j) {
     h.model = j.value("model", "");
     h.server_attention = j.contains("server_attention") ? j["server_attention"] : Json();
     h.server_context = j.value("server_context", int64_t(0));
+    h.server_chat_format = j.value("server_chat_format", "");
     h.preset = j.value("preset", "");
     const Json& s = j.at("shape");
     h.shape.initial_tokens = s.at("initial_tokens").get<int64_t>();

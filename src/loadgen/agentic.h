@@ -95,6 +95,7 @@ struct TranscriptHeader {
   std::string model;                   // the id the server reported
   nlohmann::json server_attention;     // /v1/models "tandem.attention", or null
   int64_t server_context = 0;          // /v1/models "context_length", or 0
+  std::string server_chat_format;      // /v1/models "tandem.chat_format" (ChatFormat::Identity), or ""
   std::string preset;
   AgenticShape shape;
 };
@@ -143,7 +144,9 @@ Status WaitForBaseline(const std::string& host, int port, double deadline_s,
 
 // The model id, the tandem attention extension and the context length (0
 // when not reported) from GET /v1/models.
-Status QueryModel(const std::string& host, int port, std::string* id, nlohmann::json* attention, int64_t* context);
+// chat_format (when given): /v1/models "tandem.chat_format", or "" from a server that does not say.
+Status QueryModel(const std::string& host, int port, std::string* id, nlohmann::json* attention, int64_t* context,
+                  std::string* chat_format = nullptr);
 
 // ---------------------------------------------------------------- running
 

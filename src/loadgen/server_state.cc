@@ -200,7 +200,8 @@ Status WaitForBaseline(const std::string& host, int port, double deadline_s,
                      secs + " s (" + (s.detail.empty() ? std::string("unhealthy") : s.detail) + ")");
 }
 
-Status QueryModel(const std::string& host, int port, std::string* id, Json* attention, int64_t* context) {
+Status QueryModel(const std::string& host, int port, std::string* id, Json* attention, int64_t* context,
+                  std::string* chat_format) {
   int status = 0;
   std::string body;
   if (!GetText(host, port, "/v1/models", &status, &body)) {
@@ -217,6 +218,11 @@ Status QueryModel(const std::string& host, int port, std::string* id, Json* atte
   *attention = Json();
   if (m.contains("tandem") && m["tandem"].is_object() && m["tandem"].contains("attention")) {
     *attention = m["tandem"]["attention"];
+  }
+  if (chat_format != nullptr) {
+    const bool said = m.contains("tandem") && m["tandem"].is_object() && m["tandem"].contains("chat_format") &&
+                      m["tandem"]["chat_format"].is_string();
+    *chat_format = said ? m["tandem"]["chat_format"].get<std::string>() : std::string();
   }
   *context = m.contains("context_length") && m["context_length"].is_number_integer() ? m["context_length"].get<int64_t>() : 0;
   return Status::Ok();

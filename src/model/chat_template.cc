@@ -2,6 +2,8 @@
 
 #include <ctime>
 
+#include <xxhash.h>
+
 namespace tandem {
 namespace {
 
@@ -137,19 +139,26 @@ StatusOr<std::string> RenderChat(ChatTemplateKind kind, std::span<const ChatMess
 
 namespace {
 
-// strftime_now(format): the current UTC time, as templates that print
+// strftime_now(format): the chat format's day, as templates that print
 // today's date (Llama 3.1's) expect.
-StatusOr<jinja::Json> StrftimeNow(const std::vector<jinja::Json>& args) {
+StatusOr<jinja::Json> StrftimeAt(int64_t unix_seconds, const std::vector<jinja::Json>& args) {
   if (args.size() != 1 || !args[0].is_string()) return InvalidArgument("strftime_now takes one format string");
-  const std::time_t now = std::time(nullptr);
+  const std::time_t t = std::time_t(unix_seconds);
   std::tm tm{};
-  gmtime_r(&now, &tm);
+  gmtime_r(&t, &tm);
   char buf[256];
   const size_t n = std::strftime(buf, sizeof buf, args[0].get_ref<const std::string&>().c_str(), &tm);
   return jinja::Json(std::string(buf, n));
 }
 
 }  // namespace
+
+// The template tandem's generated models carried before they carried the
+// Llama-2 shape of presets.h: it meant that shape, and was rendered as it.
+constexpr std::string_view kFirstPresetTemplate =
+    "{% for m in messages %}{% if m['role'] == 'user' %}{{ bos_token + '[INST] ' + "
+    "m['content'] + ' [/INST]' }}{% else %}{{ ' ' + m['content'] + eos_token }}"
+    "{% endif %}{% endfor %}";
 
 ChatFormat ChatFormat::FromModel(std::string_view jinja_source) {
   ChatFormat f;
@@ -158,21 +167,44 @@ ChatFormat ChatFormat::FromModel(std::string_view jinja_source) {
     f.fallback_reason_ = "the model has no chat template";
     return f;
   }
+  if (jinja_source == kFirstPresetTemplate) {
+    f.fallback_reason_ = "the first template of tandem's generated models, which always meant this shape";
+    return f;
+  }
   auto parsed = jinja::Template::Parse(jinja_source);
   if (!parsed.ok()) {
     f.fallback_reason_ = "the model's template is outside the Jinja subset: " + parsed.status().message();
     return f;
   }
   f.jinja_ = std::make_shared<const jinja::Template>(std::move(*parsed));
-  f.native_tool_calls_ = jinja_source.find("<tool_call>") != std::string_view::npos &&
-                         jinja_source.find("tools") != std::string_view::npos;
+  f.source_hash_ = XXH3_64bits(jinja_source.data(), jinja_source.size());
+  // Names (filters, methods, functions) are only looked up as they are used:
+  // a plain conversation shows whether the subset runs this template at all.
+  // A template that raises on it (its own rule, e.g. no system turn) is kept.
+  const std::vector<ChatMessage> probe = {{"system", "s"}, {"user", "u"}, {"assistant", "a"}, {"user", "u"}};
+  const Status tried = f.Render(probe, nullptr, true, "<s>", "</s>").status();
+  if (!tried.ok() && tried.code() != StatusCode::kInvalidArgument) {
+    f.jinja_ = nullptr;
+    f.fallback_reason_ = "the model's template failed on a plain conversation: " + tried.message();
+    return f;
+  }
+  auto has = [&](std::string_view marker) { return jinja_source.find(marker) != std::string_view::npos; };
+  if (has("tools")) {
+    if (has("[TOOL_CALLS]")) {
+      f.native_tool_format_ = ToolCallFormat::kMistral;
+    } else if (has("<tool_call>")) {
+      f.native_tool_format_ = ToolCallFormat::kTagged;
+    } else if (has("<|start_header_id|>") && has("parameters")) {
+      f.native_tool_format_ = ToolCallFormat::kJson;
+    }
+  }
   return f;
 }
 
 StatusOr<ChatFormat> ChatFormat::FromOverride(std::string_view jinja_source) {
-  auto parsed = jinja::Template::Parse(jinja_source);
-  if (!parsed.ok()) return InvalidArgument("the chat template " + parsed.status().message());
+  if (jinja_source.empty()) return InvalidArgument("the chat template is empty");
   ChatFormat f = FromModel(jinja_source);
+  if (f.jinja_ == nullptr) return InvalidArgument(f.fallback_reason_);
   f.override_ = true;
   return f;
 }
@@ -197,18 +229,39 @@ StatusOr<std::string> ChatFormat::Render(std::span<const ChatMessage> messages, 
     if (!m.tool_call_id.empty()) j["tool_call_id"] = m.tool_call_id;
     list.push_back(std::move(j));
   }
-  if (native_tool_calls_ && !tools.is_null()) context["tools"] = tools;
+  if (native_tool_calls() && !tools.is_null()) context["tools"] = tools;
   context["bos_token"] = std::string(bos_text);
   context["eos_token"] = std::string(eos_text);
   context["add_generation_prompt"] = add_generation_prompt;
-  static const std::map<std::string, jinja::Template::Function> kFunctions = {{"strftime_now", StrftimeNow}};
-  return jinja_->Render(context, kFunctions);
+  const std::map<std::string, jinja::Template::Function> functions = {
+      {"strftime_now", [date = date_](const std::vector<jinja::Json>& args) { return StrftimeAt(date, args); }}};
+  auto text = jinja_->Render(context, functions);
+  if (text.ok()) return text;
+  // raise_exception: the template refuses these messages (the caller's
+  // error); anything else is the template failing (the server's).
+  if (text.status().code() == StatusCode::kAborted) return InvalidArgument(text.status().message());
+  return Internal("the chat template failed: " + text.status().message());
+}
+
+std::string ChatFormat::Identity() const {
+  if (jinja_ == nullptr) return std::string("builtin:") + ChatTemplateName(kind_);
+  char hash[17];
+  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(source_hash_));
+  const std::time_t t = std::time_t(date_);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char day[16];
+  std::strftime(day, sizeof day, "%Y-%m-%d", &tm);
+  return std::string("jinja:") + hash + "@" + day;
 }
 
 std::string ChatFormat::Describe() const {
   if (jinja_ != nullptr) {
+    static constexpr const char* kFormats[] = {"<tool_call> blocks", "Llama 3 JSON", "Mistral [TOOL_CALLS]"};
     return std::string(override_ ? "the --chat-template file" : "the model's own template") + " (Jinja" +
-           (native_tool_calls_ ? ", tools laid out by the template)" : ")");
+           (native_tool_calls() ? std::string(", tools laid out by the template, calls parsed as ") +
+                                      kFormats[int(tool_call_format())] + ")"
+                                : std::string(")"));
   }
   return std::string("built-in ") + ChatTemplateName(kind_) + " shape (" + fallback_reason_ + ")";
 }

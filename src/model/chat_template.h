@@ -19,7 +19,7 @@ namespace tandem {
 
 struct ChatMessage {
   ChatMessage() = default;
-  ChatMessage(std::string role_, std::string content_) : role(std::move(role_)), content(std::move(content_)) {}
+  ChatMessage(std::string r, std::string c) : role(std::move(r)), content(std::move(c)) {}
 
   std::string role;  // "system", "user", "assistant" or "tool"
   std::string content;
@@ -55,6 +55,15 @@ std::optional<ChatTemplateKind> ParseChatTemplateName(std::string_view name);
 StatusOr<std::string> RenderChat(ChatTemplateKind kind, std::span<const ChatMessage> messages,
                                  bool add_generation_prompt, std::string_view bos_text);
 
+// How a model writes tool calls, and so how tandem asks for and parses them.
+enum class ToolCallFormat {
+  kTagged,   // <tool_call>{"name": ..., "arguments": {...}}</tool_call> blocks (Hermes, Qwen 2.5, and
+             // tandem's own tool text for every other template)
+  kJson,     // the whole answer one {"name": ..., "parameters": {...}} object, or an array of them,
+             // after an optional <|python_tag|> (Llama 3.x)
+  kMistral,  // [TOOL_CALLS] [{"name": ..., "arguments": {...}}, ...], call ids of 9 letters and digits
+};
+
 // How a model's conversations become prompt text. Immutable; shared by the
 // server and the reference verifier, which must render alike.
 class ChatFormat {
@@ -81,24 +90,40 @@ class ChatFormat {
     return tokenizer_adds_bos && !rendered.starts_with(bos_text);
   }
 
-  // A Jinja template that lays out `tools` and asks for calls in the
-  // <tool_call>{...}</tool_call> form tandem parses (Hermes, Qwen 2.5):
+  // A Jinja template that lays out `tools` itself and asks for calls in one
+  // of the ToolCallFormats tandem parses (recognised by its markers:
+  // "[TOOL_CALLS]", "<tool_call>", or Llama 3 headers with "parameters"):
   // messages then carry their tool calls structured. For every other format
-  // the caller renders tools and calls into the text in that form itself.
-  bool native_tool_calls() const { return native_tool_calls_; }
+  // the caller renders tools and calls into the text as <tool_call> blocks.
+  bool native_tool_calls() const { return native_tool_format_.has_value(); }
+  // The format answers are parsed in: the template's own, or kTagged.
+  ToolCallFormat tool_call_format() const { return native_tool_format_.value_or(ToolCallFormat::kTagged); }
   bool is_jinja() const { return jinja_ != nullptr; }
   ChatTemplateKind builtin_kind() const { return kind_; }
   // Empty when the model's own template is used.
   const std::string& fallback_reason() const { return fallback_reason_; }
   // For logs: "the model's Jinja template" or "built-in llama2 (...)".
   std::string Describe() const;
+  // What decides the rendered text, as a short string two processes compare
+  // (the server reports it; the reference refuses to judge under another):
+  // "jinja:<XXH3-64 of the source>@<day>" or "builtin:<kind>".
+  std::string Identity() const;
+
+  // The day strftime_now() formats (templates that print today's date, such
+  // as Llama 3.1's). A fixed day, not the clock, so a prompt renders the same
+  // whenever the reference replays it; set it with --chat-date.
+  static constexpr int64_t kDefaultDate = 1721952000;  // 2024-07-26 00:00 UTC, Llama 3.1's own default
+  void set_date(int64_t unix_seconds) { date_ = unix_seconds; }
+  int64_t date() const { return date_; }
 
  private:
   std::shared_ptr<const jinja::Template> jinja_;  // null: the built-in kind_
+  uint64_t source_hash_ = 0;                      // of the Jinja source
   ChatTemplateKind kind_ = ChatTemplateKind::kPlain;
-  bool native_tool_calls_ = false;
+  std::optional<ToolCallFormat> native_tool_format_;
   bool override_ = false;
   std::string fallback_reason_;
+  int64_t date_ = kDefaultDate;
 };
 
 }  // namespace tandem

@@ -47,8 +47,11 @@ class Template {
   using Function = std::function<StatusOr<Json>(const std::vector<Json>& args)>;
 
   // Renders with `context`'s keys as variables (messages, tools, bos_token,
-  // add_generation_prompt, ...). Errors name the line and what went wrong;
-  // raise_exception's message is returned as the error's message.
+  // add_generation_prompt, ...). Errors name the line and what went wrong
+  // (InvalidArgument); raise_exception's message is returned as the error's
+  // message with code Aborted: the template refused its input. Work is
+  // bounded (2^22 evaluation steps and loop iterations, 2^20 items per loop, 64 MiB of text,
+  // values 64 deep); past a bound the render fails and says which.
   StatusOr<std::string> Render(const Json& context, const std::map<std::string, Function>& functions = {}) const;
 
  private:

@@ -12,18 +12,39 @@
 namespace tandem::jinja {
 
 // A value while rendering: JSON data, Jinja's undefined, or a namespace()
-// (a mapping whose attributes `set` may change).
+// (a mapping whose attributes `set` may change). The data is shared, never
+// changed in place while shared: reading a name or passing a value on costs a
+// reference count, not a copy of what it holds (a template that reads a long
+// `messages` once per message stays linear).
 struct Value {
-  Json j;
+  Value() : data(NullData()) {}
+  const Json& j() const { return *data; }
+  // The data to change: this value's own copy from now on.
+  Json& Mutable() {
+    if (data.use_count() > 1) data = std::make_shared<Json>(*data);
+    return *data;
+  }
+  // The data, moved out when nothing else shares it.
+  Json Take() && { return data.use_count() == 1 ? std::move(*data) : Json(*data); }
+
+  std::shared_ptr<Json> data;  // never null
   bool undefined = false;
   bool ns = false;
+  int depth = 0;  // nesting of lists and mappings, counted up to kMaxValueDepth + 1
+
   static Value Undefined() {
     Value v;
     v.undefined = true;
     return v;
   }
-  static Value Of(Json j) { return Value{std::move(j)}; }
+  static Value Of(Json j);
+
+ private:
+  static const std::shared_ptr<Json>& NullData();
 };
+
+// Deeper values are refused: copying or printing them recurses.
+inline constexpr int kMaxValueDepth = 64;
 
 struct Expr;
 using ExprPtr = std::unique_ptr<Expr>;

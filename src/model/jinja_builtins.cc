@@ -173,30 +173,30 @@ const Value* Arg(const std::vector<Value>& args, size_t i, const std::vector<std
 
 StatusOr<Json> Items(const Value& v, int line) {
   if (v.undefined) return LineError(line, "items of an undefined value");
-  if (v.j.is_array()) return v.j;
-  if (v.j.is_object()) {
+  if (v.j().is_array()) return v.j();
+  if (v.j().is_object()) {
     Json keys = Json::array();
-    for (auto it = v.j.begin(); it != v.j.end(); ++it) keys.push_back(it.key());
+    for (auto it = v.j().begin(); it != v.j().end(); ++it) keys.push_back(it.key());
     return keys;
   }
-  return LineError(line, PythonRepr(v.j) + " is not iterable");
+  return LineError(line, PythonRepr(v.j()) + " is not iterable");
 }
 
 // selectattr / rejectattr: items whose attribute passes the test (truthiness without one).
 StatusOr<Value> SelectAttr(const Value& subject, const std::vector<Value>& args, bool keep, int line) {
-  if (args.empty() || !args[0].j.is_string()) return LineError(line, "selectattr needs an attribute name");
+  if (args.empty() || !args[0].j().is_string()) return LineError(line, "selectattr needs an attribute name");
   TANDEM_ASSIGN_OR_RETURN(Json items, Items(subject, line));
   Json out = Json::array();
   for (const Json& item : items) {
-    Value attr = item.is_object() && item.contains(args[0].j.get<std::string>())
-                     ? Value::Of(item[args[0].j.get<std::string>()])
+    Value attr = item.is_object() && item.contains(args[0].j().get_ref<const std::string&>())
+                     ? Value::Of(item[args[0].j().get_ref<const std::string&>()])
                      : Value::Undefined();
     bool pass = false;
     if (args.size() == 1) {
       pass = Truthy(attr);
     } else {
-      if (!args[1].j.is_string()) return LineError(line, "selectattr's test must be named by a string");
-      TANDEM_ASSIGN_OR_RETURN(pass, ApplyTest(args[1].j.get<std::string>(), attr,
+      if (!args[1].j().is_string()) return LineError(line, "selectattr's test must be named by a string");
+      TANDEM_ASSIGN_OR_RETURN(pass, ApplyTest(args[1].j().get_ref<const std::string&>(), attr,
                                               std::vector<Value>(args.begin() + 2, args.end()), line));
     }
     if (pass == keep) out.push_back(item);
@@ -208,7 +208,7 @@ StatusOr<Value> SelectAttr(const Value& subject, const std::vector<Value>& args,
 
 bool Truthy(const Value& v) {
   if (v.undefined) return false;
-  const Json& j = v.j;
+  const Json& j = v.j();
   if (j.is_null()) return false;
   if (j.is_boolean()) return j.get<bool>();
   if (j.is_number_integer()) return j.get<int64_t>() != 0;
@@ -241,16 +241,16 @@ std::string PythonRepr(const Json& j) {
 
 std::string ToText(const Value& v) {
   if (v.undefined) return "";
-  if (v.j.is_string()) return v.j.get<std::string>();
-  return PythonRepr(v.j);
+  if (v.j().is_string()) return v.j().get_ref<const std::string&>();
+  return PythonRepr(v.j());
 }
 
 bool Equal(const Value& a, const Value& b) {
   if (a.undefined || b.undefined) return a.undefined && b.undefined;
-  if (a.j.is_number() && b.j.is_number()) return a.j.get<double>() == b.j.get<double>();
-  if (a.j.is_boolean() && b.j.is_number()) return double(a.j.get<bool>()) == b.j.get<double>();
-  if (b.j.is_boolean() && a.j.is_number()) return double(b.j.get<bool>()) == a.j.get<double>();
-  return a.j == b.j;
+  if (a.j().is_number() && b.j().is_number()) return a.j().get<double>() == b.j().get<double>();
+  if (a.j().is_boolean() && b.j().is_number()) return double(a.j().get<bool>()) == b.j().get<double>();
+  if (b.j().is_boolean() && a.j().is_number()) return double(b.j().get<bool>()) == a.j().get<double>();
+  return a.j() == b.j();
 }
 
 std::string DumpJson(const Json& value, int indent, bool sort_keys, const std::string* item_sep,
@@ -263,7 +263,7 @@ std::string DumpJson(const Json& value, int indent, bool sort_keys, const std::s
 
 StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const std::vector<Value>& args,
                             const std::vector<std::pair<std::string, Value>>& kwargs, int line) {
-  const Json& j = v.j;
+  const Json& j = v.j();
   auto need_string = [&]() -> Status {
     return j.is_string() ? Status::Ok() : LineError(line, "filter '" + name + "' needs a string, not " + PythonRepr(j));
   };
@@ -272,18 +272,22 @@ StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const std::
     const Value* sort = Kwarg(kwargs, "sort_keys");
     std::string item_sep, key_sep;
     const Value* seps = Kwarg(kwargs, "separators");
-    if (seps && seps->j.is_array() && seps->j.size() == 2) {
-      item_sep = seps->j[0].get<std::string>();
-      key_sep = seps->j[1].get<std::string>();
+    if (seps && seps->j().is_array() && seps->j().size() == 2 && seps->j()[0].is_string() &&
+        seps->j()[1].is_string()) {
+      item_sep = seps->j()[0].get_ref<const std::string&>();
+      key_sep = seps->j()[1].get_ref<const std::string&>();
+    } else if (seps && !seps->j().is_null()) {
+      return LineError(line, "tojson's separators must be two strings");
     }
-    const int n = indent && indent->j.is_number_integer() ? int(indent->j.get<int64_t>()) : -1;
-    return Value::Of(Json(DumpJson(v.undefined ? Json() : j, n, sort && Truthy(*sort), seps ? &item_sep : nullptr,
+    const int64_t n = indent && indent->j().is_number_integer() ? indent->j().get<int64_t>() : -1;
+    if (n > 16) return LineError(line, "tojson's indent is at most 16 here");
+    return Value::Of(Json(DumpJson(v.undefined ? Json() : j, int(n), sort && Truthy(*sort), seps ? &item_sep : nullptr,
                                    seps ? &key_sep : nullptr)));
   }
   // Jinja2's string filters take str() of anything they get.
   if (name == "trim" || name == "strip") return Value::Of(Json(Strip(ToText(v), kWhitespace, true, true)));
   if (name == "length" || name == "count") {
-    if (j.is_string()) return Value::Of(Json(int64_t(Utf8Length(j.get<std::string>()))));
+    if (j.is_string()) return Value::Of(Json(int64_t(Utf8Length(j.get_ref<const std::string&>()))));
     if (j.is_array() || j.is_object()) return Value::Of(Json(int64_t(j.size())));
     return LineError(line, "length of " + (v.undefined ? std::string("an undefined value") : PythonRepr(j)));
   }
@@ -322,7 +326,7 @@ StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const std::
   if (name == "list") {
     if (j.is_string()) {
       Json out = Json::array();
-      for (char c : j.get<std::string>()) out.push_back(std::string(1, c));
+      for (char c : j.get_ref<const std::string&>()) out.push_back(std::string(1, c));
       return Value::Of(std::move(out));
     }
     TANDEM_ASSIGN_OR_RETURN(Json items, Items(v, line));
@@ -330,7 +334,7 @@ StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const std::
   }
   if (name == "reverse") {
     if (j.is_string()) {
-      std::string s = j.get<std::string>();
+      std::string s = j.get_ref<const std::string&>();
       std::reverse(s.begin(), s.end());
       return Value::Of(Json(s));
     }
@@ -354,12 +358,12 @@ StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const std::
   }
   if (name == "int") {
     if (j.is_number()) return Value::Of(Json(int64_t(j.get<double>())));
-    if (j.is_string()) return Value::Of(Json(int64_t(std::strtoll(j.get<std::string>().c_str(), nullptr, 10))));
+    if (j.is_string()) return Value::Of(Json(int64_t(std::strtoll(j.get_ref<const std::string&>().c_str(), nullptr, 10))));
     return Value::Of(Json(int64_t(0)));
   }
   if (name == "float") {
     if (j.is_number()) return Value::Of(Json(j.get<double>()));
-    if (j.is_string()) return Value::Of(Json(std::strtod(j.get<std::string>().c_str(), nullptr)));
+    if (j.is_string()) return Value::Of(Json(std::strtod(j.get_ref<const std::string&>().c_str(), nullptr)));
     return Value::Of(Json(0.0));
   }
   if (name == "abs" && j.is_number()) {
@@ -394,10 +398,10 @@ StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const std::
         const std::string key = ToText(*attr);
         out.push_back(item.is_object() && item.contains(key) ? item[key] : Json());
       } else {
-        if (args.empty() || !args[0].j.is_string()) return LineError(line, "map needs attribute= or a filter name");
-        TANDEM_ASSIGN_OR_RETURN(Value r, ApplyFilter(args[0].j.get<std::string>(), Value::Of(item),
+        if (args.empty() || !args[0].j().is_string()) return LineError(line, "map needs attribute= or a filter name");
+        TANDEM_ASSIGN_OR_RETURN(Value r, ApplyFilter(args[0].j().get_ref<const std::string&>(), Value::Of(item),
                                                      std::vector<Value>(args.begin() + 1, args.end()), {}, line));
-        out.push_back(r.j);
+        out.push_back(r.j());
       }
     }
     return Value::Of(std::move(out));
@@ -414,9 +418,11 @@ StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const std::
     TANDEM_RETURN_IF_ERROR(need_string());
     const Value* width = Arg(args, 0, kwargs, "width");
     const Value* first = Arg(args, 1, kwargs, "first");
-    const std::string pad(size_t(width && width->j.is_number_integer() ? width->j.get<int64_t>() : 4), ' ');
+    const int64_t n = width && width->j().is_number_integer() ? width->j().get<int64_t>() : 4;
+    if (n < 0 || n > 256) return LineError(line, "indent's width must be 0..256 here");
+    const std::string pad(size_t(n), ' ');
     std::string out;
-    const std::string s = j.get<std::string>();
+    const std::string s = j.get_ref<const std::string&>();
     for (size_t i = 0; i < s.size(); ++i) {
       out += s[i];
       if (s[i] == '\n' && i + 1 < s.size() && s[i + 1] != '\n') out += pad;
@@ -427,7 +433,7 @@ StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const std::
 }
 
 StatusOr<bool> ApplyTest(const std::string& name, const Value& v, const std::vector<Value>& args, int line) {
-  const Json& j = v.j;
+  const Json& j = v.j();
   if (name == "none") return !v.undefined && j.is_null();
   if (name == "string") return !v.undefined && j.is_string();
   if (name == "number") return !v.undefined && j.is_number();
@@ -444,42 +450,42 @@ StatusOr<bool> ApplyTest(const std::string& name, const Value& v, const std::vec
     const int64_t x = j.get<int64_t>();
     if (name == "odd") return x % 2 != 0;
     if (name == "even") return x % 2 == 0;
-    if (args.empty() || !args[0].j.is_number_integer() || args[0].j.get<int64_t>() == 0) {
+    if (args.empty() || !args[0].j().is_number_integer() || args[0].j().get<int64_t>() == 0) {
       return LineError(line, "divisibleby needs a non-zero integer");
     }
-    return x % args[0].j.get<int64_t>() == 0;
+    return x % args[0].j().get<int64_t>() == 0;
   }
   if (args.empty()) return LineError(line, "test '" + name + "' is not supported by this Jinja subset");
   const Value& other = args[0];
   if (name == "equalto" || name == "eq" || name == "==" || name == "sameas") return Equal(v, other);
   if (name == "ne" || name == "!=") return !Equal(v, other);
   if (name == "in") {
-    if (other.j.is_array()) return std::any_of(other.j.begin(), other.j.end(), [&](const Json& x) { return Equal(v, Value::Of(x)); });
-    if (other.j.is_string() && j.is_string()) return other.j.get<std::string>().find(j.get<std::string>()) != std::string::npos;
-    if (other.j.is_object() && j.is_string()) return other.j.contains(j.get<std::string>());
+    if (other.j().is_array()) return std::any_of(other.j().begin(), other.j().end(), [&](const Json& x) { return Equal(v, Value::Of(x)); });
+    if (other.j().is_string() && j.is_string()) return other.j().get_ref<const std::string&>().find(j.get_ref<const std::string&>()) != std::string::npos;
+    if (other.j().is_object() && j.is_string()) return other.j().contains(j.get_ref<const std::string&>());
     return false;
   }
-  if ((name == "lt" || name == "gt" || name == "le" || name == "ge") && j.is_number() && other.j.is_number()) {
-    const double x = j.get<double>(), y = other.j.get<double>();
+  if ((name == "lt" || name == "gt" || name == "le" || name == "ge") && j.is_number() && other.j().is_number()) {
+    const double x = j.get<double>(), y = other.j().get<double>();
     return name == "lt" ? x < y : name == "gt" ? x > y : name == "le" ? x <= y : x >= y;
   }
   return LineError(line, "test '" + name + "' is not supported by this Jinja subset");
 }
 
 StatusOr<Value> CallMethod(const Value& v, const std::string& method, const std::vector<Value>& args, int line) {
-  const Json& j = v.j;
+  const Json& j = v.j();
   if (v.undefined) return LineError(line, "." + method + "() of an undefined value");
   if (j.is_string()) {
     const std::string& s = j.get_ref<const std::string&>();
-    auto str_arg = [&](size_t i) { return i < args.size() && args[i].j.is_string() ? args[i].j.get<std::string>() : std::string(); };
+    auto str_arg = [&](size_t i) { return i < args.size() && args[i].j().is_string() ? args[i].j().get_ref<const std::string&>() : std::string(); };
     if (method == "strip" || method == "lstrip" || method == "rstrip") {
-      const std::string chars = args.empty() || args[0].j.is_null() ? kWhitespace : str_arg(0);
+      const std::string chars = args.empty() || args[0].j().is_null() ? kWhitespace : str_arg(0);
       return Value::Of(Json(Strip(s, chars, method != "rstrip", method != "lstrip")));
     }
     if (method == "startswith" || method == "endswith") {
       std::vector<std::string> candidates;
-      if (!args.empty() && args[0].j.is_array()) {
-        for (const Json& c : args[0].j) if (c.is_string()) candidates.push_back(c.get<std::string>());
+      if (!args.empty() && args[0].j().is_array()) {
+        for (const Json& c : args[0].j()) if (c.is_string()) candidates.push_back(c.get_ref<const std::string&>());
       } else {
         candidates.push_back(str_arg(0));
       }
@@ -495,7 +501,7 @@ StatusOr<Value> CallMethod(const Value& v, const std::string& method, const std:
     }
     if (method == "replace") {
       const std::string from = str_arg(0), to = str_arg(1);
-      int64_t count = args.size() > 2 && args[2].j.is_number_integer() ? args[2].j.get<int64_t>() : -1;
+      int64_t count = args.size() > 2 && args[2].j().is_number_integer() ? args[2].j().get<int64_t>() : -1;
       if (from.empty()) return LineError(line, "replace() of an empty string is not supported");
       std::string out;
       size_t pos = 0;
@@ -543,8 +549,8 @@ StatusOr<Value> CallMethod(const Value& v, const std::string& method, const std:
       return Value::Of(std::move(out));
     }
     if (method == "get") {
-      if (args.empty() || !args[0].j.is_string()) return LineError(line, "get() needs a string key");
-      auto it = j.find(args[0].j.get<std::string>());
+      if (args.empty() || !args[0].j().is_string()) return LineError(line, "get() needs a string key");
+      auto it = j.find(args[0].j().get_ref<const std::string&>());
       if (it != j.end()) return Value::Of(*it);
       return args.size() > 1 ? args[1] : Value::Of(Json());
     }

@@ -217,6 +217,8 @@ class ExprParser {
 
   // expression := or ['if' or ['else' expression]]
   StatusOr<ExprPtr> Expression() {
+    Nest nest(depth_);
+    TANDEM_RETURN_IF_ERROR(Deeper());
     TANDEM_ASSIGN_OR_RETURN(ExprPtr then, Or());
     if (!IsName("if")) return then;
     ++p_;
@@ -249,6 +251,24 @@ class ExprParser {
   StatusOr<ExprPtr> OrExpression() { return Or(); }
 
  private:
+  // Every nesting of the tree counts against one budget: a parenthesis, a
+  // `not` or sign, each operand of a chain (a + b + c nests left), each
+  // filter, test, attribute, subscript or call. Deeper expressions are
+  // refused, so neither parsing nor rendering recurses past it.
+  static constexpr int kMaxNesting = 256;
+  class Nest {  // restores the depth when its level is done
+   public:
+    explicit Nest(int& depth) : depth_(depth), saved_(depth) {}
+    ~Nest() { depth_ = saved_; }
+
+   private:
+    int& depth_;
+    const int saved_;
+  };
+  Status Deeper() {
+    return ++depth_ > kMaxNesting ? LineError(line_, "an expression nested more than 256 deep") : Status::Ok();
+  }
+
   ExprPtr Make(Expr::Kind k) {
     auto e = std::make_unique<Expr>();
     e->kind = k;
@@ -266,6 +286,7 @@ class ExprParser {
   // One left-associative level: next (op next)*, op a keyword or a symbol.
   template <typename Level>
   StatusOr<ExprPtr> LeftAssociative(std::initializer_list<const char*> ops, Level next) {
+    Nest nest(depth_);
     TANDEM_ASSIGN_OR_RETURN(ExprPtr a, (this->*next)());
     for (;;) {
       const char* op = nullptr;
@@ -273,6 +294,7 @@ class ExprParser {
         if (IsName(o) || IsOp(o)) op = o;
       }
       if (op == nullptr) return a;
+      TANDEM_RETURN_IF_ERROR(Deeper());
       ++p_;
       TANDEM_ASSIGN_OR_RETURN(ExprPtr b, (this->*next)());
       a = Binary(op, std::move(a), std::move(b));
@@ -281,6 +303,8 @@ class ExprParser {
   StatusOr<ExprPtr> Or() { return LeftAssociative({"or"}, &ExprParser::And); }
   StatusOr<ExprPtr> And() { return LeftAssociative({"and"}, &ExprParser::Not); }
   StatusOr<ExprPtr> Not() {
+    Nest nest(depth_);
+    TANDEM_RETURN_IF_ERROR(Deeper());
     if (IsName("not")) {
       ++p_;
       auto e = Make(Expr::Kind::kUnary);
@@ -292,8 +316,10 @@ class ExprParser {
     return Compare();
   }
   StatusOr<ExprPtr> Compare() {
+    Nest nest(depth_);
     TANDEM_ASSIGN_OR_RETURN(ExprPtr a, Math1());
     for (;;) {
+      TANDEM_RETURN_IF_ERROR(Deeper());
       std::string op;
       if (IsOp("==") || IsOp("!=") || IsOp("<") || IsOp(">") || IsOp("<=") || IsOp(">=")) {
         op = Next().text;
@@ -315,6 +341,8 @@ class ExprParser {
   StatusOr<ExprPtr> Math2() { return LeftAssociative({"*", "/", "//", "%"}, &ExprParser::Pow); }
   StatusOr<ExprPtr> Pow() { return LeftAssociative({"**"}, &ExprParser::Unary); }
   StatusOr<ExprPtr> Unary() {
+    Nest nest(depth_);
+    TANDEM_RETURN_IF_ERROR(Deeper());
     if (IsOp("-") || IsOp("+")) {
       auto e = Make(Expr::Kind::kUnary);
       e->name = Next().text;
@@ -355,7 +383,9 @@ class ExprParser {
   }
 
   StatusOr<ExprPtr> FilterOrTest(ExprPtr subject) {
+    Nest nest(depth_);
     for (;;) {
+      TANDEM_RETURN_IF_ERROR(Deeper());
       if (IsOp("|")) {
         ++p_;
         auto e = Make(Expr::Kind::kFilter);
@@ -388,8 +418,10 @@ class ExprParser {
   }
 
   StatusOr<ExprPtr> Postfix() {
+    Nest nest(depth_);
     TANDEM_ASSIGN_OR_RETURN(ExprPtr e, Primary());
     for (;;) {
+      TANDEM_RETURN_IF_ERROR(Deeper());
       if (IsOp(".")) {
         ++p_;
         auto a = Make(Expr::Kind::kAttr);
@@ -503,6 +535,7 @@ class ExprParser {
   std::vector<Token> t_;
   size_t p_ = 0;
   int line_;
+  int depth_ = 0;
 };
 
 StatusOr<ExprPtr> ParseWholeExpression(const std::string& text, int line) {
@@ -523,6 +556,13 @@ class StatementParser {
   // *end gets the keyword found ("" at the end of the template).
   Status Nodes(std::vector<std::unique_ptr<Node>>* out, std::initializer_list<const char*> ends, std::string* end,
                ExprParser** end_tag) {
+    // Blocks inside blocks: bounded, so neither parsing nor rendering recurses far.
+    struct Level {
+      int& depth;
+      explicit Level(int& d) : depth(++d) {}
+      ~Level() { --depth; }
+    } level(depth_);
+    if (depth_ > 64) return LineError(i_ < s_.size() ? s_[i_].line : 1, "blocks nested more than 64 deep");
     while (i_ < s_.size()) {
       const Segment& seg = s_[i_];
       if (seg.kind == Segment::Kind::kText) {
@@ -643,6 +683,7 @@ class StatementParser {
 
   std::vector<Segment> s_;
   size_t i_ = 0;
+  int depth_ = 0;
   std::vector<std::unique_ptr<ExprParser>> tags_;  // end tags stay alive while their block is parsed
 };
 

@@ -25,6 +25,7 @@ StatusOr<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<GgufFile> gguf,
   }
   m->chat_format_ = options.chat_format ? *options.chat_format
                                         : ChatFormat::FromModel(m->gguf_->GetStringOr("tokenizer.chat_template", ""));
+  if (options.chat_date) m->chat_format_.set_date(*options.chat_date);
   return m;
 }
 

@@ -19,6 +19,8 @@ namespace tandem {
 struct ModelLoadOptions {
   // Renders chats instead of the GGUF's tokenizer.chat_template (--chat-template).
   std::optional<ChatFormat> chat_format;
+  // The day strftime_now() prints (--chat-date); unset: ChatFormat::kDefaultDate.
+  std::optional<int64_t> chat_date;
 };
 
 class Model {

@@ -142,7 +142,7 @@ void HttpServer::Collect(const ParsedRequest& p, RequestHandle& handle, httplib:
   const LogprobsOut lp{info_.tokenizer, logprobs, 0};
   const LogprobsOut* lpp = p.spec.logprobs >= 0 ? &lp : nullptr;
   if (p.chat) {
-    const ParsedOutput out = p.tools_enabled ? ParseToolCalls(text, handle.id()) : ParsedOutput{text, {}};
+    const ParsedOutput out = p.tools_enabled ? ParseToolCalls(text, handle.id(), p.tool_format) : ParsedOutput{text, {}};
     res.set_content(ChatCompletionJson(meta, out, ev.finish_reason, usage, ids, lpp), "application/json");
   } else {
     res.set_content(CompletionJson(meta, text, ev.finish_reason, usage, ids, lpp), "application/json");
@@ -234,7 +234,7 @@ void HttpServer::Stream(const ParsedRequest& p, std::shared_ptr<RequestHandle> h
             ChatDelta d;
             std::string reason = ev.finish_reason;
             if (p.tools_enabled) {
-              const ParsedOutput out = ParseToolCalls(state->held, handle->id());
+              const ParsedOutput out = ParseToolCalls(state->held, handle->id(), p.tool_format);
               if (!out.content.empty()) d.content = out.content;
               d.tool_calls = out.tool_calls;
               if (!out.tool_calls.empty()) reason = "tool_calls";

@@ -61,6 +61,7 @@ struct ParsedRequest {
   bool include_usage = false;  // stream_options.include_usage
   bool chat = false;           // chat.completions (true) or completions (false)
   bool tools_enabled = false;  // tools were sent and tool_choice is not "none"
+  ToolCallFormat tool_format = ToolCallFormat::kTagged;  // how the answer's calls are parsed
   bool has_seed = false;       // false: the caller should pick a fresh seed per request,
                                // or every unseeded request would sample identically
   bool return_token_ids = false;  // tandem extension: choices carry "token_ids" (the
@@ -88,7 +89,7 @@ ParseResult ParseCompletionRequest(std::string_view body, const ModelInfo& model
 // ---------------------------------------------------------------- tool calls
 
 struct ToolCall {
-  std::string id;  // "call_<request id>_<index>"
+  std::string id;  // "call_<request id>_<index>"; kMistral: 9 letters and digits
   std::string name;
   std::string arguments_json;  // a JSON text, as OpenAI sends "arguments"
 };
@@ -98,11 +99,18 @@ struct ParsedOutput {
   std::vector<ToolCall> tool_calls;
 };
 
-// Every <tool_call>{json}</tool_call> block whose JSON is an object with a
-// string "name" and an "arguments" object or string becomes a ToolCall; a
-// final block missing its closing tag counts if its JSON is complete. Blocks
-// that do not parse stay in the content verbatim.
-ParsedOutput ParseToolCalls(std::string_view text, uint64_t request_id);
+// The tool calls in an answer, by format:
+//   kTagged: every <tool_call>{json}</tool_call> block whose JSON is an object
+//     with a string "name" and an "arguments" object or string; a final block
+//     missing its closing tag counts if its JSON is complete. Blocks that do
+//     not parse stay in the content verbatim.
+//   kJson: the whole answer (after an optional <|python_tag|>) is one such
+//     object, with "parameters" or "arguments", or an array of them.
+//   kMistral: the text after [TOOL_CALLS] is an array of such objects (or one);
+//     the text before it is the content.
+// An answer that is not a well-formed call in its format is all content.
+ParsedOutput ParseToolCalls(std::string_view text, uint64_t request_id,
+                            ToolCallFormat format = ToolCallFormat::kTagged);
 
 // ---------------------------------------------------------------- responses
 

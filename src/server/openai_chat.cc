@@ -216,10 +216,10 @@ MaybeError ReadMessage(const Json& m, const std::string& name, ChatMessage* out)
   }
   const Json* calls = out->role == "assistant" ? Field(m, "tool_calls") : nullptr;
   const Json* content = Field(m, "content");
-  if ((content == nullptr || content->is_null()) && calls == nullptr) {
+  if (content == nullptr && calls == nullptr) {  // (Field treats null as absent)
     return BadRequest(name, "'" + name + "' must have 'content'");
   }
-  if (content != nullptr && !content->is_null()) {
+  if (content != nullptr) {
     TANDEM_RETURN_IF_API_ERROR(ReadContent(*content, name + ".content", &out->content));
   }
   if (calls != nullptr) {
@@ -266,7 +266,7 @@ MaybeError ReadMessages(const Json& body, std::vector<ChatMessage>* out) {
 }  // namespace
 
 MaybeError BuildChatPrompt(const Json& body, const ModelInfo& model, std::vector<int32_t>* tokens,
-                           bool* tools_enabled) {
+                           bool* tools_enabled, ToolCallFormat* tool_format) {
   std::vector<ChatMessage> messages;
   TANDEM_RETURN_IF_API_ERROR(ReadMessages(body, &messages));
   std::vector<ToolSpec> tools;
@@ -276,6 +276,7 @@ MaybeError BuildChatPrompt(const Json& body, const ModelInfo& model, std::vector
   *tools_enabled = !tools.empty() && choice.mode != "none";
   TANDEM_CHECK_MSG(model.chat_format != nullptr, "ModelInfo without a chat format");
   const ChatFormat& format = *model.chat_format;
+  *tool_format = format.tool_call_format();
   jinja::Json template_tools;  // null: none for the template
   std::string system_text;     // what tandem adds to the system turn
   if (format.native_tool_calls()) {
@@ -305,7 +306,10 @@ MaybeError BuildChatPrompt(const Json& body, const ModelInfo& model, std::vector
   const std::string eos_text = tok.eos_id() >= 0 ? tok.TokenText(tok.eos_id()) : std::string();
   StatusOr<std::string> prompt =
       format.Render(messages, template_tools, /*add_generation_prompt=*/true, bos_text, eos_text);
-  if (!prompt.ok()) return BadRequest("messages", "the chat template refused the messages: " + prompt.status().message());
+  if (!prompt.ok()) {
+    if (prompt.status().code() != StatusCode::kInvalidArgument) return ApiErrorFromStatus(prompt.status());
+    return BadRequest("messages", "the chat template refused the messages: " + prompt.status().message());
+  }
   // Templates that spell BOS themselves get none added; special tokens are
   // parsed so the template's markers become their control tokens.
   *tokens = tok.Encode(*prompt, ChatFormat::NeedsBos(*prompt, tok.add_bos(), bos_text), /*parse_special=*/true);

@@ -60,8 +60,9 @@ std::string Dump(const nlohmann::ordered_json& value);  // responses keep OpenAI
 std::string Quote(const std::string& text);
 
 // Implemented in openai_chat.cc: "messages" (+ "tools", "tool_choice") ->
-// the templated prompt's token ids, and whether tool calls are expected.
+// the templated prompt's token ids, whether tool calls are expected, and the
+// format they will come in.
 MaybeError BuildChatPrompt(const Json& body, const ModelInfo& model, std::vector<int32_t>* tokens,
-                           bool* tools_enabled);
+                           bool* tools_enabled, ToolCallFormat* tool_format);
 
 }  // namespace tandem::openai_internal

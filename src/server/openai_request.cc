@@ -310,7 +310,7 @@ ParseResult ParseRequest(std::string_view body_text, const ModelInfo& model, boo
     TANDEM_RETURN_IF_API_ERROR(ReadCommonFields(body, model, &req, &max_tokens));
     if (chat) {
       TANDEM_RETURN_IF_API_ERROR(
-          openai_internal::BuildChatPrompt(body, model, &req.spec.prompt, &req.tools_enabled));
+          openai_internal::BuildChatPrompt(body, model, &req.spec.prompt, &req.tools_enabled, &req.tool_format));
     } else {
       TANDEM_RETURN_IF_API_ERROR(ReadCompletionPrompt(body, model, &req.spec.prompt, &req.echo_text));
       if (!req.echo) req.echo_text.clear();

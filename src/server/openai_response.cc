@@ -262,6 +262,7 @@ Out ModelObject(const ModelInfo& model) {
   attention["index_k_dtype"] = model.attention.index_k_dtype == CacheDType::kBF16 ? "bf16" : "fp8";
   attention["kv_dtype"] = CacheDTypeName(model.attention.kv_dtype);
   out["tandem"] = {{"attention", std::move(attention)}};
+  if (model.chat_format != nullptr) out["tandem"]["chat_format"] = model.chat_format->Identity();
   return out;
 }
 

@@ -259,6 +259,34 @@ TEST(Agentic, PlainOpenAIRequestsAreJudgedByText) {
   EXPECT_NE(round["verify_note"].get<std::string>().find("text identical"), std::string::npos) << line.substr(0, 300);
 }
 
+// The server's chat format (template and day) is part of what the oracle
+// replays: a reference that would render prompts differently refuses to
+// judge and says what to pass; given the same, every round verifies.
+TEST(Agentic, AReferenceWithAnotherChatTemplateRefusesToJudge) {
+  const std::string dir = testing::MakeTempDir();
+  const std::string tmpl = dir + "/chat.jinja";
+  std::ofstream(tmpl) << "{{ bos_token }}Today is {{ strftime_now('%d %B %Y') }}.\n"
+                         "{% for m in messages %}{{ m.role }}: {{ m.content | trim }}\n{% endfor %}"
+                         "{% if add_generation_prompt %}assistant:{% endif %}";
+  ServerProcess server({"serve", "-m", testing::TinyModelPath(), "--chat-template", tmpl, "--chat-date", "2026-12-02"});
+  ASSERT_TRUE(server.ok()) << server.Log();
+  auto refused = RunTandem(Bench(server.port(), dir + "/a", "--sweep 2 --rounds 1 --initial-tokens 200"), 120);
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.output.find("give this command the server's --chat-template and --chat-date"), std::string::npos)
+      << refused.output;
+  auto other_day = RunTandem(Bench(server.port(), dir + "/b", "--sweep 2 --rounds 1 --initial-tokens 200 --chat-template " +
+                                                                  tmpl),
+                             120);
+  EXPECT_NE(other_day.exit_code, 0) << "the same template on another day renders another prompt";
+  auto r = RunTandem(Bench(server.port(), dir + "/c", "--sweep 2 --rounds 2 --initial-tokens 200 --chat-template " +
+                                                          tmpl + " --chat-date 2026-12-02"),
+                     120);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  const json report = ReadJson(dir + "/c/report.json");
+  ASSERT_FALSE(report.is_discarded()) << r.output;
+  EXPECT_EQ(Outcome(report["points"][0], "ok"), 4) << report.dump();
+}
+
 TEST(Agentic, BadArgumentsAreRefusedWithAMessage) {
   auto r = RunTandem("bench agentic --url nowhere", 30);
   EXPECT_EQ(r.exit_code, 1);

@@ -103,7 +103,9 @@ TEST(ChatTemplate, NamesRoundTrip) {
 
 // Generated models carry a Jinja template that renders exactly as the
 // built-in Llama-2 shape: the server runs the model's own template, and the
-// token streams of every earlier run stay what they were.
+// prompts of every earlier run stay what they were. (One token differs: a
+// conversation that opens with an assistant turn now gets the tokenizer's
+// BOS, as any template whose text does not start with BOS does.)
 TEST(ChatFormat, PresetTemplateRendersAsTheBuiltinLlama2Shape) {
   const ChatFormat format = ChatFormat::FromModel(kPresetChatTemplate);
   ASSERT_TRUE(format.is_jinja()) << format.Describe();
@@ -155,6 +157,59 @@ TEST(ChatFormat, BosIsAddedOnlyWhereTheTemplateDidNotWriteIt) {
   auto r = raising.Render(kConversation, nullptr, true, "<s>", "</s>");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(), "roles must alternate");
+}
+
+// A template whose names the subset does not have is found out when the
+// model loads (a plain conversation is rendered once), not by every request.
+TEST(ChatFormat, ATemplateThatFailsOnAPlainConversationIsNotUsed) {
+  const ChatFormat unknown = ChatFormat::FromModel("<|im_start|>{{ messages | frobnicate }}");
+  EXPECT_FALSE(unknown.is_jinja());
+  EXPECT_EQ(unknown.builtin_kind(), ChatTemplateKind::kChatml);
+  EXPECT_NE(unknown.fallback_reason().find("failed on a plain conversation"), std::string::npos)
+      << unknown.fallback_reason();
+  EXPECT_NE(unknown.fallback_reason().find("frobnicate"), std::string::npos) << unknown.fallback_reason();
+  // Its own rule is kept: a template that refuses system turns refuses them.
+  const ChatFormat strict = ChatFormat::FromModel(
+      "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('System role not supported') }}"
+      "{% endif %}{{ m.content }}{% endfor %}");
+  ASSERT_TRUE(strict.is_jinja());
+  auto r = strict.Render(kConversation, nullptr, true, "<s>", "</s>");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(), "System role not supported");
+  // A failure that is the template's own fault is an internal error.
+  const ChatFormat late = ChatFormat::FromModel("{% for m in messages %}{{ m.content }}{% endfor %}"
+                                                "{% if messages | length > 4 %}{{ 1 / 0 }}{% endif %}");
+  ASSERT_TRUE(late.is_jinja());
+  std::vector<ChatMessage> five = kConversation;
+  five.emplace_back("assistant", "x");
+  EXPECT_EQ(late.Render(five, nullptr, true, "<s>", "</s>").status().code(), StatusCode::kInternal);
+}
+
+// Models generated before the Llama-2-shaped template carried one that meant
+// that shape; they are still rendered as it.
+TEST(ChatFormat, TheFirstPresetTemplateIsRenderedAsTheBuiltinLlama2Shape) {
+  const ChatFormat old = ChatFormat::FromModel(
+      "{% for m in messages %}{% if m['role'] == 'user' %}{{ bos_token + '[INST] ' + "
+      "m['content'] + ' [/INST]' }}{% else %}{{ ' ' + m['content'] + eos_token }}"
+      "{% endif %}{% endfor %}");
+  EXPECT_FALSE(old.is_jinja());
+  EXPECT_EQ(old.builtin_kind(), ChatTemplateKind::kLlama2);
+  auto r = old.Render(kConversation, nullptr, true, "<s>", "</s>");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, Render(ChatTemplateKind::kLlama2, kConversation, true, "<s>"));
+}
+
+// strftime_now prints a fixed day, so a prompt renders the same whenever it
+// is replayed; --chat-date sets it.
+TEST(ChatFormat, TodayIsAFixedDay) {
+  ChatFormat f = ChatFormat::FromModel("Today: {{ strftime_now('%d %b %Y') }}{% for m in messages %}{% endfor %}");
+  ASSERT_TRUE(f.is_jinja()) << f.Describe();
+  auto r = f.Render(kConversation, nullptr, true, "<s>", "</s>");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*r, "Today: 26 Jul 2024");
+  f.set_date(1767225600);  // 2026-01-01
+  EXPECT_EQ(*f.Render(kConversation, nullptr, true, "<s>", "</s>"), "Today: 01 Jan 2026");
 }
 
 }  // namespace

@@ -309,5 +309,49 @@ TEST(OpenAiChat, OtherTemplatesGetToolCallsAsText) {
   EXPECT_EQ(text.find("TOOLS"), std::string::npos);
 }
 
+std::string CorpusTemplate(const std::string& name) {
+  std::ifstream in(std::string(TANDEM_SOURCE_DIR) + "/tests/model/chat_templates/" + name);
+  std::stringstream source;
+  source << in.rdbuf();
+  return source.str();
+}
+
+// Each tool template of the corpus is recognised by its markers and parsed in
+// its own format; a Mistral conversation carries tandem's own call ids back
+// through the template's nine-character check.
+TEST(OpenAiChat, ToolTemplatesAreRecognisedAndTheirCallsComeBackThroughThem) {
+  EXPECT_EQ(ChatFormat::FromModel(CorpusTemplate("qwen25_tools.jinja")).tool_call_format(), ToolCallFormat::kTagged);
+  EXPECT_EQ(ChatFormat::FromModel(CorpusTemplate("llama3_tools.jinja")).tool_call_format(), ToolCallFormat::kJson);
+  EXPECT_FALSE(ChatFormat::FromModel(CorpusTemplate("plain_features.jinja")).native_tool_calls());
+  const ChatFormat mistral = ChatFormat::FromModel(CorpusTemplate("mistral_tools.jinja"));
+  ASSERT_EQ(mistral.tool_call_format(), ToolCallFormat::kMistral) << mistral.Describe();
+  ModelInfo m = TestModel();
+  m.chat_format = &mistral;
+  const ParsedRequest first = ExpectParsed(ParseChatCompletionRequest(ToolRequest(""), m));
+  EXPECT_EQ(first.tool_format, ToolCallFormat::kMistral);
+  EXPECT_NE(PromptText(first).find("[AVAILABLE_TOOLS]"), std::string::npos) << PromptText(first);
+  const ParsedOutput answer = ParseToolCalls(
+      "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]", 42, first.tool_format);
+  ASSERT_EQ(answer.tool_calls.size(), 1u);
+  auto next = [&](const std::string& id) {
+    return R"({"messages": [{"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": ")" + id + R"(", "type": "function",
+          "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+        {"role": "tool", "tool_call_id": ")" + id + R"(", "content": "sunny"}], )" + std::string(kWeatherTools) + "}";
+  };
+  const ParsedRequest second = ExpectParsed(ParseChatCompletionRequest(next(answer.tool_calls[0].id), m));
+  const std::string text = PromptText(second);
+  EXPECT_NE(text.find("[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}, \"id\": \"" +
+                      answer.tool_calls[0].id + "\"}]"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("[TOOL_RESULTS] {\"content\": sunny, \"call_id\": \"" + answer.tool_calls[0].id), std::string::npos)
+      << text;
+  // The template's own check speaks for it.
+  const ApiError e = ExpectError(ParseChatCompletionRequest(next("call_1"), m));
+  EXPECT_EQ(e.http_status, 400);
+  EXPECT_NE(e.message.find("tool call ids are 9 characters"), std::string::npos) << e.message;
+}
+
 }  // namespace
 }  // namespace tandem

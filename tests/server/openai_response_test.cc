@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
 #include <string>
 
 #include "server/openai_api.h"
@@ -45,6 +48,59 @@ TEST(ToolCalls, TwoCallsAndTextBetween) {
   // String arguments are already JSON text and pass through unchanged.
   EXPECT_EQ(out.tool_calls[1].arguments_json, "{\"x\": 1}");
   EXPECT_EQ(out.content, "Let me check.  and");
+}
+
+// Llama 3 templates ask for the whole answer to be the call, with
+// "parameters" (or "arguments"), after an optional <|python_tag|>.
+TEST(ToolCalls, Llama3JsonAnswers) {
+  ParsedOutput out = ParseToolCalls(
+      "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}\n", 4, ToolCallFormat::kJson);
+  ASSERT_EQ(out.tool_calls.size(), 1u);
+  EXPECT_EQ(out.tool_calls[0].id, "call_4_0");
+  EXPECT_EQ(out.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(Json::parse(out.tool_calls[0].arguments_json), Json({{"city", "Oslo"}}));
+  EXPECT_EQ(out.content, "");
+  out = ParseToolCalls(R"([{"name": "a", "arguments": {}}, {"name": "b", "parameters": {"x": 1}}])", 4,
+                       ToolCallFormat::kJson);
+  ASSERT_EQ(out.tool_calls.size(), 2u);
+  EXPECT_EQ(out.tool_calls[1].name, "b");
+  EXPECT_EQ(out.tool_calls[1].id, "call_4_1");
+  // Prose, a call inside prose, or an array with one bad entry: all content.
+  for (const std::string text : {std::string("It is sunny."), std::string("Sure: {\"name\": \"a\", \"parameters\": {}}"),
+                                 std::string(R"([{"name": "a", "parameters": {}}, {"parameters": {}}])"),
+                                 std::string("{\"name\": \"a\"}"), std::string(5000, '[')}) {
+    out = ParseToolCalls(text, 4, ToolCallFormat::kJson);
+    EXPECT_TRUE(out.tool_calls.empty()) << text.substr(0, 60);
+    EXPECT_EQ(out.content, text);
+  }
+}
+
+// Mistral's [TOOL_CALLS] array, with the nine-character ids its templates
+// insist on when the calls come back in the next request.
+TEST(ToolCalls, MistralToolCallsWithNineCharacterIds) {
+  const ParsedOutput out = ParseToolCalls(
+      "Checking. [TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}, "
+      "{\"name\": \"search\", \"arguments\": {\"q\": \"x\"}}]",
+      11, ToolCallFormat::kMistral);
+  ASSERT_EQ(out.tool_calls.size(), 2u);
+  EXPECT_EQ(out.content, "Checking.");
+  EXPECT_EQ(out.tool_calls[1].name, "search");
+  for (const ToolCall& c : out.tool_calls) {
+    ASSERT_EQ(c.id.size(), 9u) << c.id;
+    EXPECT_TRUE(std::all_of(c.id.begin(), c.id.end(), [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)); }))
+        << c.id;
+  }
+  EXPECT_NE(out.tool_calls[0].id, out.tool_calls[1].id);
+  EXPECT_EQ(ParseToolCalls("[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {}}]", 11,
+                           ToolCallFormat::kMistral).tool_calls[0].id,
+            out.tool_calls[0].id)
+      << "ids are a pure function of the request and the index";
+  for (const std::string text : {std::string("No calls here."), std::string("[TOOL_CALLS] not json"),
+                                 std::string("[TOOL_CALLS] [{\"name\": \"\", \"arguments\": {}}]")}) {
+    const ParsedOutput o = ParseToolCalls(text, 11, ToolCallFormat::kMistral);
+    EXPECT_TRUE(o.tool_calls.empty()) << text;
+    EXPECT_EQ(o.content, text);
+  }
 }
 
 TEST(ToolCalls, MalformedBlocksStayInContent) {
