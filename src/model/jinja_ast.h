@@ -18,6 +18,18 @@ namespace tandem::jinja {
 // `messages` once per message stays linear).
 struct Value {
   Value() : data(NullData()) {}
+  Value(const Value&) = default;
+  Value& operator=(const Value&) = default;
+  // A moved-from value is null data, never a null pointer.
+  Value(Value&& other) noexcept
+      : data(std::exchange(other.data, NullData())), undefined(other.undefined), ns(other.ns), depth(other.depth) {}
+  Value& operator=(Value&& other) noexcept {
+    data = std::exchange(other.data, NullData());
+    undefined = other.undefined;
+    ns = other.ns;
+    depth = other.depth;
+    return *this;
+  }
   const Json& j() const { return *data; }
   // The data to change: this value's own copy from now on.
   Json& Mutable() {

@@ -319,6 +319,10 @@ StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const std::
     return Value::Of(Json(out));
   }
   if (name == "first" || name == "last") {
+    if (j.is_array()) {  // `messages | last` inside a loop over messages: no copy of the list
+      if (j.empty()) return Value::Undefined();
+      return Value::Of(name == "first" ? j.front() : j.back());
+    }
     TANDEM_ASSIGN_OR_RETURN(Json items, Items(v, line));
     if (items.empty()) return Value::Undefined();
     return Value::Of(name == "first" ? items.front() : items.back());

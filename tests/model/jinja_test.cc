@@ -176,7 +176,8 @@ TEST(Jinja, ReadingALargeValueOncePerItemDoesNotCopyIt) {
   auto t = Template::Parse(
       "{%- set ns = namespace(big=messages | map(attribute='content') | join(''), n=0) -%}"
       "{%- for m in messages -%}"
-      "{%- if ns.big[0] == 'x' and (messages | length) > 0 and messages[loop.index0]['role'] == 'system' -%}"
+      "{%- if ns.big[0] == 'x' and (messages | length) > 0 and messages[loop.index0]['role'] == 'system' and"
+      " (messages | last)['role'] == 'system' -%}"
       "{%- set ns.n = ns.n + 1 -%}{%- endif -%}"
       "{%- endfor -%}{{ ns.n }} {{ ns.big | length }}");
   ASSERT_TRUE(t.ok()) << t.status().ToString();
