@@ -275,6 +275,12 @@ TEST_F(Heal, PutsSlowerThanTheHandoffDeadlineNeverLandInAReusedPage) {
       EXPECT_NE(text.find("deadline"), std::string::npos) << text;
       continue;
     }
+    if (text.rfind("HTTP 503", 0) == 0) {
+      // The slow engine's link closed under it (an abort not acknowledged in
+      // time, under a loaded machine): also a clear error, never a wrong answer.
+      EXPECT_NE(text.find("unavailable"), std::string::npos) << text;
+      continue;
+    }
     ++served;
     EXPECT_EQ(text, Want(i % 12)) << "request " << i;
   }
