@@ -4,6 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "common/status.h"
 
@@ -17,6 +20,23 @@ struct SamplingParams {
   float repetition_penalty = 1.0f;
   int32_t repeat_last_n = 64;
   uint64_t seed = 0;
+  // OpenAI's penalties: each token's logit loses frequency_penalty per time
+  // it was generated before, and presence_penalty once if it was.
+  float frequency_penalty = 0.0f;
+  float presence_penalty = 0.0f;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (token, added to its logit)
+  // Structured output (runtime/json_schema.h): empty, "json_object" or
+  // "json_schema <schema>". Only tokens that keep the answer in it are sampled.
+  std::string constraint;
+  // The tokens the whole answer may take (the request's max_tokens): a
+  // constrained answer is completed within it, also where only its first
+  // token is sampled (the prefill engine).
+  int32_t answer_budget = 0;
+
+  static constexpr size_t kMaxLogitBias = 1024;
+  static constexpr size_t kMaxConstraintBytes = size_t(1) << 20;
+
+  bool operator==(const SamplingParams&) const = default;
 
   // Rejects out-of-range values with a message naming the parameter.
   Status Validate() const;

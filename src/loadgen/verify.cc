@@ -61,6 +61,11 @@ int64_t ReferenceVerifier::Judge(const Json& messages, RoundRecord* round, Refer
     return 0;
   }
   const ParsedRequest& req = std::get<ParsedRequest>(parsed);
+  if (!req.spec.sampling.constraint.empty()) {
+    round->outcome = kError;
+    round->verify_note = "the reference does not replay structured outputs (response_format or a forced tool call)";
+    return 0;
+  }
   if (int64_t(req.spec.prompt.size()) != round->prompt_tokens && round->prompt_tokens > 0) {
     // The server rendered different prompt tokens: judged anyway, but said.
     round->verify_note = "prompt is " + std::to_string(req.spec.prompt.size()) + " tokens here, " +
@@ -182,7 +187,7 @@ ReferenceVerifier::Verdict ReferenceVerifier::JudgeTokens(const ParsedRequest& r
       const int64_t i = start + row - (p - 1);  // output index this row predicts
       std::span<const float> l(logits.data() + row * vocab, size_t(vocab));
       const int64_t pos = p + i;
-      const int32_t want = sampler.Sample(l, req.spec.sampling, std::span<const int32_t>(seq.data(), size_t(pos)), pos);
+      const int32_t want = sampler.Sample(l, req.spec.sampling, std::span<const int32_t>(seq.data(), size_t(pos)), pos, p);
       if (i < n_out) {
         const bool stops_here = !req.spec.ignore_eos && tok.IsEndOfGeneration(want);
         if (want != served[size_t(i)] || stops_here) {

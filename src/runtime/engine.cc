@@ -62,6 +62,7 @@ Engine::Engine(const Model& model, const EngineOptions& options, CacheSpec spec,
                                                  (options.cache_tokens + kPageTokens - 1) / kPageTokens)),
       index_(options.prefix_cache ? std::make_unique<PrefixIndex>(*pool_) : nullptr),
       forward_(model, spec_, threads_),
+      constraints_(model.tokenizer()),
       scheduler_(options_, *pool_, index_.get(), metrics_, counters_,
                  Scheduler::Hooks{[this](Sequence& s, Status st) { Fail(s, std::move(st)); },
                                   [this](Sequence& s, const std::string& why) { Finish(s, why); },
@@ -289,7 +290,24 @@ void Engine::Step() {
     }
     const int64_t pos = int64_t(s.tokens.size());
     const std::span<const float> row = row_at(n_rows - 1);
-    const int32_t token = sampler_.Sample(row, s.spec.sampling, s.tokens, pos);
+    const std::vector<uint64_t>* allowed = nullptr;
+    if (!s.spec.sampling.constraint.empty()) {
+      Status st = StartConstraint(s);
+      if (st.ok()) {
+        const int64_t total = s.spec.sampling.answer_budget > 0 ? s.spec.sampling.answer_budget : s.spec.max_tokens;
+        const int64_t budget = std::min(total - s.generated, context_tokens_ - pos);
+        allowed = &s.constraint->Allowed(budget);
+        if (std::all_of(allowed->begin(), allowed->end(), [](uint64_t w) { return w == 0; })) {
+          st = InvalidArgument("the response format cannot be completed in the " + std::to_string(budget) +
+                               " tokens left (it needs " + std::to_string(s.constraint->min_tokens()) + ")");
+        }
+      }
+      if (!st.ok()) {
+        Fail(s, st);
+        continue;
+      }
+    }
+    const int32_t token = sampler_.Sample(row, s.spec.sampling, s.tokens, pos, s.prompt_len, allowed);
     if (sink_) {
       HandOff(s, token);
       continue;
@@ -392,7 +410,9 @@ void Engine::PollRemote() {
 void Engine::Emit(Sequence& s, int32_t token, const PositionLogprobs* logprobs) {
   const auto now = Clock::now();
   if (!s.spec.ignore_eos && model_.tokenizer().IsEndOfGeneration(token)) return Finish(s, "stop");
+  if (Status st = StartConstraint(s); !st.ok()) return Fail(s, st);
   s.tokens.push_back(token);
+  if (s.constraint) s.constraint->Accept(token);
   ++s.generated;
   ++counters_.generated_tokens;
   metrics_.generated_tokens.Increment();
@@ -409,9 +429,18 @@ void Engine::Emit(Sequence& s, int32_t token, const PositionLogprobs* logprobs) 
   if (logprobs) ev.logprobs = {*logprobs};
   s.handle->Push(std::move(ev));
   if (s.stops->stopped()) return Finish(s, "stop");
+  if (s.constraint && s.constraint->finished()) return Finish(s, "stop");  // the answer is complete
   if (s.generated >= s.spec.max_tokens || int64_t(s.tokens.size()) >= context_tokens_) {
     Finish(s, "length");
   }
+}
+
+// A constrained request's grammar state, from its start (compiled once per
+// constraint text and kept for the next requests that send it).
+Status Engine::StartConstraint(Sequence& s) {
+  if (s.constraint || s.spec.sampling.constraint.empty()) return Status::Ok();
+  TANDEM_ASSIGN_OR_RETURN(s.constraint, constraints_.Start(s.spec.sampling.constraint));
+  return Status::Ok();
 }
 
 // Prefill role: the prompt is computed; the sink sends it on, and the request

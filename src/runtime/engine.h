@@ -90,6 +90,7 @@ class Engine {
   void DropCancelledAndExpired();
   void Step();
   void Emit(Sequence& seq, int32_t token, const PositionLogprobs* logprobs = nullptr);
+  Status StartConstraint(Sequence& seq);
   void CollectPromptLogprobs(Sequence& s, int64_t start, size_t n,
                              const std::function<std::span<const float>(size_t)>& row_at);
   void HandOff(Sequence& seq, int32_t first_token);  // prefill role
@@ -110,6 +111,7 @@ class Engine {
   std::unique_ptr<TieredCache> tiers_;  // after index_ (it holds L1 references)
   ForwardPass forward_;
   Sampler sampler_;
+  ConstraintCache constraints_;
   EngineMetrics metrics_;
 
   // Loop thread only.

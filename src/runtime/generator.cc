@@ -60,7 +60,7 @@ StatusOr<GenerateResult> Generator::Run(std::span<const int32_t> prompt,
   };
   while (int32_t(result.tokens.size()) < opt.max_tokens && int64_t(seq.size()) < ctx_tokens_) {
     const int64_t pos = int64_t(seq.size());
-    const int32_t tok = sampler_.Sample(logits, opt.sampling, seq, pos);
+    const int32_t tok = sampler_.Sample(logits, opt.sampling, seq, pos, int64_t(prompt.size()));
     if (!opt.ignore_eos && model_.tokenizer().IsEndOfGeneration(tok)) {
       result.finish_reason = "stop";
       break;

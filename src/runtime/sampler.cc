@@ -16,11 +16,18 @@ float CounterUniform(uint64_t seed, int64_t position) {
   return float(h >> 40) * (1.0f / 16777216.0f);
 }
 
-int32_t Sampler::Sample(std::span<const float> logits, const SamplingParams& p,
-                        std::span<const int32_t> history, int64_t position) {
-  std::span<const float> row = logits;
-  if (p.repetition_penalty != 1.0f && p.repeat_last_n > 0 && !history.empty()) {
-    penalized_.assign(logits.begin(), logits.end());
+// The logits after the penalties and biases: repetition (over the last
+// repeat_last_n tokens), then frequency and presence (over the generated
+// tokens), then logit_bias. The logits themselves when none applies.
+std::span<const float> Sampler::Adjust(std::span<const float> logits, const SamplingParams& p,
+                                       std::span<const int32_t> history, int64_t prompt_len) {
+  const bool repetition = p.repetition_penalty != 1.0f && p.repeat_last_n > 0 && !history.empty();
+  const size_t first_generated = prompt_len < 0 ? history.size() : std::min(history.size(), size_t(prompt_len));
+  const auto generated = history.subspan(first_generated);
+  const bool frequency = (p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) && !generated.empty();
+  if (!repetition && !frequency && p.logit_bias.empty()) return logits;
+  penalized_.assign(logits.begin(), logits.end());
+  if (repetition) {
     const size_t n = std::min(history.size(), size_t(p.repeat_last_n));
     for (int32_t id : history.subspan(history.size() - n)) {
       if (id < 0 || size_t(id) >= penalized_.size()) continue;
@@ -29,8 +36,29 @@ int32_t Sampler::Sample(std::span<const float> logits, const SamplingParams& p,
       if (l != orig) continue;
       l = orig > 0 ? orig / p.repetition_penalty : orig * p.repetition_penalty;
     }
-    row = penalized_;
   }
+  if (frequency) {
+    counts_.resize(logits.size(), 0);
+    for (int32_t id : generated) {
+      if (id >= 0 && size_t(id) < counts_.size()) ++counts_[size_t(id)];
+    }
+    for (int32_t id : generated) {  // each distinct id once: its count is zeroed after
+      if (id < 0 || size_t(id) >= counts_.size() || counts_[size_t(id)] == 0) continue;
+      penalized_[size_t(id)] -= p.frequency_penalty * float(counts_[size_t(id)]) + p.presence_penalty;
+      counts_[size_t(id)] = 0;
+    }
+  }
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (id >= 0 && size_t(id) < penalized_.size()) penalized_[size_t(id)] += bias;
+  }
+  return penalized_;
+}
+
+int32_t Sampler::Sample(std::span<const float> logits, const SamplingParams& p,
+                        std::span<const int32_t> history, int64_t position, int64_t prompt_len,
+                        const std::vector<uint64_t>* allowed) {
+  const std::span<const float> row = Adjust(logits, p, history, prompt_len);
+  auto ok = [allowed](size_t i) { return allowed == nullptr || ((*allowed)[i >> 6] >> (i & 63)) & 1; };
   // Highest logit first; equal logits by lower id, so the order is total. A
   // NaN logit (broken weights, a poisoned cache page) ranks as -inf (and
   // counts as -inf in the softmax below): sorting with NaN compared as is
@@ -40,15 +68,18 @@ int32_t Sampler::Sample(std::span<const float> logits, const SamplingParams& p,
     return x != y ? x > y : a.id < b.id;
   };
   if (p.temperature <= 0.0f) {
-    Candidate best{row[0], 0};
-    for (size_t i = 1; i < row.size(); ++i) {
+    Candidate best{0, -1};
+    for (size_t i = 0; i < row.size(); ++i) {
       Candidate c{row[i], int32_t(i)};
-      if (better(c, best)) best = c;
+      if (ok(i) && (best.id < 0 || better(c, best))) best = c;
     }
-    return best.id;
+    return std::max(best.id, 0);
   }
-  candidates_.resize(row.size());
-  for (size_t i = 0; i < row.size(); ++i) candidates_[i] = {std::isnan(row[i]) ? -INFINITY : row[i], int32_t(i)};
+  candidates_.clear();
+  for (size_t i = 0; i < row.size(); ++i) {
+    if (ok(i)) candidates_.push_back({std::isnan(row[i]) ? -INFINITY : row[i], int32_t(i)});
+  }
+  if (candidates_.empty()) return 0;
   size_t n = candidates_.size();
   if (p.top_k > 0 && size_t(p.top_k) < n) {
     n = size_t(p.top_k);
@@ -58,6 +89,7 @@ int32_t Sampler::Sample(std::span<const float> logits, const SamplingParams& p,
   }
   // Softmax over the survivors, in sorted order; probabilities reuse .logit.
   const float max_logit = candidates_[0].logit;
+  if (max_logit == -INFINITY) return candidates_[0].id;  // nothing has weight: the order decides
   float total = 0.0f;
   for (size_t i = 0; i < n; ++i) {
     candidates_[i].logit = kernels::ExpDeterministic((candidates_[i].logit - max_logit) / p.temperature);

@@ -12,6 +12,7 @@
 #include "prefix/tiers.h"
 #include "runtime/request.h"
 #include "runtime/stop_strings.h"
+#include "runtime/token_constraint.h"
 
 namespace tandem {
 
@@ -34,6 +35,7 @@ struct Sequence {
   std::vector<int32_t> pages;
   std::unique_ptr<StreamDecoder> decoder;
   std::unique_ptr<StopStringMatcher> stops;
+  std::unique_ptr<TokenConstraint> constraint;  // spec.sampling.constraint, from the first token sampled or received
   std::chrono::steady_clock::time_point arrival, deadline, last_token;
   bool started = false;  // a token was streamed
   bool done = false;

@@ -265,8 +265,32 @@ MaybeError ReadMessages(const Json& body, std::vector<ChatMessage>* out) {
 
 }  // namespace
 
+// tool_choice "required" or a named function: one call of an allowed tool,
+// in the format the answer is parsed in, with arguments its parameters
+// schema accepts.
+std::string ForcedToolCallConstraint(const std::vector<ToolSpec>& tools, const ToolChoice& choice,
+                                     ToolCallFormat format) {
+  using OJson = nlohmann::ordered_json;
+  const char* args = format == ToolCallFormat::kJson ? "parameters" : "arguments";
+  OJson any = OJson::array();
+  for (const ToolSpec& t : tools) {
+    if (choice.mode == "function" && t.name != choice.forced_name) continue;
+    OJson call = {{"type", "object"},
+                  {"properties",
+                   {{"name", {{"const", t.name}}},
+                    {args, t.parameters.is_null() ? OJson{{"type", "object"}} : OJson::parse(t.parameters.dump())}}},
+                  {"required", {"name", args}},
+                  {"additionalProperties", false}};
+    any.push_back(std::move(call));
+  }
+  OJson spec = {{"prefix", ""}, {"suffix", ""}, {"schema", any.size() == 1 ? any[0] : OJson{{"anyOf", any}}}};
+  if (format == ToolCallFormat::kTagged) spec["prefix"] = "<tool_call>", spec["suffix"] = "</tool_call>";
+  if (format == ToolCallFormat::kMistral) spec["prefix"] = "[TOOL_CALLS][", spec["suffix"] = "]";
+  return "json_schema_wrapped " + Dump(spec);
+}
+
 MaybeError BuildChatPrompt(const Json& body, const ModelInfo& model, std::vector<int32_t>* tokens,
-                           bool* tools_enabled, ToolCallFormat* tool_format) {
+                           bool* tools_enabled, ToolCallFormat* tool_format, std::string* forced_constraint) {
   std::vector<ChatMessage> messages;
   TANDEM_RETURN_IF_API_ERROR(ReadMessages(body, &messages));
   std::vector<ToolSpec> tools;
@@ -277,6 +301,9 @@ MaybeError BuildChatPrompt(const Json& body, const ModelInfo& model, std::vector
   TANDEM_CHECK_MSG(model.chat_format != nullptr, "ModelInfo without a chat format");
   const ChatFormat& format = *model.chat_format;
   *tool_format = format.tool_call_format();
+  if (choice.mode == "required" || choice.mode == "function") {
+    *forced_constraint = ForcedToolCallConstraint(tools, choice, *tool_format);
+  }
   jinja::Json template_tools;  // null: none for the template
   std::string system_text;     // what tandem adds to the system turn
   if (format.native_tool_calls()) {

@@ -62,7 +62,16 @@ std::string Quote(const std::string& text);
 // Implemented in openai_chat.cc: "messages" (+ "tools", "tool_choice") ->
 // the templated prompt's token ids, whether tool calls are expected, and the
 // format they will come in.
+// forced_constraint: with tool_choice "required" or a named function, the
+// output constraint (runtime/json_schema.h) that makes the answer such calls.
 MaybeError BuildChatPrompt(const Json& body, const ModelInfo& model, std::vector<int32_t>* tokens,
-                           bool* tools_enabled, ToolCallFormat* tool_format);
+                           bool* tools_enabled, ToolCallFormat* tool_format, std::string* forced_constraint);
+
+// Implemented in openai_format.cc.
+MaybeError ReadResponseFormat(std::string_view body_text, const Json& body, std::string* constraint);
+MaybeError ReadLogitControls(const Json& body, const ModelInfo& model, SamplingParams* p);
+// Compiles spec's constraint (400 on `param` if it cannot be), checks that its
+// shortest answer fits max_tokens, and sets the answer budget.
+MaybeError CheckConstraint(const char* param, RequestSpec* spec);
 
 }  // namespace tandem::openai_internal

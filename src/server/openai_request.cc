@@ -16,7 +16,7 @@ using openai_internal::Json;
 using openai_internal::MaybeError;
 
 constexpr int64_t kDefaultMaxTokens = 256;
-constexpr size_t kMaxStopStrings = 4;
+constexpr size_t kMaxStopStrings = 64;  // OpenAI takes 4; agent frameworks send more
 
 MaybeError ReadModel(const Json& body, const ModelInfo& model, std::string* out) {
   const Json* v = Field(body, "model");
@@ -49,13 +49,6 @@ MaybeError RejectUnsupported(const Json& body) {
   if (n && *n != 1) {
     return BadRequest("n", "'n' must be 1; this server returns one choice per request");
   }
-  for (const char* key : {"frequency_penalty", "presence_penalty"}) {
-    std::optional<double> penalty;
-    TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadOptionalNumber(body, key, &penalty));
-    if (penalty && *penalty != 0.0) {
-      return NotSupported(key, " (only 0); use 'repetition_penalty' instead");
-    }
-  }
   const Json* suffix = Field(body, "suffix");
   if (suffix != nullptr &&
       !(suffix->is_string() && suffix->get_ref<const std::string&>().empty())) {
@@ -64,14 +57,6 @@ MaybeError RejectUnsupported(const Json& body) {
   std::optional<int64_t> best_of;
   TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadOptionalInt(body, "best_of", &best_of));
   if (best_of && *best_of != 1) return NotSupported("best_of", " (only 1)");
-  const Json* bias = Field(body, "logit_bias");
-  if (bias != nullptr && !(bias->is_object() && bias->empty())) {
-    return NotSupported("logit_bias", " by this server");
-  }
-  const Json* format = Field(body, "response_format");
-  if (format != nullptr && !(format->is_object() && format->value("type", Json()) == "text")) {
-    return NotSupported("response_format", " except {\"type\": \"text\"}");
-  }
   return std::nullopt;
 }
 
@@ -121,7 +106,7 @@ MaybeError ReadSampling(const Json& body, SamplingParams* p, bool* has_seed) {
 MaybeError ReadStop(const Json& body, std::vector<std::string>* stop) {
   const Json* v = Field(body, "stop");
   if (v == nullptr) return std::nullopt;
-  const std::string kShape = "'stop' must be a string or an array of at most 4 strings";
+  const std::string kShape = "'stop' must be a string or an array of at most " + std::to_string(kMaxStopStrings) + " strings";
   std::vector<std::string> strings;
   if (v->is_string()) {
     strings.emplace_back();
@@ -213,12 +198,14 @@ MaybeError ReadLogprobs(const Json& body, const ModelInfo& model, bool chat, Par
   return std::nullopt;
 }
 
-MaybeError ReadCommonFields(const Json& body, const ModelInfo& model, ParsedRequest* req,
+MaybeError ReadCommonFields(std::string_view body_text, const Json& body, const ModelInfo& model, ParsedRequest* req,
                             std::optional<int64_t>* max_tokens) {
   TANDEM_RETURN_IF_API_ERROR(ReadModel(body, model, &req->model));
   TANDEM_RETURN_IF_API_ERROR(RejectUnsupported(body));
   TANDEM_RETURN_IF_API_ERROR(ReadStreaming(body, req));
   TANDEM_RETURN_IF_API_ERROR(ReadSampling(body, &req->spec.sampling, &req->has_seed));
+  TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadLogitControls(body, model, &req->spec.sampling));
+  TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadResponseFormat(body_text, body, &req->spec.sampling.constraint));
   TANDEM_RETURN_IF_API_ERROR(ReadStop(body, &req->spec.stop));
   // echo (completions): the prompt comes back before the answer, with its
   // tokens' logprobs when logprobs are asked.
@@ -307,16 +294,26 @@ ParseResult ParseRequest(std::string_view body_text, const ModelInfo& model, boo
   req.chat = chat;
   try {
     std::optional<int64_t> max_tokens;
-    TANDEM_RETURN_IF_API_ERROR(ReadCommonFields(body, model, &req, &max_tokens));
+    TANDEM_RETURN_IF_API_ERROR(ReadCommonFields(body_text, body, model, &req, &max_tokens));
+    const char* constraint_param = "response_format";
     if (chat) {
-      TANDEM_RETURN_IF_API_ERROR(
-          openai_internal::BuildChatPrompt(body, model, &req.spec.prompt, &req.tools_enabled, &req.tool_format));
+      std::string forced;
+      TANDEM_RETURN_IF_API_ERROR(openai_internal::BuildChatPrompt(body, model, &req.spec.prompt, &req.tools_enabled,
+                                                                  &req.tool_format, &forced));
+      if (!forced.empty()) {
+        if (!req.spec.sampling.constraint.empty()) {
+          return BadRequest("response_format", "'response_format' and a forced 'tool_choice' cannot both shape the answer");
+        }
+        req.spec.sampling.constraint = std::move(forced);
+        constraint_param = "tool_choice";
+      }
     } else {
       TANDEM_RETURN_IF_API_ERROR(ReadCompletionPrompt(body, model, &req.spec.prompt, &req.echo_text));
       if (!req.echo) req.echo_text.clear();
     }
     TANDEM_RETURN_IF_API_ERROR(
         ApplyContextLimit(max_tokens, model, chat ? "messages" : "prompt", &req.spec));
+    TANDEM_RETURN_IF_API_ERROR(openai_internal::CheckConstraint(constraint_param, &req.spec));
   } catch (const Json::exception& e) {
     // Every read checks the type first, so this is a missed check; the
     // input is still what provoked it, hence a 400 rather than a crash.

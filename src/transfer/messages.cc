@@ -254,6 +254,15 @@ std::vector<uint8_t> Destination::Encode() const {
   w.PutFloat(sampling.repetition_penalty);
   w.Put(sampling.repeat_last_n);
   w.Put(sampling.seed);
+  w.PutFloat(sampling.frequency_penalty);
+  w.PutFloat(sampling.presence_penalty);
+  w.PutCount(sampling.logit_bias.size(), SamplingParams::kMaxLogitBias);
+  for (const auto& [token, bias] : sampling.logit_bias) {
+    w.Put(token);
+    w.PutFloat(bias);
+  }
+  w.PutString(sampling.constraint);
+  w.Put(sampling.answer_budget);
   return std::move(w).Finish();
 }
 
@@ -263,10 +272,7 @@ bool Destination::operator==(const Destination& o) const {
   return handoff_id == o.handoff_id && decode_instance_id == o.decode_instance_id &&
          skip_tokens == o.skip_tokens && tokens == o.tokens && pages == o.pages &&
          remote_key == o.remote_key && pool_pages == o.pool_pages &&
-         time_budget_ms == o.time_budget_ms && a.temperature == b.temperature &&
-         a.top_k == b.top_k && a.top_p == b.top_p && a.min_p == b.min_p &&
-         a.repetition_penalty == b.repetition_penalty && a.repeat_last_n == b.repeat_last_n &&
-         a.seed == b.seed;
+         time_budget_ms == o.time_budget_ms && a == b;
 }
 
 StatusOr<Destination> Destination::Decode(std::span<const uint8_t> bytes) {
@@ -299,6 +305,15 @@ StatusOr<Destination> Destination::Decode(std::span<const uint8_t> bytes) {
   m.sampling.repetition_penalty = r.GetFloat("sampling.repetition_penalty");
   m.sampling.repeat_last_n = r.Get<int32_t>("sampling.repeat_last_n");
   m.sampling.seed = r.Get<uint64_t>("sampling.seed");
+  m.sampling.frequency_penalty = r.GetFloat("sampling.frequency_penalty");
+  m.sampling.presence_penalty = r.GetFloat("sampling.presence_penalty");
+  m.sampling.logit_bias.resize(r.Count("sampling.logit_bias", SamplingParams::kMaxLogitBias, 8));
+  for (auto& [token, bias] : m.sampling.logit_bias) {
+    token = r.Get<int32_t>("sampling.logit_bias");
+    bias = r.GetFloat("sampling.logit_bias");
+  }
+  m.sampling.constraint = r.String("sampling.constraint");
+  m.sampling.answer_budget = r.Get<int32_t>("sampling.answer_budget");
   if (r.ok()) {
     if (Status st = m.sampling.Validate(); !st.ok()) r.Fail("sampling", st.message());
   }

@@ -241,7 +241,7 @@ TEST(OpenAiChat, ATemplateThatLaysOutToolsGetsThemAndTheCallsStructured) {
   const ChatFormat format = ChatFormat::FromModel(source.str());
   ASSERT_TRUE(format.is_jinja()) << format.Describe();
   ASSERT_TRUE(format.native_tool_calls());
-  ModelInfo m = TestModel();
+  ModelInfo m = TestModel(ChatTemplateKind::kChatml, 4096);
   m.chat_format = &format;
   const std::string messages = R"("messages": [
       {"role": "system", "content": "Be brief."},
@@ -273,7 +273,7 @@ TEST(OpenAiChat, ATemplateThatLaysOutToolsGetsThemAndTheCallsStructured) {
   EXPECT_EQ(want->find("# Tools"), std::string::npos);
   // A forced choice is said in the system turn; templates do not say it.
   const ParsedRequest forced = ExpectParsed(ParseChatCompletionRequest(
-      "{" + messages + ", " + kWeatherTools + R"(, "tool_choice": "required"})", m));
+      "{" + messages + ", " + kWeatherTools + R"(, "tool_choice": "required", "max_tokens": 200})", m));
   EXPECT_NE(PromptText(forced).find("Be brief.\n\nYou must call at least one function."), std::string::npos)
       << PromptText(forced);
   // Without tools enabled the template gets none.

@@ -63,9 +63,14 @@ TEST(OpenAiRequest, RejectsWrongFieldTypes) {
        "stream_options.include_usage"},
       {Chat(R"("ignore_eos": 0)"), 400, "'ignore_eos' must be a boolean", "ignore_eos"},
       {Chat(R"("model": 7)"), 400, "'model' must be a string", "model"},
-      {Chat(R"("stop": 5)"), 400, "'stop' must be a string or an array of at most 4", "stop"},
-      {Chat(R"("stop": ["a", "b", "c", "d", "e"])"), 400, "at most 4 strings", "stop"},
-      {Chat(R"("stop": ["a", 1])"), 400, "at most 4 strings", "stop"},
+      {Chat(R"("stop": 5)"), 400, "'stop' must be a string or an array of at most 64", "stop"},
+      {Chat(std::string(R"("stop": [)") + [] {
+         std::string many;
+         for (int i = 0; i < 65; ++i) many += (i ? ", \"" : "\"") + std::to_string(i) + "\"";
+         return many;
+       }() + "]"),
+       400, "at most 64 strings", "stop"},
+      {Chat(R"("stop": ["a", 1])"), 400, "at most 64 strings", "stop"},
       {Chat(R"("seed": -1)"), 400, "'seed' must be a non-negative integer", "seed"},
       {Chat(R"("seed": "1")"), 400, "'seed' must be a non-negative integer", "seed"},
   });
@@ -119,13 +124,21 @@ TEST(OpenAiRequest, RejectsWhatItCannotHonour) {
        "top_logprobs"},
       {Chat(R"("logprobs": true, "top_logprobs": -1)"), 400, "'top_logprobs' must be between 0 and 20",
        "top_logprobs"},
-      {Chat(R"("frequency_penalty": 0.5)"), 400, "'frequency_penalty' is not supported",
+      {Chat(R"("frequency_penalty": 2.5)"), 400, "'frequency_penalty' must be between -2 and 2",
        "frequency_penalty"},
-      {Chat(R"("presence_penalty": -1)"), 400, "'presence_penalty' is not supported",
-       "presence_penalty"},
-      {Chat(R"("logit_bias": {"5": 10})"), 400, "'logit_bias' is not supported", "logit_bias"},
-      {Chat(R"("response_format": {"type": "json_object"})"), 400,
-       "'response_format' is not supported", "response_format"},
+      {Chat(R"("presence_penalty": "high")"), 400, "'presence_penalty' must be a number", "presence_penalty"},
+      {Chat(R"("logit_bias": {"x5": 10})"), 400, "'logit_bias' key 'x5' is not a token id", "logit_bias"},
+      {Chat(R"("logit_bias": {"999999": 10})"), 400, "is not a token id", "logit_bias"},
+      {Chat(R"("logit_bias": {"5": 101})"), 400, "between -100 and 100", "logit_bias"},
+      {Chat(R"("logit_bias": [5])"), 400, "must map token ids", "logit_bias"},
+      {Chat(R"("response_format": {"type": "xml"})"), 400, "must be \"text\", \"json_object\" or \"json_schema\"",
+       "response_format.type"},
+      {Chat(R"("response_format": {"type": "json_schema"})"), 400, "must be an object with a 'schema'",
+       "response_format.json_schema"},
+      {Chat(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "a+"}}})"),
+       400, "'pattern' (at #) is not supported", "response_format"},
+      {Chat(R"("max_tokens": 3, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"long_name": {"type": "integer"}}, "required": ["long_name"]}}})"),
+       400, "takes 15 tokens, more than max_tokens (3)", "max_tokens"},
   });
   // The same fields at their neutral values are fine.
   const ParsedRequest r = ExpectParsed(ParseChatCompletionRequest(
@@ -371,6 +384,36 @@ TEST(OpenAiChat, ContextLimitNamesMessages) {
       R"({"messages": [{"role": "user", "content": ")" + std::string(100, 'z') + R"("}]})", m));
   EXPECT_NE(e.message.find("tokens but the context holds 32"), std::string::npos) << e.message;
   EXPECT_EQ(e.param, "messages");
+}
+
+}  // namespace
+}  // namespace tandem
+
+namespace tandem {
+namespace {
+
+TEST(OpenAiRequest, ResponseFormatsPenaltiesAndLogitBiasReachTheSampler) {
+  const ModelInfo model = TestModel();
+  const ParsedRequest object = ExpectParsed(ParseChatCompletionRequest(
+      Chat(R"("response_format": {"type": "json_object"}, "max_tokens": 50)"), model));
+  EXPECT_EQ(object.spec.sampling.constraint, "json_object");
+  EXPECT_EQ(object.spec.sampling.answer_budget, 50);
+  // The schema keeps the client's key order (the request's JSON type sorts keys).
+  const ParsedRequest schema = ExpectParsed(ParseChatCompletionRequest(
+      Chat(R"("response_format": {"type": "json_schema", "json_schema": {"name": "r", "strict": true,
+              "schema": {"type": "object", "properties": {"zeta": {"type": "string"}, "alpha": {"type": "integer"}},
+                         "required": ["zeta", "alpha"], "additionalProperties": false}}})"),
+      model));
+  EXPECT_EQ(schema.spec.sampling.constraint,
+            R"(json_schema {"type":"object","properties":{"zeta":{"type":"string"},"alpha":{"type":"integer"}},)"
+            R"("required":["zeta","alpha"],"additionalProperties":false})");
+  const ParsedRequest biased = ExpectParsed(ParseChatCompletionRequest(
+      Chat(R"("frequency_penalty": 0.5, "presence_penalty": -1, "logit_bias": {"10": -100, "9": 5.5})"), model));
+  EXPECT_FLOAT_EQ(biased.spec.sampling.frequency_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(biased.spec.sampling.presence_penalty, -1.0f);
+  const std::vector<std::pair<int32_t, float>> want = {{9, 5.5f}, {10, -100.0f}};  // by id, not as sent
+  EXPECT_EQ(biased.spec.sampling.logit_bias, want);
+  EXPECT_TRUE(biased.spec.sampling.constraint.empty());
 }
 
 }  // namespace

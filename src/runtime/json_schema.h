@@ -1,0 +1,40 @@
+// Structured outputs: a JSON schema (or "any JSON object") compiled into a
+// byte grammar (runtime/grammar.h) whose sentences are the compact JSON texts
+// (no whitespace) the schema accepts.
+//
+// A request's constraint travels as text (SamplingParams::constraint), so the
+// engine that samples its first token and the one that samples the rest
+// compile the same grammar from it:
+//   "json_object"           any JSON object
+//   "json_schema " + JSON   a value the schema accepts
+//   "json_schema_wrapped " + {"prefix", "suffix", "schema"}: such a value
+//                           between two fixed texts (a forced tool call)
+//
+// The schema subset: type (one or a list), properties, required,
+// additionalProperties (true, false or a schema), items, minItems, maxItems,
+// enum, const, anyOf, $ref to "#", "#/$defs/..." or "#/definitions/...",
+// minLength, maxLength; annotations (title, description, default, examples,
+// $schema, $id, $comment, strict) are ignored. Any other keyword is refused by
+// name with its location, never ignored. Objects list their properties in the
+// schema's order; optional ones may be left out. Numbers have at most 15
+// digits before and after the point and a two-digit exponent, so every answer
+// parses to a finite double.
+#pragma once
+
+#include <memory>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "runtime/grammar.h"
+
+namespace tandem {
+
+StatusOr<std::shared_ptr<const Grammar>> CompileJsonSchema(const nlohmann::ordered_json& schema,
+                                                           std::string_view prefix = "", std::string_view suffix = "");
+StatusOr<std::shared_ptr<const Grammar>> CompileJsonObject();
+// Dispatches on the constraint text above.
+StatusOr<std::shared_ptr<const Grammar>> CompileConstraint(std::string_view constraint);
+
+}  // namespace tandem
