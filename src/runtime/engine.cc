@@ -288,6 +288,7 @@ void Engine::Step() {
       Finish(s, "length");
       continue;
     }
+    if (s.generated == 0) IndexPrompt(s);
     const int64_t pos = int64_t(s.tokens.size());
     const std::span<const float> row = row_at(n_rows - 1);
     const std::vector<uint64_t>* allowed = nullptr;
@@ -377,6 +378,7 @@ void Engine::PollRemote() {
     metrics_.handoff_compute.Observe(compute);
     metrics_.handoff_transfer.Observe(transfer);
     metrics_.handoff_commit_wait.Observe(std::max(0.0, wait - compute - transfer));
+    IndexPrompt(s);
     Emit(s, o.ready.first_token);
   }
   // Decode-role counters -> Prometheus (counters only move forward).
@@ -433,6 +435,16 @@ void Engine::Emit(Sequence& s, int32_t token, const PositionLogprobs* logprobs) 
   if (s.generated >= s.spec.max_tokens || int64_t(s.tokens.size()) >= context_tokens_) {
     Finish(s, "length");
   }
+}
+
+// A prompt's full pages go to the prefix index as soon as they are computed
+// (they are never written again), so requests sent with the same prompt
+// meanwhile (the other choices of an n > 1 request) share them instead of
+// computing it again. Not while a host-tier load may still be landing in
+// them (Retire indexes those, after waiting).
+void Engine::IndexPrompt(Sequence& s) {
+  if (!index_ || s.gates || sink_) return;
+  index_->Insert(std::span<const int32_t>(s.tokens).first(size_t(s.prompt_len)), s.pages);
 }
 
 // A constrained request's grammar state, from its start (compiled once per

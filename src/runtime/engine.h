@@ -91,6 +91,7 @@ class Engine {
   void Step();
   void Emit(Sequence& seq, int32_t token, const PositionLogprobs* logprobs = nullptr);
   Status StartConstraint(Sequence& seq);
+  void IndexPrompt(Sequence& seq);
   void CollectPromptLogprobs(Sequence& s, int64_t start, size_t n,
                              const std::function<std::span<const float>(size_t)>& row_at);
   void HandOff(Sequence& seq, int32_t first_token);  // prefill role

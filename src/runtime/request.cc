@@ -10,6 +10,11 @@ bool RequestHandle::Next(StreamEvent* event, std::chrono::milliseconds timeout) 
   return true;
 }
 
+bool RequestHandle::WaitForEvent(std::chrono::milliseconds timeout) {
+  UniqueLock lock(mu_);
+  return cv_.wait_for(lock.native(), timeout, [&]() REQUIRES(mu_) { return !events_.empty(); });
+}
+
 void RequestHandle::Cancel() {
   MutexLock lock(mu_);
   cancelled_ = true;

@@ -63,6 +63,8 @@ class RequestHandle {
 
   // Waits up to `timeout` for the next event. Returns false on timeout.
   bool Next(StreamEvent* event, std::chrono::milliseconds timeout);
+  // Waits up to `timeout` until an event is ready, without taking it.
+  bool WaitForEvent(std::chrono::milliseconds timeout);
   // The client is gone or no longer wants the answer. The engine frees the
   // request's pages at its next step and ends the stream with "cancelled".
   void Cancel();

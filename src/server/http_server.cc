@@ -113,152 +113,245 @@ void HttpServer::HandleCompletion(const httplib::Request& req, httplib::Response
   if (auto* e = std::get_if<ApiError>(&parsed)) return SendError(res, *e);
   ParsedRequest& p = std::get<ParsedRequest>(parsed);
   if (!p.has_seed) p.spec.sampling.seed = std::random_device{}() | (uint64_t(std::random_device{}()) << 32);
-  auto handle = engine_.Submit(p.spec);
-  if (!handle.ok()) return SendError(res, ApiErrorFromStatus(handle.status()));
-  if (p.stream) return Stream(p, *handle, res);
-  Collect(p, **handle, res);
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  auto first = engine_.Submit(p.spec);
+  if (!first.ok()) return SendError(res, ApiErrorFromStatus(first.status()));
+  handles.push_back(*first);
+  if (p.n > 1) {
+    // The other choices are sent once the first one's prompt is computed (its
+    // first event), so they find its pages in the prefix cache. The engine's
+    // deadline bounds this wait.
+    while (!handles[0]->WaitForEvent(kEventWait)) {
+    }
+    for (int i = 1; i < p.n; ++i) {
+      RequestSpec spec = p.spec;
+      spec.sampling.seed = ChoiceSeed(p.spec.sampling.seed, i);
+      auto h = engine_.Submit(std::move(spec));
+      if (!h.ok()) {
+        for (auto& submitted : handles) submitted->Cancel();
+        return SendError(res, ApiErrorFromStatus(h.status()));
+      }
+      handles.push_back(*h);
+    }
+  }
+  if (p.stream) return Stream(p, std::move(handles), res);
+  Collect(p, handles, res);
 }
 
-void HttpServer::Collect(const ParsedRequest& p, RequestHandle& handle, httplib::Response& res) {
-  std::string text = p.echo_text;  // empty without echo
-  std::vector<int32_t> tokens;
-  std::vector<PositionLogprobs> logprobs;
-  StreamEvent ev;
-  for (;;) {
-    if (!handle.Next(&ev, kEventWait)) continue;  // the engine's deadline bounds this wait
-    if (ev.kind == StreamEvent::Kind::kText) {
-      logprobs.insert(logprobs.end(), ev.prompt_logprobs.begin(), ev.prompt_logprobs.end());  // echo: first
-      text += ev.text;
-      tokens.insert(tokens.end(), ev.tokens.begin(), ev.tokens.end());
-      logprobs.insert(logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
-      continue;
+// Each choice's answer in turn (they run concurrently in the engine).
+void HttpServer::Collect(const ParsedRequest& p, const std::vector<std::shared_ptr<RequestHandle>>& handles,
+                         httplib::Response& res) {
+  std::vector<std::string> responses;
+  Usage total;
+  for (size_t c = 0; c < handles.size(); ++c) {
+    RequestHandle& handle = *handles[c];
+    std::string text = p.echo_text;  // empty without echo
+    std::vector<int32_t> tokens;
+    std::vector<PositionLogprobs> logprobs;
+    StreamEvent ev;
+    for (;;) {
+      if (!handle.Next(&ev, kEventWait)) continue;  // the engine's deadline bounds this wait
+      if (ev.kind == StreamEvent::Kind::kText) {
+        logprobs.insert(logprobs.end(), ev.prompt_logprobs.begin(), ev.prompt_logprobs.end());  // echo: first
+        text += ev.text;
+        tokens.insert(tokens.end(), ev.tokens.begin(), ev.tokens.end());
+        logprobs.insert(logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
+        continue;
+      }
+      if (ev.kind == StreamEvent::Kind::kError) {
+        for (auto& h : handles) h->Cancel();
+        return SendError(res, ApiErrorFromStatus(ev.error));
+      }
+      break;
     }
-    if (ev.kind == StreamEvent::Kind::kError) return SendError(res, ApiErrorFromStatus(ev.error));
-    break;
+    ResponseMeta meta{p.model, handles[0]->id(), UnixNow(), false};
+    meta.choice = int(c);
+    const Usage usage{ev.prompt_tokens, ev.completion_tokens, ev.cached_prompt_tokens};
+    total.prompt_tokens = usage.prompt_tokens;
+    total.cached_tokens = c == 0 ? usage.cached_tokens : total.cached_tokens;
+    total.completion_tokens += usage.completion_tokens;
+    const std::vector<int32_t>* ids = p.return_token_ids ? &tokens : nullptr;
+    const LogprobsOut lp{info_.tokenizer, logprobs, 0};
+    const LogprobsOut* lpp = p.spec.logprobs >= 0 ? &lp : nullptr;
+    if (p.chat) {
+      const ParsedOutput out =
+          p.tools_enabled ? ParseToolCalls(text, handle.id(), p.tool_format) : ParsedOutput{text, {}};
+      responses.push_back(ChatCompletionJson(meta, out, ev.finish_reason, usage, ids, lpp));
+    } else {
+      responses.push_back(CompletionJson(meta, text, ev.finish_reason, usage, ids, lpp));
+    }
   }
-  const ResponseMeta meta{p.model, handle.id(), UnixNow(), false};
-  const Usage usage{ev.prompt_tokens, ev.completion_tokens, ev.cached_prompt_tokens};
-  const std::vector<int32_t>* ids = p.return_token_ids ? &tokens : nullptr;
-  const LogprobsOut lp{info_.tokenizer, logprobs, 0};
-  const LogprobsOut* lpp = p.spec.logprobs >= 0 ? &lp : nullptr;
-  if (p.chat) {
-    const ParsedOutput out = p.tools_enabled ? ParseToolCalls(text, handle.id(), p.tool_format) : ParsedOutput{text, {}};
-    res.set_content(ChatCompletionJson(meta, out, ev.finish_reason, usage, ids, lpp), "application/json");
-  } else {
-    res.set_content(CompletionJson(meta, text, ev.finish_reason, usage, ids, lpp), "application/json");
-  }
+  res.set_content(responses.size() == 1 ? responses[0] : MergeChoices(responses, total), "application/json");
 }
+
+namespace {
+
+// One choice of a streamed answer.
+struct StreamChoice {
+  std::shared_ptr<RequestHandle> handle;
+  ResponseMeta meta;
+  bool started = false, done = false;
+  std::string held;                             // tool-call requests: text is parsed at the end
+  std::vector<int32_t> held_tokens;             // and its token ids
+  std::vector<PositionLogprobs> held_logprobs;  // logprobs of tokens whose text is not out yet
+  int64_t text_offset = 0;                      // completions: bytes of the tokens whose logprobs went out
+  Usage usage;
+};
+
+// The SSE frames one engine event of one choice makes (possibly none). Sets
+// c.done at the choice's end; *error is the error frame if it failed.
+std::string ChoiceFrames(const ParsedRequest& p, const Tokenizer& tok, StreamChoice& c, StreamEvent& ev,
+                         bool* failed) {
+  std::string frame;
+  if (p.echo && !c.started) {  // the prompt first, with its logprobs when asked
+    c.started = true;
+    const LogprobsOut lp{&tok, ev.prompt_logprobs, 0};
+    frame += CompletionChunkSse(c.meta, p.echo_text, "", nullptr, p.spec.logprobs >= 0 ? &lp : nullptr);
+    for (const PositionLogprobs& e : ev.prompt_logprobs) c.text_offset += int64_t(tok.TokenBytes(e.chosen.token).size());
+  }
+  if (ev.kind == StreamEvent::Kind::kText) {
+    // A token whose text is held (an incomplete character, a possible stop
+    // string) sends its logprobs with the next text that goes out.
+    c.held_logprobs.insert(c.held_logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
+    if (ev.text.empty() && (ev.tokens.empty() || !p.return_token_ids)) return frame;
+    if (p.chat && p.tools_enabled) {
+      c.held += ev.text;
+      c.held_tokens.insert(c.held_tokens.end(), ev.tokens.begin(), ev.tokens.end());
+      return frame;
+    }
+    const LogprobsOut lp{&tok, c.held_logprobs, c.text_offset};
+    const LogprobsOut* lpp = p.spec.logprobs >= 0 ? &lp : nullptr;
+    if (p.chat) {
+      ChatDelta d;
+      d.content = ev.text;
+      if (p.return_token_ids) d.token_ids = ev.tokens;
+      if (lpp) d.logprobs = *lpp;
+      frame += ChatChunkSse(c.meta, d);
+    } else {
+      frame += CompletionChunkSse(c.meta, ev.text, "", p.return_token_ids ? &ev.tokens : nullptr, lpp);
+    }
+    for (const PositionLogprobs& e : c.held_logprobs) c.text_offset += int64_t(tok.TokenBytes(e.chosen.token).size());
+    c.held_logprobs.clear();
+    return frame;
+  }
+  c.done = true;
+  if (ev.kind == StreamEvent::Kind::kError) {
+    *failed = true;
+    return frame + "data: " + ErrorJson(ApiErrorFromStatus(ev.error)) + "\n\n";
+  }
+  c.usage = Usage{ev.prompt_tokens, ev.completion_tokens, ev.cached_prompt_tokens};
+  // Logprobs still held (tool-call text, a final cut) go out with the last chunks.
+  const LogprobsOut lp{&tok, c.held_logprobs, c.text_offset};
+  const bool rest = p.spec.logprobs >= 0 && !c.held_logprobs.empty();
+  if (!p.chat) return frame + CompletionChunkSse(c.meta, "", ev.finish_reason, nullptr, rest ? &lp : nullptr);
+  ChatDelta d;
+  std::string reason = ev.finish_reason;
+  if (p.tools_enabled) {
+    const ParsedOutput out = ParseToolCalls(c.held, c.handle->id(), p.tool_format);
+    if (!out.content.empty()) d.content = out.content;
+    d.tool_calls = out.tool_calls;
+    if (!out.tool_calls.empty()) reason = "tool_calls";
+    if (p.return_token_ids) d.token_ids = c.held_tokens;
+    if (rest) d.logprobs = lp;
+    if (d.content || !d.tool_calls.empty() || d.token_ids || d.logprobs) frame += ChatChunkSse(c.meta, d);
+    d = ChatDelta{};
+  } else if (rest) {
+    d.logprobs = lp;
+  }
+  d.finish_reason = reason;
+  return frame + ChatChunkSse(c.meta, d);
+}
+
+}  // namespace
 
 // Server-sent events. The provider runs on this connection's HTTP thread and
-// returns after each write; a failed write or a closed socket cancels.
-void HttpServer::Stream(const ParsedRequest& p, std::shared_ptr<RequestHandle> handle,
+// returns after each write; a failed write or a closed socket cancels every
+// choice. With n > 1 the choices' chunks interleave as their tokens come,
+// each carrying its index; the usage chunk (summed) and [DONE] follow the last.
+void HttpServer::Stream(const ParsedRequest& p, std::vector<std::shared_ptr<RequestHandle>> handles,
                         httplib::Response& res) {
   struct State {
-    bool started = false, done = false;
-    std::string held;  // tool-call requests: text is parsed at the end
-    std::vector<int32_t> held_tokens;  // and its token ids
-    std::vector<PositionLogprobs> held_logprobs;  // logprobs of tokens whose text is not out yet
-    int64_t text_offset = 0;                      // completions: bytes of the tokens whose logprobs went out
+    std::vector<StreamChoice> choices;
+    size_t next = 0;  // the choice polled first, in turn
+    bool done = false;
   };
   auto state = std::make_shared<State>();
-  const ResponseMeta meta{p.model, handle->id(), UnixNow(), p.include_usage};
+  for (size_t i = 0; i < handles.size(); ++i) {
+    StreamChoice c;
+    c.handle = handles[i];
+    c.meta = ResponseMeta{p.model, handles[0]->id(), UnixNow(), p.include_usage};
+    c.meta.choice = int(i);
+    state->choices.push_back(std::move(c));
+  }
+  auto cancel_all = [state] {
+    for (StreamChoice& c : state->choices) c.handle->Cancel();  // a no-op for a finished request
+  };
   ++active_streams_;
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, p, meta, handle, state](size_t, httplib::DataSink& sink) {
+      [this, p, state, cancel_all](size_t, httplib::DataSink& sink) {
         auto write = [&](const std::string& frame) { return sink.write(frame.data(), frame.size()); };
         if (state->done) return false;
-        if (!sink.is_writable()) {
-          handle->Cancel();
-          return false;
-        }
-        if (p.chat && !state->started) {
-          state->started = true;
-          ChatDelta d;
-          d.role = true;
-          d.content = "";
-          if (!write(ChatChunkSse(meta, d))) return handle->Cancel(), false;
-        }
-        StreamEvent ev;
-        if (!handle->Next(&ev, kEventWait)) return true;  // nothing yet: called again
-        std::string frame;
-        if (p.echo && !state->started) {  // the prompt first, with its logprobs when asked
-          state->started = true;
-          const LogprobsOut lp{info_.tokenizer, ev.prompt_logprobs, 0};
-          if (!write(CompletionChunkSse(meta, p.echo_text, "", nullptr, p.spec.logprobs >= 0 ? &lp : nullptr))) {
-            return handle->Cancel(), false;
-          }
-          for (const PositionLogprobs& e : ev.prompt_logprobs) {
-            state->text_offset += int64_t(info_.tokenizer->TokenBytes(e.chosen.token).size());
-          }
-        }
-        if (ev.kind == StreamEvent::Kind::kText) {
-          // A token whose text is held (an incomplete character, a possible
-          // stop string) sends its logprobs with the next text that goes out.
-          state->held_logprobs.insert(state->held_logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
-          if (ev.text.empty() && (ev.tokens.empty() || !p.return_token_ids)) return true;
-          if (p.chat && p.tools_enabled) {
-            state->held += ev.text;
-            state->held_tokens.insert(state->held_tokens.end(), ev.tokens.begin(), ev.tokens.end());
-            return true;
-          }
-          const LogprobsOut lp{info_.tokenizer, state->held_logprobs, state->text_offset};
-          const LogprobsOut* lpp = p.spec.logprobs >= 0 ? &lp : nullptr;
-          if (p.chat) {
+        if (!sink.is_writable()) return cancel_all(), false;
+        std::vector<StreamChoice>& choices = state->choices;
+        if (p.chat) {
+          for (StreamChoice& c : choices) {
+            if (c.started) continue;
+            c.started = true;
             ChatDelta d;
-            d.content = ev.text;
-            if (p.return_token_ids) d.token_ids = ev.tokens;
-            if (lpp) d.logprobs = *lpp;
-            frame = ChatChunkSse(meta, d);
-          } else {
-            frame = CompletionChunkSse(meta, ev.text, "", p.return_token_ids ? &ev.tokens : nullptr, lpp);
+            d.role = true;
+            d.content = "";
+            if (!write(ChatChunkSse(c.meta, d))) return cancel_all(), false;
           }
-          for (const PositionLogprobs& e : state->held_logprobs) {
-            state->text_offset += int64_t(info_.tokenizer->TokenBytes(e.chosen.token).size());
+        }
+        // The next choice, in turn, that has an event; with one choice, wait for it.
+        StreamEvent ev;
+        StreamChoice* from = nullptr;
+        for (size_t k = 0; k < choices.size() && from == nullptr; ++k) {
+          StreamChoice& c = choices[(state->next + k) % choices.size()];
+          const auto wait = choices.size() == 1 ? kEventWait : std::chrono::milliseconds(0);
+          if (!c.done && c.handle->Next(&ev, wait)) from = &c;
+        }
+        if (from == nullptr) {
+          if (choices.size() > 1) {
+            for (StreamChoice& c : choices) {
+              if (!c.done) {
+                c.handle->WaitForEvent(kEventWait);
+                break;
+              }
+            }
           }
-          state->held_logprobs.clear();
-          if (!write(frame)) return handle->Cancel(), false;
+          return true;  // nothing yet: called again
+        }
+        state->next = size_t(from - choices.data()) + 1;
+        bool failed = false;
+        std::string frame = ChoiceFrames(p, *info_.tokenizer, *from, ev, &failed);
+        if (failed) {
+          cancel_all();
+          state->done = true;
+          write(frame);
+          sink.done();
+          return true;
+        }
+        const bool all_done = std::all_of(choices.begin(), choices.end(), [](const StreamChoice& c) { return c.done; });
+        if (!all_done) {
+          if (!frame.empty() && !write(frame)) return cancel_all(), false;
           return true;
         }
         state->done = true;
-        if (ev.kind == StreamEvent::Kind::kError) {
-          const ApiError e = ApiErrorFromStatus(ev.error);
-          write("data: " + ErrorJson(e) + "\n\n");
-        } else {
-          const Usage usage{ev.prompt_tokens, ev.completion_tokens, ev.cached_prompt_tokens};
-          // Logprobs still held (tool-call text, a final cut) go out with the last chunks.
-          const LogprobsOut lp{info_.tokenizer, state->held_logprobs, state->text_offset};
-          const bool rest = p.spec.logprobs >= 0 && !state->held_logprobs.empty();
-          if (p.chat) {
-            ChatDelta d;
-            std::string reason = ev.finish_reason;
-            if (p.tools_enabled) {
-              const ParsedOutput out = ParseToolCalls(state->held, handle->id(), p.tool_format);
-              if (!out.content.empty()) d.content = out.content;
-              d.tool_calls = out.tool_calls;
-              if (!out.tool_calls.empty()) reason = "tool_calls";
-              if (p.return_token_ids) d.token_ids = state->held_tokens;
-              if (rest) d.logprobs = lp;
-              if (d.content || !d.tool_calls.empty() || d.token_ids || d.logprobs) frame += ChatChunkSse(meta, d);
-              d = ChatDelta{};
-            } else if (rest) {
-              d.logprobs = lp;
-            }
-            d.finish_reason = reason;
-            frame += ChatChunkSse(meta, d);
-          } else {
-            frame += CompletionChunkSse(meta, "", ev.finish_reason, nullptr, rest ? &lp : nullptr);
-          }
-          if (p.include_usage) frame += UsageChunkSse(meta, p.chat, usage);
-          frame += DoneSse();
-          write(frame);
+        if (p.include_usage) {
+          Usage total = choices[0].usage;
+          for (size_t i = 1; i < choices.size(); ++i) total.completion_tokens += choices[i].usage.completion_tokens;
+          frame += UsageChunkSse(choices[0].meta, p.chat, total);
         }
+        frame += DoneSse();
+        write(frame);
         sink.done();
         return true;
       },
-      [this, handle](bool) {
-        handle->Cancel();  // a no-op if the request already finished
+      [this, cancel_all](bool) {
+        cancel_all();
         --active_streams_;
       });
 }

@@ -46,8 +46,11 @@ class HttpServer {
  private:
   void Routes();
   void HandleCompletion(const httplib::Request& req, httplib::Response& res, bool chat);
-  void Stream(const ParsedRequest& parsed, std::shared_ptr<RequestHandle> handle, httplib::Response& res);
-  void Collect(const ParsedRequest& parsed, RequestHandle& handle, httplib::Response& res);
+  // One handle per choice (n).
+  void Stream(const ParsedRequest& parsed, std::vector<std::shared_ptr<RequestHandle>> handles,
+              httplib::Response& res);
+  void Collect(const ParsedRequest& parsed, const std::vector<std::shared_ptr<RequestHandle>>& handles,
+               httplib::Response& res);
 
   Engine& engine_;
   const Model& model_;

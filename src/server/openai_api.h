@@ -15,6 +15,7 @@
 #include <variant>
 #include <vector>
 
+#include "common/splitmix.h"
 #include "common/status.h"
 #include "model/cache_spec.h"
 #include "model/chat_template.h"
@@ -55,6 +56,14 @@ struct ModelInfo {
   bool logprobs = true;        // false: requests with logprobs are refused (a disaggregated decode server)
 };
 
+constexpr int kMaxChoices = 16;  // n
+
+// Choice i's seed: choice 0 keeps the request's, so n = 1 and the first of n
+// choices are the same answer; the others draw from (seed, i) alone.
+inline uint64_t ChoiceSeed(uint64_t seed, int choice) {
+  return choice == 0 ? seed : SplitMix64(seed ^ SplitMix64(0x6e63686f69636573ull + uint64_t(choice)));
+}
+
 struct ParsedRequest {
   RequestSpec spec;  // prompt tokens, sampling, max_tokens, stop, ignore_eos
   bool stream = false;
@@ -68,7 +77,7 @@ struct ParsedRequest {
                                   // generated ids behind that text), so a client can
                                   // check outputs token for token (`tandem verify`)
   std::string model;           // as the client sent it (the served id if absent)
-  int n = 1;                   // always 1: n > 1 is rejected
+  int n = 1;                   // choices; each is its own engine request (ChoiceSeed)
   bool echo = false;           // completions: the prompt comes back before the answer
   std::string echo_text;       // with echo: the prompt as sent (token ids: their bytes)
 };
@@ -76,9 +85,9 @@ struct ParsedRequest {
 using ParseResult = std::variant<ParsedRequest, ApiError>;
 
 // Parse and validate a request body. Every failure names the offending field.
-// Unknown fields are ignored; fields whose meaning we cannot honour (n > 1,
-// non-zero frequency/presence penalties, echo in chat, suffix, logit_bias, JSON
-// response formats) are rejected rather than silently dropped.
+// Unknown fields are ignored; fields whose meaning we cannot honour (echo in
+// chat, suffix, best_of > 1, schema keywords outside the subset) are rejected
+// rather than silently dropped.
 // Chat: the messages (and tools) are rendered through the model's chat
 // template and tokenized with special tokens parsed; BOS is added unless the
 // template writes it. Completions: "prompt" is a string, an array of one
@@ -120,6 +129,7 @@ struct ResponseMeta {
   uint64_t request_id = 0;     // ids are "chatcmpl-<id>" / "cmpl-<id>"
   int64_t created = 0;         // unix seconds
   bool include_usage = false;  // streaming: non-final chunks carry "usage": null
+  int choice = 0;              // choices[0].index (n > 1: which choice this is)
 };
 
 struct Usage {
@@ -174,6 +184,11 @@ std::string CompletionChunkSse(const ResponseMeta& meta, std::string_view text,
 // The usage chunk (choices: []) sent after the final chunk when include_usage.
 std::string UsageChunkSse(const ResponseMeta& meta, bool chat, const Usage& usage);
 std::string DoneSse();  // "data: [DONE]\n\n"
+
+// n > 1: the responses of each choice (each a one-choice response from the
+// functions above, choice i written with index i) as one response: their
+// choices in order, the first's id, usage summed over the choices' completions.
+std::string MergeChoices(const std::vector<std::string>& single_choice_responses, const Usage& usage);
 
 // GET /v1/models and GET /v1/models/{id}.
 std::string ModelsJson(const ModelInfo& model);

@@ -44,11 +44,6 @@ ApiError NotSupported(const char* field, std::string why) {
 // Fields whose meaning we cannot honour. Ignoring them would hand the client
 // an answer to a question it did not ask, so each is refused by name.
 MaybeError RejectUnsupported(const Json& body) {
-  std::optional<int64_t> n;
-  TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadOptionalInt(body, "n", &n));
-  if (n && *n != 1) {
-    return BadRequest("n", "'n' must be 1; this server returns one choice per request");
-  }
   const Json* suffix = Field(body, "suffix");
   if (suffix != nullptr &&
       !(suffix->is_string() && suffix->get_ref<const std::string&>().empty())) {
@@ -202,6 +197,12 @@ MaybeError ReadCommonFields(std::string_view body_text, const Json& body, const 
                             std::optional<int64_t>* max_tokens) {
   TANDEM_RETURN_IF_API_ERROR(ReadModel(body, model, &req->model));
   TANDEM_RETURN_IF_API_ERROR(RejectUnsupported(body));
+  std::optional<int64_t> n;
+  TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadOptionalInt(body, "n", &n));
+  if (n && (*n < 1 || *n > kMaxChoices)) {
+    return BadRequest("n", "'n' must be between 1 and " + std::to_string(kMaxChoices));
+  }
+  req->n = int(n.value_or(1));
   TANDEM_RETURN_IF_API_ERROR(ReadStreaming(body, req));
   TANDEM_RETURN_IF_API_ERROR(ReadSampling(body, &req->spec.sampling, &req->has_seed));
   TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadLogitControls(body, model, &req->spec.sampling));

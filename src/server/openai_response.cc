@@ -177,7 +177,7 @@ std::string ChatCompletionJson(const ResponseMeta& meta, const ParsedOutput& out
   message["content"] = has_calls && output.content.empty() ? Out(nullptr) : Out(output.content);
   if (has_calls) message["tool_calls"] = ToolCallsArray(output.tool_calls, /*with_index=*/false);
   Out choice;
-  choice["index"] = 0;
+  choice["index"] = meta.choice;
   choice["message"] = std::move(message);
   choice["logprobs"] = logprobs ? ChatLogprobs(*logprobs) : Out(nullptr);
   choice["finish_reason"] =
@@ -194,7 +194,7 @@ std::string CompletionJson(const ResponseMeta& meta, std::string_view text,
                            const std::vector<int32_t>* token_ids, const LogprobsOut* logprobs) {
   Out choice;
   choice["text"] = std::string(text);
-  choice["index"] = 0;
+  choice["index"] = meta.choice;
   choice["logprobs"] = logprobs ? CompletionLogprobs(*logprobs) : Out(nullptr);
   choice["finish_reason"] = FinishReason(finish_reason);
   if (token_ids != nullptr) choice["token_ids"] = *token_ids;
@@ -210,7 +210,7 @@ std::string ChatChunkSse(const ResponseMeta& meta, const ChatDelta& delta) {
   if (delta.content) d["content"] = *delta.content;
   if (!delta.tool_calls.empty()) d["tool_calls"] = ToolCallsArray(delta.tool_calls, true);
   Out choice;
-  choice["index"] = 0;
+  choice["index"] = meta.choice;
   choice["delta"] = std::move(d);
   choice["logprobs"] = delta.logprobs ? ChatLogprobs(*delta.logprobs) : Out(nullptr);
   choice["finish_reason"] = FinishReason(delta.finish_reason);
@@ -226,7 +226,7 @@ std::string CompletionChunkSse(const ResponseMeta& meta, std::string_view text,
                                const LogprobsOut* logprobs) {
   Out choice;
   choice["text"] = std::string(text);
-  choice["index"] = 0;
+  choice["index"] = meta.choice;
   choice["logprobs"] = logprobs ? CompletionLogprobs(*logprobs) : Out(nullptr);
   choice["finish_reason"] = FinishReason(finish_reason);
   if (token_ids != nullptr) choice["token_ids"] = *token_ids;
@@ -234,6 +234,14 @@ std::string CompletionChunkSse(const ResponseMeta& meta, std::string_view text,
   out["choices"] = Out::array({std::move(choice)});
   if (meta.include_usage) out["usage"] = nullptr;
   return Sse(out);
+}
+
+std::string MergeChoices(const std::vector<std::string>& responses, const Usage& usage) {
+  TANDEM_CHECK(!responses.empty());
+  Out out = Out::parse(responses[0]);
+  for (size_t i = 1; i < responses.size(); ++i) out["choices"].push_back(Out::parse(responses[i])["choices"][0]);
+  out["usage"] = UsageObject(usage);
+  return Dump(out);
 }
 
 std::string UsageChunkSse(const ResponseMeta& meta, bool chat, const Usage& usage) {

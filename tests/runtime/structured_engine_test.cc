@@ -103,7 +103,7 @@ TEST(StructuredEngine, AnswersValidateAndAreTheSameAloneAndInABatchOf32) {
   for (size_t i = 0; i < handles.size(); ++i) {
     const Answer a = Drain(*handles[i]);
     ASSERT_FALSE(a.error) << a.message;
-    if (i < alone.size()) EXPECT_EQ(a.tokens, alone[i].tokens) << "request " << i << " batched differs from alone";
+    if (i < alone.size()) { EXPECT_EQ(a.tokens, alone[i].tokens) << "request " << i << " batched differs from alone"; }
     stopped += a.finish == "stop";
     const nlohmann::json schema = nlohmann::json::parse(specs[i].sampling.constraint.substr(12));
     cases << nlohmann::json({{"schema", schema}, {"text", a.text}}).dump(-1, ' ', false,

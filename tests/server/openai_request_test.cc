@@ -116,7 +116,8 @@ TEST(OpenAiRequest, RejectsOutOfRangeValues) {
 
 TEST(OpenAiRequest, RejectsWhatItCannotHonour) {
   ExpectChatErrors({
-      {Chat(R"("n": 2)"), 400, "'n' must be 1", "n"},
+      {Chat(R"("n": 17)"), 400, "'n' must be between 1 and 16", "n"},
+      {Chat(R"("n": 0)"), 400, "'n' must be between 1 and 16", "n"},
       {Chat(R"("n": "1")"), 400, "'n' must be an integer", "n"},
       {Chat(R"("logprobs": 1)"), 400, "'logprobs' must be a boolean", "logprobs"},
       {Chat(R"("top_logprobs": 3)"), 400, "'top_logprobs' needs 'logprobs': true", "top_logprobs"},
