@@ -191,8 +191,8 @@ struct StreamChoice {
   std::shared_ptr<RequestHandle> handle;
   ResponseMeta meta;
   bool started = false, done = false;
-  std::string held;                             // tool-call requests: text is parsed at the end
-  std::vector<int32_t> held_tokens;             // and its token ids
+  std::unique_ptr<ToolCallStreamer> tools;      // tool-enabled chats: text becomes content and call deltas
+  std::vector<int32_t> held_tokens;             // ids of tokens whose text the streamer holds
   std::vector<PositionLogprobs> held_logprobs;  // logprobs of tokens whose text is not out yet
   int64_t text_offset = 0;                      // completions: bytes of the tokens whose logprobs went out
   Usage usage;
@@ -214,9 +214,18 @@ std::string ChoiceFrames(const ParsedRequest& p, const Tokenizer& tok, StreamCho
     // string) sends its logprobs with the next text that goes out.
     c.held_logprobs.insert(c.held_logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
     if (ev.text.empty() && (ev.tokens.empty() || !p.return_token_ids)) return frame;
-    if (p.chat && p.tools_enabled) {
-      c.held += ev.text;
+    if (c.tools) {
       c.held_tokens.insert(c.held_tokens.end(), ev.tokens.begin(), ev.tokens.end());
+      ToolCallStreamer::Out out = c.tools->Push(ev.text);
+      if (out.content.empty() && out.calls.empty()) return frame;
+      ChatDelta d;
+      if (!out.content.empty()) d.content = std::move(out.content);
+      d.tool_calls = std::move(out.calls);
+      if (p.return_token_ids) d.token_ids = std::move(c.held_tokens);
+      c.held_tokens.clear();
+      if (p.spec.logprobs >= 0) d.logprobs = LogprobsOut{&tok, c.held_logprobs, 0};
+      frame += ChatChunkSse(c.meta, d);
+      c.held_logprobs.clear();
       return frame;
     }
     const LogprobsOut lp{&tok, c.held_logprobs, c.text_offset};
@@ -246,12 +255,12 @@ std::string ChoiceFrames(const ParsedRequest& p, const Tokenizer& tok, StreamCho
   if (!p.chat) return frame + CompletionChunkSse(c.meta, "", ev.finish_reason, nullptr, rest ? &lp : nullptr);
   ChatDelta d;
   std::string reason = ev.finish_reason;
-  if (p.tools_enabled) {
-    const ParsedOutput out = ParseToolCalls(c.held, c.handle->id(), p.tool_format);
-    if (!out.content.empty()) d.content = out.content;
-    d.tool_calls = out.tool_calls;
-    if (!out.tool_calls.empty()) reason = "tool_calls";
-    if (p.return_token_ids) d.token_ids = c.held_tokens;
+  if (c.tools) {
+    ToolCallStreamer::Out out = c.tools->Finish();
+    if (!out.content.empty()) d.content = std::move(out.content);
+    d.tool_calls = std::move(out.calls);
+    if (c.tools->calls() > 0 && reason == "stop") reason = "tool_calls";
+    if (p.return_token_ids && !c.held_tokens.empty()) d.token_ids = c.held_tokens;
     if (rest) d.logprobs = lp;
     if (d.content || !d.tool_calls.empty() || d.token_ids || d.logprobs) frame += ChatChunkSse(c.meta, d);
     d = ChatDelta{};
@@ -281,6 +290,7 @@ void HttpServer::Stream(const ParsedRequest& p, std::vector<std::shared_ptr<Requ
     c.handle = handles[i];
     c.meta = ResponseMeta{p.model, handles[0]->id(), UnixNow(), p.include_usage};
     c.meta.choice = int(i);
+    if (p.chat && p.tools_enabled) c.tools = std::make_unique<ToolCallStreamer>(handles[i]->id(), p.tool_format);
     state->choices.push_back(std::move(c));
   }
   auto cancel_all = [state] {

@@ -121,6 +121,44 @@ struct ParsedOutput {
 ParsedOutput ParseToolCalls(std::string_view text, uint64_t request_id,
                             ToolCallFormat format = ToolCallFormat::kTagged);
 
+// One piece of a streamed tool call: its first has the id and name.
+struct ToolCallDelta {
+  int index = 0;
+  std::string id, name;   // empty after the call's first delta
+  std::string arguments;  // the next piece of the arguments' JSON text
+};
+
+// A tool-enabled answer as it streams, split into content and tool-call
+// deltas. kTagged: text outside <tool_call> blocks goes out at once; a block
+// that begins {"name": "...", "arguments": {  goes out as its id and name,
+// then its arguments as they are written; any other block is parsed whole
+// (ParseToolCalls) when it closes. Other formats are parsed whole at the end.
+// One per answer; not thread-safe.
+class ToolCallStreamer {
+ public:
+  ToolCallStreamer(uint64_t request_id, ToolCallFormat format);
+  struct Out {
+    std::string content;
+    std::vector<ToolCallDelta> calls;
+  };
+  Out Push(std::string_view text);  // newly final text
+  Out Finish();                     // the answer ended
+  int calls() const { return calls_; }
+
+ private:
+  enum class Mode { kText, kHead, kArgs, kTail, kWhole };
+  void Emit(const ParsedOutput& parsed, Out* out);
+  void Add(ToolCallDelta d, Out* out);
+
+  const uint64_t request_id_;
+  const ToolCallFormat format_;
+  std::string buf_;  // text not yet sent
+  Mode mode_ = Mode::kText;
+  int calls_ = 0;
+  int depth_ = 0;  // kArgs: JSON nesting of the arguments
+  bool in_string_ = false, escaped_ = false;
+};
+
 // ---------------------------------------------------------------- responses
 
 // What every response and chunk of one request shares.
@@ -164,12 +202,12 @@ std::string CompletionJson(const ResponseMeta& meta, std::string_view text,
                            const LogprobsOut* logprobs = nullptr);
 
 // One chat.completion.chunk's delta. A stream is: a chunk with role, chunks
-// with content, (tool calls, if any, in one chunk after the text), a chunk
-// with finish_reason and an empty delta, the usage chunk if asked, [DONE].
+// with content and tool-call deltas (ToolCallStreamer), a chunk with
+// finish_reason and an empty delta, the usage chunk if asked, [DONE].
 struct ChatDelta {
   bool role = false;                   // delta.role = "assistant"
   std::optional<std::string> content;  // delta.content
-  std::vector<ToolCall> tool_calls;    // delta.tool_calls, indexed from 0
+  std::vector<ToolCallDelta> tool_calls;  // delta.tool_calls
   std::string finish_reason;           // non-empty only on the final chunk
   std::optional<std::vector<int32_t>> token_ids;  // choices[0].token_ids (return_token_ids)
   std::optional<LogprobsOut> logprobs;             // choices[0].logprobs of this chunk's tokens

@@ -208,7 +208,20 @@ std::string ChatChunkSse(const ResponseMeta& meta, const ChatDelta& delta) {
   Out d = Out::object();
   if (delta.role) d["role"] = "assistant";
   if (delta.content) d["content"] = *delta.content;
-  if (!delta.tool_calls.empty()) d["tool_calls"] = ToolCallsArray(delta.tool_calls, true);
+  if (!delta.tool_calls.empty()) {
+    Out calls = Out::array();
+    for (const ToolCallDelta& t : delta.tool_calls) {
+      Out call;
+      call["index"] = t.index;
+      if (!t.id.empty()) call["id"] = t.id, call["type"] = "function";
+      Out fn = Out::object();
+      if (!t.name.empty()) fn["name"] = t.name;
+      fn["arguments"] = t.arguments;
+      call["function"] = std::move(fn);
+      calls.push_back(std::move(call));
+    }
+    d["tool_calls"] = std::move(calls);
+  }
   Out choice;
   choice["index"] = meta.choice;
   choice["delta"] = std::move(d);

@@ -238,13 +238,16 @@ TEST(OpenAiSse, ChatStream) {
   EXPECT_EQ(j.at("choices")[0].at("delta"), Json({{"content", "line one\nline \"two\""}}));
 
   ChatDelta calls;
-  calls.tool_calls = {ToolCall{"call_42_0", "f", "{}"}, ToolCall{"call_42_1", "g", "{\"a\":1}"}};
+  calls.tool_calls = {ToolCallDelta{0, "", "", "}"}, ToolCallDelta{1, "call_42_1", "g", "{\"a\":"}};
   j = ParseFrame(ChatChunkSse(Meta(), calls));
   const Json& delta_calls = j.at("choices")[0].at("delta").at("tool_calls");
   ASSERT_EQ(delta_calls.size(), 2u);
+  // A call's first delta has its id, type and name; later ones only arguments.
+  EXPECT_EQ(delta_calls[0], Json({{"index", 0}, {"function", {{"arguments", "}"}}}}));
   EXPECT_EQ(delta_calls[1].at("index"), 1);
   EXPECT_EQ(delta_calls[1].at("id"), "call_42_1");
-  EXPECT_EQ(delta_calls[1].at("function").at("arguments"), "{\"a\":1}");
+  EXPECT_EQ(delta_calls[1].at("type"), "function");
+  EXPECT_EQ(delta_calls[1].at("function"), Json({{"name", "g"}, {"arguments", "{\"a\":"}}));
 
   ChatDelta last;
   last.finish_reason = "stop";
@@ -341,6 +344,71 @@ TEST(OpenAiModels, ListShape) {
   EXPECT_EQ(model.at("owned_by"), "tandem");
   EXPECT_EQ(model.at("context_length").get<int64_t>(), 2048);
   EXPECT_EQ(Json::parse(ModelJson(m)), model);
+}
+
+}  // namespace
+}  // namespace tandem
+
+namespace tandem {
+namespace {
+
+// Every split of an answer into streamed pieces gives the same content and
+// calls, and a well-formed block's arguments go out as they are written.
+TEST(ToolCallStreamer, CallsStreamArgumentByArgumentAndEverySplitAgrees) {
+  const std::string answer =
+      "Let me check.\n<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Pa}ris\", \"days\": [1, 2]}}"
+      "</tool_call>\n<tool_call>{\"arguments\": {}, \"name\": \"late_name\"}</tool_call> <tool_c";
+  struct Call {
+    std::string id, name, arguments;
+  };
+  auto run = [&](size_t piece, int* argument_deltas) {
+    ToolCallStreamer s(7, ToolCallFormat::kTagged);
+    std::string content;
+    std::vector<Call> calls;
+    auto take = [&](ToolCallStreamer::Out out) {
+      content += out.content;
+      for (const ToolCallDelta& d : out.calls) {
+        if (d.index == int(calls.size())) calls.push_back({d.id, d.name, ""});
+        ASSERT_EQ(d.index, int(calls.size()) - 1);
+        calls.back().arguments += d.arguments;
+        if (!d.arguments.empty()) ++*argument_deltas;
+      }
+    };
+    for (size_t i = 0; i < answer.size(); i += piece) take(s.Push(answer.substr(i, piece)));
+    take(s.Finish());
+    EXPECT_EQ(s.calls(), 2);
+    return std::make_pair(content, calls);
+  };
+  int whole_deltas = 0;
+  const auto [content, calls] = run(answer.size(), &whole_deltas);
+  EXPECT_EQ(content, "Let me check.\n\n <tool_c");
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0].id, "call_7_0");
+  EXPECT_EQ(calls[0].name, "get_weather");
+  EXPECT_EQ(calls[0].arguments, "{\"city\": \"Pa}ris\", \"days\": [1, 2]}");  // as written
+  EXPECT_EQ(calls[1].id, "call_7_1");  // parsed whole: "arguments" came first
+  EXPECT_EQ(calls[1].name, "late_name");
+  EXPECT_EQ(calls[1].arguments, "{}");
+  for (size_t piece : {1, 2, 3, 5, 8, 13}) {
+    int deltas = 0;
+    const auto [c, k] = run(piece, &deltas);
+    EXPECT_EQ(c, content) << piece;
+    ASSERT_EQ(k.size(), calls.size()) << piece;
+    for (size_t i = 0; i < k.size(); ++i) {
+      EXPECT_EQ(k[i].id, calls[i].id);
+      EXPECT_EQ(k[i].name, calls[i].name);
+      EXPECT_EQ(k[i].arguments, calls[i].arguments) << piece;
+    }
+    if (piece == 1) EXPECT_GT(deltas, 30) << "one character at a time, the arguments streamed";
+  }
+  // Llama 3 JSON and Mistral answers are parsed whole, at the end.
+  ToolCallStreamer mistral(7, ToolCallFormat::kMistral);
+  EXPECT_TRUE(mistral.Push("[TOOL_CALLS] [{\"name\": \"f\", \"arguments\": {\"x\": 1}}]").calls.empty());
+  const ToolCallStreamer::Out end = mistral.Finish();
+  ASSERT_EQ(end.calls.size(), 1u);
+  EXPECT_EQ(end.calls[0].name, "f");
+  EXPECT_EQ(end.calls[0].id.size(), 9u);
+  EXPECT_EQ(end.calls[0].arguments, "{\"x\":1}");
 }
 
 }  // namespace
