@@ -106,6 +106,7 @@ void RegisterBench(CLI::App& app) {
   indexer->add_option("--heads", iargs->heads, "Index heads")->check(CLI::Range(1, 64));
   indexer->callback([iargs] { SetExitCode(RunIndexerBench(*iargs)); });
   RegisterServeBench(*bench);
+  RegisterStructuredBench(*bench);
   RegisterHandoffBench(*bench);
   RegisterPrefillBench(*bench);
   RegisterAgenticBench(*bench);

@@ -47,6 +47,20 @@ TEST_F(Cli, GenerateWithoutModelUsesTheEmbeddedDefault) {
   EXPECT_NE(g.output.find("tandem-small"), std::string::npos) << g.output;
 }
 
+TEST_F(Cli, BenchStructuredReportsEveryFormatAndCompleteAnswers) {
+  const std::string model = dir_ + "/tiny.gguf";
+  ASSERT_EQ(RunTandem("mkmodel --preset tiny --out " + model).exit_code, 0);
+  auto r = RunTandem("bench structured -m " + model + " --requests 4 --concurrency 2 --max-tokens 64", 120);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* line : {"text ", "json_object ", "json_schema "}) {
+    EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
+  }
+  EXPECT_EQ(r.output.find("failed"), std::string::npos) << r.output;
+  size_t complete = 0;
+  for (size_t at = r.output.find("4/4"); at != std::string::npos; at = r.output.find("4/4", at + 1)) ++complete;
+  EXPECT_EQ(complete, 2u) << "every constrained answer parses, in both constrained formats:\n" << r.output;
+}
+
 TEST_F(Cli, BadInputsGiveClearErrors) {
   auto missing = RunTandem("generate -m " + dir_ + "/nope.gguf -p x");
   EXPECT_EQ(missing.exit_code, 1);
