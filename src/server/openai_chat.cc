@@ -20,6 +20,7 @@ struct ToolSpec {
   std::string name;
   std::string description;
   Json parameters;  // a JSON Schema object, or null
+  nlohmann::ordered_json ordered_parameters;  // the same with the client's key order (null if absent)
 };
 
 // tool_choice: "auto", "none", "required", or a named function.
@@ -65,13 +66,24 @@ MaybeError ReadTool(const Json& tool, const std::string& name, ToolSpec* out) {
   return std::nullopt;
 }
 
-MaybeError ReadTools(const Json& body, std::vector<ToolSpec>* tools) {
+MaybeError ReadTools(const Json& body, const nlohmann::ordered_json& ordered, std::vector<ToolSpec>* tools) {
   const Json* v = Field(body, "tools");
   if (v == nullptr) return std::nullopt;
   if (!v->is_array()) return BadRequest("tools", "'tools' must be an array");
   for (size_t i = 0; i < v->size(); ++i) {
     tools->emplace_back();
     TANDEM_RETURN_IF_API_ERROR(ReadTool((*v)[i], Indexed("tools", i), &tools->back()));
+    if (tools->back().parameters.is_null()) continue;
+    // The parameters as sent, key order kept: templates print them and forced
+    // calls write their arguments in that order.
+    tools->back().ordered_parameters = nlohmann::ordered_json::parse(tools->back().parameters.dump());
+    if (ordered.is_object() && ordered.contains("tools") && ordered["tools"].is_array() && i < ordered["tools"].size()) {
+      const auto& fn = ordered["tools"][i];
+      if (fn.is_object() && fn.contains("function") && fn["function"].is_object() &&
+          fn["function"].contains("parameters") && fn["function"]["parameters"].is_object()) {
+        tools->back().ordered_parameters = fn["function"]["parameters"];
+      }
+    }
   }
   return std::nullopt;
 }
@@ -278,7 +290,7 @@ std::string ForcedToolCallConstraint(const std::vector<ToolSpec>& tools, const T
     OJson call = {{"type", "object"},
                   {"properties",
                    {{"name", {{"const", t.name}}},
-                    {args, t.parameters.is_null() ? OJson{{"type", "object"}} : OJson::parse(t.parameters.dump())}}},
+                    {args, t.parameters.is_null() ? OJson{{"type", "object"}} : t.ordered_parameters}}},
                   {"required", {"name", args}},
                   {"additionalProperties", false}};
     any.push_back(std::move(call));
@@ -289,13 +301,14 @@ std::string ForcedToolCallConstraint(const std::vector<ToolSpec>& tools, const T
   return "json_schema_wrapped " + Dump(spec);
 }
 
-MaybeError BuildChatPrompt(const Json& body, const ModelInfo& model, std::vector<int32_t>* tokens,
-                           bool* tools_enabled, ToolCallFormat* tool_format, std::string* forced_constraint) {
+MaybeError BuildChatPrompt(const Json& body, const nlohmann::ordered_json& ordered, const ModelInfo& model,
+                           std::vector<int32_t>* tokens, bool* tools_enabled, ToolCallFormat* tool_format,
+                           std::string* forced_constraint) {
   std::vector<ChatMessage> messages;
   TANDEM_RETURN_IF_API_ERROR(ReadMessages(body, &messages));
   std::vector<ToolSpec> tools;
   ToolChoice choice;
-  TANDEM_RETURN_IF_API_ERROR(ReadTools(body, &tools));
+  TANDEM_RETURN_IF_API_ERROR(ReadTools(body, ordered, &tools));
   TANDEM_RETURN_IF_API_ERROR(ReadToolChoice(body, tools, &choice));
   *tools_enabled = !tools.empty() && choice.mode != "none";
   TANDEM_CHECK_MSG(model.chat_format != nullptr, "ModelInfo without a chat format");
@@ -312,7 +325,7 @@ MaybeError BuildChatPrompt(const Json& body, const ModelInfo& model, std::vector
       for (const ToolSpec& t : tools) {
         jinja::Json fn = {{"name", t.name}};
         if (!t.description.empty()) fn["description"] = t.description;
-        fn["parameters"] = t.parameters.is_null() ? jinja::Json::object() : jinja::Json(t.parameters);
+        fn["parameters"] = t.parameters.is_null() ? jinja::Json::object() : t.ordered_parameters;
         template_tools.push_back({{"type", "function"}, {"function", std::move(fn)}});
       }
       system_text = ToolChoiceText(choice, /*optional_text=*/false);

@@ -12,9 +12,9 @@ namespace tandem::openai_internal {
 
 // {"type": "text"} (or none): free text. {"type": "json_object"}: any JSON
 // object. {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}:
-// a value the schema accepts. The schema is read from the body again with its
-// key order kept, so objects list their properties as the schema does.
-MaybeError ReadResponseFormat(std::string_view body_text, const Json& body, std::string* constraint) {
+// a value the schema accepts. The schema is read from `ordered`, the body with
+// its key order kept, so objects list their properties as the schema does.
+MaybeError ReadResponseFormat(const nlohmann::ordered_json& ordered, const Json& body, std::string* constraint) {
   const Json* format = Field(body, "response_format");
   if (format == nullptr) return std::nullopt;
   const Json* type = format->is_object() ? Field(*format, "type") : nullptr;
@@ -36,9 +36,8 @@ MaybeError ReadResponseFormat(std::string_view body_text, const Json& body, std:
     return BadRequest("response_format.json_schema",
                       "'response_format.json_schema' must be an object with a 'schema'");
   }
-  const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body_text, nullptr, false);
-  if (ordered.is_discarded()) return BadRequest("response_format", "the body does not parse again");  // parsed once already
-  *constraint = "json_schema " + Dump(ordered["response_format"]["json_schema"]["schema"]);
+  if (!ordered.is_object()) return BadRequest("response_format", "the body could not be read in order");
+  *constraint = "json_schema " + Dump(ordered.at("response_format").at("json_schema").at("schema"));
   return std::nullopt;
 }
 

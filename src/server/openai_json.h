@@ -64,11 +64,13 @@ std::string Quote(const std::string& text);
 // format they will come in.
 // forced_constraint: with tool_choice "required" or a named function, the
 // output constraint (runtime/json_schema.h) that makes the answer such calls.
-MaybeError BuildChatPrompt(const Json& body, const ModelInfo& model, std::vector<int32_t>* tokens,
-                           bool* tools_enabled, ToolCallFormat* tool_format, std::string* forced_constraint);
+// ordered: the body with its key order kept (null when it has no tools).
+MaybeError BuildChatPrompt(const Json& body, const nlohmann::ordered_json& ordered, const ModelInfo& model,
+                           std::vector<int32_t>* tokens, bool* tools_enabled, ToolCallFormat* tool_format,
+                           std::string* forced_constraint);
 
 // Implemented in openai_format.cc.
-MaybeError ReadResponseFormat(std::string_view body_text, const Json& body, std::string* constraint);
+MaybeError ReadResponseFormat(const nlohmann::ordered_json& ordered, const Json& body, std::string* constraint);
 MaybeError ReadLogitControls(const Json& body, const ModelInfo& model, SamplingParams* p);
 // Compiles spec's constraint (400 on `param` if it cannot be), checks that its
 // shortest answer fits max_tokens, and sets the answer budget.

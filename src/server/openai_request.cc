@@ -193,7 +193,7 @@ MaybeError ReadLogprobs(const Json& body, const ModelInfo& model, bool chat, Par
   return std::nullopt;
 }
 
-MaybeError ReadCommonFields(std::string_view body_text, const Json& body, const ModelInfo& model, ParsedRequest* req,
+MaybeError ReadCommonFields(const nlohmann::ordered_json& ordered, const Json& body, const ModelInfo& model, ParsedRequest* req,
                             std::optional<int64_t>* max_tokens) {
   TANDEM_RETURN_IF_API_ERROR(ReadModel(body, model, &req->model));
   TANDEM_RETURN_IF_API_ERROR(RejectUnsupported(body));
@@ -206,7 +206,7 @@ MaybeError ReadCommonFields(std::string_view body_text, const Json& body, const 
   TANDEM_RETURN_IF_API_ERROR(ReadStreaming(body, req));
   TANDEM_RETURN_IF_API_ERROR(ReadSampling(body, &req->spec.sampling, &req->has_seed));
   TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadLogitControls(body, model, &req->spec.sampling));
-  TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadResponseFormat(body_text, body, &req->spec.sampling.constraint));
+  TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadResponseFormat(ordered, body, &req->spec.sampling.constraint));
   TANDEM_RETURN_IF_API_ERROR(ReadStop(body, &req->spec.stop));
   // echo (completions): the prompt comes back before the answer, with its
   // tokens' logprobs when logprobs are asked.
@@ -295,12 +295,19 @@ ParseResult ParseRequest(std::string_view body_text, const ModelInfo& model, boo
   req.chat = chat;
   try {
     std::optional<int64_t> max_tokens;
-    TANDEM_RETURN_IF_API_ERROR(ReadCommonFields(body_text, body, model, &req, &max_tokens));
+    // The body again with its key order kept, for what prints or generates in
+    // the client's order: schemas and tool parameters.
+    nlohmann::ordered_json ordered;
+    if (Field(body, "tools") != nullptr || Field(body, "response_format") != nullptr) {
+      ordered = nlohmann::ordered_json::parse(body_text, nullptr, false);
+      if (ordered.is_discarded()) ordered = nullptr;  // parsed once already: cannot happen
+    }
+    TANDEM_RETURN_IF_API_ERROR(ReadCommonFields(ordered, body, model, &req, &max_tokens));
     const char* constraint_param = "response_format";
     if (chat) {
       std::string forced;
-      TANDEM_RETURN_IF_API_ERROR(openai_internal::BuildChatPrompt(body, model, &req.spec.prompt, &req.tools_enabled,
-                                                                  &req.tool_format, &forced));
+      TANDEM_RETURN_IF_API_ERROR(openai_internal::BuildChatPrompt(body, ordered, model, &req.spec.prompt,
+                                                                  &req.tools_enabled, &req.tool_format, &forced));
       if (!forced.empty()) {
         if (!req.spec.sampling.constraint.empty()) {
           return BadRequest("response_format", "'response_format' and a forced 'tool_choice' cannot both shape the answer");

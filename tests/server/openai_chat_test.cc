@@ -254,6 +254,7 @@ TEST(OpenAiChat, ATemplateThatLaysOutToolsGetsThemAndTheCallsStructured) {
   EXPECT_TRUE(r.tools_enabled);
   auto tmpl = jinja::Template::Parse(source.str());
   ASSERT_TRUE(tmpl.ok());
+  // The tools' parameters keep the order the client sent them in (type first), as Hugging Face passes them.
   const jinja::Json context = jinja::Json::parse(R"({
     "messages": [
       {"role": "system", "content": "Be brief."},
@@ -262,7 +263,7 @@ TEST(OpenAiChat, ATemplateThatLaysOutToolsGetsThemAndTheCallsStructured) {
         "function": {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}}]},
       {"role": "tool", "content": "sunny", "tool_call_id": "call_1"}],
     "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Current weather for a city",
-      "parameters": {"properties": {"city": {"type": "string"}}, "required": ["city"], "type": "object"}}}],
+      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}],
     "bos_token": "<s>", "eos_token": "</s>", "add_generation_prompt": true})");
   auto want = tmpl->Render(context);
   ASSERT_TRUE(want.ok()) << want.status().ToString();
