@@ -174,8 +174,8 @@ void HttpServer::Collect(const ParsedRequest& p, const std::vector<std::shared_p
     const LogprobsOut lp{info_.tokenizer, logprobs, 0};
     const LogprobsOut* lpp = p.spec.logprobs >= 0 ? &lp : nullptr;
     if (p.chat) {
-      const ParsedOutput out =
-          p.tools_enabled ? ParseToolCalls(text, handle.id(), p.tool_format) : ParsedOutput{text, {}};
+      ParsedOutput out = p.tools_enabled ? ParseToolCalls(text, handle.id(), p.tool_format) : ParsedOutput{text, {}};
+      if (!p.parallel_tool_calls && out.tool_calls.size() > 1) out.tool_calls.resize(1);
       responses.push_back(ChatCompletionJson(meta, out, ev.finish_reason, usage, ids, lpp));
     } else {
       responses.push_back(CompletionJson(meta, text, ev.finish_reason, usage, ids, lpp));
@@ -290,7 +290,7 @@ void HttpServer::Stream(const ParsedRequest& p, std::vector<std::shared_ptr<Requ
     c.handle = handles[i];
     c.meta = ResponseMeta{p.model, handles[0]->id(), UnixNow(), p.include_usage};
     c.meta.choice = int(i);
-    if (p.chat && p.tools_enabled) c.tools = std::make_unique<ToolCallStreamer>(handles[i]->id(), p.tool_format);
+    if (p.chat && p.tools_enabled) c.tools = std::make_unique<ToolCallStreamer>(handles[i]->id(), p.tool_format, p.parallel_tool_calls ? 1 << 30 : 1);
     state->choices.push_back(std::move(c));
   }
   auto cancel_all = [state] {

@@ -71,6 +71,7 @@ struct ParsedRequest {
   bool chat = false;           // chat.completions (true) or completions (false)
   bool tools_enabled = false;  // tools were sent and tool_choice is not "none"
   ToolCallFormat tool_format = ToolCallFormat::kTagged;  // how the answer's calls are parsed
+  bool parallel_tool_calls = true;  // false: at most one call is returned (the first)
   bool has_seed = false;       // false: the caller should pick a fresh seed per request,
                                // or every unseeded request would sample identically
   bool return_token_ids = false;  // tandem extension: choices carry "token_ids" (the
@@ -136,7 +137,8 @@ struct ToolCallDelta {
 // One per answer; not thread-safe.
 class ToolCallStreamer {
  public:
-  ToolCallStreamer(uint64_t request_id, ToolCallFormat format);
+  // max_calls: calls past it are dropped (parallel_tool_calls: false).
+  ToolCallStreamer(uint64_t request_id, ToolCallFormat format, int max_calls = 1 << 30);
   struct Out {
     std::string content;
     std::vector<ToolCallDelta> calls;
@@ -152,6 +154,7 @@ class ToolCallStreamer {
 
   const uint64_t request_id_;
   const ToolCallFormat format_;
+  const int max_calls_;
   std::string buf_;  // text not yet sent
   Mode mode_ = Mode::kText;
   int calls_ = 0;

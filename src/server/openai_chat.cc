@@ -27,6 +27,7 @@ struct ToolSpec {
 struct ToolChoice {
   std::string mode = "auto";
   std::string forced_name;  // set when a named function is required
+  bool parallel = true;     // parallel_tool_calls
 };
 
 std::string Indexed(std::string_view base, size_t i) {
@@ -89,6 +90,7 @@ MaybeError ReadTools(const Json& body, const nlohmann::ordered_json& ordered, st
 }
 
 MaybeError ReadToolChoice(const Json& body, const std::vector<ToolSpec>& tools, ToolChoice* out) {
+  TANDEM_RETURN_IF_API_ERROR(ReadOptionalBool(body, "parallel_tool_calls", &out->parallel));
   const Json* v = Field(body, "tool_choice");
   if (v == nullptr) return std::nullopt;
   if (v->is_string()) {
@@ -125,9 +127,11 @@ MaybeError ReadToolChoice(const Json& body, const std::vector<ToolSpec>& tools, 
 // What tool_choice asks of the model, as a sentence; for "auto" only when
 // optional_text (templates that lay out tools say it themselves).
 std::string ToolChoiceText(const ToolChoice& choice, bool optional_text) {
-  if (choice.mode == "required") return "You must call at least one function.";
-  if (choice.mode == "function") return "You must call the function '" + choice.forced_name + "'.";
-  return optional_text ? "Call a function only when it helps; otherwise answer directly." : "";
+  const std::string one = choice.parallel ? "" : "Call at most one function.";
+  auto with_one = [&](std::string s) { return one.empty() ? s : s.empty() ? one : s + " " + one; };
+  if (choice.mode == "required") return with_one("You must call at least one function.");
+  if (choice.mode == "function") return with_one("You must call the function '" + choice.forced_name + "'.");
+  return with_one(optional_text ? "Call a function only when it helps; otherwise answer directly." : "");
 }
 
 std::string ToolsSystemText(const std::vector<ToolSpec>& tools, const ToolChoice& choice) {

@@ -308,6 +308,8 @@ ParseResult ParseRequest(std::string_view body_text, const ModelInfo& model, boo
       std::string forced;
       TANDEM_RETURN_IF_API_ERROR(openai_internal::BuildChatPrompt(body, ordered, model, &req.spec.prompt,
                                                                   &req.tools_enabled, &req.tool_format, &forced));
+      TANDEM_RETURN_IF_API_ERROR(
+          openai_internal::ReadOptionalBool(body, "parallel_tool_calls", &req.parallel_tool_calls));
       if (!forced.empty()) {
         if (!req.spec.sampling.constraint.empty()) {
           return BadRequest("response_format", "'response_format' and a forced 'tool_choice' cannot both shape the answer");

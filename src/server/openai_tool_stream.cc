@@ -70,8 +70,8 @@ Match Header(std::string_view s, std::string* name, size_t* args_at) {
 
 }  // namespace
 
-ToolCallStreamer::ToolCallStreamer(uint64_t request_id, ToolCallFormat format)
-    : request_id_(request_id), format_(format) {}
+ToolCallStreamer::ToolCallStreamer(uint64_t request_id, ToolCallFormat format, int max_calls)
+    : request_id_(request_id), format_(format), max_calls_(max_calls) {}
 
 ToolCallStreamer::Out ToolCallStreamer::Push(std::string_view text) {
   buf_.append(text);
@@ -198,6 +198,7 @@ void ToolCallStreamer::Emit(const ParsedOutput& parsed, Out* out) {
 
 // Consecutive deltas of one call go out as one entry.
 void ToolCallStreamer::Add(ToolCallDelta d, Out* out) {
+  if (d.index >= max_calls_) return;
   if (!out->calls.empty() && out->calls.back().index == d.index) {
     out->calls.back().arguments += d.arguments;
     return;

@@ -151,6 +151,14 @@ TEST(OpenAiChat, ToolChoice) {
       ToolRequest(R"("tool_choice": {"type": "function", "function": {"name": "get_weather"}})"),
       m));
   EXPECT_NE(PromptText(r).find("You must call the function 'get_weather'."), std::string::npos);
+  // A forced choice is a grammar: one call of that tool, in the answer's format.
+  EXPECT_NE(r.spec.sampling.constraint.find(R"("prefix":"<tool_call>")"), std::string::npos) << r.spec.sampling.constraint;
+  EXPECT_NE(r.spec.sampling.constraint.find(R"({"const":"get_weather"})"), std::string::npos);
+  EXPECT_TRUE(r.parallel_tool_calls);
+  r = ExpectParsed(ParseChatCompletionRequest(ToolRequest(R"("parallel_tool_calls": false)"), m));
+  EXPECT_FALSE(r.parallel_tool_calls);
+  EXPECT_TRUE(r.spec.sampling.constraint.empty()) << "auto: no grammar";
+  EXPECT_NE(PromptText(r).find("Call at most one function."), std::string::npos) << PromptText(r);
   // "auto" and "none" without tools are harmless.
   r = ExpectParsed(ParseChatCompletionRequest(
       R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "auto", "tools": []})",

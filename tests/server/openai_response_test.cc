@@ -401,6 +401,13 @@ TEST(ToolCallStreamer, CallsStreamArgumentByArgumentAndEverySplitAgrees) {
     }
     if (piece == 1) EXPECT_GT(deltas, 30) << "one character at a time, the arguments streamed";
   }
+  // parallel_tool_calls false: the first call only.
+  ToolCallStreamer one(7, ToolCallFormat::kTagged, 1);
+  ToolCallStreamer::Out first = one.Push(answer);
+  ToolCallStreamer::Out rest = one.Finish();
+  first.calls.insert(first.calls.end(), rest.calls.begin(), rest.calls.end());
+  ASSERT_FALSE(first.calls.empty());
+  EXPECT_TRUE(std::all_of(first.calls.begin(), first.calls.end(), [](const ToolCallDelta& d) { return d.index == 0; }));
   // Llama 3 JSON and Mistral answers are parsed whole, at the end.
   ToolCallStreamer mistral(7, ToolCallFormat::kMistral);
   EXPECT_TRUE(mistral.Push("[TOOL_CALLS] [{\"name\": \"f\", \"arguments\": {\"x\": 1}}]").calls.empty());
