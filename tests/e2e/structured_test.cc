@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <future>
+#include <set>
 
 #include "support/disagg_client.h"
 #include "support/http_client.h"
@@ -121,6 +122,33 @@ TEST(StructuredServing, TheSameRequestIsTheSameBitsAloneBatchedAndDisaggregated)
 
   EXPECT_EQ(decode->Terminate(), 0) << decode->Log();
   EXPECT_EQ(prefill->Terminate(), 0) << prefill->Log();
+}
+
+// n choices share the prompt's cache pages: the other choices find the first
+// one's full prompt pages in the prefix cache instead of computing them.
+TEST(StructuredServing, ChoicesShareThePromptsPages) {
+  const std::string& model = testing::TinyModelPath();
+  ASSERT_FALSE(model.empty());
+  auto server = testing::StartServe(model, "bf16");
+  ASSERT_TRUE(server->ok()) << server->Log();
+  std::string words;
+  for (int i = 0; i < 300; ++i) words += " w" + std::to_string(i * 7919 % 1000);
+  const json body = {{"prompt", "A long prompt:" + words}, {"max_tokens", 8}, {"temperature", 1.0}, {"seed", 4}, {"n", 4}};
+  auto hits = [&] {
+    return testing::ParseMetrics(testing::HttpGet(server->port(), "/metrics").body)["tandem_prefix_cache_hit_tokens_total"];
+  };
+  const double before = hits();
+  const auto r = testing::HttpPost(server->port(), "/v1/completions", body.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = json::parse(r.body);
+  ASSERT_EQ(j["choices"].size(), 4u);
+  const int64_t prompt = j["usage"]["prompt_tokens"].get<int64_t>();
+  ASSERT_GE(prompt, 3 * 64);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 4 * 8);
+  EXPECT_GE(hits() - before, double(3 * (prompt / 64) * 64)) << "three choices reuse every full prompt page";
+  std::set<std::string> texts;
+  for (const json& c : j["choices"]) texts.insert(c["text"].get<std::string>());
+  EXPECT_GE(texts.size(), 2u) << "the choices draw from different seeds";
 }
 
 }  // namespace
