@@ -298,7 +298,9 @@ void Engine::Step() {
         const int64_t total = s.spec.sampling.answer_budget > 0 ? s.spec.sampling.answer_budget : s.spec.max_tokens;
         const int64_t budget = std::min(total - s.generated, context_tokens_ - pos);
         allowed = &s.constraint->Allowed(budget);
-        if (std::all_of(allowed->begin(), allowed->end(), [](uint64_t w) { return w == 0; })) {
+        if (!s.constraint->status().ok()) {
+          st = s.constraint->status();
+        } else if (std::all_of(allowed->begin(), allowed->end(), [](uint64_t w) { return w == 0; })) {
           st = InvalidArgument("the response format cannot be completed in the " + std::to_string(budget) +
                                " tokens left (it needs " + std::to_string(s.constraint->min_tokens()) + ")");
         }

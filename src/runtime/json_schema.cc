@@ -12,6 +12,7 @@ using OJson = nlohmann::ordered_json;
 constexpr size_t kMaxGrammarSymbols = size_t(1) << 20;
 constexpr int kMaxDepth = 64;
 constexpr int64_t kMaxRepeat = 4096;  // minItems / maxItems / minLength / maxLength
+constexpr size_t kMaxAlternatives = 1024;  // properties of one object, enum values, anyOf branches
 
 const std::set<std::string>& Annotations() {
   static const std::set<std::string> k = {"title", "description", "default", "examples", "$schema",
@@ -188,6 +189,7 @@ StatusOr<int64_t> SchemaCompiler::Count(const OJson& s, const char* key, int64_t
 
 StatusOr<int32_t> SchemaCompiler::Literals(const std::vector<const OJson*>& values, const std::string& path) {
   if (values.empty()) return InvalidArgument("the enum at " + Where(path) + " has no value of the schema's type");
+  if (values.size() > kMaxAlternatives) return InvalidArgument("the enum at " + Where(path) + " has over 1024 values");
   std::vector<GrammarBuilder::Sequence> alts;
   for (const OJson* v : values) {
     GrammarBuilder::Sequence seq;
@@ -218,6 +220,7 @@ StatusOr<int32_t> SchemaCompiler::Value(const OJson& s, const std::string& path,
   }
   if (auto it = s.find("anyOf"); it != s.end()) {
     if (!it->is_array() || it->empty()) return InvalidArgument("'anyOf' at " + Where(path) + " must be a non-empty array");
+    if (it->size() > kMaxAlternatives) return InvalidArgument("'anyOf' at " + Where(path) + " has over 1024 branches");
     if (keywords > 1) return InvalidArgument("'anyOf' at " + Where(path) + " with other keywords is not supported");
     const int32_t r = b_.Rule();
     for (size_t i = 0; i < it->size(); ++i) {
@@ -325,6 +328,7 @@ StatusOr<int32_t> SchemaCompiler::Object(const OJson& s, const std::string& path
   const bool closed = extra != nullptr && extra->is_boolean() && !extra->get<bool>();
   if (auto it = s.find("properties"); it != s.end()) {
     if (!it->is_object()) return InvalidArgument("'properties' at " + Where(path) + " must be an object");
+    if (it->size() > kMaxAlternatives) return InvalidArgument("'properties' at " + Where(path) + " has over 1024 names");
     for (const auto& [name, sub] : it->items()) {
       TANDEM_ASSIGN_OR_RETURN(int32_t v, Value(sub, path + "/properties/" + name, depth + 1));
       props.push_back({name, v, required.count(name) > 0});

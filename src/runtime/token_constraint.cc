@@ -8,8 +8,18 @@
 namespace tandem {
 namespace {
 
-constexpr size_t kMaxRecentGrammars = 16;
+// Bounds on what constrained requests may cost the engine loop: masks kept
+// per grammar (at most 8 MiB of them), grammars kept, and the grammar steps
+// one mask may take (an ambiguous schema keeps many parses alive at once;
+// past the budget the request fails rather than stall every other one).
+constexpr size_t kMaxRecentGrammars = 8;
 constexpr size_t kMaxMasksPerGrammar = 4096;
+constexpr size_t kMaxMaskBytesPerGrammar = size_t(8) << 20;
+
+// Sixty-four parses alive across the whole vocab, within [2^20, 2^24] steps.
+int64_t MaxStepsPerMask(const VocabTrie& trie) {
+  return std::clamp<int64_t>(64 * int64_t(trie.nodes().size()), int64_t(1) << 20, int64_t(1) << 24);
+}
 
 void SetBit(TokenMask& mask, int32_t token) { mask[size_t(token) >> 6] |= uint64_t(1) << (token & 63); }
 
@@ -77,13 +87,16 @@ struct TokenConstraint::Compiled {
 namespace {
 
 // Marks every token whose bytes the grammar accepts from `state`, and that
-// leaves at most `limit` bytes to finish (no limit when negative).
+// leaves at most `limit` bytes to finish (no limit when negative). *steps
+// counts the parses advanced; the walk stops once it passes the budget.
 void Walk(const Grammar& g, const VocabTrie& trie, int32_t node, const Grammar::State& state, int64_t limit,
-          TokenMask& mask, int64_t& max_next) {
+          TokenMask& mask, int64_t& max_next, int64_t* steps, int64_t max_steps) {
   const VocabTrie::Node& n = trie.nodes()[size_t(node)];
   Grammar::State next;
   for (int32_t c = n.children_begin; c < n.children_end; ++c) {
     const VocabTrie::Node& child = trie.nodes()[size_t(c)];
+    *steps += int64_t(state.stacks.size());
+    if (*steps > max_steps) return;
     if (!g.Advance(state, child.byte, &next)) continue;
     if (child.tokens_begin < child.tokens_end) {
       const int64_t need = g.MinBytesToAccept(next);
@@ -92,7 +105,7 @@ void Walk(const Grammar& g, const VocabTrie& trie, int32_t node, const Grammar::
         for (int32_t t = child.tokens_begin; t < child.tokens_end; ++t) SetBit(mask, trie.tokens()[size_t(t)]);
       }
     }
-    Walk(g, trie, c, next, limit, mask, max_next);
+    Walk(g, trie, c, next, limit, mask, max_next, steps, max_steps);
   }
 }
 
@@ -104,15 +117,26 @@ TokenConstraint::TokenConstraint(std::shared_ptr<Compiled> compiled, const Vocab
 const TokenMask& TokenConstraint::Allowed(int64_t budget) {
   const Grammar& g = *compiled_->grammar;
   const size_t words = (size_t(trie_.vocab_size()) + 63) / 64;
+  int64_t steps = 0;
+  const int64_t max_steps = MaxStepsPerMask(trie_);
+  auto too_costly = [&]() -> const TokenMask& {
+    status_ = InvalidArgument("the response format keeps too many parses open at once (over " +
+                                std::to_string(max_steps) + " grammar steps for one token); simplify the schema");
+    tight_.assign(words, 0);
+    return tight_;
+  };
   std::vector<int32_t> key_ints;
   g.AppendKey(state_, &key_ints);
   std::string key(reinterpret_cast<const char*>(key_ints.data()), key_ints.size() * sizeof(int32_t));
   auto it = compiled_->masks.find(key);
   if (it == compiled_->masks.end()) {
-    if (compiled_->masks.size() >= kMaxMasksPerGrammar) compiled_->masks.clear();
+    if (compiled_->masks.size() >= std::min(kMaxMasksPerGrammar, kMaxMaskBytesPerGrammar / (words * 8))) {
+      compiled_->masks.clear();
+    }
     Compiled::Entry e;
     e.mask.assign(words, 0);
-    if (!state_.empty()) Walk(g, trie_, 0, state_, -1, e.mask, e.max_next);
+    if (!state_.empty()) Walk(g, trie_, 0, state_, -1, e.mask, e.max_next, &steps, max_steps);
+    if (steps > max_steps) return too_costly();
     if (g.Accepting(state_)) {
       for (int32_t t : trie_.end_tokens()) SetBit(e.mask, t);
     }
@@ -123,7 +147,8 @@ const TokenMask& TokenConstraint::Allowed(int64_t budget) {
   // be finished.
   tight_.assign(words, 0);
   int64_t unused = 0;
-  if (budget >= 1 && !state_.empty()) Walk(g, trie_, 0, state_, budget - 1, tight_, unused);
+  if (budget >= 1 && !state_.empty()) Walk(g, trie_, 0, state_, budget - 1, tight_, unused, &steps, max_steps);
+  if (steps > max_steps) return too_costly();
   if (budget >= 1 && g.Accepting(state_)) {
     for (int32_t t : trie_.end_tokens()) SetBit(tight_, t);
   }

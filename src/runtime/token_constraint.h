@@ -63,8 +63,10 @@ class ConstraintCache;
 class TokenConstraint {
  public:
   // The tokens that may come next with `budget` tokens left (this one
-  // included); empty when none can (the answer cannot be finished in time).
+  // included); empty when none can (the answer cannot be finished in time)
+  // or when computing it passed its work bound (then status() says so).
   const TokenMask& Allowed(int64_t budget);
+  const Status& status() const { return status_; }
   // Moves past a sampled token. End-of-generation tokens move nowhere.
   void Accept(int32_t token);
   // Nothing may follow: the answer is complete.
@@ -81,6 +83,7 @@ class TokenConstraint {
   const VocabTrie& trie_;
   Grammar::State state_;
   TokenMask tight_;  // scratch: a mask that had to respect the budget
+  Status status_;
 };
 
 class ConstraintCache {

@@ -240,3 +240,37 @@ TEST(TokenConstraint, SampledAnswersFinishInsideTheirBudget) {
 
 }  // namespace
 }  // namespace tandem
+
+namespace tandem {
+namespace {
+
+// A schema whose parses stay ambiguous for many bytes (a thousand objects
+// alike up to their last property) would make one mask walk take seconds of
+// the engine loop; past the work bound the request fails and says why.
+TEST(TokenConstraint, AnAmbiguousSchemaFailsAtTheWorkBoundInsteadOfStalling) {
+  auto model = testing::MakePresetModel("tiny", TensorType::kF32);
+  nlohmann::ordered_json any = nlohmann::ordered_json::array();
+  for (int i = 0; i < 1000; ++i) {
+    any.push_back({{"type", "object"},
+                   {"properties", {{"a", {{"type", "string"}}}, {"k" + std::to_string(i), {{"type", "integer"}}}}},
+                   {"required", {"a", "k" + std::to_string(i)}}});
+  }
+  ConstraintCache cache(model->model->tokenizer());
+  auto c = cache.Start("json_schema " + nlohmann::ordered_json{{"anyOf", any}}.dump());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const char* text : {"{", "\"", "a", "\"", ":", "\""}) {
+    (*c)->Allowed(1000);
+    if (!(*c)->status().ok()) break;
+    const auto id = model->model->tokenizer().FindToken(text);
+    ASSERT_TRUE(id.has_value()) << text;
+    (*c)->Accept(*id);
+  }
+  if ((*c)->status().ok()) (*c)->Allowed(1000);  // inside the string: every parse is alive
+  EXPECT_FALSE((*c)->status().ok());
+  EXPECT_NE((*c)->status().message().find("too many parses"), std::string::npos) << (*c)->status().message();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));  // a bound, not a benchmark
+}
+
+}  // namespace
+}  // namespace tandem
