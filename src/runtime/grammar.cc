@@ -8,10 +8,12 @@ namespace tandem {
 namespace {
 
 // Nesting a state may reach, and the ways it may continue at once. Past them
-// a continuation is dropped (the others stay): a request cannot make one
-// step unbounded, and JSON grammars stay far below both.
-constexpr size_t kMaxStackDepth = 4096;
-constexpr size_t kMaxStacks = 4096;
+// a continuation is dropped, deterministically (the others stay, so what is
+// still allowed is valid and an answer can always be closed): a request
+// cannot make a state, its cache key or one step unbounded. JSON nested 256
+// deep takes about 512 entries.
+constexpr size_t kMaxStackDepth = 512;
+constexpr size_t kMaxStacks = 256;
 constexpr int32_t kInfinite = std::numeric_limits<int32_t>::max() / 4;
 
 }  // namespace
@@ -24,6 +26,7 @@ ByteSet& ByteSet::Add(uint8_t lo, uint8_t hi) {
 // ---------------------------------------------------------------- builder
 
 int32_t GrammarBuilder::Rule() {
+  ++symbols_;  // a rule costs about what a symbol does
   rules_.emplace_back();
   return int32_t(rules_.size() - 1);
 }
@@ -169,12 +172,14 @@ Grammar::State Grammar::Start() const {
   return s;
 }
 
-bool Grammar::Advance(const State& s, uint8_t c, State* out) const {
+bool Grammar::Advance(const State& s, uint8_t c, State* out, int64_t* work) const {
   out->stacks.clear();
+  if (work != nullptr) *work += int64_t(s.stacks.size());
   for (const std::vector<int32_t>& stack : s.stacks) {
     if (stack.empty()) continue;
     const int32_t e = elements_[size_t(stack.back())];
     if (!sets_[size_t(-e - 2)].Has(c)) continue;
+    if (work != nullptr) *work += int64_t(stack.size());
     std::vector<int32_t> next = stack;
     ++next.back();
     Expand(next, &out->stacks);
@@ -188,6 +193,12 @@ bool Grammar::Accepting(const State& s) const {
 }
 
 bool Grammar::Finished(const State& s) const { return s.stacks.size() == 1 && s.stacks.front().empty(); }
+
+size_t Grammar::Entries(const State& s) {
+  size_t n = 0;
+  for (const std::vector<int32_t>& stack : s.stacks) n += stack.size() + 1;
+  return n;
+}
 
 int64_t Grammar::MinBytesToAccept(const State& s) const {
   int64_t best = std::numeric_limits<int64_t>::max();

@@ -45,13 +45,16 @@ class Grammar {
 
   State Start() const;
   // The state after byte c; false (and *out empty) if c cannot come next.
-  bool Advance(const State& s, uint8_t c, State* out) const;
+  // *work, when given, grows by the stacks looked at and the entries copied.
+  bool Advance(const State& s, uint8_t c, State* out, int64_t* work = nullptr) const;
   // The whole input so far is a sentence of the grammar.
   bool Accepting(const State& s) const;
   // Accepting, and no byte can follow.
   bool Finished(const State& s) const;
   // The fewest bytes that complete a sentence from s (0 when accepting).
   int64_t MinBytesToAccept(const State& s) const;
+  // Stack entries in s (the size of its key; the cost of advancing it).
+  static size_t Entries(const State& s);
   // Appends a key that identifies s (for caches).
   void AppendKey(const State& s, std::vector<int32_t>* key) const;
 

@@ -1,5 +1,6 @@
 #include "runtime/json_schema.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -9,10 +10,11 @@ namespace {
 
 using OJson = nlohmann::ordered_json;
 
-constexpr size_t kMaxGrammarSymbols = size_t(1) << 20;
+constexpr size_t kMaxGrammarSymbols = size_t(1) << 18;
 constexpr int kMaxDepth = 64;
 constexpr int64_t kMaxRepeat = 4096;  // minItems / maxItems / minLength / maxLength
-constexpr size_t kMaxAlternatives = 1024;  // properties of one object, enum values, anyOf branches
+constexpr size_t kMaxAlternatives = 1024;  // properties of one object, enum values
+constexpr size_t kMaxAnyOf = 64;           // anyOf branches: each is a parse kept alive at once
 
 const std::set<std::string>& Annotations() {
   static const std::set<std::string> k = {"title", "description", "default", "examples", "$schema",
@@ -58,6 +60,7 @@ class SchemaCompiler {
   StatusOr<int32_t> String(const OJson& s, const std::string& path);
   StatusOr<int32_t> Ref(const std::string& ref, const std::string& path, int depth);
   StatusOr<int32_t> Literals(const std::vector<const OJson*>& values, const std::string& path);
+  int32_t LiteralTrie(const std::vector<std::string>& texts, size_t begin, size_t end, size_t depth);
   StatusOr<int64_t> Count(const OJson& s, const char* key, int64_t fallback, const std::string& path);
 
   int32_t Rule(std::vector<GrammarBuilder::Sequence> alternatives) {
@@ -82,7 +85,7 @@ class SchemaCompiler {
   }
   Status TooLarge() const {
     return b_.size() > kMaxGrammarSymbols
-               ? InvalidArgument("the schema is too large (its grammar passes 2^20 symbols)")
+               ? InvalidArgument("the schema is too large (its grammar passes 2^18 symbols)")
                : Status::Ok();
   }
 
@@ -100,7 +103,7 @@ int32_t SchemaCompiler::Repeat(int32_t sym, int64_t min, int64_t max) {
     b_.Alternative(tail, {});
   } else {
     tail = Rule({{}});
-    for (int64_t i = min; i < max; ++i) tail = Rule({{sym, tail}, {}});
+    for (int64_t i = min; i < max && b_.size() <= kMaxGrammarSymbols; ++i) tail = Rule({{sym, tail}, {}});
   }
   GrammarBuilder::Sequence seq(size_t(min), sym);
   seq.push_back(tail);
@@ -190,11 +193,34 @@ StatusOr<int64_t> SchemaCompiler::Count(const OJson& s, const char* key, int64_t
 StatusOr<int32_t> SchemaCompiler::Literals(const std::vector<const OJson*>& values, const std::string& path) {
   if (values.empty()) return InvalidArgument("the enum at " + Where(path) + " has no value of the schema's type");
   if (values.size() > kMaxAlternatives) return InvalidArgument("the enum at " + Where(path) + " has over 1024 values");
+  std::vector<std::string> texts;
+  for (const OJson* v : values) texts.push_back(v->dump(-1, ' ', false, OJson::error_handler_t::replace));
+  std::sort(texts.begin(), texts.end());
+  texts.erase(std::unique(texts.begin(), texts.end()), texts.end());
+  size_t bytes = 0;
+  for (const std::string& t : texts) bytes += t.size();
+  if (bytes > kMaxGrammarSymbols) return InvalidArgument("the values at " + Where(path) + " are too large");
+  return LiteralTrie(texts, 0, texts.size(), 0);
+}
+
+// The sorted texts[begin, end), which share their first `depth` bytes, as a
+// byte trie: values with a common prefix are one parse until they differ,
+// so a long enum keeps few parses alive. Recursion is one level per point
+// where values part, at most one per value.
+int32_t SchemaCompiler::LiteralTrie(const std::vector<std::string>& texts, size_t begin, size_t end, size_t depth) {
   std::vector<GrammarBuilder::Sequence> alts;
-  for (const OJson* v : values) {
+  if (texts[begin].size() == depth) alts.push_back({}), ++begin;
+  for (size_t i = begin; i < end;) {
+    size_t j = i;
+    while (j < end && texts[j][depth] == texts[i][depth]) ++j;
+    // The bytes all of [i, j) share (sorted: the first and last agree on them).
+    size_t common = depth + 1;
+    while (common < texts[i].size() && common < texts[j - 1].size() && texts[i][common] == texts[j - 1][common]) ++common;
     GrammarBuilder::Sequence seq;
-    b_.Literal(seq, v->dump(-1, ' ', false, OJson::error_handler_t::replace));
+    b_.Literal(seq, std::string_view(texts[i]).substr(depth, common - depth));
+    if (!(j == i + 1 && texts[i].size() == common)) seq.push_back(LiteralTrie(texts, i, j, common));
     alts.push_back(std::move(seq));
+    i = j;
   }
   return Rule(std::move(alts));
 }
@@ -220,7 +246,7 @@ StatusOr<int32_t> SchemaCompiler::Value(const OJson& s, const std::string& path,
   }
   if (auto it = s.find("anyOf"); it != s.end()) {
     if (!it->is_array() || it->empty()) return InvalidArgument("'anyOf' at " + Where(path) + " must be a non-empty array");
-    if (it->size() > kMaxAlternatives) return InvalidArgument("'anyOf' at " + Where(path) + " has over 1024 branches");
+    if (it->size() > kMaxAnyOf) return InvalidArgument("'anyOf' at " + Where(path) + " has over 64 branches");
     if (keywords > 1) return InvalidArgument("'anyOf' at " + Where(path) + " with other keywords is not supported");
     const int32_t r = b_.Rule();
     for (size_t i = 0; i < it->size(); ++i) {
@@ -250,6 +276,14 @@ StatusOr<int32_t> SchemaCompiler::Value(const OJson& s, const std::string& path,
     }
     return false;
   };
+  if (s.contains("const") || s.contains("enum")) {
+    for (const auto& [key, _] : s.items()) {
+      if (key != "const" && key != "enum" && key != "type" && !Annotations().count(key)) {
+        return InvalidArgument("'" + key + "' beside '" + (s.contains("const") ? "const" : "enum") + "' (at " +
+                               Where(path) + ") is not supported");
+      }
+    }
+  }
   if (auto it = s.find("const"); it != s.end()) return Literals(of_type(*it) ? std::vector{&*it} : std::vector<const OJson*>{}, path);
   if (auto it = s.find("enum"); it != s.end()) {
     if (!it->is_array()) return InvalidArgument("'enum' at " + Where(path) + " must be an array");
@@ -265,10 +299,13 @@ StatusOr<int32_t> SchemaCompiler::Value(const OJson& s, const std::string& path,
     else if (s.contains("minLength") || s.contains("maxLength")) types = {"string"};
     else return AnyValue();
   }
+  std::sort(types.begin(), types.end());
+  types.erase(std::unique(types.begin(), types.end()), types.end());
   if (types.size() == 1) return Typed(s, types[0], path, depth);
   const int32_t r = b_.Rule();
   for (const std::string& t : types) {
     TANDEM_ASSIGN_OR_RETURN(int32_t alt, Typed(s, t, path, depth));
+    TANDEM_RETURN_IF_ERROR(TooLarge());
     b_.Alternative(r, {alt});
   }
   return r;

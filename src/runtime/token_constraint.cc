@@ -8,17 +8,21 @@
 namespace tandem {
 namespace {
 
-// Bounds on what constrained requests may cost the engine loop: masks kept
-// per grammar (at most 8 MiB of them), grammars kept, and the grammar steps
-// one mask may take (an ambiguous schema keeps many parses alive at once;
-// past the budget the request fails rather than stall every other one).
+// Bounds on what constrained requests may cost the engine loop: the bytes of
+// masks and keys kept per grammar (8 MiB; a state with a key over 16 KiB is
+// not kept), grammars kept, and the work one mask may take, counted in stack
+// entries copied (an ambiguous or deeply nested answer keeps many long parses
+// alive; past the budget the request fails rather than stall every other one).
+// Whether a state passes the bound depends on the state alone, so a request
+// fails or not the same way whatever the cache holds.
 constexpr size_t kMaxRecentGrammars = 8;
-constexpr size_t kMaxMasksPerGrammar = 4096;
-constexpr size_t kMaxMaskBytesPerGrammar = size_t(8) << 20;
+constexpr size_t kMaxCacheBytesPerGrammar = size_t(8) << 20;
+constexpr size_t kMaxKeyBytes = size_t(16) << 10;
 
-// Sixty-four parses alive across the whole vocab, within [2^20, 2^24] steps.
+// About 1024 stack entries looked at or copied per trie node, within
+// [2^24, 2^28] (a fraction of a second on these cores).
 int64_t MaxStepsPerMask(const VocabTrie& trie) {
-  return std::clamp<int64_t>(64 * int64_t(trie.nodes().size()), int64_t(1) << 20, int64_t(1) << 24);
+  return std::clamp<int64_t>(1024 * int64_t(trie.nodes().size()), int64_t(1) << 24, int64_t(1) << 28);
 }
 
 void SetBit(TokenMask& mask, int32_t token) { mask[size_t(token) >> 6] |= uint64_t(1) << (token & 63); }
@@ -75,13 +79,11 @@ void VocabTrie::BuildNode(int32_t node, size_t begin, size_t end, size_t depth, 
 // ---------------------------------------------------------------- constraint
 
 struct TokenConstraint::Compiled {
-  struct Entry {
-    TokenMask mask;
-    int64_t max_next = 0;  // the most bytes any allowed token leaves to finish
-  };
+  using Entry = MaskEntry;
   std::shared_ptr<const Grammar> grammar;
   std::vector<std::string> token_bytes;  // by id
   std::unordered_map<std::string, Entry> masks;  // by state key
+  size_t bytes = 0;                              // of masks and keys
 };
 
 namespace {
@@ -95,9 +97,8 @@ void Walk(const Grammar& g, const VocabTrie& trie, int32_t node, const Grammar::
   Grammar::State next;
   for (int32_t c = n.children_begin; c < n.children_end; ++c) {
     const VocabTrie::Node& child = trie.nodes()[size_t(c)];
-    *steps += int64_t(state.stacks.size());
     if (*steps > max_steps) return;
-    if (!g.Advance(state, child.byte, &next)) continue;
+    if (!g.Advance(state, child.byte, &next, steps)) continue;
     if (child.tokens_begin < child.tokens_end) {
       const int64_t need = g.MinBytesToAccept(next);
       if (limit < 0 || need <= limit) {
@@ -129,10 +130,10 @@ const TokenMask& TokenConstraint::Allowed(int64_t budget) {
   g.AppendKey(state_, &key_ints);
   std::string key(reinterpret_cast<const char*>(key_ints.data()), key_ints.size() * sizeof(int32_t));
   auto it = compiled_->masks.find(key);
-  if (it == compiled_->masks.end()) {
-    if (compiled_->masks.size() >= std::min(kMaxMasksPerGrammar, kMaxMaskBytesPerGrammar / (words * 8))) {
-      compiled_->masks.clear();
-    }
+  const Compiled::Entry* entry = nullptr;
+  if (it != compiled_->masks.end()) {
+    entry = &it->second;
+  } else {
     Compiled::Entry e;
     e.mask.assign(words, 0);
     if (!state_.empty()) Walk(g, trie_, 0, state_, -1, e.mask, e.max_next, &steps, max_steps);
@@ -140,13 +141,25 @@ const TokenMask& TokenConstraint::Allowed(int64_t budget) {
     if (g.Accepting(state_)) {
       for (int32_t t : trie_.end_tokens()) SetBit(e.mask, t);
     }
-    it = compiled_->masks.emplace(std::move(key), std::move(e)).first;
+    const size_t bytes = key.size() + words * 8;
+    if (key.size() > kMaxKeyBytes) {
+      uncached_ = std::move(e);  // used once
+      entry = &uncached_;
+    } else {
+      if (compiled_->bytes + bytes > kMaxCacheBytesPerGrammar) {
+        compiled_->masks.clear();
+        compiled_->bytes = 0;
+      }
+      compiled_->bytes += bytes;
+      entry = &compiled_->masks.emplace(std::move(key), std::move(e)).first->second;
+    }
   }
-  if (budget - 1 >= it->second.max_next) return it->second.mask;
+  if (budget - 1 >= entry->max_next) return entry->mask;
   // Near the end of the budget: only tokens after which the answer can still
   // be finished.
   tight_.assign(words, 0);
   int64_t unused = 0;
+  steps = 0;  // this walk's own bound: the same whether or not the full mask was cached
   if (budget >= 1 && !state_.empty()) Walk(g, trie_, 0, state_, budget - 1, tight_, unused, &steps, max_steps);
   if (steps > max_steps) return too_costly();
   if (budget >= 1 && g.Accepting(state_)) {

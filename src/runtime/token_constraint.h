@@ -83,6 +83,11 @@ class TokenConstraint {
   const VocabTrie& trie_;
   Grammar::State state_;
   TokenMask tight_;  // scratch: a mask that had to respect the budget
+  struct MaskEntry {
+    TokenMask mask;
+    int64_t max_next = 0;  // the most bytes any allowed token leaves to finish
+  };
+  MaskEntry uncached_;  // a state too large to keep: its mask, used once
   Status status_;
 };
 
