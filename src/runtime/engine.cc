@@ -124,6 +124,9 @@ StatusOr<std::shared_ptr<RequestHandle>> Engine::Submit(RequestSpec spec) {
     if (t < 0 || t >= model_.config().vocab_size) return InvalidArgument("token id out of range");
   }
   TANDEM_RETURN_IF_ERROR(spec.sampling.Validate());
+  if (!spec.sampling.constraint.empty() && spec.sampling.answer_budget == 0) {
+    spec.sampling.answer_budget = spec.max_tokens;  // travels to a prefill engine, which samples with max_tokens 1
+  }
   if (spec.max_tokens < 0) return InvalidArgument("max_tokens must not be negative");
   if (spec.max_tokens == 0 && remote_) {
     return InvalidArgument("max_tokens 0 is not supported by a disaggregated decode server (its prefill engine samples a first token)");
@@ -295,8 +298,10 @@ void Engine::Step() {
     if (!s.spec.sampling.constraint.empty()) {
       Status st = StartConstraint(s);
       if (st.ok()) {
-        const int64_t total = s.spec.sampling.answer_budget > 0 ? s.spec.sampling.answer_budget : s.spec.max_tokens;
-        const int64_t budget = std::min(total - s.generated, context_tokens_ - pos);
+        // The answer's own budget only (the server clamps max_tokens to the
+        // context), so the prefill engine draws the first token from the mask
+        // the colocated engine would.
+        const int64_t budget = int64_t(s.spec.sampling.answer_budget) - s.generated;
         allowed = &s.constraint->Allowed(budget);
         if (!s.constraint->status().ok()) {
           st = s.constraint->status();

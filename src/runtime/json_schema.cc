@@ -33,25 +33,18 @@ std::string Where(const std::string& path) { return path.empty() ? "#" : "#" + p
 
 class SchemaCompiler {
  public:
-  explicit SchemaCompiler(const OJson& root) : root_(root) {}
-
-  StatusOr<std::shared_ptr<const Grammar>> Build(StatusOr<int32_t> root) {
-    if (!root.ok()) return root.status();
-    auto g = std::move(b_).Build(*root);
-    if (!g.ok()) return InvalidArgument("the schema cannot be generated: " + g.status().message());
-    return g;
-  }
+  // root: what "#" refers to. Several compilers may add to one builder.
+  SchemaCompiler(const OJson& root, GrammarBuilder& b) : root_(root), b_(b) {}
 
   StatusOr<int32_t> Value(const OJson& s, const std::string& path, int depth);
   int32_t AnyObject();
-  StatusOr<int32_t> Wrapped(StatusOr<int32_t> value, std::string_view prefix, std::string_view suffix) {
-    if (!value.ok() || (prefix.empty() && suffix.empty())) return value;
-    GrammarBuilder::Sequence seq;
-    b_.Literal(seq, prefix);
-    seq.push_back(*value);
-    b_.Literal(seq, suffix);
-    return Rule({seq});
+  int32_t Rule(std::vector<GrammarBuilder::Sequence> alternatives) {
+    const int32_t r = b_.Rule();
+    for (auto& a : alternatives) b_.Alternative(r, std::move(a));
+    return r;
   }
+  // item (separator item)* with min..max items.
+  int32_t List(int32_t item, int64_t min, int64_t max, uint8_t separator = ',');
 
  private:
   StatusOr<int32_t> Typed(const OJson& s, const std::string& type, const std::string& path, int depth);
@@ -63,15 +56,8 @@ class SchemaCompiler {
   int32_t LiteralTrie(const std::vector<std::string>& texts, size_t begin, size_t end, size_t depth);
   StatusOr<int64_t> Count(const OJson& s, const char* key, int64_t fallback, const std::string& path);
 
-  int32_t Rule(std::vector<GrammarBuilder::Sequence> alternatives) {
-    const int32_t r = b_.Rule();
-    for (auto& a : alternatives) b_.Alternative(r, std::move(a));
-    return r;
-  }
   // sym repeated min..max times (max -1: unbounded).
   int32_t Repeat(int32_t sym, int64_t min, int64_t max);
-  // item (',' item)* with min..max items.
-  int32_t List(int32_t item, int64_t min, int64_t max);
   int32_t Digits(int64_t min, int64_t max) { return Repeat(b_.Set(ByteSet().Add('0', '9')), min, max); }
   int32_t Char();
   int32_t FreeString();
@@ -90,7 +76,7 @@ class SchemaCompiler {
   }
 
   const OJson& root_;
-  GrammarBuilder b_;
+  GrammarBuilder& b_;
   std::map<std::string, int32_t> refs_;
   int32_t char_ = -1, string_ = -1, integer_ = -1, number_ = -1, any_ = -1, any_object_ = -1;
 };
@@ -110,9 +96,9 @@ int32_t SchemaCompiler::Repeat(int32_t sym, int64_t min, int64_t max) {
   return Rule({seq});
 }
 
-int32_t SchemaCompiler::List(int32_t item, int64_t min, int64_t max) {
+int32_t SchemaCompiler::List(int32_t item, int64_t min, int64_t max, uint8_t separator) {
   if (max == 0) return Rule({{}});
-  const int32_t comma_item = Rule({{b_.Byte(','), item}});
+  const int32_t comma_item = Rule({{b_.Byte(separator), item}});
   const int32_t some = Rule({{item, Repeat(comma_item, std::max<int64_t>(min, 1) - 1, max < 0 ? -1 : max - 1)}});
   return min == 0 ? Rule({{some}, {}}) : some;
 }
@@ -431,36 +417,77 @@ StatusOr<int32_t> SchemaCompiler::Ref(const std::string& ref, const std::string&
   return r;
 }
 
+StatusOr<std::shared_ptr<const Grammar>> Finish(GrammarBuilder& b, StatusOr<int32_t> root) {
+  if (!root.ok()) return root.status();
+  auto g = std::move(b).Build(*root);
+  if (!g.ok()) return InvalidArgument("the schema cannot be generated: " + g.status().message());
+  return g;
+}
+
 }  // namespace
 
-StatusOr<std::shared_ptr<const Grammar>> CompileJsonSchema(const OJson& schema, std::string_view prefix,
-                                                           std::string_view suffix) {
-  SchemaCompiler c(schema);
-  return c.Build(c.Wrapped(c.Value(schema, "", 0), prefix, suffix));
+StatusOr<std::shared_ptr<const Grammar>> CompileJsonSchema(const OJson& schema) {
+  GrammarBuilder b;
+  SchemaCompiler c(schema, b);
+  return Finish(b, c.Value(schema, "", 0));
 }
 
 StatusOr<std::shared_ptr<const Grammar>> CompileJsonObject() {
   const OJson empty = OJson::object();
-  SchemaCompiler c(empty);
-  return c.Build(c.AnyObject());
+  GrammarBuilder b;
+  SchemaCompiler c(empty, b);
+  return Finish(b, c.AnyObject());
+}
+
+// One to max_calls calls, each {"name": <one tool's name>, <key>: <arguments
+// its parameters accept>} between call_prefix and call_suffix, the calls
+// between open and close and apart by separator (one byte, or none for one call).
+StatusOr<std::shared_ptr<const Grammar>> CompileToolCalls(const OJson& spec) {
+  auto text = [&](const char* k) { return spec.contains(k) && spec[k].is_string() ? spec[k].get<std::string>() : ""; };
+  if (!spec.is_object() || !spec.contains("tools") || !spec["tools"].is_array() || spec["tools"].empty() ||
+      !spec.value("max_calls", OJson()).is_number_integer() || spec["max_calls"].get<int64_t>() < 1 ||
+      spec["max_calls"].get<int64_t>() > 64) {
+    return InvalidArgument("a tool-call constraint needs tools and max_calls in [1, 64]");
+  }
+  const int64_t max_calls = spec["max_calls"].get<int64_t>();
+  const std::string key = text("key"), separator = text("separator");
+  if (key.empty() || (max_calls > 1 && separator.size() != 1)) {
+    return InvalidArgument("a tool-call constraint needs its arguments key and a one-byte separator");
+  }
+  GrammarBuilder b;
+  std::vector<GrammarBuilder::Sequence> calls;
+  for (const OJson& tool : spec["tools"]) {
+    if (!tool.is_object() || !tool.value("name", OJson()).is_string() || !tool.contains("parameters")) {
+      return InvalidArgument("a tool-call constraint's tools need a name and parameters");
+    }
+    const std::string name = tool["name"].get<std::string>();
+    SchemaCompiler c(tool["parameters"], b);  // the parameters are their own root: their $refs resolve there
+    StatusOr<int32_t> arguments = c.Value(tool["parameters"], "", 0);
+    if (!arguments.ok()) return InvalidArgument("tool '" + name + "' parameters: " + arguments.status().message());
+    GrammarBuilder::Sequence call;
+    b.Literal(call, text("call_prefix") + "{\"name\":" + OJson(name).dump(-1, ' ', false, OJson::error_handler_t::replace) +
+                        ",\"" + key + "\":");
+    call.push_back(*arguments);
+    b.Literal(call, "}" + text("call_suffix"));
+    calls.push_back(std::move(call));
+  }
+  const OJson empty = OJson::object();
+  SchemaCompiler c(empty, b);
+  const int32_t one = c.Rule(std::move(calls));
+  GrammarBuilder::Sequence all;
+  b.Literal(all, text("open"));
+  all.push_back(max_calls == 1 ? one : c.List(one, 1, max_calls, uint8_t(separator[0])));
+  b.Literal(all, text("close"));
+  return Finish(b, c.Rule({all}));
 }
 
 StatusOr<std::shared_ptr<const Grammar>> CompileConstraint(std::string_view constraint) {
   if (constraint == "json_object") return CompileJsonObject();
-  constexpr std::string_view kSchema = "json_schema ";
-  if (constraint.substr(0, kSchema.size()) == kSchema) {
-    OJson schema = OJson::parse(constraint.substr(kSchema.size()), nullptr, false);
-    if (schema.is_discarded()) return InvalidArgument("the response format's schema is not valid JSON");
-    return CompileJsonSchema(schema);
-  }
-  constexpr std::string_view kWrapped = "json_schema_wrapped ";
-  if (constraint.substr(0, kWrapped.size()) == kWrapped) {
-    OJson spec = OJson::parse(constraint.substr(kWrapped.size()), nullptr, false);
-    if (spec.is_discarded() || !spec.is_object() || !spec.contains("schema") || !spec.value("prefix", OJson()).is_string() ||
-        !spec.value("suffix", OJson()).is_string()) {
-      return InvalidArgument("a wrapped schema constraint needs a schema, a prefix and a suffix");
-    }
-    return CompileJsonSchema(spec["schema"], spec["prefix"].get<std::string>(), spec["suffix"].get<std::string>());
+  for (std::string_view kind : {std::string_view("json_schema "), std::string_view("tool_calls ")}) {
+    if (constraint.substr(0, kind.size()) != kind) continue;
+    const OJson json = OJson::parse(constraint.substr(kind.size()), nullptr, false);
+    if (json.is_discarded()) return InvalidArgument("the output constraint is not valid JSON");
+    return kind == "tool_calls " ? CompileToolCalls(json) : CompileJsonSchema(json);
   }
   return InvalidArgument("unknown output constraint '" + std::string(constraint.substr(0, 32)) + "'");
 }

@@ -7,8 +7,11 @@
 // compile the same grammar from it:
 //   "json_object"           any JSON object
 //   "json_schema " + JSON   a value the schema accepts
-//   "json_schema_wrapped " + {"prefix", "suffix", "schema"}: such a value
-//                           between two fixed texts (a forced tool call)
+//   "tool_calls " + {"tools": [{"name", "parameters"}], "key", "max_calls",
+//                    "call_prefix", "call_suffix", "open", "separator", "close"}
+//                           1..max_calls tool calls {"name": ..., key: arguments}
+//                           in a template's format (a forced tool_choice); each
+//                           tool's parameters are their own schema root
 //
 // The schema subset: type (one or a list), properties, required,
 // additionalProperties (true, false or a schema), items, minItems, maxItems,
@@ -31,8 +34,7 @@
 
 namespace tandem {
 
-StatusOr<std::shared_ptr<const Grammar>> CompileJsonSchema(const nlohmann::ordered_json& schema,
-                                                           std::string_view prefix = "", std::string_view suffix = "");
+StatusOr<std::shared_ptr<const Grammar>> CompileJsonSchema(const nlohmann::ordered_json& schema);
 StatusOr<std::shared_ptr<const Grammar>> CompileJsonObject();
 // Dispatches on the constraint text above.
 StatusOr<std::shared_ptr<const Grammar>> CompileConstraint(std::string_view constraint);

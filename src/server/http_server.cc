@@ -113,6 +113,8 @@ void HttpServer::HandleCompletion(const httplib::Request& req, httplib::Response
   if (auto* e = std::get_if<ApiError>(&parsed)) return SendError(res, *e);
   ParsedRequest& p = std::get<ParsedRequest>(parsed);
   if (!p.has_seed) p.spec.sampling.seed = std::random_device{}() | (uint64_t(std::random_device{}()) << 32);
+  // Every choice must be done by one deadline: the request's timeout from now.
+  if (p.n > 1) p.spec.deadline = std::chrono::steady_clock::now() + engine_.options().request_timeout;
   std::vector<std::shared_ptr<RequestHandle>> handles;
   auto first = engine_.Submit(p.spec);
   if (!first.ok()) return SendError(res, ApiErrorFromStatus(first.status()));

@@ -281,28 +281,28 @@ MaybeError ReadMessages(const Json& body, std::vector<ChatMessage>* out) {
 
 }  // namespace
 
-// tool_choice "required" or a named function: one call of an allowed tool,
-// in the format the answer is parsed in, with arguments its parameters
-// schema accepts.
+// tool_choice "required" or a named function: calls of allowed tools in the
+// format the answer is parsed in, with arguments their parameters schema
+// accepts. A named function is called once; "required" allows up to 8 calls
+// when parallel_tool_calls is on (one in Llama 3's bare-JSON format).
 std::string ForcedToolCallConstraint(const std::vector<ToolSpec>& tools, const ToolChoice& choice,
                                      ToolCallFormat format) {
   using OJson = nlohmann::ordered_json;
-  const char* args = format == ToolCallFormat::kJson ? "parameters" : "arguments";
-  OJson any = OJson::array();
+  OJson list = OJson::array();
   for (const ToolSpec& t : tools) {
     if (choice.mode == "function" && t.name != choice.forced_name) continue;
-    OJson call = {{"type", "object"},
-                  {"properties",
-                   {{"name", {{"const", t.name}}},
-                    {args, t.parameters.is_null() ? OJson{{"type", "object"}} : t.ordered_parameters}}},
-                  {"required", {"name", args}},
-                  {"additionalProperties", false}};
-    any.push_back(std::move(call));
+    list.push_back({{"name", t.name}, {"parameters", t.parameters.is_null() ? OJson{{"type", "object"}} : t.ordered_parameters}});
   }
-  OJson spec = {{"prefix", ""}, {"suffix", ""}, {"schema", any.size() == 1 ? any[0] : OJson{{"anyOf", any}}}};
-  if (format == ToolCallFormat::kTagged) spec["prefix"] = "<tool_call>", spec["suffix"] = "</tool_call>";
-  if (format == ToolCallFormat::kMistral) spec["prefix"] = "[TOOL_CALLS][", spec["suffix"] = "]";
-  return "json_schema_wrapped " + Dump(spec);
+  const bool many = choice.mode == "required" && choice.parallel && format != ToolCallFormat::kJson;
+  OJson spec = {{"tools", std::move(list)},
+                {"key", format == ToolCallFormat::kJson ? "parameters" : "arguments"},
+                {"max_calls", many ? 8 : 1}};
+  if (format == ToolCallFormat::kTagged) {
+    spec["call_prefix"] = "<tool_call>", spec["call_suffix"] = "</tool_call>", spec["separator"] = "\n";
+  } else if (format == ToolCallFormat::kMistral) {
+    spec["open"] = "[TOOL_CALLS][", spec["close"] = "]", spec["separator"] = ",";
+  }
+  return "tool_calls " + Dump(spec);
 }
 
 MaybeError BuildChatPrompt(const Json& body, const nlohmann::ordered_json& ordered, const ModelInfo& model,

@@ -137,12 +137,16 @@ ToolCallStreamer::Out ToolCallStreamer::Push(std::string_view text) {
         break;
       }
       case Mode::kTail: {
-        size_t pos = 0;
-        Match m = Expect(buf_, &pos, "}");
-        if (m == Match::kYes) m = Expect(buf_, &pos, kCloseTag);
-        if (m == Match::kMore) break;
+        // The call is out; what is left of its block (the closing brace, keys
+        // after the arguments that ParseToolCalls ignores too) is dropped up
+        // to the closing tag.
+        const size_t close = buf_.find(kCloseTag);
+        if (close == std::string::npos) {
+          buf_.erase(0, buf_.size() - HeldTail(buf_, kCloseTag));
+          break;
+        }
         ++calls_;
-        if (m == Match::kYes) buf_.erase(0, pos);  // else: what follows the call is content
+        buf_.erase(0, close + kCloseTag.size());
         mode_ = Mode::kText;
         progress = true;
         break;
@@ -174,9 +178,7 @@ ToolCallStreamer::Out ToolCallStreamer::Finish() {
   } else if (mode_ == Mode::kText) {
     out.content = buf_;
   } else if (mode_ == Mode::kTail) {
-    ++calls_;  // a cut-off "}</tool_call>" is dropped; anything else is content
-    size_t pos = 0;
-    if (Expect(buf_, &pos, "}") == Match::kNo) out.content = buf_;
+    ++calls_;  // the block's unclosed rest is dropped, as ParseToolCalls does
   } else {  // kArgs: the call was cut short; its arguments are what was written
     ++calls_;
   }

@@ -156,6 +156,31 @@ TEST(JsonSchema, WhatTheSubsetCannotHonourIsRefusedByName) {
             std::string::npos);
 }
 
+// Forced tool calls: each tool's parameters are their own root (their $refs
+// resolve there), and "required" with parallel calls allows several.
+TEST(JsonSchema, ToolCallConstraintsResolveEachToolsOwnRefsAndTakeSeveralCalls) {
+  const OJson spec = OJson::parse(R"({"tools": [
+      {"name": "tree", "parameters": {"type": "object", "properties": {"child": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}},
+                                      "required": ["child"]}},
+      {"name": "pick", "parameters": {"$defs": {"c": {"enum": ["red", "blue"]}}, "type": "object",
+                                      "properties": {"color": {"$ref": "#/$defs/c"}}, "required": ["color"]}}],
+    "key": "arguments", "max_calls": 3, "call_prefix": "<tool_call>", "call_suffix": "</tool_call>", "separator": "\n"})");
+  auto g = CompileConstraint("tool_calls " + spec.dump());
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_TRUE(Matches(**g, R"(<tool_call>{"name":"tree","arguments":{"child":{"child":null}}}</tool_call>)"));
+  EXPECT_TRUE(Matches(**g, "<tool_call>{\"name\":\"pick\",\"arguments\":{\"color\":\"red\"}}</tool_call>\n"
+                           "<tool_call>{\"name\":\"tree\",\"arguments\":{\"child\":null}}</tool_call>"));
+  EXPECT_FALSE(Matches(**g, R"(<tool_call>{"name":"pick","arguments":{"color":"green"}}</tool_call>)"));
+  EXPECT_FALSE(Matches(**g, R"(<tool_call>{"name":"tree","arguments":{"child":{"name":"tree","arguments":{}}}}</tool_call>)"));
+  EXPECT_FALSE(Matches(**g, ""));
+  OJson bad = spec;
+  bad["tools"][1]["parameters"]["properties"]["color"] = {{"type", "string"}, {"format", "color"}};
+  auto refused = CompileConstraint("tool_calls " + bad.dump());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("tool 'pick' parameters: 'format'"), std::string::npos)
+      << refused.status().message();
+}
+
 // A long enum is a byte trie: every value is reachable, and values sharing a
 // prefix stay one parse until they part.
 TEST(JsonSchema, LongEnumsKeepEveryValueReachable) {

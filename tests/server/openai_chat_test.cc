@@ -152,8 +152,10 @@ TEST(OpenAiChat, ToolChoice) {
       m));
   EXPECT_NE(PromptText(r).find("You must call the function 'get_weather'."), std::string::npos);
   // A forced choice is a grammar: one call of that tool, in the answer's format.
-  EXPECT_NE(r.spec.sampling.constraint.find(R"("prefix":"<tool_call>")"), std::string::npos) << r.spec.sampling.constraint;
-  EXPECT_NE(r.spec.sampling.constraint.find(R"({"const":"get_weather"})"), std::string::npos);
+  EXPECT_NE(r.spec.sampling.constraint.find(R"("call_prefix":"<tool_call>")"), std::string::npos) << r.spec.sampling.constraint;
+  EXPECT_NE(r.spec.sampling.constraint.find(R"({"name":"get_weather","parameters":{"type":"object")"), std::string::npos)
+      << r.spec.sampling.constraint;
+  EXPECT_NE(r.spec.sampling.constraint.find(R"("max_calls":1)"), std::string::npos) << "a named function: one call";
   EXPECT_TRUE(r.parallel_tool_calls);
   r = ExpectParsed(ParseChatCompletionRequest(ToolRequest(R"("parallel_tool_calls": false)"), m));
   EXPECT_FALSE(r.parallel_tool_calls);

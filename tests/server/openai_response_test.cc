@@ -401,6 +401,14 @@ TEST(ToolCallStreamer, CallsStreamArgumentByArgumentAndEverySplitAgrees) {
     }
     if (piece == 1) EXPECT_GT(deltas, 30) << "one character at a time, the arguments streamed";
   }
+  // Keys after the arguments are ignored, streamed or not.
+  const std::string extra = "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1}, \"id\": \"x\"}</tool_call>";
+  ToolCallStreamer x(7, ToolCallFormat::kTagged);
+  ToolCallStreamer::Out got = x.Push(extra);
+  const ToolCallStreamer::Out tail = x.Finish();
+  EXPECT_EQ(got.content + tail.content, ParseToolCalls(extra, 7).content);
+  ASSERT_EQ(got.calls.size(), 1u);
+  EXPECT_EQ(got.calls[0].arguments, "{\"a\": 1}");
   // parallel_tool_calls false: the first call only.
   ToolCallStreamer one(7, ToolCallFormat::kTagged, 1);
   ToolCallStreamer::Out first = one.Push(answer);
