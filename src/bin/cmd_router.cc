@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "bin/access_flags.h"
 #include "bin/commands.h"
 #include "common/log.h"
 #include "router/router.h"
@@ -13,6 +14,7 @@ namespace tandem::cli {
 void RegisterRouter(CLI::App& app) {
   auto o = std::make_shared<RouterOptions>();
   auto level = std::make_shared<std::string>("info");
+  auto access = std::make_shared<AccessFlags>();
   CLI::App* cmd = app.add_subcommand("router", "Route OpenAI requests to disaggregated decode servers");
   cmd->add_option("--host", o->host, "Address to listen on");
   cmd->add_option("--port", o->port, "Port (0: any free port)")->check(CLI::Range(0, 65535));
@@ -21,8 +23,15 @@ void RegisterRouter(CLI::App& app) {
       ->required();
   cmd->add_option("--request-timeout", o->request_timeout_s, "Seconds before an upstream request is abandoned");
   AddLogLevel(cmd, level.get());
-  cmd->callback([o, level] {
+  access->AddTo(cmd);
+  cmd->callback([o, level, access] {
     if (!StartLog("router", *level)) return SetExitCode(2);
+    auto policy = access->Load();
+    if (!policy.ok()) {
+      TLOG_ERROR("error: %s\n", policy.status().ToString().c_str());
+      return SetExitCode(2);
+    }
+    o->access = std::move(policy).value();
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);

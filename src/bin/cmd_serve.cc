@@ -13,6 +13,7 @@
 #include "bin/model_options.h"
 #include "kernels/cpu.h"
 #include "decode/remote_prefill.h"
+#include "bin/access_flags.h"
 #include "server/http_server.h"
 
 namespace tandem::cli {
@@ -21,6 +22,7 @@ namespace {
 struct ServeArgs {
   ModelOptions model;
   ServerOptions server;
+  AccessFlags access;
   EngineOptions engine;
   DecodeOptions decode;  // the decode role, with --prefill
   std::string prefill_order;  // empty: each role's default (arrival here, shortest on a prefill engine)
@@ -75,6 +77,9 @@ DisaggLaunch LaunchFor(const ServeArgs& a) {
   l.prefill_engines = a.prefill_engines;
   l.fault_control = a.fault_control;
   for (auto* side : {&l.prefill_args, &l.decode_args, &l.router_args}) side->insert(side->end(), {"--log-level", a.log_level});
+  for (auto* side : {&l.decode_args, &l.router_args}) {  // the router passes the client's key on
+    for (const std::string& arg : a.access.Args()) side->push_back(arg);
+  }
   for (auto* side : {&l.prefill_args, &l.decode_args}) {
     side->insert(side->end(), {"--transport", a.transport, "--peer-timeout-ms", std::to_string(a.peer_timeout_ms)});
   }
@@ -125,6 +130,12 @@ int RunServe(ServeArgs& a) {
                "of the prefill engine's transport: they need --disagg (or pass them to `tandem prefill`)\n");
     return 2;
   }
+  auto access = a.access.Load();
+  if (!access.ok()) {
+    TLOG_ERROR("error: %s\n", access.status().ToString().c_str());
+    return 2;
+  }
+  a.server.access = std::move(access).value();
   if (a.disagg) return RunDisagg(LaunchFor(a));
   // Block the signals in every thread; the main thread takes them with sigwait.
   sigset_t set;
@@ -240,6 +251,7 @@ void RegisterServe(CLI::App& app) {
                   "Disaggregated: a handoff not committed this long after its destination was sent is aborted "
                   "(its request re-placed or failed)")
       ->check(CLI::Range(int64_t(10), int64_t(3600) * 1000));
+  a->access.AddTo(cmd);
   cmd->add_flag("--disagg", a->disagg,
                 "Start a prefill engine, a decode server and a router on this host (router on --port)");
   cmd->add_option("--prefill-engines", a->prefill_engines,

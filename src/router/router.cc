@@ -90,6 +90,7 @@ Status Router::Start() {
   if (backends_.empty()) return InvalidArgument("the router needs at least one --decode backend");
   server_ = std::make_unique<httplib::Server>();
   server_->new_task_queue = [] { return new httplib::ThreadPool(128); };
+  InstallAccessPolicy(*server_, options_.access);
   server_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     const bool any = std::any_of(backends_.begin(), backends_.end(), [](const auto& b) { return b->healthy.load(); });
     res.status = any ? 200 : 503;
@@ -143,8 +144,10 @@ void Router::Forward(const httplib::Request& req, httplib::Response& res) {
   } done{*b->in_flight};
   httplib::Client cli(b->host, b->port);
   cli.set_read_timeout(std::chrono::milliseconds(int64_t(options_.request_timeout_s * 1000)));
-  auto up = req.method == "GET" ? cli.Get(req.path.c_str())
-                                : cli.Post(req.path.c_str(), req.body, req.get_header_value("Content-Type").c_str());
+  httplib::Headers headers;
+  if (req.has_header("Authorization")) headers.emplace("Authorization", req.get_header_value("Authorization"));
+  auto up = req.method == "GET" ? cli.Get(req.path.c_str(), headers)
+                                : cli.Post(req.path.c_str(), headers, req.body, req.get_header_value("Content-Type").c_str());
   if (!up) {
     ++b->failed;
     b->healthy = false;
@@ -169,10 +172,10 @@ void Router::ForwardStream(const httplib::Request& req, httplib::Response& res, 
     std::thread upstream;
   };
   auto relay = std::make_shared<Relay>();
-  const std::string body = req.body, path = req.path, host = b.host;
+  const std::string body = req.body, path = req.path, host = b.host, authorization = req.get_header_value("Authorization");
   const int port = b.port;
   const double timeout = options_.request_timeout_s;
-  relay->upstream = std::thread([relay, body, path, host, port, timeout, in_flight = b.in_flight] {
+  relay->upstream = std::thread([relay, body, path, host, port, timeout, authorization, in_flight = b.in_flight] {
     struct Done {
       std::atomic<int64_t>& n;
       ~Done() { --n; }
@@ -184,6 +187,7 @@ void Router::ForwardStream(const httplib::Request& req, httplib::Response& res, 
     up.path = path;
     up.body = body;
     up.set_header("Content-Type", "application/json");
+    if (!authorization.empty()) up.set_header("Authorization", authorization);
     up.response_handler = [relay](const httplib::Response& r) {
       std::lock_guard<std::mutex> lock(relay->mu);
       relay->status = r.status;

@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include "server/access.h"
+
 #include "common/mutex.h"
 #include "common/placement.h"
 #include "common/status.h"
@@ -39,6 +41,7 @@ struct RouterOptions {
   std::vector<std::string> backends;  // decode servers, "host:port"
   std::chrono::milliseconds health_interval{200};
   double request_timeout_s = 600;
+  AccessPolicy access;  // API keys and CORS; the client's Authorization goes on to the backend
 };
 
 class Router {

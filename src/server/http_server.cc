@@ -40,6 +40,7 @@ Status HttpServer::Start() {
   const int threads = options_.http_threads;
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
   server_->set_payload_max_length(options_.max_body_bytes);
+  InstallAccessPolicy(*server_, options_.access);
   // A connection may wait for a free handler thread under load; do not drop
   // it for being slow to be read (cpp-httplib's default is 5 s).
   server_->set_read_timeout(60, 0);

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "runtime/engine.h"
+#include "server/access.h"
 #include "server/openai_api.h"
 
 namespace httplib {
@@ -28,6 +29,7 @@ struct ServerOptions {
   size_t max_body_bytes = size_t(8) << 20;
   std::string model_id;  // default: the model's general.name
   int http_threads = 128;
+  AccessPolicy access;  // API keys and CORS (server/access.h)
 };
 
 class HttpServer {

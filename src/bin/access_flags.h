@@ -1,0 +1,22 @@
+// --api-key, --api-key-file and --cors-origin on `serve` and `router`
+// (server/access.h), and their re-spelling for serve --disagg's children.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+#include <vector>
+
+#include "server/access.h"
+
+namespace tandem::cli {
+
+struct AccessFlags {
+  std::string api_key, api_key_file, cors_origin;
+
+  void AddTo(CLI::App* cmd);
+  StatusOr<AccessPolicy> Load() const;
+  std::vector<std::string> Args() const;  // for a child process
+};
+
+}  // namespace tandem::cli

@@ -1,0 +1,54 @@
+// API keys and CORS as rules, without sockets (server/access.h).
+#include "server/access.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "support/process.h"
+
+namespace tandem {
+namespace {
+
+TEST(Access, KeysAreComparedWholeAndOnlyTheApiRoutesNeedThem) {
+  EXPECT_TRUE(ConstantTimeEqual("sk-secret-1", "sk-secret-1"));
+  EXPECT_FALSE(ConstantTimeEqual("sk-secret-1", "sk-secret-2"));
+  EXPECT_FALSE(ConstantTimeEqual("sk-secret", "sk-secret-1"));  // a prefix is not the key
+  EXPECT_FALSE(ConstantTimeEqual("", "x"));
+  const std::string dir = testing::MakeTempDir();
+  std::ofstream(dir + "/keys") << "# team keys\n\n  sk-first-key  \nsk-second-key\n";
+  auto p = AccessPolicy::Load("", dir + "/keys", "");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->api_keys, (std::vector<std::string>{"sk-first-key", "sk-second-key"}));
+  EXPECT_TRUE(p->Authorized("/v1/chat/completions", "Bearer sk-second-key"));
+  EXPECT_FALSE(p->Authorized("/v1/chat/completions", "Bearer sk-second-ke"));
+  EXPECT_FALSE(p->Authorized("/v1/models", "sk-first-key"));  // not a bearer token
+  EXPECT_FALSE(p->Authorized("/v1/models", ""));
+  EXPECT_TRUE(p->Authorized("/health", ""));
+  EXPECT_TRUE(p->Authorized("/metrics", ""));
+  EXPECT_TRUE(AccessPolicy{}.Authorized("/v1/models", ""));  // no keys configured: open
+  EXPECT_FALSE(AccessPolicy::Load("", dir + "/missing", "").ok());
+  std::ofstream(dir + "/empty") << "# nothing\n";
+  EXPECT_NE(AccessPolicy::Load("", dir + "/empty", "").status().message().find("holds no key"), std::string::npos);
+  EXPECT_NE(AccessPolicy::Load("short", "", "").status().message().find("at least 8"), std::string::npos);
+}
+
+TEST(Access, CorsHeadersOnlyForTheConfiguredOrigin) {
+  EXPECT_TRUE(AccessPolicy{}.CorsHeaders("https://evil.example", false).empty());
+  AccessPolicy one;
+  one.cors_origin = "https://app.example";
+  EXPECT_TRUE(one.CorsHeaders("https://evil.example", true).empty());
+  auto h = one.CorsHeaders("https://app.example", false);
+  EXPECT_EQ(h["Access-Control-Allow-Origin"], "https://app.example");
+  EXPECT_EQ(h["Vary"], "Origin");
+  EXPECT_EQ(h.count("Access-Control-Allow-Methods"), 0u);
+  h = one.CorsHeaders("https://app.example", true);
+  EXPECT_EQ(h["Access-Control-Allow-Headers"], "Authorization, Content-Type");
+  AccessPolicy any;
+  any.cors_origin = "*";
+  EXPECT_EQ(any.CorsHeaders("https://anywhere.example", false)["Access-Control-Allow-Origin"], "*");
+  EXPECT_TRUE(any.CorsHeaders("", false).empty());  // not a browser's cross-origin request
+}
+
+}  // namespace
+}  // namespace tandem
