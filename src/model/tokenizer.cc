@@ -72,6 +72,9 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& gguf) {
   TANDEM_RETURN_IF_ERROR(tok->LoadByteTokens());
   if (tok->kind_ == Kind::kBpe) TANDEM_RETURN_IF_ERROR(tok->LoadMerges(gguf));
   tok->IndexSpecialTokens();
+  for (int32_t id = 0; id < tok->vocab_size(); ++id) {
+    tok->max_token_bytes_ = std::max({tok->max_token_bytes_, tok->TokenBytes(id).size(), tok->TokenText(id).size()});
+  }
   return tok;
 }
 

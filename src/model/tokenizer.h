@@ -60,6 +60,9 @@ class Tokenizer {
   std::string Decode(std::span<const int32_t> ids) const;
 
   int32_t vocab_size() const { return int32_t(tokens_.size()); }
+  // The most bytes of text one token stands for (as text or as a special
+  // token's marker): a text of n bytes encodes to at least n / this tokens.
+  size_t max_token_bytes() const { return max_token_bytes_; }
   int32_t bos_id() const { return bos_; }  // -1 if absent
   int32_t eos_id() const { return eos_; }  // -1 if absent
   int32_t unk_id() const { return unk_; }  // -1 if absent
@@ -107,6 +110,7 @@ class Tokenizer {
   std::vector<std::string> tokens_;
   std::vector<float> scores_;
   std::vector<TokenType> types_;
+  size_t max_token_bytes_ = 1;
   std::unordered_map<std::string, int32_t> token_ids_;  // first id wins for duplicates
   // SPM: the <0xXX> tokens; BPE: the single byte-level characters. -1 if absent.
   std::array<int32_t, 256> byte_tokens_{};

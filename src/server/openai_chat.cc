@@ -356,6 +356,7 @@ MaybeError BuildChatPrompt(const Json& body, const nlohmann::ordered_json& order
   }
   // Templates that spell BOS themselves get none added; special tokens are
   // parsed so the template's markers become their control tokens.
+  TANDEM_RETURN_IF_API_ERROR(CheckPromptBytes(prompt->size(), model, "messages"));
   *tokens = tok.Encode(*prompt, ChatFormat::NeedsBos(*prompt, tok.add_bos(), bos_text), /*parse_special=*/true);
   if (tokens->empty()) return BadRequest("messages", "the rendered prompt is empty");
   return std::nullopt;

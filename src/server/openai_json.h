@@ -69,6 +69,10 @@ MaybeError BuildChatPrompt(const Json& body, const nlohmann::ordered_json& order
                            std::vector<int32_t>* tokens, bool* tools_enabled, ToolCallFormat* tool_format,
                            std::string* forced_constraint);
 
+// Refuses, before tokenizing, a prompt text too long for the context
+// whatever it encodes to (tokenizing costs memory per byte).
+MaybeError CheckPromptBytes(size_t bytes, const ModelInfo& model, const char* param);
+
 // Implemented in openai_format.cc.
 MaybeError ReadResponseFormat(const nlohmann::ordered_json& ordered, const Json& body, std::string* constraint);
 MaybeError ReadLogitControls(const Json& body, const ModelInfo& model, SamplingParams* p);

@@ -252,6 +252,7 @@ MaybeError ReadCompletionPrompt(const Json& body, const ModelInfo& model,
   if (v->is_string()) {
     std::string text;
     TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadString(*v, "prompt", &text));
+    TANDEM_RETURN_IF_API_ERROR(openai_internal::CheckPromptBytes(text.size(), model, "prompt"));
     *tokens = tok.Encode(text, tok.add_bos(), /*parse_special=*/true);
     *prompt_text = std::move(text);
   } else if (v->is_array() && !v->empty() && AllOf(*v, &Json::is_number)) {
@@ -267,6 +268,23 @@ MaybeError ReadCompletionPrompt(const Json& body, const ModelInfo& model,
   if (tokens->empty()) return BadRequest("prompt", "'prompt' must not be empty");
   return std::nullopt;
 }
+
+}  // namespace
+
+namespace openai_internal {
+
+MaybeError CheckPromptBytes(size_t bytes, const ModelInfo& model, const char* param) {
+  const size_t per_token = model.tokenizer->max_token_bytes() + 1;  // + a leading space an encoder may add
+  if (bytes / per_token < size_t(model.context_length)) return std::nullopt;
+  return BadRequest(param,
+                    "the prompt is " + std::to_string(bytes) + " bytes: at least " + std::to_string(bytes / per_token) +
+                        " tokens, more than the context holds (" + std::to_string(model.context_length) + ")",
+                    "context_length_exceeded");
+}
+
+}  // namespace openai_internal
+
+namespace {
 
 // The prompt and the answer share the context: at least one token must fit
 // after the prompt, and max_tokens is clamped to what is left.

@@ -419,3 +419,28 @@ TEST(OpenAiRequest, ResponseFormatsPenaltiesAndLogitBiasReachTheSampler) {
 
 }  // namespace
 }  // namespace tandem
+
+namespace tandem {
+namespace {
+
+// A prompt that cannot fit whatever it encodes to is refused before it is
+// tokenized (the pre-tokenizer's memory grows with the bytes).
+TEST(OpenAiRequest, APromptTooLongInBytesIsRefusedBeforeTokenizing) {
+  const ModelInfo model = TestModel();
+  const size_t per_token = model.tokenizer->max_token_bytes() + 1;
+  const std::string big(size_t(model.context_length) * per_token, 'a');
+  for (const std::string& body :
+       {R"({"prompt": ")" + big + R"("})", R"({"messages": [{"role": "user", "content": ")" + big + R"("}]})"}) {
+    const bool chat = body.find("messages") != std::string::npos;
+    const ApiError e = ExpectError(chat ? ParseChatCompletionRequest(body, model) : ParseCompletionRequest(body, model));
+    EXPECT_EQ(e.code, "context_length_exceeded");
+    EXPECT_NE(e.message.find("bytes"), std::string::npos) << e.message;
+  }
+  // Just under the bound, the prompt is tokenized and judged by its tokens.
+  const std::string fits(size_t(model.context_length) * per_token - per_token, 'a');
+  const ParseResult r = ParseCompletionRequest(R"({"prompt": ")" + fits + R"("})", model);
+  if (const auto* e = std::get_if<ApiError>(&r)) EXPECT_EQ(e->message.find("bytes"), std::string::npos) << e->message;
+}
+
+}  // namespace
+}  // namespace tandem
