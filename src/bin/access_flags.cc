@@ -3,14 +3,23 @@
 namespace tandem::cli {
 
 void AccessFlags::AddTo(CLI::App* cmd) {
-  cmd->add_option("--api-key", api_key,
+  api_key_option = cmd->add_option("--api-key", api_key,
                   "Require 'Authorization: Bearer KEY' on /v1/ routes (visible in ps: prefer --api-key-file)");
-  cmd->add_option("--api-key-file", api_key_file, "Require one of the keys in this file (one per line) on /v1/ routes");
+  api_key_file_option = cmd->add_option("--api-key-file", api_key_file, "Require one of the keys in this file (one per line) on /v1/ routes");
   cmd->add_option("--cors-origin", cors_origin,
                   "Send CORS headers to this origin ('*': any); none are sent without it");
 }
 
-StatusOr<AccessPolicy> AccessFlags::Load() const { return AccessPolicy::Load(api_key, api_key_file, cors_origin); }
+StatusOr<AccessPolicy> AccessFlags::Load() const {
+  // `--api-key "$KEY"` with KEY unset must not start an open server.
+  if (api_key_option != nullptr && api_key_option->count() > 0 && api_key.empty()) {
+    return InvalidArgument("--api-key was given an empty key");
+  }
+  if (api_key_file_option != nullptr && api_key_file_option->count() > 0 && api_key_file.empty()) {
+    return InvalidArgument("--api-key-file was given an empty path");
+  }
+  return AccessPolicy::Load(api_key, api_key_file, cors_origin);
+}
 
 std::vector<std::string> AccessFlags::Args() const {
   std::vector<std::string> args;

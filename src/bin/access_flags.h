@@ -13,6 +13,8 @@ namespace tandem::cli {
 
 struct AccessFlags {
   std::string api_key, api_key_file, cors_origin;
+  CLI::Option* api_key_option = nullptr;  // given at all (an empty value is refused, never "no key")
+  CLI::Option* api_key_file_option = nullptr;
 
   void AddTo(CLI::App* cmd);
   StatusOr<AccessPolicy> Load() const;

@@ -22,6 +22,7 @@ void RegisterRouter(CLI::App& app) {
       ->delimiter(',')
       ->required();
   cmd->add_option("--request-timeout", o->request_timeout_s, "Seconds before an upstream request is abandoned");
+  cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body (413 past it)");
   AddLogLevel(cmd, level.get());
   access->AddTo(cmd);
   cmd->callback([o, level, access] {

@@ -90,7 +90,8 @@ Status Router::Start() {
   if (backends_.empty()) return InvalidArgument("the router needs at least one --decode backend");
   server_ = std::make_unique<httplib::Server>();
   server_->new_task_queue = [] { return new httplib::ThreadPool(128); };
-  InstallAccessPolicy(*server_, options_.access);
+  server_->set_payload_max_length(options_.max_body_bytes);
+  InstallCors(*server_, options_.access);
   server_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     const bool any = std::any_of(backends_.begin(), backends_.end(), [](const auto& b) { return b->healthy.load(); });
     res.status = any ? 200 : 503;
@@ -130,6 +131,7 @@ void Router::Stop() {
 }
 
 void Router::Forward(const httplib::Request& req, httplib::Response& res) {
+  if (!Admit(options_.access, req, res)) return;
   const auto body = nlohmann::json::parse(req.body, nullptr, false);
   Backend* b = Pick(body.is_discarded() ? 0 : ConversationKey(body));
   if (!b) {
@@ -155,7 +157,9 @@ void Router::Forward(const httplib::Request& req, httplib::Response& res) {
   }
   ++b->forwarded;
   res.status = up->status;
-  if (up->has_header("Retry-After")) res.set_header("Retry-After", up->get_header_value("Retry-After"));
+  for (const char* h : {"Retry-After", "WWW-Authenticate"}) {
+    if (up->has_header(h)) res.set_header(h, up->get_header_value(h));
+  }
   res.set_content(up->body, up->get_header_value("Content-Type").c_str());
 }
 

@@ -42,6 +42,7 @@ struct RouterOptions {
   std::chrono::milliseconds health_interval{200};
   double request_timeout_s = 600;
   AccessPolicy access;  // API keys and CORS; the client's Authorization goes on to the backend
+  size_t max_body_bytes = size_t(8) << 20;  // a larger body is refused (413)
 };
 
 class Router {

@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <cctype>
 #include <fstream>
 
 #include "server/openai_api.h"
@@ -28,12 +29,16 @@ StatusOr<AccessPolicy> AccessPolicy::Load(const std::string& key, const std::str
     std::ifstream in(key_file);
     if (!in) return NotFound("cannot read --api-key-file '" + key_file + "'");
     std::string line;
-    while (std::getline(in, line)) {
+    size_t from_file = 0;
+    for (bool first = true; std::getline(in, line); first = false) {
+      if (first && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);  // a UTF-8 byte-order mark
       const size_t b = line.find_first_not_of(" \t\r"), e = line.find_last_not_of(" \t\r");
       if (b == std::string::npos || line[b] == '#') continue;
       p.api_keys.push_back(line.substr(b, e - b + 1));
+      ++from_file;
     }
-    if (p.api_keys.empty()) return InvalidArgument("--api-key-file '" + key_file + "' holds no key");
+    if (in.bad() || !in.eof()) return InvalidArgument("cannot read --api-key-file '" + key_file + "' to its end");
+    if (from_file == 0) return InvalidArgument("--api-key-file '" + key_file + "' holds no key");
   }
   for (const std::string& k : p.api_keys) {
     if (k.size() < 8) return InvalidArgument("an API key must be at least 8 characters");
@@ -43,8 +48,11 @@ StatusOr<AccessPolicy> AccessPolicy::Load(const std::string& key, const std::str
 
 bool AccessPolicy::Authorized(std::string_view path, std::string_view authorization) const {
   if (api_keys.empty() || path.substr(0, 4) != "/v1/") return true;
-  constexpr std::string_view kBearer = "Bearer ";
-  if (authorization.substr(0, kBearer.size()) != kBearer) return false;
+  constexpr std::string_view kBearer = "bearer ";  // the scheme is case-insensitive (RFC 9110)
+  if (authorization.size() < kBearer.size()) return false;
+  for (size_t i = 0; i < kBearer.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(authorization[i])) != kBearer[i]) return false;
+  }
   const std::string_view given = authorization.substr(kBearer.size());
   bool ok = false;
   for (const std::string& k : api_keys) ok = ConstantTimeEqual(given, k) || ok;  // every key compared, always
@@ -72,23 +80,30 @@ std::string UnauthorizedJson() {
   return ErrorJson(e);
 }
 
-void InstallAccessPolicy(httplib::Server& server, const AccessPolicy& policy) {
+void InstallCors(httplib::Server& server, const AccessPolicy& policy) {
+  if (policy.cors_origin.empty()) return;
   server.set_pre_routing_handler([policy](const httplib::Request& req, httplib::Response& res) {
-    const bool preflight = req.method == "OPTIONS";
-    const auto cors = policy.CorsHeaders(req.get_header_value("Origin"), preflight);
-    for (const auto& [k, v] : cors) res.set_header(k, v);
-    if (preflight && !policy.cors_origin.empty()) {
-      res.status = cors.empty() ? 403 : 204;  // another origin: refused
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    if (!policy.Authorized(req.path, req.get_header_value("Authorization"))) {
-      res.status = 401;
-      res.set_header("WWW-Authenticate", "Bearer");
-      res.set_content(UnauthorizedJson(), "application/json");
-      return httplib::Server::HandlerResponse::Handled;
+    if (req.method != "OPTIONS") {
+      for (const auto& [k, v] : policy.CorsHeaders(req.get_header_value("Origin"), false)) res.set_header(k, v);
     }
     return httplib::Server::HandlerResponse::Unhandled;
   });
+  server.Options(R"(/v1/.*)", [policy](const httplib::Request& req, httplib::Response& res) {
+    auto cors = policy.CorsHeaders(req.get_header_value("Origin"), true);
+    // The origin is trusted: whatever headers its client asks to send may come.
+    const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+    if (!cors.empty() && !asked.empty()) cors["Access-Control-Allow-Headers"] = asked;
+    for (const auto& [k, v] : cors) res.set_header(k, v);
+    res.status = cors.empty() ? 403 : 204;
+  });
+}
+
+bool Admit(const AccessPolicy& policy, const httplib::Request& req, httplib::Response& res) {
+  if (policy.Authorized(req.path, req.get_header_value("Authorization"))) return true;
+  res.status = 401;
+  res.set_header("WWW-Authenticate", "Bearer");
+  res.set_content(UnauthorizedJson(), "application/json");
+  return false;
 }
 
 }  // namespace tandem

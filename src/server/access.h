@@ -43,13 +43,19 @@ std::string UnauthorizedJson();
 
 namespace httplib {
 class Server;
-}
+class Request;
+class Response;
+}  // namespace httplib
 
 namespace tandem {
 
-// Applies `policy` to every request of `server` before routing: CORS headers
-// (and the answer to a preflight OPTIONS when an origin is configured), then
-// a 401 with WWW-Authenticate for an API route without a valid key.
-void InstallAccessPolicy(httplib::Server& server, const AccessPolicy& policy);
+// CORS on `server`: the configured origin's headers on every response, and
+// its preflight OPTIONS on /v1/ routes answered (204; another origin 403).
+// Preflights are answered by a route, after the request's body is read.
+void InstallCors(httplib::Server& server, const AccessPolicy& policy);
+// For API handlers, after the body is read (an answer sent before it would
+// leave the body on a kept-alive connection to be read as the next request):
+// false, with a 401 and WWW-Authenticate written, when the key is missing or wrong.
+bool Admit(const AccessPolicy& policy, const httplib::Request& req, httplib::Response& res);
 
 }  // namespace tandem

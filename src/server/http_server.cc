@@ -40,7 +40,7 @@ Status HttpServer::Start() {
   const int threads = options_.http_threads;
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
   server_->set_payload_max_length(options_.max_body_bytes);
-  InstallAccessPolicy(*server_, options_.access);
+  InstallCors(*server_, options_.access);
   // A connection may wait for a free handler thread under load; do not drop
   // it for being slow to be read (cpp-httplib's default is 5 s).
   server_->set_read_timeout(60, 0);
@@ -83,7 +83,8 @@ void HttpServer::Routes() {
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(engine_.metrics().Text(), "text/plain; version=0.0.4");
   });
-  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+  s.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!Admit(options_.access, req, res)) return;
     res.set_content(ModelsJson(info_), "application/json");
   });
   s.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
@@ -109,6 +110,7 @@ void HttpServer::Routes() {
 }
 
 void HttpServer::HandleCompletion(const httplib::Request& req, httplib::Response& res, bool chat) {
+  if (!Admit(options_.access, req, res)) return;
   ParseResult parsed = chat ? ParseChatCompletionRequest(req.body, info_)
                             : ParseCompletionRequest(req.body, info_);
   if (auto* e = std::get_if<ApiError>(&parsed)) return SendError(res, *e);

@@ -40,6 +40,19 @@ void ExpectKeyRules(int port) {
   auto health = Get(port, "/health");
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
+  // A refused request's body is read, not left on the connection to be taken
+  // for the next request: the next one on the same kept-alive connection is
+  // answered as itself.
+  httplib::Client reused("127.0.0.1", port);
+  reused.set_keep_alive(true);
+  const std::string smuggled = "GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-test-key-1\r\n\r\n";
+  auto refused = reused.Post("/v1/completions", smuggled, "text/plain");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 401);
+  auto next = reused.Get("/health");
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->status, 200);
+  EXPECT_NE(next->body.find("ok"), std::string::npos) << next->body;
 }
 
 TEST(AccessE2e, ServeAndTheRouterRequireTheKeyAndSendCorsOnlyWhenAsked) {
@@ -63,6 +76,12 @@ TEST(AccessE2e, ServeAndTheRouterRequireTheKeyAndSendCorsOnlyWhenAsked) {
   EXPECT_EQ(preflight->status, 204);
   EXPECT_EQ(preflight->get_header_value("Access-Control-Allow-Origin"), "https://app.example");
   EXPECT_EQ(preflight->get_header_value("Access-Control-Allow-Headers"), "Authorization, Content-Type");
+  // The official JS client's own headers (x-stainless-*) are allowed for the trusted origin.
+  auto sdk = cli.Options("/v1/chat/completions", {{"Origin", "https://app.example"},
+                                                  {"Access-Control-Request-Headers", "authorization, x-stainless-os"}});
+  ASSERT_TRUE(sdk);
+  EXPECT_EQ(sdk->status, 204);
+  EXPECT_EQ(sdk->get_header_value("Access-Control-Allow-Headers"), "authorization, x-stainless-os");
   auto other = cli.Options("/v1/chat/completions", {{"Origin", "https://evil.example"}});
   ASSERT_TRUE(other);
   EXPECT_EQ(other->status, 403);
@@ -75,6 +94,9 @@ TEST(AccessE2e, ServeAndTheRouterRequireTheKeyAndSendCorsOnlyWhenAsked) {
   auto bad = testing::RunTandem("serve -m " + testing::TinyModelPath() + " --port 0 --api-key short", 60);
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.output.find("at least 8 characters"), std::string::npos) << bad.output;
+  auto unset = testing::RunTandem("serve -m " + testing::TinyModelPath() + " --port 0 --api-key ''", 60);
+  EXPECT_EQ(unset.exit_code, 2) << "an empty --api-key must not start an open server";
+  EXPECT_NE(unset.output.find("empty key"), std::string::npos) << unset.output;
 
   // serve --disagg: the router checks the key and passes it on to its decode server.
   testing::ServerProcess disagg({"serve", "--disagg", "-m", testing::TinyModelPath(), "--api-key-file", dir + "/keys"},

@@ -21,6 +21,8 @@ TEST(Access, KeysAreComparedWholeAndOnlyTheApiRoutesNeedThem) {
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ(p->api_keys, (std::vector<std::string>{"sk-first-key", "sk-second-key"}));
   EXPECT_TRUE(p->Authorized("/v1/chat/completions", "Bearer sk-second-key"));
+  EXPECT_TRUE(p->Authorized("/v1/chat/completions", "bearer sk-second-key"));  // the scheme is case-insensitive
+  EXPECT_FALSE(p->Authorized("/v1/chat/completions", "Bearer SK-SECOND-KEY"));  // the key is not
   EXPECT_FALSE(p->Authorized("/v1/chat/completions", "Bearer sk-second-ke"));
   EXPECT_FALSE(p->Authorized("/v1/models", "sk-first-key"));  // not a bearer token
   EXPECT_FALSE(p->Authorized("/v1/models", ""));
@@ -31,6 +33,12 @@ TEST(Access, KeysAreComparedWholeAndOnlyTheApiRoutesNeedThem) {
   std::ofstream(dir + "/empty") << "# nothing\n";
   EXPECT_NE(AccessPolicy::Load("", dir + "/empty", "").status().message().find("holds no key"), std::string::npos);
   EXPECT_NE(AccessPolicy::Load("short", "", "").status().message().find("at least 8"), std::string::npos);
+  // A key file that holds nothing is an error even beside --api-key; a byte-order mark is not part of a key.
+  EXPECT_FALSE(AccessPolicy::Load("sk-command-line", dir + "/empty", "").ok());
+  std::ofstream(dir + "/bom") << "\xEF\xBB\xBFsk-after-a-bom\n";
+  auto bom = AccessPolicy::Load("", dir + "/bom", "");
+  ASSERT_TRUE(bom.ok());
+  EXPECT_TRUE(bom->Authorized("/v1/models", "Bearer sk-after-a-bom"));
 }
 
 TEST(Access, CorsHeadersOnlyForTheConfiguredOrigin) {
