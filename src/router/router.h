@@ -26,12 +26,7 @@
 #include "common/mutex.h"
 #include "common/placement.h"
 #include "common/status.h"
-
-namespace httplib {
-class Server;
-class Request;
-class Response;
-}  // namespace httplib
+#include "server/httplib_fwd.h"
 
 namespace tandem {
 

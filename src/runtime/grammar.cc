@@ -194,12 +194,6 @@ bool Grammar::Accepting(const State& s) const {
 
 bool Grammar::Finished(const State& s) const { return s.stacks.size() == 1 && s.stacks.front().empty(); }
 
-size_t Grammar::Entries(const State& s) {
-  size_t n = 0;
-  for (const std::vector<int32_t>& stack : s.stacks) n += stack.size() + 1;
-  return n;
-}
-
 int64_t Grammar::MinBytesToAccept(const State& s) const {
   int64_t best = std::numeric_limits<int64_t>::max();
   for (const std::vector<int32_t>& stack : s.stacks) {

@@ -53,8 +53,6 @@ class Grammar {
   bool Finished(const State& s) const;
   // The fewest bytes that complete a sentence from s (0 when accepting).
   int64_t MinBytesToAccept(const State& s) const;
-  // Stack entries in s (the size of its key; the cost of advancing it).
-  static size_t Entries(const State& s);
   // Appends a key that identifies s (for caches).
   void AppendKey(const State& s, std::vector<int32_t>* key) const;
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "server/httplib_fwd.h"
 
 namespace tandem {
 
@@ -38,16 +39,6 @@ struct AccessPolicy {
 
 // The 401 body, in OpenAI's error shape.
 std::string UnauthorizedJson();
-
-}  // namespace tandem
-
-namespace httplib {
-class Server;
-class Request;
-class Response;
-}  // namespace httplib
-
-namespace tandem {
 
 // CORS on `server`: the configured origin's headers on every response, and
 // its preflight OPTIONS on /v1/ routes answered (204; another origin 403).

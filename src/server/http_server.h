@@ -13,13 +13,8 @@
 
 #include "runtime/engine.h"
 #include "server/access.h"
+#include "server/httplib_fwd.h"
 #include "server/openai_api.h"
-
-namespace httplib {
-class Server;
-class Request;
-class Response;
-}  // namespace httplib
 
 namespace tandem {
 

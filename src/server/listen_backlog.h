@@ -8,9 +8,7 @@
 #include <chrono>
 #include <thread>
 
-namespace httplib {
-class Server;
-}  // namespace httplib
+#include "server/httplib_fwd.h"
 
 namespace tandem {
 

@@ -38,16 +38,11 @@ Out FinishReason(std::string_view reason) {
   return reason.empty() ? Out(nullptr) : Out(std::string(reason));
 }
 
-// index is present only in streamed deltas, where calls arrive piecewise.
-Out ToolCallsArray(const std::vector<ToolCall>& calls, bool with_index) {
+// A message's whole calls (streamed deltas carry an index and come piecewise: ChatChunkSse).
+Out ToolCallsArray(const std::vector<ToolCall>& calls) {
   Out array = Out::array();
-  for (size_t i = 0; i < calls.size(); ++i) {
-    Out call;
-    if (with_index) call["index"] = i;
-    call["id"] = calls[i].id;
-    call["type"] = "function";
-    call["function"] = Out{{"name", calls[i].name}, {"arguments", calls[i].arguments_json}};
-    array.push_back(std::move(call));
+  for (const ToolCall& c : calls) {
+    array.push_back(Out{{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments_json}}}});
   }
   return array;
 }
@@ -175,7 +170,7 @@ std::string ChatCompletionJson(const ResponseMeta& meta, const ParsedOutput& out
   Out message;
   message["role"] = "assistant";
   message["content"] = has_calls && output.content.empty() ? Out(nullptr) : Out(output.content);
-  if (has_calls) message["tool_calls"] = ToolCallsArray(output.tool_calls, /*with_index=*/false);
+  if (has_calls) message["tool_calls"] = ToolCallsArray(output.tool_calls);
   Out choice;
   choice["index"] = meta.choice;
   choice["message"] = std::move(message);
