@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "bin/access_flags.h"
+#include "bin/http_flags.h"
 #include "bin/commands.h"
 #include "common/log.h"
 #include "router/router.h"
@@ -15,6 +16,7 @@ void RegisterRouter(CLI::App& app) {
   auto o = std::make_shared<RouterOptions>();
   auto level = std::make_shared<std::string>("info");
   auto access = std::make_shared<AccessFlags>();
+  auto http = std::make_shared<HttpFlags>();
   CLI::App* cmd = app.add_subcommand("router", "Route OpenAI requests to disaggregated decode servers");
   cmd->add_option("--host", o->host, "Address to listen on");
   cmd->add_option("--port", o->port, "Port (0: any free port)")->check(CLI::Range(0, 65535));
@@ -22,10 +24,10 @@ void RegisterRouter(CLI::App& app) {
       ->delimiter(',')
       ->required();
   cmd->add_option("--request-timeout", o->request_timeout_s, "Seconds before an upstream request is abandoned");
-  cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body (413 past it)");
   AddLogLevel(cmd, level.get());
   access->AddTo(cmd);
-  cmd->callback([o, level, access] {
+  http->AddTo(cmd);
+  cmd->callback([o, level, access, http] {
     if (!StartLog("router", *level)) return SetExitCode(2);
     auto policy = access->Load();
     if (!policy.ok()) {
@@ -33,6 +35,7 @@ void RegisterRouter(CLI::App& app) {
       return SetExitCode(2);
     }
     o->access = std::move(policy).value();
+    o->http = http->Limits();
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);

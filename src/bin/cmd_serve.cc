@@ -14,6 +14,7 @@
 #include "kernels/cpu.h"
 #include "decode/remote_prefill.h"
 #include "bin/access_flags.h"
+#include "bin/http_flags.h"
 #include "server/http_server.h"
 
 namespace tandem::cli {
@@ -23,6 +24,7 @@ struct ServeArgs {
   ModelOptions model;
   ServerOptions server;
   AccessFlags access;
+  HttpFlags http;
   EngineOptions engine;
   DecodeOptions decode;  // the decode role, with --prefill
   std::string prefill_order;  // empty: each role's default (arrival here, shortest on a prefill engine)
@@ -79,6 +81,7 @@ DisaggLaunch LaunchFor(const ServeArgs& a) {
   for (auto* side : {&l.prefill_args, &l.decode_args, &l.router_args}) side->insert(side->end(), {"--log-level", a.log_level});
   for (auto* side : {&l.decode_args, &l.router_args}) {  // the router passes the client's key on
     for (const std::string& arg : a.access.Args()) side->push_back(arg);
+    for (const std::string& arg : a.http.Args()) side->push_back(arg);
   }
   for (auto* side : {&l.prefill_args, &l.decode_args}) {
     side->insert(side->end(), {"--transport", a.transport, "--peer-timeout-ms", std::to_string(a.peer_timeout_ms)});
@@ -136,6 +139,7 @@ int RunServe(ServeArgs& a) {
     return 2;
   }
   a.server.access = std::move(access).value();
+  a.server.http = a.http.Limits();
   if (a.disagg) return RunDisagg(LaunchFor(a));
   // Block the signals in every thread; the main thread takes them with sigwait.
   sigset_t set;
@@ -222,7 +226,6 @@ void RegisterServe(CLI::App& app) {
   cmd->add_option("--host", a->server.host, "Address to listen on");
   cmd->add_option("--port", a->server.port, "Port (0: any free port)")->check(CLI::Range(0, 65535));
   cmd->add_option("--model-id", a->server.model_id, "Model name clients use (default: the model's)");
-  cmd->add_option("--max-body-bytes", a->server.max_body_bytes, "Largest request body");
   cmd->add_option("--ctx-size", a->engine.context_tokens, "Context tokens per sequence (default: the model's)");
   cmd->add_option("--cache-tokens", a->engine.cache_tokens, "Page pool size in tokens")->check(CLI::Range(int64_t(64), int64_t(1) << 30));
   cmd->add_option("--max-running", a->engine.max_running, "Sequences in the decode batch")->check(CLI::Range(1, 4096));
@@ -252,6 +255,7 @@ void RegisterServe(CLI::App& app) {
                   "(its request re-placed or failed)")
       ->check(CLI::Range(int64_t(10), int64_t(3600) * 1000));
   a->access.AddTo(cmd);
+  a->http.AddTo(cmd);
   cmd->add_flag("--disagg", a->disagg,
                 "Start a prefill engine, a decode server and a router on this host (router on --port)");
   cmd->add_option("--prefill-engines", a->prefill_engines,

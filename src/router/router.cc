@@ -5,27 +5,12 @@
 
 #include <xxhash.h>
 
-#include <condition_variable>
-#include <deque>
+#include <strings.h>
 
 #include "common/process_start.h"
-#include "server/listen_backlog.h"
 #include "server/openai_api.h"
 
 namespace tandem {
-namespace {
-
-void Unavailable503(httplib::Response& res, const std::string& why) {
-  ApiError e;
-  e.http_status = 503;
-  e.type = "server_error";
-  e.message = why;
-  res.status = 503;
-  res.set_header("Retry-After", "1");
-  res.set_content(ErrorJson(e), "application/json");
-}
-
-}  // namespace
 
 Router::Router(RouterOptions options) : options_(std::move(options)) {
   for (const std::string& b : options_.backends) {
@@ -88,179 +73,104 @@ Router::Backend* Router::Pick(uint64_t conversation) {
 
 Status Router::Start() {
   if (backends_.empty()) return InvalidArgument("the router needs at least one --decode backend");
-  server_ = std::make_unique<httplib::Server>();
-  server_->new_task_queue = [] { return new httplib::ThreadPool(128); };
-  server_->set_payload_max_length(options_.max_body_bytes);
-  InstallCors(*server_, options_.access);
-  server_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+  upstream_ = std::make_unique<UpstreamClient>();
+  core_ = std::make_unique<HttpCore>(options_.http, options_.access);
+  core_->Route("GET", "/health", [this](HttpRequest&, std::shared_ptr<HttpReply> reply) {
     const bool any = std::any_of(backends_.begin(), backends_.end(), [](const auto& b) { return b->healthy.load(); });
-    res.status = any ? 200 : 503;
-    res.set_content(any ? "{\"status\":\"ok\"}" : "{\"status\":\"no healthy backend\"}", "application/json");
-  });
-  server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(MetricsText(), "text/plain; version=0.0.4");
-  });
-  auto forward = [this](const httplib::Request& req, httplib::Response& res) { Forward(req, res); };
-  server_->Post("/v1/chat/completions", forward);
-  server_->Post("/v1/completions", forward);
-  server_->Get("/v1/models", forward);
-  port_ = options_.port;
-  if (port_ == 0) {
-    port_ = server_->bind_to_any_port(options_.host);
-    if (port_ < 0) return Unavailable("cannot bind any port on " + options_.host);
-  } else if (!server_->bind_to_port(options_.host, port_)) {
-    return Unavailable("cannot bind " + options_.host + ":" + std::to_string(port_));
-  }
+    reply->Send(any ? 200 : 503, "application/json", any ? "{\"status\":\"ok\"}" : "{\"status\":\"no healthy backend\"}");
+  }, /*quick=*/true);
+  core_->Route("GET", "/metrics", [this](HttpRequest&, std::shared_ptr<HttpReply> reply) {
+    reply->Send(200, "text/plain; version=0.0.4", MetricsText() + core_->MetricsText("tandem_router_"));
+  }, /*quick=*/true);
+  auto forward = [this](HttpRequest& req, std::shared_ptr<HttpReply> reply) { Forward(req, reply); };
+  core_->Route("POST", "/v1/chat/completions", forward);
+  core_->Route("POST", "/v1/completions", forward);
+  core_->Route("GET", "/v1/models", forward);
   health_ = std::thread([this] { CheckHealth(); });
   // Wait for the first health round so the first request is routed correctly.
   for (int i = 0; i < 100 && std::none_of(backends_.begin(), backends_.end(), [](const auto& b) { return b->healthy.load(); }); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  RaiseListenBacklog(port_);
-  if (!StartListening(*server_, &listener_, std::chrono::seconds(10))) {
-    return Unavailable("the HTTP listener on port " + std::to_string(port_) + " did not start within 10 s");
-  }
-  return Status::Ok();
+  return core_->Start(options_.host, options_.port);
 }
 
 void Router::Stop() {
   if (stop_.exchange(true)) return;
-  if (server_) server_->stop();
-  if (listener_.joinable()) listener_.join();
+  if (core_) core_->Stop();        // hang-ups cancel their upstream calls
+  if (upstream_) upstream_->Stop();
   if (health_.joinable()) health_.join();
 }
 
-void Router::Forward(const httplib::Request& req, httplib::Response& res) {
-  if (!Admit(options_.access, req, res)) return;
+void Router::Forward(HttpRequest& req, const std::shared_ptr<HttpReply>& reply) {
   const auto body = nlohmann::json::parse(req.body, nullptr, false);
   Backend* b = Pick(body.is_discarded() ? 0 : ConversationKey(body));
   if (!b) {
     ++unavailable_;
-    return Unavailable503(res, "no healthy decode backend");
+    return SendApiError(*reply, 503, "no healthy decode backend", "server_error");
   }
   const bool stream = !body.is_discarded() && body.is_object() && body.value("stream", false) == true;
-  if (stream) return ForwardStream(req, res, *b);  // its relay gives the in-flight count back
-  struct Done {
-    std::atomic<int64_t>& n;
-    ~Done() { --n; }
-  } done{*b->in_flight};
-  httplib::Client cli(b->host, b->port);
-  cli.set_read_timeout(std::chrono::milliseconds(int64_t(options_.request_timeout_s * 1000)));
-  httplib::Headers headers;
-  if (req.has_header("Authorization")) headers.emplace("Authorization", req.get_header_value("Authorization"));
-  auto up = req.method == "GET" ? cli.Get(req.path.c_str(), headers)
-                                : cli.Post(req.path.c_str(), headers, req.body, req.get_header_value("Content-Type").c_str());
-  if (!up) {
-    ++b->failed;
-    b->healthy = false;
-    return Unavailable503(res, "decode backend " + b->host + ":" + std::to_string(b->port) + " did not answer");
-  }
-  ++b->forwarded;
-  res.status = up->status;
-  for (const char* h : {"Retry-After", "WWW-Authenticate"}) {
-    if (up->has_header(h)) res.set_header(h, up->get_header_value(h));
-  }
-  res.set_content(up->body, up->get_header_value("Content-Type").c_str());
-}
+  UpstreamRequest up;
+  up.host = b->host;
+  up.port = b->port;
+  up.method = req.method;
+  up.target = req.target;
+  up.timeout = std::chrono::milliseconds(int64_t(options_.request_timeout_s * 1000));
+  if (req.method == "POST") up.headers.emplace_back("Content-Type", "application/json");
+  if (std::string auth = req.Header("Authorization"); !auth.empty()) up.headers.emplace_back("Authorization", auth);
+  up.body = std::move(req.body);
 
-// The upstream request runs on its own thread and feeds a queue; the client's
-// chunked provider drains it. Either side ending ends the other.
-void Router::ForwardStream(const httplib::Request& req, httplib::Response& res, Backend& b) {
+  // What the upstream answer has done so far; touched only by the call's
+  // callbacks, which run one at a time.
   struct Relay {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::deque<std::string> chunks;
-    bool done = false, cancelled = false, headers = false;
     int status = 0;
-    std::string content_type = "text/event-stream";
-    std::thread upstream;
+    bool streaming = false;
+    std::string content_type = "application/json", body;
+    HttpHeaders relayed;  // Retry-After, WWW-Authenticate
   };
   auto relay = std::make_shared<Relay>();
-  const std::string body = req.body, path = req.path, host = b.host, authorization = req.get_header_value("Authorization");
-  const int port = b.port;
-  const double timeout = options_.request_timeout_s;
-  relay->upstream = std::thread([relay, body, path, host, port, timeout, authorization, in_flight = b.in_flight] {
-    struct Done {
-      std::atomic<int64_t>& n;
-      ~Done() { --n; }
-    } done{*in_flight};
-    httplib::Client cli(host, port);
-    cli.set_read_timeout(std::chrono::milliseconds(int64_t(timeout * 1000)));
-    httplib::Request up;
-    up.method = "POST";
-    up.path = path;
-    up.body = body;
-    up.set_header("Content-Type", "application/json");
-    if (!authorization.empty()) up.set_header("Authorization", authorization);
-    up.response_handler = [relay](const httplib::Response& r) {
-      std::lock_guard<std::mutex> lock(relay->mu);
-      relay->status = r.status;
-      relay->headers = true;
-      relay->cv.notify_all();
-      return true;
-    };
-    up.content_receiver = [relay](const char* data, size_t n, uint64_t, uint64_t) {
-      std::lock_guard<std::mutex> lock(relay->mu);
-      relay->chunks.emplace_back(data, n);
-      relay->cv.notify_all();
-      return !relay->cancelled;  // false hangs up: the decode server cancels
-    };
-    httplib::Response r;
-    httplib::Error err;
-    cli.send(up, r, err);
-    std::lock_guard<std::mutex> lock(relay->mu);
-    if (!relay->headers) relay->status = r.status;
-    relay->done = true;
-    relay->cv.notify_all();
-  });
-  ++b.forwarded;
-  // The status line goes out before the body: learn the upstream's first.
-  {
-    std::unique_lock<std::mutex> lock(relay->mu);
-    relay->cv.wait(lock, [&] { return relay->headers || relay->done; });
-    if (relay->status != 200) {
-      // An error (or no answer): relay it whole, not as a stream.
-      relay->cv.wait(lock, [&] { return relay->done; });
-      std::string all;
-      for (auto& c : relay->chunks) all += c;
-      lock.unlock();
-      relay->upstream.join();
-      if (relay->status == 0) {
-        ++b.failed;
-        b.healthy = false;
-        return Unavailable503(res, "decode backend " + b.host + ":" + std::to_string(b.port) + " did not answer");
+  UpstreamEvents events;
+  events.on_head = [relay, reply, stream](int status, const HttpHeaders& headers) {
+    relay->status = status;
+    for (const auto& [k, v] : headers) {
+      if (strcasecmp(k.c_str(), "Content-Type") == 0) relay->content_type = v;
+      if (strcasecmp(k.c_str(), "Retry-After") == 0 || strcasecmp(k.c_str(), "WWW-Authenticate") == 0) {
+        relay->relayed.emplace_back(k, v);
       }
-      res.status = relay->status;
-      return res.set_content(all, "application/json");
     }
-  }
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [relay](size_t, httplib::DataSink& sink) {
-        std::unique_lock<std::mutex> lock(relay->mu);
-        relay->cv.wait_for(lock, std::chrono::milliseconds(50), [&] { return relay->done || !relay->chunks.empty(); });
-        while (!relay->chunks.empty()) {
-          std::string c = std::move(relay->chunks.front());
-          relay->chunks.pop_front();
-          lock.unlock();
-          const bool ok = sink.write(c.data(), c.size());
-          lock.lock();
-          if (!ok) {
-            relay->cancelled = true;
-            return false;
-          }
-        }
-        if (relay->done) sink.done();
-        return true;
-      },
-      [relay](bool) {
-        {
-          std::lock_guard<std::mutex> lock(relay->mu);
-          relay->cancelled = true;
-        }
-        if (relay->upstream.joinable()) relay->upstream.join();
-      });
+    // A stream goes out chunk by chunk; an error (or a whole answer) whole.
+    if (stream && status == 200) {
+      relay->streaming = true;
+      reply->StartStream(200, relay->content_type, {{"Cache-Control", "no-cache"}});
+    }
+  };
+  const size_t max_answer = options_.max_answer_bytes;
+  events.on_data = [relay, reply, max_answer](std::string data) {
+    if (relay->streaming) return reply->Write(std::move(data));  // false: the client is gone or not reading
+    if (relay->body.size() + data.size() > max_answer) return false;
+    relay->body += data;
+    return true;
+  };
+  const std::string name = b->host + ":" + std::to_string(b->port);
+  events.on_done = [this, relay, reply, b, name, max_answer](const std::string& error) {
+    --*b->in_flight;
+    if (relay->status != 0) ++b->forwarded;
+    if (relay->streaming) return reply->End();
+    if (relay->status == 0) {
+      ++b->failed;
+      b->healthy = false;
+      return SendApiError(*reply, 503, "decode backend " + name + " did not answer (" + error + ")", "server_error");
+    }
+    if (!error.empty() && relay->body.size() >= max_answer) {
+      return SendApiError(*reply, 502, "decode backend " + name + "'s answer is over " + std::to_string(max_answer) +
+                                           " bytes", "server_error");
+    }
+    if (!error.empty()) {
+      return SendApiError(*reply, 502, "decode backend " + name + "'s answer broke off (" + error + ")", "server_error");
+    }
+    reply->Send(relay->status, relay->content_type, std::move(relay->body), relay->relayed);
+  };
+  auto call = upstream_->Start(std::move(up), std::move(events));
+  reply->OnHangUp([call] { call->Cancel(); });  // the decode server sees the hang-up and cancels
 }
 
 std::string Router::MetricsText() const {

@@ -3,8 +3,10 @@
 // its link to a prefill engine, so a decode server stands for a
 // (prefill, decode) pair) and relays the answer — streamed
 // chunk by chunk; a client that hangs up closes the upstream request, which
-// cancels it there. A health checker polls every backend's /health; with no
-// healthy backend the router answers 503 at once.
+// cancels it there. A health checker polls every backend's /health on its
+// own thread and connections; with no healthy backend the router answers 503
+// at once. Both sides are event-driven (server/http_core.h,
+// router/upstream.h): a relayed stream holds two sockets, not a thread.
 //
 // Placement keeps caches warm: a conversation (named by a hash of its first
 // two messages, or of its prompt's start) goes back to the decode server that
@@ -26,7 +28,8 @@
 #include "common/mutex.h"
 #include "common/placement.h"
 #include "common/status.h"
-#include "server/httplib_fwd.h"
+#include "router/upstream.h"
+#include "server/http_core.h"
 
 namespace tandem {
 
@@ -37,7 +40,8 @@ struct RouterOptions {
   std::chrono::milliseconds health_interval{200};
   double request_timeout_s = 600;
   AccessPolicy access;  // API keys and CORS; the client's Authorization goes on to the backend
-  size_t max_body_bytes = size_t(8) << 20;  // a larger body is refused (413)
+  HttpLimits http;      // deadlines, body and connection limits
+  size_t max_answer_bytes = size_t(64) << 20;  // a whole (not streamed) upstream answer larger than this is a 502
 };
 
 class Router {
@@ -45,7 +49,7 @@ class Router {
   explicit Router(RouterOptions options);
   ~Router();
   Status Start();
-  int port() const { return port_; }
+  int port() const { return core_ ? core_->port() : 0; }
   void Stop();
 
  private:
@@ -60,8 +64,7 @@ class Router {
   };
   void CheckHealth();
   Backend* Pick(uint64_t conversation);
-  void Forward(const httplib::Request& req, httplib::Response& res);
-  void ForwardStream(const httplib::Request& req, httplib::Response& res, Backend& b);
+  void Forward(HttpRequest& req, const std::shared_ptr<HttpReply>& reply);
   std::string MetricsText() const;
 
   RouterOptions options_;
@@ -72,9 +75,10 @@ class Router {
   std::atomic<int64_t> affinity_hits_{0};
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> unavailable_{0};
-  std::unique_ptr<httplib::Server> server_;
-  std::thread listener_, health_;
-  int port_ = 0;
+  std::thread health_;
+  // core_ before upstream_: calls (holding replies) go before the connections.
+  std::unique_ptr<HttpCore> core_;
+  std::unique_ptr<UpstreamClient> upstream_;
 };
 
 }  // namespace tandem

@@ -33,6 +33,13 @@ void RequestHandle::Push(StreamEvent event) {
     events_.push_back(std::move(event));
   }
   cv_.notify_all();
+  MutexLock lock(listener_mu_);
+  if (listener_) listener_();
+}
+
+void RequestHandle::SetListener(std::function<void()> listener) {
+  MutexLock lock(listener_mu_);
+  listener_ = std::move(listener);
 }
 
 bool RequestHandle::finished() const {

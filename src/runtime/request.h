@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -70,6 +71,12 @@ class RequestHandle {
   void Cancel();
   bool cancelled() const;
 
+  // Runs after each event is pushed, on the pushing thread and without the
+  // event lock held, so an event-driven reader can wake up instead of
+  // waiting in Next(). It must be quick and must not call back into this
+  // handle's listener. nullptr removes it; setting waits out a call in progress.
+  void SetListener(std::function<void()> listener);
+
   // Engine side.
   void Push(StreamEvent event);
   bool finished() const;
@@ -81,6 +88,8 @@ class RequestHandle {
   std::deque<StreamEvent> events_ GUARDED_BY(mu_);
   bool cancelled_ GUARDED_BY(mu_) = false;
   bool finished_ GUARDED_BY(mu_) = false;  // a kFinish or kError was pushed
+  Mutex listener_mu_;  // after mu_, never while holding it
+  std::function<void()> listener_ GUARDED_BY(listener_mu_);
 };
 
 }  // namespace tandem

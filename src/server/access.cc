@@ -1,7 +1,5 @@
 #include "server/access.h"
 
-#include <httplib.h>
-
 #include <cctype>
 #include <fstream>
 
@@ -78,32 +76,6 @@ std::string UnauthorizedJson() {
   e.message = "a valid API key is needed: send it as 'Authorization: Bearer <key>'";
   e.code = "invalid_api_key";
   return ErrorJson(e);
-}
-
-void InstallCors(httplib::Server& server, const AccessPolicy& policy) {
-  if (policy.cors_origin.empty()) return;
-  server.set_pre_routing_handler([policy](const httplib::Request& req, httplib::Response& res) {
-    if (req.method != "OPTIONS") {
-      for (const auto& [k, v] : policy.CorsHeaders(req.get_header_value("Origin"), false)) res.set_header(k, v);
-    }
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
-  server.Options(R"(/v1/.*)", [policy](const httplib::Request& req, httplib::Response& res) {
-    auto cors = policy.CorsHeaders(req.get_header_value("Origin"), true);
-    // The origin is trusted: whatever headers its client asks to send may come.
-    const std::string asked = req.get_header_value("Access-Control-Request-Headers");
-    if (!cors.empty() && !asked.empty()) cors["Access-Control-Allow-Headers"] = asked;
-    for (const auto& [k, v] : cors) res.set_header(k, v);
-    res.status = cors.empty() ? 403 : 204;
-  });
-}
-
-bool Admit(const AccessPolicy& policy, const httplib::Request& req, httplib::Response& res) {
-  if (policy.Authorized(req.path, req.get_header_value("Authorization"))) return true;
-  res.status = 401;
-  res.set_header("WWW-Authenticate", "Bearer");
-  res.set_content(UnauthorizedJson(), "application/json");
-  return false;
 }
 
 }  // namespace tandem

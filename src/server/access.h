@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "common/status.h"
-#include "server/httplib_fwd.h"
 
 namespace tandem {
 
@@ -39,14 +38,5 @@ struct AccessPolicy {
 
 // The 401 body, in OpenAI's error shape.
 std::string UnauthorizedJson();
-
-// CORS on `server`: the configured origin's headers on every response, and
-// its preflight OPTIONS on /v1/ routes answered (204; another origin 403).
-// Preflights are answered by a route, after the request's body is read.
-void InstallCors(httplib::Server& server, const AccessPolicy& policy);
-// For API handlers, after the body is read (an answer sent before it would
-// leave the body on a kept-alive connection to be read as the next request):
-// false, with a 401 and WWW-Authenticate written, when the key is missing or wrong.
-bool Admit(const AccessPolicy& policy, const httplib::Request& req, httplib::Response& res);
 
 }  // namespace tandem

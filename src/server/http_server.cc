@@ -1,199 +1,27 @@
 #include "server/http_server.h"
 
-#include <httplib.h>
-
+#include <algorithm>
 #include <ctime>
 #include <random>
-
-#include "server/listen_backlog.h"
 
 namespace tandem {
 namespace {
 
-void SendError(httplib::Response& res, const ApiError& e) {
-  res.status = e.http_status;
-  if (e.http_status == 429 || e.http_status == 503) res.set_header("Retry-After", "1");
-  res.set_content(ErrorJson(e), "application/json");
+void SendError(HttpReply& reply, const ApiError& e) {
+  HttpHeaders h;
+  if (e.http_status == 429 || e.http_status == 503) h.emplace_back("Retry-After", "1");
+  reply.Send(e.http_status, "application/json", ErrorJson(e), std::move(h));
 }
 
 int64_t UnixNow() { return int64_t(std::time(nullptr)); }
 
-constexpr auto kEventWait = std::chrono::milliseconds(50);
-
 }  // namespace
-
-HttpServer::HttpServer(Engine& engine, const Model& model, ServerOptions options)
-    : engine_(engine), model_(model), options_(std::move(options)) {
-  info_.id = options_.model_id.empty() ? model.config().name : options_.model_id;
-  info_.context_length = engine.context_tokens();
-  info_.tokenizer = &model.tokenizer();
-  info_.chat_format = &model.chat_format();
-  info_.created = UnixNow();
-  info_.attention = engine.cache_spec().attention;
-  info_.logprobs = !engine.remote_prefill();
-}
-
-HttpServer::~HttpServer() { Stop(std::chrono::milliseconds(0)); }
-
-Status HttpServer::Start() {
-  server_ = std::make_unique<httplib::Server>();
-  const int threads = options_.http_threads;
-  server_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
-  server_->set_payload_max_length(options_.max_body_bytes);
-  InstallCors(*server_, options_.access);
-  // A connection may wait for a free handler thread under load; do not drop
-  // it for being slow to be read (cpp-httplib's default is 5 s).
-  server_->set_read_timeout(60, 0);
-  server_->set_write_timeout(60, 0);
-  Routes();
-  port_ = options_.port;
-  if (port_ == 0) {
-    port_ = server_->bind_to_any_port(options_.host);
-    if (port_ < 0) return Unavailable("cannot bind any port on " + options_.host);
-  } else if (!server_->bind_to_port(options_.host, port_)) {
-    return Unavailable("cannot bind " + options_.host + ":" + std::to_string(port_) +
-                       " (in use, or not an address of this host)");
-  }
-  RaiseListenBacklog(port_);
-  if (!StartListening(*server_, &listener_, std::chrono::seconds(10))) {
-    return Unavailable("the HTTP listener on port " + std::to_string(port_) + " did not start within 10 s");
-  }
-  return Status::Ok();
-}
-
-void HttpServer::Stop(std::chrono::milliseconds grace) {
-  if (!server_) return;
-  const auto until = std::chrono::steady_clock::now() + grace;
-  while (active_streams_.load() > 0 && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  server_->stop();
-  if (listener_.joinable()) listener_.join();
-  server_.reset();
-}
-
-void HttpServer::Routes() {
-  httplib::Server& s = *server_;
-  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    const EngineStats st = engine_.Stats();
-    res.status = st.healthy ? 200 : 503;
-    res.set_content(std::string("{\"status\":\"") + (st.healthy ? "ok" : "unavailable") + "\"}",
-                    "application/json");
-  });
-  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(engine_.metrics().Text(), "text/plain; version=0.0.4");
-  });
-  s.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
-    if (!Admit(options_.access, req, res)) return;
-    res.set_content(ModelsJson(info_), "application/json");
-  });
-  s.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    HandleCompletion(req, res, true);
-  });
-  s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    HandleCompletion(req, res, false);
-  });
-  // Errors httplib produces itself (404 route, 413 body too large) in OpenAI's shape.
-  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    ApiError e;
-    e.http_status = res.status;
-    if (res.status == 413) {
-      e.message = "request body is too large";
-    } else if (res.status == 404) {
-      e.message = "no route for " + req.method + " " + req.path;
-    } else {
-      e.message = "HTTP error " + std::to_string(res.status);
-    }
-    SendError(res, e);
-  });
-}
-
-void HttpServer::HandleCompletion(const httplib::Request& req, httplib::Response& res, bool chat) {
-  if (!Admit(options_.access, req, res)) return;
-  ParseResult parsed = chat ? ParseChatCompletionRequest(req.body, info_)
-                            : ParseCompletionRequest(req.body, info_);
-  if (auto* e = std::get_if<ApiError>(&parsed)) return SendError(res, *e);
-  ParsedRequest& p = std::get<ParsedRequest>(parsed);
-  if (!p.has_seed) p.spec.sampling.seed = std::random_device{}() | (uint64_t(std::random_device{}()) << 32);
-  // Every choice must be done by one deadline: the request's timeout from now.
-  if (p.n > 1) p.spec.deadline = std::chrono::steady_clock::now() + engine_.options().request_timeout;
-  std::vector<std::shared_ptr<RequestHandle>> handles;
-  auto first = engine_.Submit(p.spec);
-  if (!first.ok()) return SendError(res, ApiErrorFromStatus(first.status()));
-  handles.push_back(*first);
-  if (p.n > 1) {
-    // The other choices are sent once the first one's prompt is computed (its
-    // first event), so they find its pages in the prefix cache. The engine's
-    // deadline bounds this wait.
-    while (!handles[0]->WaitForEvent(kEventWait)) {
-    }
-    for (int i = 1; i < p.n; ++i) {
-      RequestSpec spec = p.spec;
-      spec.sampling.seed = ChoiceSeed(p.spec.sampling.seed, i);
-      auto h = engine_.Submit(std::move(spec));
-      if (!h.ok()) {
-        for (auto& submitted : handles) submitted->Cancel();
-        return SendError(res, ApiErrorFromStatus(h.status()));
-      }
-      handles.push_back(*h);
-    }
-  }
-  if (p.stream) return Stream(p, std::move(handles), res);
-  Collect(p, handles, res);
-}
-
-// Each choice's answer in turn (they run concurrently in the engine).
-void HttpServer::Collect(const ParsedRequest& p, const std::vector<std::shared_ptr<RequestHandle>>& handles,
-                         httplib::Response& res) {
-  std::vector<std::string> responses;
-  Usage total;
-  for (size_t c = 0; c < handles.size(); ++c) {
-    RequestHandle& handle = *handles[c];
-    std::string text = p.echo_text;  // empty without echo
-    std::vector<int32_t> tokens;
-    std::vector<PositionLogprobs> logprobs;
-    StreamEvent ev;
-    for (;;) {
-      if (!handle.Next(&ev, kEventWait)) continue;  // the engine's deadline bounds this wait
-      if (ev.kind == StreamEvent::Kind::kText) {
-        logprobs.insert(logprobs.end(), ev.prompt_logprobs.begin(), ev.prompt_logprobs.end());  // echo: first
-        text += ev.text;
-        tokens.insert(tokens.end(), ev.tokens.begin(), ev.tokens.end());
-        logprobs.insert(logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
-        continue;
-      }
-      if (ev.kind == StreamEvent::Kind::kError) {
-        for (auto& h : handles) h->Cancel();
-        return SendError(res, ApiErrorFromStatus(ev.error));
-      }
-      break;
-    }
-    ResponseMeta meta{p.model, handles[0]->id(), UnixNow(), false};
-    meta.choice = int(c);
-    const Usage usage{ev.prompt_tokens, ev.completion_tokens, ev.cached_prompt_tokens};
-    total.prompt_tokens = usage.prompt_tokens;
-    total.cached_tokens = c == 0 ? usage.cached_tokens : total.cached_tokens;
-    total.completion_tokens += usage.completion_tokens;
-    const std::vector<int32_t>* ids = p.return_token_ids ? &tokens : nullptr;
-    const LogprobsOut lp{info_.tokenizer, logprobs, 0};
-    const LogprobsOut* lpp = p.spec.logprobs >= 0 ? &lp : nullptr;
-    if (p.chat) {
-      ParsedOutput out = p.tools_enabled ? ParseToolCalls(text, handle.id(), p.tool_format) : ParsedOutput{text, {}};
-      if (!p.parallel_tool_calls && out.tool_calls.size() > 1) out.tool_calls.resize(1);
-      responses.push_back(ChatCompletionJson(meta, out, ev.finish_reason, usage, ids, lpp));
-    } else {
-      responses.push_back(CompletionJson(meta, text, ev.finish_reason, usage, ids, lpp));
-    }
-  }
-  res.set_content(responses.size() == 1 ? responses[0] : MergeChoices(responses, total), "application/json");
-}
 
 namespace {
 
 // One choice of a streamed answer.
 struct StreamChoice {
-  std::shared_ptr<RequestHandle> handle;
+  std::shared_ptr<RequestHandle> handle;  // null until submitted (n > 1: after the first choice's first event)
   ResponseMeta meta;
   bool started = false, done = false;
   std::unique_ptr<ToolCallStreamer> tools;      // tool-enabled chats: text becomes content and call deltas
@@ -201,6 +29,11 @@ struct StreamChoice {
   std::vector<PositionLogprobs> held_logprobs;  // logprobs of tokens whose text is not out yet
   int64_t text_offset = 0;                      // completions: bytes of the tokens whose logprobs went out
   Usage usage;
+  // Collected (not streamed) answers.
+  std::string text;
+  std::vector<int32_t> tokens;
+  std::vector<PositionLogprobs> logprobs;
+  std::string finish_reason;
 };
 
 // The SSE frames one engine event of one choice makes (possibly none). Sets
@@ -278,97 +111,315 @@ std::string ChoiceFrames(const ParsedRequest& p, const Tokenizer& tok, StreamCho
 
 }  // namespace
 
-// Server-sent events. The provider runs on this connection's HTTP thread and
-// returns after each write; a failed write or a closed socket cancels every
-// choice. With n > 1 the choices' chunks interleave as their tokens come,
-// each carrying its index; the usage chunk (summed) and [DONE] follow the last.
-void HttpServer::Stream(const ParsedRequest& p, std::vector<std::shared_ptr<RequestHandle>> handles,
-                        httplib::Response& res) {
-  struct State {
-    std::vector<StreamChoice> choices;
-    size_t next = 0;  // the choice polled first, in turn
-    bool done = false;
-  };
-  auto state = std::make_shared<State>();
-  for (size_t i = 0; i < handles.size(); ++i) {
-    StreamChoice c;
-    c.handle = handles[i];
-    c.meta = ResponseMeta{p.model, handles[0]->id(), UnixNow(), p.include_usage};
-    c.meta.choice = int(i);
-    if (p.chat && p.tools_enabled) c.tools = std::make_unique<ToolCallStreamer>(handles[i]->id(), p.tool_format, p.parallel_tool_calls ? 1 << 30 : 1);
-    state->choices.push_back(std::move(c));
+// One request's answer in progress. The engine's pushes wake it (Notify);
+// its Pump runs on its own serial of the worker pool and turns the choices'
+// events into SSE frames, or into one JSON answer at the end. The server
+// holds it (live_) until it is done; the handles' listeners hold it weakly.
+class HttpServer::Exchange : public std::enable_shared_from_this<Exchange> {
+ public:
+  Exchange(HttpServer& server, ParsedRequest parsed, std::shared_ptr<HttpReply> reply)
+      : server_(server), p_(std::move(parsed)), reply_(std::move(reply)), serial_(server.core_->NewSerial()) {}
+
+  // Sets up the choices around the first one's handle (before Track).
+  void Prepare(std::shared_ptr<RequestHandle> first) {
+    choices_.resize(size_t(p_.n));
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      StreamChoice& c = choices_[i];
+      c.meta = ResponseMeta{p_.model, first->id(), UnixNow(), p_.include_usage};
+      c.meta.choice = int(i);
+      if (p_.chat && p_.tools_enabled) {
+        c.tools = std::make_unique<ToolCallStreamer>(first->id(), p_.tool_format, p_.parallel_tool_calls ? 1 << 30 : 1);
+      }
+    }
+    choices_[0].handle = std::move(first);
   }
-  auto cancel_all = [state] {
-    for (StreamChoice& c : state->choices) c.handle->Cancel();  // a no-op for a finished request
-  };
-  ++active_streams_;
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [this, p, state, cancel_all](size_t, httplib::DataSink& sink) {
-        auto write = [&](const std::string& frame) { return sink.write(frame.data(), frame.size()); };
-        if (state->done) return false;
-        if (!sink.is_writable()) return cancel_all(), false;
-        std::vector<StreamChoice>& choices = state->choices;
-        if (p.chat) {
-          for (StreamChoice& c : choices) {
-            if (c.started) continue;
-            c.started = true;
-            ChatDelta d;
-            d.role = true;
-            d.content = "";
-            if (!write(ChatChunkSse(c.meta, d))) return cancel_all(), false;
-          }
+
+  // Starts the answer (after Track): on the serial, before any event is turned into frames.
+  void Start() {
+    server_.core_->Post(serial_, [self = shared_from_this()] {
+      self->StartOnSerial();
+      self->Pump();
+    });
+  }
+
+  // Any thread.
+  void Notify() {
+    if (queued_.exchange(true)) return;
+    server_.core_->Post(serial_, [self = shared_from_this()] {
+      self->queued_ = false;
+      self->Pump();
+    });
+  }
+  void CancelAll() {
+    for (const auto& h : handles()) h->Cancel();  // a no-op for a finished request
+  }
+  std::vector<std::shared_ptr<RequestHandle>> handles() {
+    MutexLock lock(handles_mu_);
+    return handles_;
+  }
+  void AddHandle(std::shared_ptr<RequestHandle> h) {
+    MutexLock lock(handles_mu_);
+    handles_.push_back(std::move(h));
+  }
+
+ private:
+  void StartOnSerial() {
+    started_ = true;
+    if (p_.stream) {
+      reply_->StartStream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
+      if (p_.chat) {
+        std::string roles;
+        for (StreamChoice& c : choices_) {
+          c.started = true;
+          ChatDelta d;
+          d.role = true;
+          d.content = "";
+          roles += ChatChunkSse(c.meta, d);
         }
-        // The next choice, in turn, that has an event; with one choice, wait for it.
-        StreamEvent ev;
-        StreamChoice* from = nullptr;
-        for (size_t k = 0; k < choices.size() && from == nullptr; ++k) {
-          StreamChoice& c = choices[(state->next + k) % choices.size()];
-          const auto wait = choices.size() == 1 ? kEventWait : std::chrono::milliseconds(0);
-          if (!c.done && c.handle->Next(&ev, wait)) from = &c;
+        reply_->Write(std::move(roles));
+      }
+    }
+    std::weak_ptr<Exchange> weak = weak_from_this();
+    reply_->OnHangUp([weak] {
+      if (auto e = weak.lock()) e->CancelAll();
+    });
+  }
+
+  void Pump() {
+    if (done_ || !started_) return;
+    if (choices_.size() > 1 && !choices_[1].handle && !SubmitOthers()) return;
+    for (StreamChoice& c : choices_) {
+      StreamEvent ev;
+      while (!done_ && c.handle && !c.done && c.handle->Next(&ev, std::chrono::milliseconds(0))) {
+        if (p_.stream) {
+          Frame(c, ev);
+        } else {
+          Collect(c, ev);
         }
-        if (from == nullptr) {
-          if (choices.size() > 1) {
-            for (StreamChoice& c : choices) {
-              if (!c.done) {
-                c.handle->WaitForEvent(kEventWait);
-                break;
-              }
-            }
-          }
-          return true;  // nothing yet: called again
-        }
-        state->next = size_t(from - choices.data()) + 1;
-        bool failed = false;
-        std::string frame = ChoiceFrames(p, *info_.tokenizer, *from, ev, &failed);
-        if (failed) {
-          cancel_all();
-          state->done = true;
-          write(frame);
-          sink.done();
-          return true;
-        }
-        const bool all_done = std::all_of(choices.begin(), choices.end(), [](const StreamChoice& c) { return c.done; });
-        if (!all_done) {
-          if (!frame.empty() && !write(frame)) return cancel_all(), false;
-          return true;
-        }
-        state->done = true;
-        if (p.include_usage) {
-          Usage total = choices[0].usage;
-          for (size_t i = 1; i < choices.size(); ++i) total.completion_tokens += choices[i].usage.completion_tokens;
-          frame += UsageChunkSse(choices[0].meta, p.chat, total);
-        }
-        frame += DoneSse();
-        write(frame);
-        sink.done();
-        return true;
-      },
-      [this, cancel_all](bool) {
-        cancel_all();
-        --active_streams_;
-      });
+      }
+    }
+    if (done_) return;
+    if (std::all_of(choices_.begin(), choices_.end(), [](const StreamChoice& c) { return c.done; })) Complete();
+  }
+
+  // The other choices go in once the first one's prompt is computed (its
+  // first event), so they find its pages in the prefix cache.
+  bool SubmitOthers() {
+    if (!choices_[0].handle->WaitForEvent(std::chrono::milliseconds(0)) && !choices_[0].done) return true;
+    for (size_t i = 1; i < choices_.size(); ++i) {
+      RequestSpec spec = p_.spec;
+      spec.sampling.seed = ChoiceSeed(p_.spec.sampling.seed, int(i));
+      auto h = server_.engine_.Submit(std::move(spec));
+      if (!h.ok()) {
+        Fail(ApiErrorFromStatus(h.status()));
+        return false;
+      }
+      choices_[i].handle = *h;
+      if (!server_.Track(shared_from_this(), {*h})) {
+        Fail(ApiErrorFromStatus(Unavailable("the server is shutting down")));
+        return false;
+      }
+    }
+    return true;
+  }
+
+  void Frame(StreamChoice& c, StreamEvent& ev) {
+    bool failed = false;
+    std::string frame = ChoiceFrames(p_, *server_.info_.tokenizer, c, ev, &failed);
+    if (failed) {
+      CancelAll();
+      reply_->Write(std::move(frame));
+      reply_->End();
+      return Finish();
+    }
+    if (!frame.empty() && !reply_->Write(std::move(frame))) CancelAll();  // gone, or not reading
+  }
+
+  void Collect(StreamChoice& c, StreamEvent& ev) {
+    if (!c.started) {
+      c.started = true;
+      c.text = p_.echo_text;  // empty without echo
+    }
+    if (ev.kind == StreamEvent::Kind::kText) {
+      c.logprobs.insert(c.logprobs.end(), ev.prompt_logprobs.begin(), ev.prompt_logprobs.end());  // echo: first
+      c.text += ev.text;
+      c.tokens.insert(c.tokens.end(), ev.tokens.begin(), ev.tokens.end());
+      c.logprobs.insert(c.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
+      return;
+    }
+    c.done = true;
+    if (ev.kind == StreamEvent::Kind::kError) return Fail(ApiErrorFromStatus(ev.error));
+    c.usage = Usage{ev.prompt_tokens, ev.completion_tokens, ev.cached_prompt_tokens};
+    c.finish_reason = ev.finish_reason;
+  }
+
+  void Complete() {
+    if (p_.stream) {
+      std::string frame;
+      if (p_.include_usage) {
+        Usage total = choices_[0].usage;
+        for (size_t i = 1; i < choices_.size(); ++i) total.completion_tokens += choices_[i].usage.completion_tokens;
+        frame += UsageChunkSse(choices_[0].meta, p_.chat, total);
+      }
+      frame += DoneSse();
+      reply_->Write(std::move(frame));
+      reply_->End();
+      return Finish();
+    }
+    std::vector<std::string> responses;
+    Usage total;
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      StreamChoice& c = choices_[i];
+      ResponseMeta meta{p_.model, choices_[0].handle->id(), UnixNow(), false};
+      meta.choice = int(i);
+      total.prompt_tokens = c.usage.prompt_tokens;
+      total.cached_tokens = i == 0 ? c.usage.cached_tokens : total.cached_tokens;
+      total.completion_tokens += c.usage.completion_tokens;
+      const std::vector<int32_t>* ids = p_.return_token_ids ? &c.tokens : nullptr;
+      const LogprobsOut lp{server_.info_.tokenizer, c.logprobs, 0};
+      const LogprobsOut* lpp = p_.spec.logprobs >= 0 ? &lp : nullptr;
+      if (p_.chat) {
+        ParsedOutput out =
+            p_.tools_enabled ? ParseToolCalls(c.text, c.handle->id(), p_.tool_format) : ParsedOutput{c.text, {}};
+        if (!p_.parallel_tool_calls && out.tool_calls.size() > 1) out.tool_calls.resize(1);
+        responses.push_back(ChatCompletionJson(meta, out, c.finish_reason, c.usage, ids, lpp));
+      } else {
+        responses.push_back(CompletionJson(meta, c.text, c.finish_reason, c.usage, ids, lpp));
+      }
+    }
+    reply_->Send(200, "application/json", responses.size() == 1 ? responses[0] : MergeChoices(responses, total));
+    Finish();
+  }
+
+  void Fail(const ApiError& e) {
+    CancelAll();
+    if (p_.stream) {
+      reply_->Write("data: " + ErrorJson(e) + "\n\n");
+      reply_->End();
+    } else {
+      SendError(*reply_, e);
+    }
+    Finish();
+  }
+
+  void Finish() {
+    done_ = true;
+    for (const auto& h : handles()) h->SetListener(nullptr);
+    server_.Forget(this);  // may destroy this exchange once the caller's reference goes
+  }
+
+  HttpServer& server_;
+  const ParsedRequest p_;
+  const std::shared_ptr<HttpReply> reply_;
+  const std::shared_ptr<HttpCore::Serial> serial_;
+  std::vector<StreamChoice> choices_;  // on the serial only
+  bool started_ = false, done_ = false;  // on the serial only
+  std::atomic<bool> queued_{false};
+  Mutex handles_mu_;
+  std::vector<std::shared_ptr<RequestHandle>> handles_ GUARDED_BY(handles_mu_);
+};
+
+HttpServer::HttpServer(Engine& engine, const Model& model, ServerOptions options)
+    : engine_(engine), model_(model), options_(std::move(options)) {
+  info_.id = options_.model_id.empty() ? model.config().name : options_.model_id;
+  info_.context_length = engine.context_tokens();
+  info_.tokenizer = &model.tokenizer();
+  info_.chat_format = &model.chat_format();
+  info_.created = UnixNow();
+  info_.attention = engine.cache_spec().attention;
+  info_.logprobs = !engine.remote_prefill();
+}
+
+HttpServer::~HttpServer() { Stop(std::chrono::milliseconds(0)); }
+
+Status HttpServer::Start() {
+  core_ = std::make_unique<HttpCore>(options_.http, options_.access);
+  core_->Route("GET", "/health", [this](HttpRequest&, std::shared_ptr<HttpReply> reply) {
+    const bool healthy = engine_.Stats().healthy;
+    reply->Send(healthy ? 200 : 503, "application/json",
+                std::string("{\"status\":\"") + (healthy ? "ok" : "unavailable") + "\"}");
+  }, /*quick=*/true);
+  core_->Route("GET", "/metrics", [this](HttpRequest&, std::shared_ptr<HttpReply> reply) {
+    reply->Send(200, "text/plain; version=0.0.4", engine_.metrics().Text() + core_->MetricsText("tandem_"));
+  }, /*quick=*/true);
+  core_->Route("GET", "/v1/models", [this](HttpRequest&, std::shared_ptr<HttpReply> reply) {
+    reply->Send(200, "application/json", ModelsJson(info_));
+  }, /*quick=*/true);
+  core_->Route("POST", "/v1/chat/completions", [this](HttpRequest& req, std::shared_ptr<HttpReply> reply) {
+    HandleCompletion(req, reply, true);
+  });
+  core_->Route("POST", "/v1/completions", [this](HttpRequest& req, std::shared_ptr<HttpReply> reply) {
+    HandleCompletion(req, reply, false);
+  });
+  return core_->Start(options_.host, options_.port);
+}
+
+void HttpServer::Stop(std::chrono::milliseconds grace) {
+  if (!core_) return;
+  std::vector<std::shared_ptr<Exchange>> left;
+  {
+    UniqueLock lock(mu_);
+    if (stopping_) return;
+    idle_.wait_for(lock.native(), grace, [&]() REQUIRES(mu_) { return live_.empty(); });
+    stopping_ = true;
+    for (auto& [p, e] : live_) left.push_back(e);
+  }
+  // No listener may post once the pools stop: silence them, then cancel.
+  for (auto& e : left) {
+    for (const auto& h : e->handles()) h->SetListener(nullptr);
+    e->CancelAll();
+  }
+  core_->Stop();
+  left.clear();
+  {
+    MutexLock lock(mu_);
+    live_.clear();
+  }
+  core_.reset();
+}
+
+bool HttpServer::Track(const std::shared_ptr<Exchange>& e, const std::vector<std::shared_ptr<RequestHandle>>& handles) {
+  MutexLock lock(mu_);
+  if (stopping_) {
+    for (const auto& h : handles) h->Cancel();
+    return false;
+  }
+  live_[e.get()] = e;
+  std::weak_ptr<Exchange> weak = e;
+  for (const auto& h : handles) {
+    e->AddHandle(h);
+    h->SetListener([weak] {
+      if (auto x = weak.lock()) x->Notify();
+    });
+  }
+  return true;
+}
+
+void HttpServer::Forget(Exchange* e) {
+  std::shared_ptr<Exchange> keep;  // destroyed after the lock is released
+  {
+    MutexLock lock(mu_);
+    auto it = live_.find(e);
+    if (it == live_.end()) return;
+    keep = std::move(it->second);
+    live_.erase(it);
+  }
+  idle_.notify_all();
+}
+
+void HttpServer::HandleCompletion(HttpRequest& req, const std::shared_ptr<HttpReply>& reply, bool chat) {
+  ParseResult parsed = chat ? ParseChatCompletionRequest(req.body, info_) : ParseCompletionRequest(req.body, info_);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return SendError(*reply, *e);
+  ParsedRequest& p = std::get<ParsedRequest>(parsed);
+  if (!p.has_seed) p.spec.sampling.seed = std::random_device{}() | (uint64_t(std::random_device{}()) << 32);
+  // Every choice must be done by one deadline: the request's timeout from now.
+  if (p.n > 1) p.spec.deadline = std::chrono::steady_clock::now() + engine_.options().request_timeout;
+  auto first = engine_.Submit(p.spec);
+  if (!first.ok()) return SendError(*reply, ApiErrorFromStatus(first.status()));
+  auto exchange = std::make_shared<Exchange>(*this, std::move(p), reply);
+  exchange->Prepare(*first);
+  if (!Track(exchange, {*first})) return SendError(*reply, ApiErrorFromStatus(Unavailable("the server is shutting down")));
+  exchange->Start();
 }
 
 }  // namespace tandem

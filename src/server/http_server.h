@@ -1,19 +1,22 @@
-// The OpenAI-compatible HTTP front end of one engine (cpp-httplib).
+// The OpenAI-compatible HTTP front end of one engine, on the event-driven
+// HttpCore (server/http_core.h).
 //
-// HTTP handler threads only parse, submit to the engine and relay its events;
-// the engine's loop thread owns the model and cache (llama.cpp's server-queue
-// split). A streaming client that goes away cancels its request at once,
-// which frees its pages at the engine's next step.
+// Worker threads parse and submit; the engine's loop thread owns the model
+// and cache (llama.cpp's server-queue split). An answer is event-driven: the
+// engine's push of an event wakes the request's exchange, which turns the
+// events into SSE frames or, at the end, one JSON answer. No thread waits
+// for a request. A client that goes away, streaming or not, cancels its
+// request at once, which frees its pages at the engine's next step.
 #pragma once
 
 #include <atomic>
 #include <memory>
 #include <string>
-#include <thread>
+#include <unordered_map>
 
 #include "runtime/engine.h"
 #include "server/access.h"
-#include "server/httplib_fwd.h"
+#include "server/http_core.h"
 #include "server/openai_api.h"
 
 namespace tandem {
@@ -21,10 +24,9 @@ namespace tandem {
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;  // 0: any free port
-  size_t max_body_bytes = size_t(8) << 20;
   std::string model_id;  // default: the model's general.name
-  int http_threads = 128;
-  AccessPolicy access;  // API keys and CORS (server/access.h)
+  HttpLimits http;       // deadlines, body and connection limits
+  AccessPolicy access;   // API keys and CORS (server/access.h)
 };
 
 class HttpServer {
@@ -32,31 +34,31 @@ class HttpServer {
   HttpServer(Engine& engine, const Model& model, ServerOptions options);
   ~HttpServer();
 
-  // Binds and serves on a background thread. Fails with a message when the
+  // Binds and serves on background threads. Fails with a message when the
   // address cannot be bound.
   Status Start();
-  int port() const { return port_; }
-  // Stops accepting and closes connections; waits up to `grace` for handlers
-  // that are still writing their last bytes.
+  int port() const { return core_ ? core_->port() : 0; }
+  // Waits up to `grace` for answers in progress to finish, then cancels the
+  // rest, stops accepting and closes connections.
   void Stop(std::chrono::milliseconds grace = std::chrono::milliseconds(2000));
 
+  class Exchange;  // one request's answer in progress
+
  private:
-  void Routes();
-  void HandleCompletion(const httplib::Request& req, httplib::Response& res, bool chat);
-  // One handle per choice (n).
-  void Stream(const ParsedRequest& parsed, std::vector<std::shared_ptr<RequestHandle>> handles,
-              httplib::Response& res);
-  void Collect(const ParsedRequest& parsed, const std::vector<std::shared_ptr<RequestHandle>>& handles,
-               httplib::Response& res);
+  void HandleCompletion(HttpRequest& req, const std::shared_ptr<HttpReply>& reply, bool chat);
+  // Registers the exchange and listens to its handles; false when stopping.
+  bool Track(const std::shared_ptr<Exchange>& exchange, const std::vector<std::shared_ptr<RequestHandle>>& handles);
+  void Forget(Exchange* exchange);
 
   Engine& engine_;
   const Model& model_;
   ServerOptions options_;
   ModelInfo info_;
-  std::unique_ptr<httplib::Server> server_;
-  std::thread listener_;
-  int port_ = 0;
-  std::atomic<int> active_streams_{0};
+  std::unique_ptr<HttpCore> core_;
+  Mutex mu_;
+  std::condition_variable idle_;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  std::unordered_map<Exchange*, std::shared_ptr<Exchange>> live_ GUARDED_BY(mu_);
 };
 
 }  // namespace tandem

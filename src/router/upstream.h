@@ -1,0 +1,59 @@
+// The router's HTTP/1.1 client for its forwards, event-driven on its own I/O
+// thread (Boost.Beast; no Boost type is visible here), so a relayed stream
+// costs a socket, not a thread. A call reports the answer's status line,
+// then its body as it arrives (chunked encoding removed), then its end; the
+// whole call has one deadline, and Cancel() ends it at once (closing the
+// connection, which the decode server sees as a hang-up).
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "server/http_core.h"
+
+namespace tandem {
+
+struct UpstreamRequest {
+  std::string host;
+  int port = 0;
+  std::string method = "POST", target;
+  HttpHeaders headers;  // Host, Content-Length and Connection are added
+  std::string body;
+  std::chrono::milliseconds timeout{600'000};  // the whole call
+};
+
+struct UpstreamEvents {
+  // The answer's status and headers (not called when none came).
+  std::function<void(int status, const HttpHeaders& headers)> on_head;
+  // Body bytes as they arrive; false ends the call.
+  std::function<bool(std::string data)> on_data;
+  // Last, exactly once: "" when the answer ended normally, else what went wrong.
+  std::function<void(const std::string& error)> on_done;
+};
+
+class UpstreamCall {
+ public:
+  virtual ~UpstreamCall() = default;
+  virtual void Cancel() = 0;  // any thread; on_done runs with "cancelled" unless it ran already
+};
+
+class UpstreamClient {
+ public:
+  UpstreamClient();
+  ~UpstreamClient();  // Stop()
+  UpstreamClient(const UpstreamClient&) = delete;
+  UpstreamClient& operator=(const UpstreamClient&) = delete;
+
+  std::shared_ptr<UpstreamCall> Start(UpstreamRequest request, UpstreamEvents events);
+  // Ends every call (their on_done run) and joins the I/O thread. Idempotent.
+  void Stop();
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tandem

@@ -1,0 +1,705 @@
+#include "server/http_core.h"
+
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <condition_variable>
+#include <deque>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+
+#include "common/mutex.h"
+#include "server/openai_api.h"
+
+namespace tandem {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using boost::system::error_code;
+
+namespace {
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) return false;
+  }
+  return true;
+}
+
+const char* Reason(int status) {
+  switch (status) {
+    case 100: return "Continue";
+    case 200: return "OK";
+    case 204: return "No Content";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 408: return "Request Timeout";
+    case 413: return "Payload Too Large";
+    case 422: return "Unprocessable Entity";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    default: return "Status";
+  }
+}
+
+std::string ErrorBody(int status, const std::string& message, const std::string& type) {
+  ApiError e;
+  e.http_status = status;
+  e.message = message;
+  if (!type.empty()) {
+    e.type = type;
+  } else if (status == 429) {
+    e.type = "rate_limit_error";
+  } else if (status >= 500) {
+    e.type = "server_error";
+  }
+  return ErrorJson(e);
+}
+
+constexpr size_t kMaxPipelinedBytes = size_t(64) << 10;  // read ahead while a request is worked on
+constexpr size_t kMaxLingerBytes = size_t(64) << 20;     // unread body discarded after an error answer
+constexpr auto kLinger = std::chrono::milliseconds(2000);
+
+std::string Seconds(std::chrono::milliseconds ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3g s", double(ms.count()) / 1000.0);
+  return buf;
+}
+
+}  // namespace
+
+std::string HttpRequest::Header(std::string_view name) const {
+  for (const auto& [k, v] : headers) {
+    if (EqualsIgnoreCase(k, name)) return v;
+  }
+  return "";
+}
+
+void SendApiError(HttpReply& reply, int status, const std::string& message, const std::string& type,
+                  HttpHeaders headers) {
+  if (status == 429 || status == 503) headers.emplace_back("Retry-After", "1");
+  reply.Send(status, "application/json", ErrorBody(status, message, type), std::move(headers));
+}
+
+class Connection;
+
+class HttpCore::Serial {
+ public:
+  explicit Serial(asio::thread_pool& pool) : strand(asio::make_strand(pool)) {}
+  asio::strand<asio::thread_pool::executor_type> strand;
+};
+
+struct RouteEntry {
+  std::string method, path;
+  HttpHandler handler;
+  bool quick = false;
+};
+
+struct HttpCore::Impl {
+  Impl(HttpLimits l, AccessPolicy a) : limits(l), access(std::move(a)) {}
+  void Accept();
+  void Refuse(tcp::socket& socket);
+
+  const HttpLimits limits;
+  const AccessPolicy access;
+  std::vector<RouteEntry> routes;
+  int port = 0;
+  std::atomic<bool> started{false}, stopped{false};
+  std::atomic<int64_t> open{0}, accepted{0}, refused{0}, deadline_closed{0}, too_large{0}, hang_ups{0};
+  Mutex mu;
+  std::condition_variable all_shut;
+  std::unordered_map<Connection*, std::weak_ptr<Connection>> live GUARDED_BY(mu);  // not yet shut
+  // Declared after what connections touch: destroying these destroys the
+  // handlers (and connections) they still hold.
+  asio::io_context io;
+  tcp::acceptor acceptor{io};
+  asio::steady_timer accept_retry{io};
+  std::optional<asio::thread_pool> workers;
+  std::vector<std::thread> io_threads;
+};
+
+// One client connection: reads requests one at a time and writes their
+// answers. Everything runs on its strand; Reply posts onto it.
+class Connection final : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(HttpCore::Impl& core, tcp::socket socket, bool overflow)
+      : core_(core),
+        socket_(std::move(socket)),
+        timer_(socket_.get_executor()),
+        write_timer_(socket_.get_executor()),
+        overflow_(overflow) {
+    ++core_.open;
+  }
+  ~Connection() { --core_.open; }
+
+  void Start() {
+    {
+      MutexLock lock(core_.mu);
+      core_.live[this] = weak_from_this();
+    }
+    error_code ignored;
+    socket_.set_option(tcp::no_delay(true), ignored);
+    ReadHeader();
+  }
+
+  template <typename F>
+  void Post(F&& f) {
+    asio::post(socket_.get_executor(), std::forward<F>(f));
+  }
+
+  // --- answers (on the strand; `seq` names the request they answer) ---
+  void DoSend(uint64_t seq, int status, std::string content_type, std::string body, HttpHeaders headers) {
+    if (seq != seq_ || state_ != State::kHandling || answering_) return;
+    answering_ = true;
+    std::string head = Head(status, headers);
+    head += "Content-Type: " + content_type + "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n";
+    Enqueue(std::move(head));
+    Enqueue(std::move(body));
+    answer_done_ = true;
+    Flush();
+  }
+  void DoStart(uint64_t seq, int status, std::string content_type, HttpHeaders headers) {
+    if (seq != seq_ || state_ != State::kHandling || answering_) return;
+    answering_ = true;
+    std::string head = Head(status, headers);
+    head += "Content-Type: " + content_type + "\r\nTransfer-Encoding: chunked\r\n\r\n";
+    Enqueue(std::move(head));
+    Flush();
+  }
+  void DoWrite(uint64_t seq, std::string chunk, size_t counted) {
+    if (seq != seq_ || state_ != State::kHandling || !answering_ || answer_done_) {
+      queued_ -= counted;
+      return;
+    }
+    Enqueue(std::move(chunk), counted);
+    Flush();
+  }
+  void DoEnd(uint64_t seq) {
+    if (seq != seq_ || state_ != State::kHandling || !answering_ || answer_done_) return;
+    Enqueue("0\r\n\r\n");
+    answer_done_ = true;
+    Flush();
+  }
+  void DoOnHangUp(uint64_t seq, std::function<void()> callback) {
+    if (seq != seq_ || state_ == State::kClosed) return callback();  // gone, or answered already
+    on_hang_up_ = std::move(callback);
+  }
+  // Server stop.
+  void DoShut() { Shut(); }
+
+  bool gone() const { return gone_.load(); }
+  std::atomic<size_t>& queued() { return queued_; }
+  const HttpLimits& limits() const { return core_.limits; }
+
+ private:
+  enum class State { kHeader, kBody, kHandling, kLingering, kClosed };
+
+  void ReadHeader() {
+    state_ = State::kHeader;
+    answering_ = answer_done_ = false;
+    on_hang_up_ = nullptr;
+    timed_out_ = false;
+    parser_.emplace();
+    parser_->header_limit(uint32_t(std::min<size_t>(core_.limits.max_header_bytes, UINT32_MAX)));
+    parser_->body_limit(core_.limits.max_body_bytes);
+    Arm(first_ || overflow_ ? core_.limits.header_timeout : core_.limits.idle_timeout);
+    first_ = false;
+    http::async_read_header(socket_, buffer_, *parser_,
+                            [self = shared_from_this()](error_code ec, size_t) { self->OnHeader(ec); });
+  }
+
+  void OnHeader(error_code ec) {
+    if (state_ == State::kClosed) return;
+    if (ec) return ReadFailed(ec, "header");
+    const auto& msg = parser_->get();
+    const std::string path = PathOf(std::string(msg.target()));
+    const RouteEntry* route = Find(std::string(msg.method_string()), path);
+    if (overflow_ && (route == nullptr || !route->quick)) {
+      ++core_.refused;
+      return Fail(503, "the server has too many open connections (" + std::to_string(core_.limits.max_connections) +
+                           "); retry later");
+    }
+    if (auto n = parser_->content_length(); n && *n > core_.limits.max_body_bytes) {
+      ++core_.too_large;
+      return Fail(413, "request body is too large (" + std::to_string(*n) + " bytes; the limit is " +
+                           std::to_string(core_.limits.max_body_bytes) + ")");
+    }
+    if (parser_->is_done()) return Dispatch();
+    if (EqualsIgnoreCase(std::string(msg[http::field::expect]), "100-continue")) {
+      Enqueue("HTTP/1.1 100 Continue\r\n\r\n");
+      Flush();
+    }
+    state_ = State::kBody;
+    Arm(core_.limits.body_timeout);
+    http::async_read(socket_, buffer_, *parser_, [self = shared_from_this()](error_code ec, size_t) {
+      if (self->state_ == State::kClosed) return;
+      if (ec) return self->ReadFailed(ec, "body");
+      self->Dispatch();
+    });
+  }
+
+  void ReadFailed(error_code ec, const char* what) {
+    if (timed_out_) {
+      ++core_.deadline_closed;
+      // A connection that sent nothing of a next request is closed quietly.
+      if (!parser_->got_some()) return Shut();
+      const auto limit = state_ == State::kBody ? core_.limits.body_timeout : core_.limits.header_timeout;
+      return Fail(408, std::string("the request's ") + what + " did not arrive within " + Seconds(limit));
+    }
+    if (ec == http::error::header_limit) {
+      ++core_.too_large;
+      return Fail(431, "request headers are too large (the limit is " + std::to_string(core_.limits.max_header_bytes) +
+                           " bytes)");
+    }
+    if (ec == http::error::body_limit) {
+      ++core_.too_large;
+      return Fail(413, "request body is too large (the limit is " + std::to_string(core_.limits.max_body_bytes) +
+                           " bytes)");
+    }
+    if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset ||
+        ec == asio::error::operation_aborted || !parser_->got_some()) {
+      return Shut();
+    }
+    Fail(400, "malformed HTTP request: " + ec.message());
+  }
+
+  static std::string PathOf(const std::string& target) {
+    const size_t q = target.find('?');
+    return q == std::string::npos ? target : target.substr(0, q);
+  }
+
+  const RouteEntry* Find(const std::string& method, const std::string& path) const {
+    for (const RouteEntry& r : core_.routes) {
+      if (r.method == method && r.path == path) return &r;
+    }
+    return nullptr;
+  }
+
+  void Dispatch();
+
+  // Reads ahead while the request is worked on: the only way to learn that
+  // the client hung up before its answer is ready.
+  void Watch() {
+    watching_ = true;
+    socket_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](error_code ec, size_t n) {
+      self->watching_ = false;
+      if (self->state_ == State::kClosed) return;
+      if (!ec) {
+        self->buffer_.commit(n);
+      } else if (ec != asio::error::operation_aborted) {
+        return self->Shut();  // the client went away
+      }
+      if (self->restart_) {
+        self->restart_ = false;
+        return self->ReadHeader();
+      }
+      if (self->state_ == State::kHandling && !ec && self->buffer_.size() < kMaxPipelinedBytes) self->Watch();
+    });
+  }
+
+  std::string Head(int status, const HttpHeaders& headers) const {
+    std::string h = "HTTP/1.1 " + std::to_string(status) + " " + Reason(status) + "\r\n";
+    for (const auto& [k, v] : headers) h += k + ": " + v + "\r\n";
+    for (const auto& [k, v] : core_.access.CorsHeaders(origin_, false)) h += k + ": " + v + "\r\n";
+    h += keep_alive_ ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
+    return h;
+  }
+
+  void Enqueue(std::string bytes, size_t counted = 0) {
+    if (counted == 0) {
+      counted = bytes.size();
+      queued_ += counted;
+    }
+    out_bytes_.push_back(counted);
+    out_.push_back(std::move(bytes));
+  }
+
+  void Flush() {
+    if (writing_ || state_ == State::kClosed) return;
+    if (out_.empty()) {
+      if (answer_done_ && state_ == State::kHandling) Answered();
+      return;
+    }
+    writing_ = true;
+    std::vector<asio::const_buffer> buffers;
+    writing_count_ = out_.size();
+    for (const std::string& s : out_) buffers.emplace_back(asio::buffer(s));
+    const uint64_t gen = ++write_gen_;
+    write_timer_.expires_after(core_.limits.write_timeout);
+    write_timer_.async_wait([self = shared_from_this(), gen](error_code ec) {
+      if (ec || gen != self->write_gen_ || !self->writing_ || self->state_ == State::kClosed) return;
+      ++self->core_.deadline_closed;  // the client stopped reading
+      self->Shut();
+    });
+    asio::async_write(socket_, buffers, [self = shared_from_this()](error_code ec, size_t) {
+      self->writing_ = false;
+      ++self->write_gen_;
+      self->write_timer_.cancel();
+      for (size_t i = 0; i < self->writing_count_; ++i) {
+        self->queued_ -= self->out_bytes_.front();
+        self->out_bytes_.pop_front();
+        self->out_.pop_front();
+      }
+      if (self->state_ == State::kClosed) return;
+      if (ec) return self->Shut();
+      self->Flush();
+    });
+  }
+
+  // The answer is written whole: the next request, or close.
+  void Answered() {
+    on_hang_up_ = nullptr;
+    ++seq_;  // late calls for this request do nothing
+    if (!keep_alive_) return Linger();
+    if (watching_) {
+      restart_ = true;
+      error_code ignored;
+      socket_.cancel(ignored);  // the watch ends, then reads the next header
+      return;
+    }
+    ReadHeader();
+  }
+
+  // An error answer, then close (after reading off what the client still sends).
+  void Fail(int status, const std::string& message) {
+    if (state_ == State::kClosed) return;
+    Disarm();
+    state_ = State::kHandling;
+    keep_alive_ = false;
+    answering_ = true;
+    std::string body = ErrorBody(status, message, "");
+    std::string head = Head(status, status == 503 ? HttpHeaders{{"Retry-After", "1"}} : HttpHeaders{});
+    head += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n";
+    Enqueue(std::move(head) + body);
+    answer_done_ = true;
+    Flush();
+  }
+
+  // Half-close, then discard what the client still sends for a moment, so
+  // the answer is not lost to a reset.
+  void Linger() {
+    state_ = State::kLingering;
+    error_code ignored;
+    socket_.shutdown(tcp::socket::shutdown_send, ignored);
+    Arm(kLinger);
+    Discard();
+  }
+  void Discard() {
+    socket_.async_read_some(asio::buffer(discard_), [self = shared_from_this()](error_code ec, size_t n) {
+      if (self->state_ != State::kLingering) return;
+      self->discarded_ += n;
+      if (ec || self->discarded_ > kMaxLingerBytes) return self->Shut();
+      self->Discard();
+    });
+  }
+
+  void Arm(std::chrono::milliseconds after) {
+    const uint64_t gen = ++timer_gen_;
+    timer_.expires_after(after);
+    timer_.async_wait([self = shared_from_this(), gen](error_code ec) {
+      if (ec || gen != self->timer_gen_ || self->state_ == State::kClosed) return;
+      self->OnDeadline();
+    });
+  }
+  void Disarm() {
+    ++timer_gen_;
+    timer_.cancel();
+  }
+
+  void OnDeadline() {
+    if (state_ == State::kHeader || state_ == State::kBody) {
+      timed_out_ = true;
+      error_code ignored;
+      socket_.cancel(ignored);  // the read ends with operation_aborted: ReadFailed answers 408
+      return;
+    }
+    Shut();  // lingering is over
+  }
+
+  void Shut() {
+    if (state_ == State::kClosed) return;
+    const bool unanswered = state_ == State::kHandling || state_ == State::kBody;
+    state_ = State::kClosed;
+    gone_ = true;
+    Disarm();
+    ++write_gen_;
+    write_timer_.cancel();
+    error_code ignored;
+    socket_.shutdown(tcp::socket::shutdown_both, ignored);
+    socket_.close(ignored);
+    if (on_hang_up_) {
+      if (unanswered) ++core_.hang_ups;
+      auto callback = std::move(on_hang_up_);
+      on_hang_up_ = nullptr;
+      callback();
+    }
+    {
+      MutexLock lock(core_.mu);
+      core_.live.erase(this);
+    }
+    core_.all_shut.notify_all();
+  }
+
+  HttpCore::Impl& core_;
+  tcp::socket socket_;
+  asio::steady_timer timer_;        // reading: header, body, lingering
+  asio::steady_timer write_timer_;  // an answer's bytes making no progress
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  State state_ = State::kHeader;
+  const bool overflow_;
+  bool first_ = true, keep_alive_ = true, timed_out_ = false;
+  bool watching_ = false, restart_ = false;
+  bool answering_ = false, answer_done_ = false, writing_ = false;
+  uint64_t timer_gen_ = 0, write_gen_ = 0, seq_ = 0;
+  std::string origin_;
+  std::deque<std::string> out_;
+  std::deque<size_t> out_bytes_;
+  size_t writing_count_ = 0;
+  std::function<void()> on_hang_up_;
+  std::array<char, 16384> discard_;
+  size_t discarded_ = 0;
+  std::atomic<bool> gone_{false};
+  std::atomic<size_t> queued_{0};
+
+  friend class Reply;
+};
+
+namespace {
+
+// The HttpReply of one request: its calls go to the connection's strand,
+// tagged with the request they answer.
+class Reply final : public HttpReply {
+ public:
+  Reply(std::shared_ptr<Connection> conn, uint64_t seq) : conn_(std::move(conn)), seq_(seq) {}
+
+  void Send(int status, std::string_view content_type, std::string body, HttpHeaders headers) override {
+    if (started_.exchange(true)) return;
+    ended_ = true;
+    conn_->Post([c = conn_, seq = seq_, status, ct = std::string(content_type), b = std::move(body),
+                 h = std::move(headers)]() mutable { c->DoSend(seq, status, std::move(ct), std::move(b), std::move(h)); });
+  }
+  void StartStream(int status, std::string_view content_type, HttpHeaders headers) override {
+    if (started_.exchange(true)) return;
+    streaming_ = true;
+    conn_->Post([c = conn_, seq = seq_, status, ct = std::string(content_type), h = std::move(headers)]() mutable {
+      c->DoStart(seq, status, std::move(ct), std::move(h));
+    });
+  }
+  bool Write(std::string data) override {
+    if (!streaming_ || ended_ || conn_->gone()) return false;
+    if (data.empty()) return true;
+    char size[24];
+    std::snprintf(size, sizeof(size), "%zx\r\n", data.size());
+    std::string chunk = size + std::move(data) + "\r\n";
+    const size_t n = chunk.size();
+    if (conn_->queued().load() + n > conn_->limits().max_buffered_bytes) return false;
+    conn_->queued() += n;
+    conn_->Post([c = conn_, seq = seq_, ch = std::move(chunk), n]() mutable { c->DoWrite(seq, std::move(ch), n); });
+    return true;
+  }
+  void End() override {
+    if (!streaming_ || ended_.exchange(true)) return;
+    conn_->Post([c = conn_, seq = seq_] { c->DoEnd(seq); });
+  }
+  void OnHangUp(std::function<void()> callback) override {
+    conn_->Post([c = conn_, seq = seq_, cb = std::move(callback)]() mutable { c->DoOnHangUp(seq, std::move(cb)); });
+  }
+  bool gone() const override { return conn_->gone(); }
+
+ private:
+  std::shared_ptr<Connection> conn_;
+  const uint64_t seq_;
+  std::atomic<bool> started_{false}, streaming_{false}, ended_{false};
+};
+
+}  // namespace
+
+void Connection::Dispatch() {
+  Disarm();
+  state_ = State::kHandling;
+  auto msg = parser_->release();
+  keep_alive_ = msg.keep_alive() && !overflow_;
+  auto request = std::make_shared<HttpRequest>();
+  request->method = std::string(msg.method_string());
+  request->target = std::string(msg.target());
+  request->path = PathOf(request->target);
+  for (const auto& f : msg) request->headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
+  request->body = std::move(msg.body());
+  origin_ = request->Header("Origin");
+  auto reply = std::make_shared<Reply>(shared_from_this(), seq_);
+
+  const AccessPolicy& access = core_.access;
+  if (request->method == "OPTIONS" && !access.cors_origin.empty() && request->path.rfind("/v1/", 0) == 0) {
+    auto cors = access.CorsHeaders(origin_, true);
+    // The origin is trusted: whatever headers its client asks to send may come.
+    const std::string asked = request->Header("Access-Control-Request-Headers");
+    if (!cors.empty() && !asked.empty()) cors["Access-Control-Allow-Headers"] = asked;
+    HttpHeaders h(cors.begin(), cors.end());
+    if (cors.empty()) return SendApiError(*reply, 403, "origin '" + origin_ + "' may not use this server");
+    origin_.clear();  // the preflight headers above are the CORS headers
+    return reply->Send(204, "text/plain", "", std::move(h));
+  }
+  const RouteEntry* route = Find(request->method, request->path);
+  if (route == nullptr) return SendApiError(*reply, 404, "no route for " + request->method + " " + request->path);
+  if (!access.Authorized(request->path, request->Header("Authorization"))) {
+    return reply->Send(401, "application/json", UnauthorizedJson(), {{"WWW-Authenticate", "Bearer"}});
+  }
+  if (route->quick) return route->handler(*request, reply);
+  Watch();
+  asio::post(*core_.workers, [request, reply, handler = &route->handler] { (*handler)(*request, reply); });
+}
+
+void HttpCore::Impl::Refuse(tcp::socket& socket) {
+  static const std::string kRefusal = [] {
+    const std::string body = ErrorBody(503, "the server has too many open connections; retry later", "");
+    return "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\nContent-Type: application/json\r\n"
+           "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  }();
+  ::send(socket.native_handle(), kRefusal.data(), kRefusal.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  error_code ignored;
+  socket.close(ignored);
+}
+
+void HttpCore::Impl::Accept() {
+  acceptor.async_accept(asio::make_strand(io), [this](error_code ec, tcp::socket socket) {
+    if (stopped) return;
+    if (ec) {
+      // Out of descriptors (or a transient error): try again shortly rather than spin.
+      accept_retry.expires_after(std::chrono::milliseconds(50));
+      accept_retry.async_wait([this](error_code e) {
+        if (!e && !stopped) Accept();
+      });
+      return;
+    }
+    ++accepted;
+    const int64_t now_open = open.load();
+    if (now_open >= int64_t(limits.max_connections) + HttpCore::kOverflowConnections) {
+      ++refused;
+      Refuse(socket);
+    } else {
+      std::make_shared<Connection>(*this, std::move(socket), now_open >= limits.max_connections)->Start();
+    }
+    Accept();
+  });
+}
+
+HttpCore::HttpCore(HttpLimits limits, AccessPolicy access)
+    : impl_(std::make_unique<Impl>(limits, std::move(access))) {}
+
+HttpCore::~HttpCore() { Stop(); }
+
+void HttpCore::Route(std::string method, std::string path, HttpHandler handler, bool quick) {
+  impl_->routes.push_back(RouteEntry{std::move(method), std::move(path), std::move(handler), quick});
+}
+
+Status HttpCore::Start(const std::string& host, int port) {
+  Impl& m = *impl_;
+  if (m.started.exchange(true)) return FailedPrecondition("the HTTP server was started already");
+  // Every connection is a descriptor: allow as many as the hard limit does.
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  error_code ec;
+  const auto address = asio::ip::make_address(host, ec);
+  if (ec) return InvalidArgument("'" + host + "' is not an IP address to listen on");
+  const tcp::endpoint endpoint(address, uint16_t(port));
+  m.acceptor.open(endpoint.protocol(), ec);
+  if (!ec) m.acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) m.acceptor.bind(endpoint, ec);
+  if (!ec) m.acceptor.listen(4096, ec);
+  if (ec) {
+    return Unavailable("cannot listen on " + host + ":" + std::to_string(port) + " (" + ec.message() +
+                       "; in use, or not an address of this host)");
+  }
+  m.port = m.acceptor.local_endpoint().port();
+  m.workers.emplace(size_t(std::max(1, m.limits.worker_threads)));
+  m.Accept();
+  for (int i = 0; i < std::max(1, m.limits.io_threads); ++i) m.io_threads.emplace_back([&m] { m.io.run(); });
+  return Status::Ok();
+}
+
+int HttpCore::port() const { return impl_->port; }
+
+void HttpCore::Stop() {
+  Impl& m = *impl_;
+  if (!m.started || m.stopped.exchange(true)) return;
+  asio::post(m.io, [&m] {
+    error_code ignored;
+    m.acceptor.close(ignored);
+    m.accept_retry.cancel();
+  });
+  std::vector<std::shared_ptr<Connection>> conns;
+  {
+    MutexLock lock(m.mu);
+    for (auto& [p, w] : m.live) {
+      if (auto c = w.lock()) conns.push_back(std::move(c));
+    }
+  }
+  for (auto& c : conns) c->Post([c] { c->DoShut(); });
+  conns.clear();
+  {
+    UniqueLock lock(m.mu);
+    m.all_shut.wait_for(lock.native(), std::chrono::seconds(2), [&]() REQUIRES(m.mu) { return m.live.empty(); });
+  }
+  m.io.stop();
+  for (std::thread& t : m.io_threads) t.join();
+  m.io_threads.clear();
+  if (m.workers) {
+    m.workers->stop();
+    m.workers->join();
+  }
+}
+
+HttpCoreStats HttpCore::stats() const {
+  const Impl& m = *impl_;
+  HttpCoreStats s;
+  s.open_connections = m.open.load();
+  s.accepted = m.accepted.load();
+  s.refused = m.refused.load();
+  s.deadline_closed = m.deadline_closed.load();
+  s.too_large = m.too_large.load();
+  s.hang_ups = m.hang_ups.load();
+  return s;
+}
+
+std::string HttpCore::MetricsText(const std::string& prefix) const {
+  const HttpCoreStats s = stats();
+  std::string out;
+  auto metric = [&](const char* name, const char* type, const char* help, int64_t v) {
+    out += "# HELP " + prefix + name + " " + help + "\n# TYPE " + prefix + name + " " + type + "\n" + prefix + name +
+           " " + std::to_string(v) + "\n";
+  };
+  metric("http_open_connections", "gauge", "Client connections open now", s.open_connections);
+  metric("http_accepted_total", "counter", "Client connections accepted", s.accepted);
+  metric("http_refused_total", "counter", "Requests or connections refused for too many open connections (503)", s.refused);
+  metric("http_deadline_closed_total", "counter", "Connections closed at a header, body or write deadline", s.deadline_closed);
+  metric("http_too_large_total", "counter", "Requests refused for a header or body over the limit (431, 413)", s.too_large);
+  metric("http_hang_ups_total", "counter", "Requests whose client went away before the answer was written", s.hang_ups);
+  return out;
+}
+
+std::shared_ptr<HttpCore::Serial> HttpCore::NewSerial() { return std::make_shared<Serial>(*impl_->workers); }
+
+void HttpCore::Post(const std::shared_ptr<Serial>& serial, std::function<void()> work) {
+  asio::post(serial->strand, std::move(work));
+}
+
+}  // namespace tandem
