@@ -107,6 +107,7 @@ void RegisterBench(CLI::App& app) {
   indexer->callback([iargs] { SetExitCode(RunIndexerBench(*iargs)); });
   RegisterServeBench(*bench);
   RegisterStructuredBench(*bench);
+  RegisterFrontDoorBench(*bench);
   RegisterHandoffBench(*bench);
   RegisterPrefillBench(*bench);
   RegisterAgenticBench(*bench);

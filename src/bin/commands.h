@@ -27,6 +27,7 @@ void RegisterHandoffBench(CLI::App& bench);
 void RegisterPrefillBench(CLI::App& bench);
 void RegisterAgenticBench(CLI::App& bench);
 void RegisterStructuredBench(CLI::App& bench);
+void RegisterFrontDoorBench(CLI::App& bench);
 void RegisterVerify(CLI::App& app);
 
 // --log-level for a server command; StartLog sets the process's role and

@@ -73,7 +73,7 @@ Router::Backend* Router::Pick(uint64_t conversation) {
 
 Status Router::Start() {
   if (backends_.empty()) return InvalidArgument("the router needs at least one --decode backend");
-  upstream_ = std::make_unique<UpstreamClient>();
+  client_ = std::make_unique<HttpClient>();
   core_ = std::make_unique<HttpCore>(options_.http, options_.access);
   core_->Route("GET", "/health", [this](HttpRequest&, std::shared_ptr<HttpReply> reply) {
     const bool any = std::any_of(backends_.begin(), backends_.end(), [](const auto& b) { return b->healthy.load(); });
@@ -97,7 +97,7 @@ Status Router::Start() {
 void Router::Stop() {
   if (stop_.exchange(true)) return;
   if (core_) core_->Stop();        // hang-ups cancel their upstream calls
-  if (upstream_) upstream_->Stop();
+  if (client_) client_->Stop();
   if (health_.joinable()) health_.join();
 }
 
@@ -109,7 +109,7 @@ void Router::Forward(HttpRequest& req, const std::shared_ptr<HttpReply>& reply) 
     return SendApiError(*reply, 503, "no healthy decode backend", "server_error");
   }
   const bool stream = !body.is_discarded() && body.is_object() && body.value("stream", false) == true;
-  UpstreamRequest up;
+  HttpClientRequest up;
   up.host = b->host;
   up.port = b->port;
   up.method = req.method;
@@ -128,7 +128,7 @@ void Router::Forward(HttpRequest& req, const std::shared_ptr<HttpReply>& reply) 
     HttpHeaders relayed;  // Retry-After, WWW-Authenticate
   };
   auto relay = std::make_shared<Relay>();
-  UpstreamEvents events;
+  HttpClientEvents events;
   events.on_head = [relay, reply, stream](int status, const HttpHeaders& headers) {
     relay->status = status;
     for (const auto& [k, v] : headers) {
@@ -153,6 +153,7 @@ void Router::Forward(HttpRequest& req, const std::shared_ptr<HttpReply>& reply) 
   const std::string name = b->host + ":" + std::to_string(b->port);
   events.on_done = [this, relay, reply, b, name, max_answer](const std::string& error) {
     --*b->in_flight;
+    if (reply->gone()) return;  // the client hung up (and so cancelled the call): says nothing of the backend
     if (relay->status != 0) ++b->forwarded;
     if (relay->streaming) return reply->End();
     if (relay->status == 0) {
@@ -169,7 +170,7 @@ void Router::Forward(HttpRequest& req, const std::shared_ptr<HttpReply>& reply) 
     }
     reply->Send(relay->status, relay->content_type, std::move(relay->body), relay->relayed);
   };
-  auto call = upstream_->Start(std::move(up), std::move(events));
+  auto call = client_->Start(std::move(up), std::move(events));
   reply->OnHangUp([call] { call->Cancel(); });  // the decode server sees the hang-up and cancels
 }
 

@@ -6,7 +6,7 @@
 // cancels it there. A health checker polls every backend's /health on its
 // own thread and connections; with no healthy backend the router answers 503
 // at once. Both sides are event-driven (server/http_core.h,
-// router/upstream.h): a relayed stream holds two sockets, not a thread.
+// server/http_client.h): a relayed stream holds two sockets, not a thread.
 //
 // Placement keeps caches warm: a conversation (named by a hash of its first
 // two messages, or of its prompt's start) goes back to the decode server that
@@ -28,7 +28,7 @@
 #include "common/mutex.h"
 #include "common/placement.h"
 #include "common/status.h"
-#include "router/upstream.h"
+#include "server/http_client.h"
 #include "server/http_core.h"
 
 namespace tandem {
@@ -76,9 +76,9 @@ class Router {
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> unavailable_{0};
   std::thread health_;
-  // core_ before upstream_: calls (holding replies) go before the connections.
+  // core_ before client_: calls (holding replies) go before the connections.
   std::unique_ptr<HttpCore> core_;
-  std::unique_ptr<UpstreamClient> upstream_;
+  std::unique_ptr<HttpClient> client_;
 };
 
 }  // namespace tandem

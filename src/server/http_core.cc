@@ -3,6 +3,7 @@
 #include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <boost/asio.hpp>
@@ -693,6 +694,13 @@ std::string HttpCore::MetricsText(const std::string& prefix) const {
   metric("http_deadline_closed_total", "counter", "Connections closed at a header, body or write deadline", s.deadline_closed);
   metric("http_too_large_total", "counter", "Requests refused for a header or body over the limit (431, 413)", s.too_large);
   metric("http_hang_ups_total", "counter", "Requests whose client went away before the answer was written", s.hang_ups);
+  // Resident memory, for the front door's per-connection cost (Linux: /proc/self/statm).
+  long pages = 0, resident = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  metric("process_resident_memory_bytes", "gauge", "Resident memory of this process", int64_t(resident) * sysconf(_SC_PAGESIZE));
   return out;
 }
 

@@ -1,4 +1,4 @@
-// The router's HTTP/1.1 client for its forwards, event-driven on its own I/O
+// An HTTP/1.1 client (the router's forwards, the front-door bench), event-driven on its own I/O
 // thread (Boost.Beast; no Boost type is visible here), so a relayed stream
 // costs a socket, not a thread. A call reports the answer's status line,
 // then its body as it arrives (chunked encoding removed), then its end; the
@@ -15,7 +15,7 @@
 
 namespace tandem {
 
-struct UpstreamRequest {
+struct HttpClientRequest {
   std::string host;
   int port = 0;
   std::string method = "POST", target;
@@ -24,7 +24,7 @@ struct UpstreamRequest {
   std::chrono::milliseconds timeout{600'000};  // the whole call
 };
 
-struct UpstreamEvents {
+struct HttpClientEvents {
   // The answer's status and headers (not called when none came).
   std::function<void(int status, const HttpHeaders& headers)> on_head;
   // Body bytes as they arrive; false ends the call.
@@ -33,20 +33,20 @@ struct UpstreamEvents {
   std::function<void(const std::string& error)> on_done;
 };
 
-class UpstreamCall {
+class HttpCall {
  public:
-  virtual ~UpstreamCall() = default;
+  virtual ~HttpCall() = default;
   virtual void Cancel() = 0;  // any thread; on_done runs with "cancelled" unless it ran already
 };
 
-class UpstreamClient {
+class HttpClient {
  public:
-  UpstreamClient();
-  ~UpstreamClient();  // Stop()
-  UpstreamClient(const UpstreamClient&) = delete;
-  UpstreamClient& operator=(const UpstreamClient&) = delete;
+  HttpClient();
+  ~HttpClient();  // Stop()
+  HttpClient(const HttpClient&) = delete;
+  HttpClient& operator=(const HttpClient&) = delete;
 
-  std::shared_ptr<UpstreamCall> Start(UpstreamRequest request, UpstreamEvents events);
+  std::shared_ptr<HttpCall> Start(HttpClientRequest request, HttpClientEvents events);
   // Ends every call (their on_done run) and joins the I/O thread. Idempotent.
   void Stop();
 

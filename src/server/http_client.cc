@@ -1,4 +1,4 @@
-#include "router/upstream.h"
+#include "server/http_client.h"
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -27,7 +27,7 @@ class Call;
 
 }  // namespace
 
-struct UpstreamClient::Impl {
+struct HttpClient::Impl {
   void Closed(Call* call);
 
   Mutex mu;
@@ -52,7 +52,7 @@ std::string Seconds(std::chrono::milliseconds ms) {
 // One forward: connect, send, read the head, relay the body.
 class Call : public std::enable_shared_from_this<Call> {
  public:
-  Call(UpstreamClient::Impl& client, UpstreamRequest request, UpstreamEvents events)
+  Call(HttpClient::Impl& client, HttpClientRequest request, HttpClientEvents events)
       : client_(client),
         socket_(asio::make_strand(client.io)),
         timer_(socket_.get_executor()),
@@ -85,7 +85,7 @@ class Call : public std::enable_shared_from_this<Call> {
     socket_.shutdown(tcp::socket::shutdown_both, ignored);
     socket_.close(ignored);
     auto on_done = std::move(events_.on_done);
-    events_ = UpstreamEvents{};  // holds nothing of the caller past this point
+    events_ = HttpClientEvents{};  // holds nothing of the caller past this point
     if (on_done) on_done(error);
     client_.Closed(this);
   }
@@ -137,11 +137,11 @@ class Call : public std::enable_shared_from_this<Call> {
     });
   }
 
-  UpstreamClient::Impl& client_;
+  HttpClient::Impl& client_;
   tcp::socket socket_;
   asio::steady_timer timer_;
-  UpstreamRequest request_;
-  UpstreamEvents events_;
+  HttpClientRequest request_;
+  HttpClientEvents events_;
   std::string wire_;
   beast::flat_buffer buffer_;
   http::response_parser<http::buffer_body> parser_;
@@ -150,7 +150,7 @@ class Call : public std::enable_shared_from_this<Call> {
 };
 
 // What the caller holds: ends the call if it is still there.
-class CallHandle final : public UpstreamCall {
+class CallHandle final : public HttpCall {
  public:
   explicit CallHandle(std::weak_ptr<Call> call) : call_(std::move(call)) {}
   void Cancel() override {
@@ -163,7 +163,7 @@ class CallHandle final : public UpstreamCall {
 
 }  // namespace
 
-void UpstreamClient::Impl::Closed(Call* call) {
+void HttpClient::Impl::Closed(Call* call) {
   {
     MutexLock lock(mu);
     live.erase(call);
@@ -171,21 +171,21 @@ void UpstreamClient::Impl::Closed(Call* call) {
   all_closed.notify_all();
 }
 
-UpstreamClient::UpstreamClient() : impl_(std::make_unique<Impl>()) {
+HttpClient::HttpClient() : impl_(std::make_unique<Impl>()) {
   impl_->work.emplace(impl_->io.get_executor());
   impl_->thread = std::thread([m = impl_.get()] { m->io.run(); });
 }
 
-UpstreamClient::~UpstreamClient() { Stop(); }
+HttpClient::~HttpClient() { Stop(); }
 
-std::shared_ptr<UpstreamCall> UpstreamClient::Start(UpstreamRequest request, UpstreamEvents events) {
+std::shared_ptr<HttpCall> HttpClient::Start(HttpClientRequest request, HttpClientEvents events) {
   Impl& m = *impl_;
   const std::string key = request.host + ":" + std::to_string(request.port);
   tcp::resolver::results_type endpoints;
   {
     MutexLock lock(m.mu);
     if (m.stopped) {
-      if (events.on_done) events.on_done("the router is stopping");
+      if (events.on_done) events.on_done("the client is stopping");
       return std::make_shared<CallHandle>(std::weak_ptr<Call>());
     }
     if (auto it = m.resolved.find(key); it != m.resolved.end()) endpoints = it->second;
@@ -210,7 +210,7 @@ std::shared_ptr<UpstreamCall> UpstreamClient::Start(UpstreamRequest request, Ups
   return std::make_shared<CallHandle>(call);
 }
 
-void UpstreamClient::Stop() {
+void HttpClient::Stop() {
   Impl& m = *impl_;
   std::vector<std::shared_ptr<Call>> calls;
   {
@@ -221,7 +221,7 @@ void UpstreamClient::Stop() {
       if (auto c = w.lock()) calls.push_back(std::move(c));
     }
   }
-  for (auto& c : calls) c->Post([c] { c->Close("the router is stopping"); });
+  for (auto& c : calls) c->Post([c] { c->Close("the client is stopping"); });
   calls.clear();
   {
     UniqueLock lock(m.mu);
