@@ -39,6 +39,7 @@ struct PrefillArgs {
   bool no_prefix_cache = false;
   int64_t max_queue = 256;
   int64_t peer_timeout_ms = 5000;
+  std::string cluster_key_file;
   std::string transport = "auto";
   TierFlags tiers;
 };
@@ -70,6 +71,11 @@ int RunPrefill(PrefillArgs& a) {
   po.max_queue = size_t(a.max_queue);
   po.peer_timeout = std::chrono::milliseconds(a.peer_timeout_ms);
   po.heartbeat_interval = std::chrono::milliseconds(std::max<int64_t>(20, a.peer_timeout_ms / 5));
+  if (!a.cluster_key_file.empty()) {
+    auto key = transfer::ClusterKey::Load(a.cluster_key_file);
+    if (!key.ok()) return TLOG_ERROR("error: %s\n", key.status().message().c_str()), 2;
+    po.cluster_key = *key;
+  }
   auto tiers = a.tiers.Resolve();
   if (!tiers.ok()) return TLOG_ERROR("error: %s\n", tiers.status().ToString().c_str()), 1;
   po.engine.tiers = *tiers;
@@ -190,6 +196,8 @@ void RegisterPrefill(CLI::App& app) {
   cmd->add_option("--max-queue", a->max_queue, "Handoffs that may wait to be scheduled; more are refused")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   cmd->add_option("--transport", a->transport, "How handoff bytes travel: auto (what UCX finds), shm or tcp");
+  cmd->add_option("--cluster-key-file", a->cluster_key_file,
+                  "A secret (16+ bytes) decode engines must prove before a destination is taken (transfer/cluster_key.h)");
   cmd->add_option("--peer-timeout-ms", a->peer_timeout_ms,
                   "A decode engine silent this long is declared dead and its connection closed")
       ->check(CLI::Range(int64_t(100), int64_t(3600) * 1000));

@@ -43,6 +43,7 @@ struct ServeArgs {
   std::string transport = "auto";
   int64_t peer_timeout_ms = 5000;
   int64_t handoff_timeout_ms = 60000;
+  std::string cluster_key_file;
 };
 
 // Re-spells this command's options for the child processes of --disagg.
@@ -78,6 +79,7 @@ DisaggLaunch LaunchFor(const ServeArgs& a) {
   l.transport_tcp = a.transport == "tcp";
   l.prefill_engines = a.prefill_engines;
   l.fault_control = a.fault_control;
+  l.cluster_key_file = a.cluster_key_file;
   for (auto* side : {&l.prefill_args, &l.decode_args, &l.router_args}) side->insert(side->end(), {"--log-level", a.log_level});
   for (auto* side : {&l.decode_args, &l.router_args}) {  // the router passes the client's key on
     for (const std::string& arg : a.access.Args()) side->push_back(arg);
@@ -133,6 +135,10 @@ int RunServe(ServeArgs& a) {
                "of the prefill engine's transport: they need --disagg (or pass them to `tandem prefill`)\n");
     return 2;
   }
+  if (!a.cluster_key_file.empty() && !a.disagg && a.decode.prefill_addresses.empty()) {
+    TLOG_ERROR("error: --cluster-key-file is the engines' shared secret: it needs --prefill or --disagg\n");
+    return 2;
+  }
   auto access = a.access.Load();
   if (!access.ok()) {
     TLOG_ERROR("error: %s\n", access.status().ToString().c_str());
@@ -174,6 +180,11 @@ int RunServe(ServeArgs& a) {
   a.decode.transport = *lanes;
   a.decode.peer_timeout = std::chrono::milliseconds(a.peer_timeout_ms);
   a.decode.handoff_timeout = std::chrono::milliseconds(a.handoff_timeout_ms);
+  if (!a.cluster_key_file.empty()) {
+    auto key = transfer::ClusterKey::Load(a.cluster_key_file);
+    if (!key.ok()) return TLOG_ERROR("error: %s\n", key.status().message().c_str()), 2;
+    a.decode.cluster_key = *key;
+  }
   if (a.verify == "off") {
     a.decode.verify = transfer::VerifyMode::kOff;
   } else if (a.verify == "sample") {
@@ -255,6 +266,9 @@ void RegisterServe(CLI::App& app) {
                   "(its request re-placed or failed)")
       ->check(CLI::Range(int64_t(10), int64_t(3600) * 1000));
   a->access.AddTo(cmd);
+  cmd->add_option("--cluster-key-file", a->cluster_key_file,
+                  "With --prefill: a secret (16+ bytes) the prefill engines must prove; with --disagg: the engines' "
+                  "shared secret (default: a fresh random one)");
   a->http.AddTo(cmd);
   cmd->add_flag("--disagg", a->disagg,
                 "Start a prefill engine, a decode server and a router on this host (router on --port)");

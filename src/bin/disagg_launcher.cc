@@ -1,6 +1,9 @@
 #include "bin/disagg_launcher.h"
+
+#include "transfer/cluster_key.h"
 #include "common/log.h"
 
+#include <filesystem>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -252,7 +255,26 @@ std::unique_ptr<httplib::Server> StartFaultControl(PrefillEngines& engines, int*
 
 }  // namespace
 
-int RunDisagg(const DisaggLaunch& l) {
+int RunDisagg(const DisaggLaunch& given) {
+  DisaggLaunch l = given;
+  // The engines prove a shared key to each other (transfer/cluster_key.h):
+  // without one given, a fresh random key in a private folder, removed at exit.
+  struct KeyFolder {
+    std::string dir;
+    ~KeyFolder() {
+      if (!dir.empty()) std::filesystem::remove_all(dir);
+    }
+  } key_folder;
+  if (l.cluster_key_file.empty()) {
+    char dir[] = "/tmp/tandem-cluster-XXXXXX";
+    if (::mkdtemp(dir) == nullptr) return TLOG_ERROR("tandem serve --disagg: cannot create a folder for the cluster key\n"), 1;
+    key_folder.dir = dir;
+    l.cluster_key_file = key_folder.dir + "/cluster.key";
+    if (Status st = transfer::WriteRandomClusterKey(l.cluster_key_file); !st.ok()) {
+      return TLOG_ERROR("tandem serve --disagg: %s\n", st.message().c_str()), 1;
+    }
+  }
+  for (auto* side : {&l.prefill_args, &l.decode_args}) side->insert(side->end(), {"--cluster-key-file", l.cluster_key_file});
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);

@@ -22,6 +22,7 @@ struct DisaggLaunch {
   bool transport_tcp = false;               // --transport tcp (the prefill engine's address says tcp://)
   int prefill_engines = 1;                  // the decode server balances them (--prefill a,b,...)
   bool fault_control = false;               // --debug-fault-control
+  std::string cluster_key_file;             // the engines' shared secret; empty: a fresh random one
 };
 
 // Runs until SIGTERM/SIGINT; returns the exit code.

@@ -120,7 +120,14 @@ void RemotePrefill::Reconnect(size_t i, Clock::time_point now) {
   };
   link.last_heard = now;
   auto conn = transport_->Connect(link.address, h);
-  Status st = conn.ok() ? (*conn)->Send(MyHello(0).Encode()) : conn.status();
+  Hello hello = MyHello(0);
+  link.prefill_nonce.clear();
+  if (options_.cluster_key.enabled()) {
+    link.nonce = transfer::NewNonce();
+    hello.nonce = link.nonce;
+    hello.proof = options_.cluster_key.Prove("decode hello", {link.nonce});
+  }
+  Status st = conn.ok() ? (*conn)->Send(hello.Encode()) : conn.status();
   if (!st.ok()) {
     if (conn.ok()) (*conn)->Close();
     link.state = LinkState::kDown;
@@ -192,6 +199,11 @@ Status RemotePrefill::Start(uint64_t handoff_id, const std::vector<int32_t>& tok
   d.sampling = sampling;
   d.decode_instance_id = instance_id_;
   d.time_budget_ms = std::max<int64_t>(1, Ms(receiver_->deadline(handoff_id) - now));
+  if (options_.cluster_key.enabled()) {
+    uint8_t hid[8];
+    for (int b = 0; b < 8; ++b) hid[b] = uint8_t(handoff_id >> (8 * b));
+    d.auth = options_.cluster_key.Prove("destination", {links_[link].prefill_nonce, hid, d.remote_key});
+  }
   handoff_link_[handoff_id] = link;
   Status st = links_[link].connection->Send(d.Encode());
   if (st.ok()) {
@@ -262,6 +274,12 @@ void RemotePrefill::OnHello(size_t i, const std::vector<uint8_t>& bytes) {
     st = FailedPrecondition("the prefill engine answered another decode instance (" +
                             std::to_string(hello->peer_instance_id) + ")");
   }
+  const transfer::ClusterKey& key = options_.cluster_key;
+  if (st.ok() && key.enabled() && !key.Verify("prefill hello", {link.nonce, hello->nonce}, hello->proof)) {
+    st = FailedPrecondition(hello->proof.empty()
+                                ? "it proved no cluster key: it has another --cluster-key-file than this engine, or none"
+                                : "it does not hold this engine's cluster key (--cluster-key-file differs)");
+  }
   if (!st.ok()) {
     TLOG_WARN("tandem decode: refusing the prefill engine %s: %s\n", link.address.c_str(),
                  st.message().c_str());
@@ -273,6 +291,7 @@ void RemotePrefill::OnHello(size_t i, const std::vector<uint8_t>& bytes) {
     affinity_.ForgetTarget(int(i));  // a restarted engine: its prefix cache is empty
   }
   link.known_instance = link.prefill_instance = hello->instance_id;
+  link.prefill_nonce = hello->nonce;
   // Its answer promises that no handoff of an earlier connection of ours still
   // writes (a restarted engine cannot): the pages those held are free now.
   for (uint64_t old : link.suspended) receiver_->OnPeerClosed(old, Clock::now());
@@ -486,6 +505,7 @@ StatusOr<std::unique_ptr<RemotePrompts>> ConnectPrefillEngines(const Model& mode
   ro.weights_identity = WeightsIdentity(model);
   ro.transport = options.transport;
   ro.peer_timeout = options.peer_timeout;
+  ro.cluster_key = options.cluster_key;
   ro.heartbeat_interval = std::max(std::chrono::milliseconds(20), options.peer_timeout / 5);
   ro.receiver.vocab_size = model.config().vocab_size;
   ro.receiver.deadlines.waiting_for_input = options.handoff_timeout;

@@ -40,6 +40,7 @@
 #include "decode/handoff_receiver.h"
 #include "runtime/engine.h"
 #include "runtime/remote_prompts.h"
+#include "transfer/cluster_key.h"
 #include "transfer/transport_kind.h"
 
 namespace tandem {
@@ -56,6 +57,7 @@ struct RemotePrefillOptions {
   // up would be refused).
   std::chrono::milliseconds startup_wait{5000};
   transfer::ReceiverOptions receiver;  // vocabulary, deadlines, verification
+  transfer::ClusterKey cluster_key;    // prefill engines must prove it (transfer/cluster_key.h)
 };
 
 class RemotePrefill : public RemotePrompts {
@@ -118,6 +120,8 @@ class RemotePrefill : public RemotePrompts {
     uint64_t silent_instance = 0;             // the instance declared dead (a new one is no suspect)
     transfer::Clock::time_point probation_until;  // Connecting -> Up no earlier
     std::chrono::milliseconds backoff{0};
+    std::vector<uint8_t> nonce;          // ours, fresh per connection
+    std::vector<uint8_t> prefill_nonce;  // the accepted Hello's: destinations prove the key over it
   };
   struct Arrival {
     size_t link;
@@ -174,6 +178,7 @@ struct DecodeOptions {
   transfer::TransportKind transport = transfer::TransportKind::kAuto;
   std::chrono::milliseconds peer_timeout{5000};      // a prefill engine silent this long is declared dead
   std::chrono::milliseconds handoff_timeout{60000};  // destination sent -> Commit, before the handoff is aborted
+  transfer::ClusterKey cluster_key;                  // --cluster-key-file
 };
 
 // The decode role of an engine built with `engine`: its pool memory and its

@@ -79,8 +79,14 @@ void PrefillEngine::OnAccept(std::shared_ptr<transfer::Connection> connection) {
 void PrefillEngine::OnHello(Peer& peer, const std::vector<uint8_t>& bytes) {
   auto hello = Hello::Decode(bytes);
   const uint64_t theirs = hello.ok() ? hello->instance_id : 0;
-  const Hello mine{"prefill", layout_fingerprint_, weights_identity_, instance_id_, theirs};
+  Hello mine{"prefill", layout_fingerprint_, weights_identity_, instance_id_, theirs};
   Status st = hello.ok() ? transfer::CheckHello(mine, *hello) : hello.status();
+  const transfer::ClusterKey& key = options_.cluster_key;
+  if (st.ok() && key.enabled() && !key.Verify("decode hello", {hello->nonce}, hello->proof)) {
+    st = FailedPrecondition(hello->proof.empty()
+                              ? "it proves no cluster key (this engine has --cluster-key-file; give the decode engine the same)"
+                              : "it does not hold this engine's cluster key (--cluster-key-file differs)");
+  }
   if (!st.ok()) {
     TLOG_WARN("tandem prefill: refusing decode engine %llu: %s\n", (unsigned long long)theirs,
                  st.message().c_str());
@@ -91,6 +97,11 @@ void PrefillEngine::OnHello(Peer& peer, const std::vector<uint8_t>& bytes) {
   }
   peer.hello_ok = true;
   peer.decode_instance = theirs;
+  if (key.enabled()) {
+    peer.nonce = transfer::NewNonce();
+    mine.nonce = peer.nonce;
+    mine.proof = key.Prove("prefill hello", {hello->nonce, peer.nonce});
+  }
   const uint64_t id = peer.connection->id();
   std::vector<uint64_t> stale;  // earlier connections of the same decode instance: dead to it
   for (auto& [other_id, other] : peers_) {
@@ -155,6 +166,13 @@ void PrefillEngine::OnDestination(Peer& peer, const std::shared_ptr<transfer::Co
   if (!peer.hello_ok) return Refuse(*connection, id, "no accepted Hello on this connection");
   if (d->decode_instance_id != peer.decode_instance) {
     return Refuse(*connection, id, "destination names another decode instance than its Hello");
+  }
+  if (options_.cluster_key.enabled()) {
+    uint8_t hid[8];
+    for (int b = 0; b < 8; ++b) hid[b] = uint8_t(id >> (8 * b));
+    if (!options_.cluster_key.Verify("destination", {peer.nonce, hid, d->remote_key}, d->auth)) {
+      return Refuse(*connection, id, "destination is not authenticated by the cluster key of this connection");
+    }
   }
   const int64_t n = int64_t(d->tokens.size());
   const int64_t n_pages = (n + kPageTokens - 1) / kPageTokens;

@@ -32,6 +32,7 @@
 #include "common/mutex.h"
 #include "runtime/engine.h"
 #include "transfer/messages.h"
+#include "transfer/cluster_key.h"
 #include "transfer/transport.h"
 
 namespace tandem {
@@ -43,6 +44,7 @@ struct PrefillOptions {
   size_t max_queue = 256;                             // handoffs waiting to be scheduled, all connections together
   std::chrono::milliseconds peer_timeout{5000};       // silence that declares a decode engine dead
   std::chrono::milliseconds heartbeat_interval{500};  // how often this engine says it is alive
+  transfer::ClusterKey cluster_key;                   // decode engines must prove it (transfer/cluster_key.h)
 };
 
 class PrefillEngine : public PrefillSink {
@@ -90,6 +92,7 @@ class PrefillEngine : public PrefillSink {
     std::shared_ptr<transfer::Connection> connection;
     bool hello_ok = false;
     uint64_t decode_instance = 0;
+    std::vector<uint8_t> nonce;  // ours on this connection: its destinations prove the key over it
     transfer::Clock::time_point last_heard;
   };
   // One Destination taken. Fields marked "loop" belong to the engine's loop

@@ -213,6 +213,8 @@ std::vector<uint8_t> Hello::Encode() const {
   w.PutString(weights_identity);
   w.Put(instance_id);
   w.Put(peer_instance_id);
+  w.PutBytes(nonce);
+  w.PutBytes(proof);
   return std::move(w).Finish();
 }
 
@@ -224,6 +226,9 @@ StatusOr<Hello> Hello::Decode(std::span<const uint8_t> bytes) {
   m.weights_identity = r.String("weights_identity");
   m.instance_id = r.Get<uint64_t>("instance_id");
   m.peer_instance_id = r.Get<uint64_t>("peer_instance_id");
+  m.nonce = r.Bytes("nonce");
+  m.proof = r.Bytes("proof");
+  if (r.ok() && (m.nonce.size() > 64 || m.proof.size() > 64)) r.Fail("nonce", "a nonce or proof over 64 bytes");
   if (r.ok() && m.role != "prefill" && m.role != "decode") {
     r.Fail("role", "'" + m.role.substr(0, 64) + "' is neither \"prefill\" nor \"decode\"");
   }
@@ -263,6 +268,7 @@ std::vector<uint8_t> Destination::Encode() const {
   }
   w.PutString(sampling.constraint);
   w.Put(sampling.answer_budget);
+  w.PutBytes(auth);
   return std::move(w).Finish();
 }
 
@@ -272,7 +278,7 @@ bool Destination::operator==(const Destination& o) const {
   return handoff_id == o.handoff_id && decode_instance_id == o.decode_instance_id &&
          skip_tokens == o.skip_tokens && tokens == o.tokens && pages == o.pages &&
          remote_key == o.remote_key && pool_pages == o.pool_pages &&
-         time_budget_ms == o.time_budget_ms && a == b;
+         time_budget_ms == o.time_budget_ms && a == b && auth == o.auth;
 }
 
 StatusOr<Destination> Destination::Decode(std::span<const uint8_t> bytes) {
@@ -314,6 +320,8 @@ StatusOr<Destination> Destination::Decode(std::span<const uint8_t> bytes) {
   }
   m.sampling.constraint = r.String("sampling.constraint");
   m.sampling.answer_budget = r.Get<int32_t>("sampling.answer_budget");
+  m.auth = r.Bytes("auth");
+  if (r.ok() && m.auth.size() > 64) r.Fail("auth", std::to_string(m.auth.size()) + " bytes (at most 64)");
   if (r.ok()) {
     if (Status st = m.sampling.Validate(); !st.ok()) r.Fail("sampling", st.message());
   }

@@ -24,7 +24,7 @@
 namespace tandem {
 
 constexpr uint32_t kHandoffMagic = 0x4F484454;  // bytes "TDHO" read as little-endian u32
-constexpr uint16_t kHandoffVersion = 3;
+constexpr uint16_t kHandoffVersion = 4;
 constexpr size_t kHandoffHeaderBytes = 12;
 
 // Decoding caps. A message beyond any of them is rejected before allocating.
@@ -70,6 +70,9 @@ struct Hello {
   std::string weights_identity;  // model/model.h: WeightsIdentity()
   uint64_t instance_id = 0;      // the sender's; never 0
   uint64_t peer_instance_id = 0;  // the receiver's, when known
+  // The cluster key's handshake (transfer/cluster_key.h): the sender's fresh
+  // nonce and its proof; both empty without a key. At most 64 bytes each.
+  std::vector<uint8_t> nonce, proof;
 
   std::vector<uint8_t> Encode() const;
   static StatusOr<Hello> Decode(std::span<const uint8_t> bytes);
@@ -116,6 +119,9 @@ struct Destination {
   // is dropped with an Abort; a running one stops at its next layer.
   int64_t time_budget_ms = 0;
   SamplingParams sampling;          // the prefill side samples the first token with these
+  // MAC("destination", prefill nonce, handoff_id, remote_key) under the
+  // cluster key (transfer/cluster_key.h); empty without one. At most 64 bytes.
+  std::vector<uint8_t> auth;
 
   std::vector<uint8_t> Encode() const;
   static StatusOr<Destination> Decode(std::span<const uint8_t> bytes);

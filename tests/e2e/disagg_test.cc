@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <map>
 #include <thread>
@@ -140,6 +141,41 @@ TEST_F(Disagg, LayoutMismatchFailsAtConnectWithAClearMessage) {
   EXPECT_NE(decode->Log().find("index_k:bf16:256 where the prefill engine has index_k:fp8_e4m3+f32scale:132"),
             std::string::npos)
       << decode->Log();
+}
+
+// Engines prove a shared cluster key to each other at connect: a prefill
+// engine with another key is refused before any destination (and so any
+// remote key) reaches it, and the decode side's log says why.
+TEST_F(Disagg, APrefillEngineWithAnotherClusterKeyIsRefusedAtConnect) {
+  const std::string dir = testing::MakeTempDir();
+  std::ofstream(dir + "/a") << "the first cluster's secret\n";
+  std::ofstream(dir + "/b") << "the second cluster's secret\n";
+  auto prefill = Prefill("fp8", {"--cluster-key-file", dir + "/b"});
+  ASSERT_TRUE(prefill->ok()) << prefill->Log();
+  auto decode = Serve("fp8", prefill->port(), {"--cluster-key-file", dir + "/a"});
+  ASSERT_TRUE(decode->ok()) << decode->Log();
+  int request_status = 0;
+  Complete(decode->port(), Prompt(1), 4, &request_status);
+  EXPECT_NE(request_status, 200);
+  EXPECT_EQ(HttpGet(decode->port(), "/health").status, 503);
+  EXPECT_NE(decode->Log().find("refusing the prefill engine"), std::string::npos) << decode->Log();
+  EXPECT_NE(decode->Log().find("cluster-key-file"), std::string::npos) << decode->Log();
+  EXPECT_NE(prefill->Log().find("does not hold this engine's cluster key"), std::string::npos) << prefill->Log();
+  EXPECT_EQ(decode->Terminate(), 0) << decode->Log();
+  // No key at all against a keyed prefill engine: refused too.
+  auto keyless = Serve("fp8", prefill->port());
+  ASSERT_TRUE(keyless->ok()) << keyless->Log();
+  Complete(keyless->port(), Prompt(1), 4, &request_status);
+  EXPECT_NE(request_status, 200);
+  EXPECT_NE(prefill->Log().find("proves no cluster key"), std::string::npos) << prefill->Log();
+  EXPECT_EQ(keyless->Terminate(), 0) << keyless->Log();
+  // The same key: served.
+  auto same = Serve("fp8", prefill->port(), {"--cluster-key-file", dir + "/b"});
+  ASSERT_TRUE(same->ok()) << same->Log();
+  Complete(same->port(), Prompt(1), 4, &request_status);
+  EXPECT_EQ(request_status, 200) << same->Log();
+  EXPECT_EQ(same->Terminate(), 0) << same->Log();
+  EXPECT_EQ(prefill->Terminate(), 0) << prefill->Log();
 }
 
 TEST_F(Disagg, PrefillDeathFailsRequestsFastAndHealthTurns503) {

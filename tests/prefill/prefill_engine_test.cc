@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <thread>
 
@@ -79,11 +80,14 @@ class FakeDecode {
   Hello MyHello(const std::string& weights) const {
     return Hello{"decode", pool_.layout().Fingerprint(), weights, instance_, 0};
   }
-  std::vector<uint8_t> DestinationFor(uint64_t id, const std::vector<int32_t>& prompt) {
+  // auth: the destination's proof of the cluster key (empty: none).
+  std::vector<uint8_t> DestinationFor(uint64_t id, const std::vector<int32_t>& prompt,
+                                      const std::function<std::vector<uint8_t>(const Destination&)>& auth = {}) {
     auto d = receiver_.Begin(id, prompt, 1, Clock::now());
     EXPECT_TRUE(d.ok()) << d.status().ToString();
     d->decode_instance_id = instance_;
     d->time_budget_ms = 30000;
+    if (auth) d->auth = auth(*d);
     return d->Encode();
   }
   transfer::HandoffReceiver& receiver() { return receiver_; }
@@ -303,6 +307,81 @@ TEST_F(PrefillEngineTest, AHelloWithOtherWeightsIsRefusedAndTheConnectionClosed)
   EXPECT_TRUE(d->WaitClosed());
   EXPECT_EQ(worker_->stats().peers_closed, 1);
   EXPECT_EQ(worker_->stats().committed, 0);
+}
+
+// A prefill engine with a cluster key takes destinations only from a decode
+// engine that proves it: on its Hello (a missing or wrong proof closes the
+// connection) and on every destination (over this connection's nonce, so one
+// recorded on another connection, or made without the key, is refused).
+TEST_F(PrefillEngineTest, WithAClusterKeyOnlyDecodeEnginesThatProveItAreServed) {
+  auto key = transfer::ClusterKey::FromSecret("the cluster's shared secret");
+  auto wrong = transfer::ClusterKey::FromSecret("somebody else's secret!!!!");
+  ASSERT_TRUE(key.ok() && wrong.ok());
+  PrefillOptions o;
+  o.cluster_key = *key;
+  StartWorker(o);
+  const std::string weights = WeightsIdentity(*model_->model);
+  // Connects and says Hello with `proof_key`'s proof (none: no proof); returns
+  // the prefill engine's Hello, or nullopt when it closed the connection.
+  auto hello_with = [&](const transfer::ClusterKey* proof_key, std::unique_ptr<FakeDecode>* out,
+                        std::shared_ptr<Connection>* conn, std::vector<uint8_t>* nonce) -> std::optional<Hello> {
+    *out = std::make_unique<FakeDecode>(*model_->model, *spec_, *decode_transport_);
+    FakeDecode* d = out->get();
+    ConnectionHandlers h;
+    h.on_message = [d](Connection&, std::vector<uint8_t> m) { d->OnMessage(std::move(m)); };
+    h.on_close = [d](Connection&, const Status&) { d->OnClose(); };
+    auto c = decode_transport_->Connect("prefill", h);
+    EXPECT_TRUE(c.ok());
+    *conn = *c;
+    Hello hello = d->MyHello(weights);
+    *nonce = transfer::NewNonce();
+    if (proof_key) {
+      hello.nonce = *nonce;
+      hello.proof = proof_key->Prove("decode hello", {*nonce});
+    }
+    EXPECT_TRUE((*c)->Send(hello.Encode()).ok());
+    auto m = d->Next(MessageType::kHello);
+    if (!m) return std::nullopt;
+    auto answer = Hello::Decode(*m);
+    EXPECT_TRUE(answer.ok());
+    if (d->WaitClosed(200ms)) return std::nullopt;
+    return *answer;
+  };
+  std::unique_ptr<FakeDecode> d;
+  std::shared_ptr<Connection> conn;
+  std::vector<uint8_t> nonce;
+  EXPECT_FALSE(hello_with(nullptr, &d, &conn, &nonce).has_value()) << "no proof: refused at connect";
+  EXPECT_FALSE(hello_with(&*wrong, &d, &conn, &nonce).has_value()) << "another key: refused at connect";
+  EXPECT_EQ(worker_->stats().peers_closed, 2);
+
+  auto answer = hello_with(&*key, &d, &conn, &nonce);
+  ASSERT_TRUE(answer.has_value()) << "the right key is accepted";
+  EXPECT_TRUE(key->Verify("prefill hello", {nonce, answer->nonce}, answer->proof)) << "and the prefill engine proves it back";
+  auto auth_under = [&](const transfer::ClusterKey& k, std::vector<uint8_t> over) {
+    return [&k, over](const Destination& dest) {
+      uint8_t hid[8];
+      for (int b = 0; b < 8; ++b) hid[b] = uint8_t(dest.handoff_id >> (8 * b));
+      return k.Prove("destination", {over, hid, dest.remote_key});
+    };
+  };
+  // Unauthenticated, under another key, or over another connection's nonce: refused, each said.
+  ASSERT_TRUE(conn->Send(d->DestinationFor(1, Prompt(1))).ok());
+  ASSERT_TRUE(conn->Send(d->DestinationFor(2, Prompt(2), auth_under(*wrong, answer->nonce))).ok());
+  ASSERT_TRUE(conn->Send(d->DestinationFor(3, Prompt(3), auth_under(*key, nonce))).ok());
+  for (int i = 0; i < 3; ++i) {
+    auto m = d->NextOf({MessageType::kCommit, MessageType::kAbort});
+    ASSERT_TRUE(m.has_value());
+    ASSERT_EQ(*PeekType(*m), MessageType::kAbort) << "destination " << i + 1 << " was served";
+    auto abort = Abort::Decode(*m);
+    ASSERT_TRUE(abort.ok());
+    EXPECT_NE(abort->reason.find("not authenticated by the cluster key"), std::string::npos) << abort->reason;
+  }
+  // Proven over this connection's nonce: served.
+  ASSERT_TRUE(conn->Send(d->DestinationFor(4, Prompt(4), auth_under(*key, answer->nonce))).ok());
+  auto m = d->NextOf({MessageType::kCommit, MessageType::kAbort});
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(*PeekType(*m), MessageType::kCommit);
+  EXPECT_EQ(worker_->stats().refused, 3);
 }
 
 }  // namespace

@@ -1,0 +1,92 @@
+#include "transfer/cluster_key.h"
+
+#include <fcntl.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <iterator>
+
+namespace tandem::transfer {
+namespace {
+
+void AppendPart(std::vector<uint8_t>& out, std::span<const uint8_t> part) {
+  const uint64_t n = part.size();
+  for (int i = 0; i < 8; ++i) out.push_back(uint8_t(n >> (8 * i)));
+  out.insert(out.end(), part.begin(), part.end());
+}
+
+}  // namespace
+
+StatusOr<ClusterKey> ClusterKey::FromSecret(std::string secret) {
+  const size_t b = secret.find_first_not_of(" \t\r\n"), e = secret.find_last_not_of(" \t\r\n");
+  secret = b == std::string::npos ? "" : secret.substr(b, e - b + 1);
+  if (secret.size() < kMinSecretBytes) {
+    return InvalidArgument("a cluster key must hold at least " + std::to_string(kMinSecretBytes) + " bytes (it has " +
+                           std::to_string(secret.size()) + ")");
+  }
+  ClusterKey k;
+  k.secret_ = std::move(secret);
+  return k;
+}
+
+StatusOr<ClusterKey> ClusterKey::Load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("cannot read --cluster-key-file '" + path + "'");
+  std::string secret((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) return DataLoss("cannot read --cluster-key-file '" + path + "' to its end");
+  auto key = FromSecret(std::move(secret));
+  if (!key.ok()) return InvalidArgument("--cluster-key-file '" + path + "': " + key.status().message());
+  return key;
+}
+
+std::vector<uint8_t> ClusterKey::Prove(std::string_view label,
+                                       std::initializer_list<std::span<const uint8_t>> parts) const {
+  if (!enabled()) return {};
+  std::vector<uint8_t> data;
+  AppendPart(data, {reinterpret_cast<const uint8_t*>(label.data()), label.size()});
+  for (auto p : parts) AppendPart(data, p);
+  std::vector<uint8_t> mac(32);
+  size_t n = 0;
+  if (EVP_Q_mac(nullptr, "HMAC", nullptr, "SHA256", nullptr, secret_.data(), secret_.size(), data.data(), data.size(),
+                mac.data(), mac.size(), &n) == nullptr || n != mac.size()) {
+    return {};  // never verifies
+  }
+  return mac;
+}
+
+bool ClusterKey::Verify(std::string_view label, std::initializer_list<std::span<const uint8_t>> parts,
+                        std::span<const uint8_t> proof) const {
+  if (!enabled()) return false;
+  const std::vector<uint8_t> want = Prove(label, parts);
+  return !want.empty() && proof.size() == want.size() && CRYPTO_memcmp(proof.data(), want.data(), want.size()) == 0;
+}
+
+std::vector<uint8_t> NewNonce() {
+  std::vector<uint8_t> n(ClusterKey::kNonceBytes);
+  if (RAND_bytes(n.data(), int(n.size())) != 1) {
+    std::ifstream("/dev/urandom", std::ios::binary).read(reinterpret_cast<char*>(n.data()), std::streamsize(n.size()));
+  }
+  return n;
+}
+
+Status WriteRandomClusterKey(const std::string& path) {
+  const std::vector<uint8_t> raw = NewNonce();
+  static const char* kHex = "0123456789abcdef";
+  std::string hex;
+  for (uint8_t b : raw) {
+    hex += kHex[b >> 4];
+    hex += kHex[b & 15];
+  }
+  hex += "\n";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Unavailable("cannot create the cluster key file '" + path + "'");
+  const bool ok = ::write(fd, hex.data(), hex.size()) == ssize_t(hex.size());
+  ::close(fd);
+  return ok ? Status::Ok() : Unavailable("cannot write the cluster key file '" + path + "'");
+}
+
+}  // namespace tandem::transfer

@@ -1,0 +1,55 @@
+// The secret the engines of one deployment share (--cluster-key-file), and
+// the proofs built from it (HMAC-SHA256, OpenSSL). Without it any local
+// process could connect to a prefill engine as a decode engine and hand it a
+// remote key to write through.
+//
+// The handshake (transfer/messages.h, Hello and Destination):
+//   decode  -> prefill  Hello{nonce_d, proof = MAC("decode hello", nonce_d)}
+//   prefill -> decode   Hello{nonce_p, proof = MAC("prefill hello", nonce_d, nonce_p)}
+//   decode  -> prefill  Destination{..., auth = MAC("destination", nonce_p, handoff_id, remote_key)}
+// Each side checks the other's proof at connect, so a wrong key is refused
+// before any remote key is taken, and says so in both logs. The prefill side's
+// nonce is fresh per connection, so a recorded destination is worthless on
+// another connection. Without a key (both sides) nothing is proven or checked;
+// a side that has one refuses a side that does not.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace tandem::transfer {
+
+class ClusterKey {
+ public:
+  static constexpr size_t kMinSecretBytes = 16;
+  static constexpr size_t kNonceBytes = 32;
+
+  ClusterKey() = default;  // none
+  // The file's bytes, surrounding whitespace removed; at least 16 bytes.
+  static StatusOr<ClusterKey> Load(const std::string& path);
+  static StatusOr<ClusterKey> FromSecret(std::string secret);
+
+  bool enabled() const { return !secret_.empty(); }
+  // HMAC-SHA256 over the label and each part, each length-prefixed.
+  std::vector<uint8_t> Prove(std::string_view label, std::initializer_list<std::span<const uint8_t>> parts) const;
+  // In constant time; false when no key is set.
+  bool Verify(std::string_view label, std::initializer_list<std::span<const uint8_t>> parts,
+              std::span<const uint8_t> proof) const;
+
+ private:
+  std::string secret_;
+};
+
+std::vector<uint8_t> NewNonce();  // kNonceBytes from the system's random source
+
+// Writes a fresh random key (64 hex characters) to `path`, readable only by
+// its owner (serve --disagg's engines, when no key file is given).
+Status WriteRandomClusterKey(const std::string& path);
+
+}  // namespace tandem::transfer
