@@ -11,7 +11,7 @@ void HttpFlags::AddTo(CLI::App* cmd) {
   cmd->add_option("--max-body-bytes", limits.max_body_bytes, "Largest request body, any transfer encoding (413 past it)")
       ->check(CLI::Range(size_t(1), size_t(1) << 34));
   cmd->add_option("--max-connections", limits.max_connections,
-                  "Open client connections; past it only /health and /metrics are served, others get 503")
+                  "Open client connections; past it only /health, /metrics and /v1/models are served, others get 503")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--header-timeout", header_timeout_s, "Seconds for a request's header to arrive (408 past it)")
       ->check(CLI::Range(0.01, 3600.0));

@@ -200,9 +200,7 @@ Status RemotePrefill::Start(uint64_t handoff_id, const std::vector<int32_t>& tok
   d.decode_instance_id = instance_id_;
   d.time_budget_ms = std::max<int64_t>(1, Ms(receiver_->deadline(handoff_id) - now));
   if (options_.cluster_key.enabled()) {
-    uint8_t hid[8];
-    for (int b = 0; b < 8; ++b) hid[b] = uint8_t(handoff_id >> (8 * b));
-    d.auth = options_.cluster_key.Prove("destination", {links_[link].prefill_nonce, hid, d.remote_key});
+    d.auth = options_.cluster_key.Prove("destination", {links_[link].prefill_nonce, d.Encode()});  // all of it
   }
   handoff_link_[handoff_id] = link;
   Status st = links_[link].connection->Send(d.Encode());

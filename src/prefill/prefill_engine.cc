@@ -1,4 +1,6 @@
 #include "prefill/prefill_engine.h"
+
+#include <xxhash.h>
 #include "common/log.h"
 
 #include <cstdio>
@@ -7,6 +9,9 @@
 #include "transfer/handshake.h"
 
 namespace tandem {
+namespace {
+constexpr size_t kSeenNonces = 65536;  // decode Hellos remembered against replay
+}  // namespace
 
 using transfer::Clock;
 
@@ -86,6 +91,18 @@ void PrefillEngine::OnHello(Peer& peer, const std::vector<uint8_t>& bytes) {
     st = FailedPrecondition(hello->proof.empty()
                               ? "it proves no cluster key (this engine has --cluster-key-file; give the decode engine the same)"
                               : "it does not hold this engine's cluster key (--cluster-key-file differs)");
+  }
+  if (st.ok() && key.enabled()) {
+    const uint64_t seen = XXH3_64bits(hello->nonce.data(), hello->nonce.size());
+    if (!seen_nonces_.insert(seen).second) {
+      st = FailedPrecondition("its Hello repeats one already seen (a replay)");
+    } else {
+      seen_order_.push_back(seen);
+      if (seen_order_.size() > kSeenNonces) {
+        seen_nonces_.erase(seen_order_.front());
+        seen_order_.pop_front();
+      }
+    }
   }
   if (!st.ok()) {
     TLOG_WARN("tandem prefill: refusing decode engine %llu: %s\n", (unsigned long long)theirs,
@@ -168,9 +185,9 @@ void PrefillEngine::OnDestination(Peer& peer, const std::shared_ptr<transfer::Co
     return Refuse(*connection, id, "destination names another decode instance than its Hello");
   }
   if (options_.cluster_key.enabled()) {
-    uint8_t hid[8];
-    for (int b = 0; b < 8; ++b) hid[b] = uint8_t(id >> (8 * b));
-    if (!options_.cluster_key.Verify("destination", {peer.nonce, hid, d->remote_key}, d->auth)) {
+    Destination unsigned_copy = *d;
+    unsigned_copy.auth.clear();
+    if (!options_.cluster_key.Verify("destination", {peer.nonce, unsigned_copy.Encode()}, d->auth)) {
       return Refuse(*connection, id, "destination is not authenticated by the cluster key of this connection");
     }
   }

@@ -123,7 +123,7 @@ void Router::Forward(HttpRequest& req, const std::shared_ptr<HttpReply>& reply) 
   // callbacks, which run one at a time.
   struct Relay {
     int status = 0;
-    bool streaming = false;
+    bool streaming = false, too_large = false;
     std::string content_type = "application/json", body;
     HttpHeaders relayed;  // Retry-After, WWW-Authenticate
   };
@@ -146,7 +146,7 @@ void Router::Forward(HttpRequest& req, const std::shared_ptr<HttpReply>& reply) 
   const size_t max_answer = options_.max_answer_bytes;
   events.on_data = [relay, reply, max_answer](std::string data) {
     if (relay->streaming) return reply->Write(std::move(data));  // false: the client is gone or not reading
-    if (relay->body.size() + data.size() > max_answer) return false;
+    if (relay->body.size() + data.size() > max_answer) return relay->too_large = true, false;
     relay->body += data;
     return true;
   };
@@ -155,13 +155,17 @@ void Router::Forward(HttpRequest& req, const std::shared_ptr<HttpReply>& reply) 
     --*b->in_flight;
     if (reply->gone()) return;  // the client hung up (and so cancelled the call): says nothing of the backend
     if (relay->status != 0) ++b->forwarded;
-    if (relay->streaming) return reply->End();
+    if (relay->streaming) {
+      if (error.empty()) return reply->End();
+      ++b->failed;
+      return reply->Abort();  // cut off (the backend broke off, or the client stopped reading): never a clean end
+    }
     if (relay->status == 0) {
       ++b->failed;
       b->healthy = false;
       return SendApiError(*reply, 503, "decode backend " + name + " did not answer (" + error + ")", "server_error");
     }
-    if (!error.empty() && relay->body.size() >= max_answer) {
+    if (relay->too_large) {
       return SendApiError(*reply, 502, "decode backend " + name + "'s answer is over " + std::to_string(max_answer) +
                                            " bytes", "server_error");
     }

@@ -43,6 +43,9 @@ struct HttpClient::Impl {
 
 namespace {
 
+// Headers and chunk framing of an answer; past it the answer is refused.
+constexpr size_t kMaxFraming = size_t(256) << 10;
+
 std::string Seconds(std::chrono::milliseconds ms) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.3g s", double(ms.count()) / 1000.0);
@@ -109,6 +112,7 @@ class Call : public std::enable_shared_from_this<Call> {
     // Bounded by the caller (on_data) and the deadline. (Not boost::none:
     // Beast 1.74 compares a Content-Length against it as if it were 0.)
     parser_.body_limit(std::numeric_limits<std::uint64_t>::max());
+    parser_.header_limit(uint32_t(kMaxFraming / 2));
     http::async_read_header(socket_, buffer_, parser_, [self = shared_from_this()](error_code ec, size_t) {
       if (self->done_) return;
       if (ec) return self->Close("no answer: " + ec.message());
@@ -128,7 +132,7 @@ class Call : public std::enable_shared_from_this<Call> {
       if (self->done_) return;
       const size_t got = self->chunk_.size() - self->parser_.get().body().size;
       if (got > 0 && self->events_.on_data && !self->events_.on_data(std::string(self->chunk_.data(), got))) {
-        return self->Close("");  // the caller wants no more
+        return self->Close("stopped by the caller");
       }
       if (ec == http::error::need_buffer) ec = {};
       if (ec == http::error::end_of_stream || (ec == asio::error::eof && self->parser_.is_done())) ec = {};
@@ -143,7 +147,7 @@ class Call : public std::enable_shared_from_this<Call> {
   HttpClientRequest request_;
   HttpClientEvents events_;
   std::string wire_;
-  beast::flat_buffer buffer_;
+  beast::flat_buffer buffer_{kMaxFraming};  // unparsed framing only: the body goes to chunk_
   http::response_parser<http::buffer_body> parser_;
   std::array<char, 16384> chunk_;
   bool done_ = false;
@@ -202,9 +206,15 @@ std::shared_ptr<HttpCall> HttpClient::Start(HttpClientRequest request, HttpClien
     m.resolved[key] = endpoints;
   }
   auto call = std::make_shared<Call>(m, std::move(request), std::move(events));
+  bool stopped = false;
   {
     MutexLock lock(m.mu);
-    m.live[call.get()] = call;
+    stopped = m.stopped;
+    if (!stopped) m.live[call.get()] = call;
+  }
+  if (stopped) {  // Stop() ran meanwhile: its context runs nothing more
+    call->Close("the client is stopping");
+    return std::make_shared<CallHandle>(std::weak_ptr<Call>());
   }
   call->Go(endpoints);
   return std::make_shared<CallHandle>(call);

@@ -73,6 +73,8 @@ std::string ErrorBody(int status, const std::string& message, const std::string&
 }
 
 constexpr size_t kMaxPipelinedBytes = size_t(64) << 10;  // read ahead while a request is worked on
+constexpr size_t kReadAhead = 4096;                      // one read-ahead step
+constexpr size_t kWriteSlice = size_t(64) << 10;         // the write deadline restarts after each
 constexpr size_t kMaxLingerBytes = size_t(64) << 20;     // unread body discarded after an error answer
 constexpr auto kLinger = std::chrono::milliseconds(2000);
 
@@ -141,6 +143,9 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   Connection(HttpCore::Impl& core, tcp::socket socket, bool overflow)
       : core_(core),
         socket_(std::move(socket)),
+        // Framing the parser has not consumed yet (a header, a chunk line,
+        // read-ahead): bounded, so a chunk line without an end cannot grow it.
+        buffer_(core.limits.max_header_bytes + kMaxPipelinedBytes + kReadAhead),
         timer_(socket_.get_executor()),
         write_timer_(socket_.get_executor()),
         overflow_(overflow) {
@@ -168,9 +173,11 @@ class Connection final : public std::enable_shared_from_this<Connection> {
     if (seq != seq_ || state_ != State::kHandling || answering_) return;
     answering_ = true;
     std::string head = Head(status, headers);
-    head += "Content-Type: " + content_type + "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n";
-    Enqueue(std::move(head));
-    Enqueue(std::move(body));
+    if (status != 204) {
+      head += "Content-Type: " + content_type + "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+    }
+    Enqueue(head + "\r\n");
+    if (!head_ && status != 204) Enqueue(std::move(body));
     answer_done_ = true;
     Flush();
   }
@@ -180,7 +187,13 @@ class Connection final : public std::enable_shared_from_this<Connection> {
     std::string head = Head(status, headers);
     head += "Content-Type: " + content_type + "\r\nTransfer-Encoding: chunked\r\n\r\n";
     Enqueue(std::move(head));
+    if (head_) answer_done_ = true;  // the head is the whole answer; writes are dropped
     Flush();
+  }
+  void DoAbort(uint64_t seq) {
+    if (seq != seq_ || state_ != State::kHandling) return;
+    on_hang_up_ = nullptr;  // the handler ended it: not a hang-up
+    Shut();
   }
   void DoWrite(uint64_t seq, std::string chunk, size_t counted) {
     if (seq != seq_ || state_ != State::kHandling || !answering_ || answer_done_) {
@@ -212,8 +225,9 @@ class Connection final : public std::enable_shared_from_this<Connection> {
 
   void ReadHeader() {
     state_ = State::kHeader;
-    answering_ = answer_done_ = false;
+    answering_ = answer_done_ = head_ = false;
     on_hang_up_ = nullptr;
+    origin_.clear();
     timed_out_ = false;
     parser_.emplace();
     parser_->header_limit(uint32_t(std::min<size_t>(core_.limits.max_header_bytes, UINT32_MAX)));
@@ -229,7 +243,9 @@ class Connection final : public std::enable_shared_from_this<Connection> {
     if (ec) return ReadFailed(ec, "header");
     const auto& msg = parser_->get();
     const std::string path = PathOf(std::string(msg.target()));
-    const RouteEntry* route = Find(std::string(msg.method_string()), path);
+    head_ = msg.method() == http::verb::head;
+    origin_ = std::string(msg[http::field::origin]);
+    const RouteEntry* route = Find(head_ ? "GET" : std::string(msg.method_string()), path);
     if (overflow_ && (route == nullptr || !route->quick)) {
       ++core_.refused;
       return Fail(503, "the server has too many open connections (" + std::to_string(core_.limits.max_connections) +
@@ -266,6 +282,12 @@ class Connection final : public std::enable_shared_from_this<Connection> {
       ++core_.too_large;
       return Fail(431, "request headers are too large (the limit is " + std::to_string(core_.limits.max_header_bytes) +
                            " bytes)");
+    }
+    if (ec == http::error::buffer_overflow) {
+      ++core_.too_large;
+      return state_ == State::kBody ? Fail(413, "a chunk header or trailer of the request body is too long")
+                                    : Fail(431, "request headers are too large (the limit is " +
+                                                    std::to_string(core_.limits.max_header_bytes) + " bytes)");
     }
     if (ec == http::error::body_limit) {
       ++core_.too_large;
@@ -310,6 +332,7 @@ class Connection final : public std::enable_shared_from_this<Connection> {
         return self->ReadHeader();
       }
       if (self->state_ == State::kHandling && !ec && self->buffer_.size() < kMaxPipelinedBytes) self->Watch();
+      // Past that, hang-ups are noticed when the answer is written.
     });
   }
 
@@ -321,13 +344,23 @@ class Connection final : public std::enable_shared_from_this<Connection> {
     return h;
   }
 
+  // Large pieces are cut into slices, so each write is at most a slice and
+  // the write deadline measures progress, not the whole answer.
   void Enqueue(std::string bytes, size_t counted = 0) {
     if (counted == 0) {
       counted = bytes.size();
       queued_ += counted;
     }
-    out_bytes_.push_back(counted);
-    out_.push_back(std::move(bytes));
+    if (bytes.size() <= kWriteSlice) {
+      out_bytes_.push_back(counted);
+      out_.push_back(std::move(bytes));
+      return;
+    }
+    for (size_t off = 0; off < bytes.size(); off += kWriteSlice) {
+      const size_t n = std::min(kWriteSlice, bytes.size() - off);
+      out_.push_back(bytes.substr(off, n));
+      out_bytes_.push_back(off + n >= bytes.size() ? counted : 0);  // counted once, with the last slice
+    }
   }
 
   void Flush() {
@@ -338,8 +371,14 @@ class Connection final : public std::enable_shared_from_this<Connection> {
     }
     writing_ = true;
     std::vector<asio::const_buffer> buffers;
-    writing_count_ = out_.size();
-    for (const std::string& s : out_) buffers.emplace_back(asio::buffer(s));
+    size_t bytes = 0;
+    writing_count_ = 0;
+    for (const std::string& piece : out_) {
+      if (writing_count_ > 0 && bytes + piece.size() > kWriteSlice) break;
+      buffers.emplace_back(asio::buffer(piece));
+      bytes += piece.size();
+      ++writing_count_;
+    }
     const uint64_t gen = ++write_gen_;
     write_timer_.expires_after(core_.limits.write_timeout);
     write_timer_.async_wait([self = shared_from_this(), gen](error_code ec) {
@@ -464,7 +503,7 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   std::optional<http::request_parser<http::string_body>> parser_;
   State state_ = State::kHeader;
   const bool overflow_;
-  bool first_ = true, keep_alive_ = true, timed_out_ = false;
+  bool first_ = true, keep_alive_ = true, timed_out_ = false, head_ = false;
   bool watching_ = false, restart_ = false;
   bool answering_ = false, answer_done_ = false, writing_ = false;
   uint64_t timer_gen_ = 0, write_gen_ = 0, seq_ = 0;
@@ -518,6 +557,10 @@ class Reply final : public HttpReply {
     if (!streaming_ || ended_.exchange(true)) return;
     conn_->Post([c = conn_, seq = seq_] { c->DoEnd(seq); });
   }
+  void Abort() override {
+    ended_ = true;
+    conn_->Post([c = conn_, seq = seq_] { c->DoAbort(seq); });
+  }
   void OnHangUp(std::function<void()> callback) override {
     conn_->Post([c = conn_, seq = seq_, cb = std::move(callback)]() mutable { c->DoOnHangUp(seq, std::move(cb)); });
   }
@@ -542,7 +585,6 @@ void Connection::Dispatch() {
   request->path = PathOf(request->target);
   for (const auto& f : msg) request->headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
   request->body = std::move(msg.body());
-  origin_ = request->Header("Origin");
   auto reply = std::make_shared<Reply>(shared_from_this(), seq_);
 
   const AccessPolicy& access = core_.access;
@@ -556,7 +598,7 @@ void Connection::Dispatch() {
     origin_.clear();  // the preflight headers above are the CORS headers
     return reply->Send(204, "text/plain", "", std::move(h));
   }
-  const RouteEntry* route = Find(request->method, request->path);
+  const RouteEntry* route = Find(head_ ? "GET" : request->method, request->path);
   if (route == nullptr) return SendApiError(*reply, 404, "no route for " + request->method + " " + request->path);
   if (!access.Authorized(request->path, request->Header("Authorization"))) {
     return reply->Send(401, "application/json", UnauthorizedJson(), {{"WWW-Authenticate", "Bearer"}});
@@ -594,7 +636,8 @@ void HttpCore::Impl::Accept() {
       ++refused;
       Refuse(socket);
     } else {
-      std::make_shared<Connection>(*this, std::move(socket), now_open >= limits.max_connections)->Start();
+      auto c = std::make_shared<Connection>(*this, std::move(socket), now_open >= limits.max_connections);
+      c->Post([c] { c->Start(); });
     }
     Accept();
   });

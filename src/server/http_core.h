@@ -13,7 +13,7 @@
 //   arrive (nothing larger is ever buffered); a response the client does not
 //   read stops being queued past max_buffered_bytes;
 // - max_connections: past it, a connection may still ask for the quick routes
-//   (/health, /metrics) and gets 503 for anything else; past it by
+//   (/health, /metrics, /v1/models) and gets 503 for anything else; past it by
 //   kOverflowConnections more, it gets 503 at once;
 // - quick routes run on the I/O threads and answer while every worker and
 //   engine slot is busy; other routes run on a small worker pool;
@@ -63,6 +63,9 @@ class HttpReply {
   // False: the client is gone, or has left more than max_buffered_bytes unread.
   virtual bool Write(std::string data) = 0;
   virtual void End() = 0;
+  // Ends the answer as broken: the connection is closed without finishing
+  // it, so the client sees a cut-off answer, never a complete-looking one.
+  virtual void Abort() = 0;
   // Runs once, on an I/O thread, when the connection goes away before the
   // answer has been written whole (client hang-up, deadline, server stop);
   // at once if it already has.
@@ -79,7 +82,7 @@ struct HttpLimits {
   std::chrono::milliseconds write_timeout{60'000};
   size_t max_header_bytes = size_t(64) << 10;
   size_t max_body_bytes = size_t(8) << 20;
-  size_t max_buffered_bytes = size_t(8) << 20;
+  size_t max_buffered_bytes = size_t(8) << 20;  // unsent answer bytes (a client not reading)
   int max_connections = 8192;
   int io_threads = 1;
   int worker_threads = 2;

@@ -150,8 +150,15 @@ class HttpServer::Exchange : public std::enable_shared_from_this<Exchange> {
       self->Pump();
     });
   }
+  // Every choice, and any submitted later (n > 1): none runs for nobody.
   void CancelAll() {
-    for (const auto& h : handles()) h->Cancel();  // a no-op for a finished request
+    std::vector<std::shared_ptr<RequestHandle>> all;
+    {
+      MutexLock lock(handles_mu_);
+      cancelled_ = true;
+      all = handles_;
+    }
+    for (const auto& h : all) h->Cancel();  // a no-op for a finished request
   }
   std::vector<std::shared_ptr<RequestHandle>> handles() {
     MutexLock lock(handles_mu_);
@@ -159,6 +166,7 @@ class HttpServer::Exchange : public std::enable_shared_from_this<Exchange> {
   }
   void AddHandle(std::shared_ptr<RequestHandle> h) {
     MutexLock lock(handles_mu_);
+    if (cancelled_) h->Cancel();
     handles_.push_back(std::move(h));
   }
 
@@ -206,6 +214,11 @@ class HttpServer::Exchange : public std::enable_shared_from_this<Exchange> {
   // first event), so they find its pages in the prefix cache.
   bool SubmitOthers() {
     if (!choices_[0].handle->WaitForEvent(std::chrono::milliseconds(0)) && !choices_[0].done) return true;
+    if (reply_->gone()) {  // hung up before the first choice's prompt was done: the others never start
+      for (size_t i = 1; i < choices_.size(); ++i) choices_[i].done = true;
+      CancelAll();
+      return true;
+    }
     for (size_t i = 1; i < choices_.size(); ++i) {
       RequestSpec spec = p_.spec;
       spec.sampling.seed = ChoiceSeed(p_.spec.sampling.seed, int(i));
@@ -232,7 +245,12 @@ class HttpServer::Exchange : public std::enable_shared_from_this<Exchange> {
       reply_->End();
       return Finish();
     }
-    if (!frame.empty() && !reply_->Write(std::move(frame))) CancelAll();  // gone, or not reading
+    if (!frame.empty() && !reply_->Write(std::move(frame))) {
+      // Gone, or too far behind: the answer cannot be whole, so it is cut off
+      // (never a complete-looking stream with a hole) and the choices cancelled.
+      reply_->Abort();
+      CancelAll();
+    }
   }
 
   void Collect(StreamChoice& c, StreamEvent& ev) {
@@ -317,6 +335,7 @@ class HttpServer::Exchange : public std::enable_shared_from_this<Exchange> {
   std::atomic<bool> queued_{false};
   Mutex handles_mu_;
   std::vector<std::shared_ptr<RequestHandle>> handles_ GUARDED_BY(handles_mu_);
+  bool cancelled_ GUARDED_BY(handles_mu_) = false;  // later handles are cancelled as they come
 };
 
 HttpServer::HttpServer(Engine& engine, const Model& model, ServerOptions options)

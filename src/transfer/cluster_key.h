@@ -6,11 +6,12 @@
 // The handshake (transfer/messages.h, Hello and Destination):
 //   decode  -> prefill  Hello{nonce_d, proof = MAC("decode hello", nonce_d)}
 //   prefill -> decode   Hello{nonce_p, proof = MAC("prefill hello", nonce_d, nonce_p)}
-//   decode  -> prefill  Destination{..., auth = MAC("destination", nonce_p, handoff_id, remote_key)}
+//   decode  -> prefill  Destination{..., auth = MAC("destination", nonce_p, the destination without auth)}
 // Each side checks the other's proof at connect, so a wrong key is refused
 // before any remote key is taken, and says so in both logs. The prefill side's
 // nonce is fresh per connection, so a recorded destination is worthless on
-// another connection. Without a key (both sides) nothing is proven or checked;
+// another connection; a recorded decode Hello is refused as a replay (the
+// prefill engine remembers the last 65,536 it took). Without a key (both sides) nothing is proven or checked;
 // a side that has one refuses a side that does not.
 #pragma once
 

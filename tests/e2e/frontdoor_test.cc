@@ -9,7 +9,14 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <fstream>
+#include <thread>
 
 #include "support/process.h"
 #include "support/server_process.h"
@@ -92,6 +99,117 @@ TEST(FrontDoor, TheRouterHoldsThousandsOfStreamsAndShedsHostileClients) {
   ASSERT_TRUE(router.ok()) << router.Log();
   ExpectFrontDoorHolds(RunBench(router.port(), serve.port(), dir));
   EXPECT_EQ(router.Terminate(), 0) << router.Log();
+  EXPECT_EQ(serve.Terminate(), 0) << serve.Log();
+}
+
+// One raw connection: what it sends and everything it reads until the server
+// closes it or `quiet_ms` pass without a byte.
+std::string Exchange(int port, const std::string& send, int quiet_ms = 1500) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port));
+  ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return "connect failed";
+  for (size_t off = 0; off < send.size();) {
+    const ssize_t n = ::send(fd, send.data() + off, send.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) break;  // the server answered and closed: read what it said
+    off += size_t(n);
+  }
+  std::string got;
+  pollfd p{fd, POLLIN, 0};
+  while (::poll(&p, 1, quiet_ms) > 0) {
+    char buf[4096];
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    got.append(buf, size_t(n));
+  }
+  ::close(fd);
+  return got;
+}
+
+int CountOf(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// HTTP framing the event-driven server reads itself: each case gets its own
+// answer, and a kept-alive connection stays in step after it.
+TEST(FrontDoor, FramingEdgesAreAnsweredAndConnectionsStayInStep) {
+  testing::ServerProcess serve({"serve", "-m", testing::TinyModelPath()});
+  ASSERT_TRUE(serve.ok()) << serve.Log();
+  const int port = serve.port();
+  const std::string health = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+  // Pipelined requests are answered in order.
+  std::string got = Exchange(port, health + health + health, 500);
+  EXPECT_EQ(CountOf(got, "HTTP/1.1 200 OK"), 3) << got;
+  // HEAD gets the head only, and the next request on the connection is answered as itself.
+  got = Exchange(port, "HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n" + health, 500);
+  EXPECT_EQ(CountOf(got, "HTTP/1.1 200 OK"), 2) << got;
+  EXPECT_EQ(CountOf(got, "{\"status\":\"ok\"}"), 1) << "the HEAD answer carries no body: " << got;
+  // A chunk line that never ends cannot grow the server's buffer: 413.
+  got = Exchange(port, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1;" +
+                           std::string(size_t(1) << 20, 'a'));
+  EXPECT_EQ(got.rfind("HTTP/1.1 413", 0), 0u) << got.substr(0, 300);
+  EXPECT_NE(got.find("chunk header"), std::string::npos) << got.substr(0, 300);
+  // Headers over 64 KiB: 431.
+  got = Exchange(port, "GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(size_t(70) << 10, 'b') + "\r\n\r\n");
+  EXPECT_EQ(got.rfind("HTTP/1.1 431", 0), 0u) << got.substr(0, 300);
+  // A declared body over the limit is refused before it is sent.
+  got = Exchange(port, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 999999999\r\n"
+                       "Expect: 100-continue\r\n\r\n");
+  EXPECT_EQ(got.rfind("HTTP/1.1 413", 0), 0u) << got.substr(0, 300);
+  // Expect: 100-continue is honoured for an acceptable body.
+  const std::string body = R"({"prompt":"hi","max_tokens":2})";
+  got = Exchange(port, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       "Expect: 100-continue\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+  EXPECT_EQ(got.rfind("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK", 0), 0u) << got.substr(0, 300);
+  // Garbage: 400 in OpenAI's shape.
+  got = Exchange(port, "NOT HTTP AT ALL\r\n\r\n");
+  EXPECT_EQ(got.rfind("HTTP/1.1 400", 0), 0u) << got.substr(0, 300);
+  EXPECT_NE(got.find("\"error\""), std::string::npos) << got;
+  EXPECT_EQ(Exchange(port, health, 500).rfind("HTTP/1.1 200", 0), 0u) << "and the server is still healthy";
+  EXPECT_EQ(serve.Terminate(), 0) << serve.Log();
+}
+
+// Past --max-connections only the quick routes (/health, /metrics, /v1/models) are served; anything else
+// gets 503 with Retry-After, and the server recovers when connections close.
+TEST(FrontDoor, PastTheConnectionCapOnlyProbesAreServed) {
+  testing::ServerProcess serve({"serve", "-m", testing::TinyModelPath(), "--max-connections", "8"});
+  ASSERT_TRUE(serve.ok()) << serve.Log();
+  std::vector<int> held;
+  for (int i = 0; i < 8; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(uint16_t(serve.port()));
+    ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    held.push_back(fd);
+  }
+  // Until the server has accepted them all.
+  for (int i = 0; i < 200; ++i) {
+    const std::string m = Exchange(serve.port(), "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", 300);
+    if (m.find("tandem_http_open_connections 9") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::string got = Exchange(serve.port(), "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
+  const std::string body = R"({"prompt":"hi","max_tokens":2})";
+  const std::string completion = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                 "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  got = Exchange(serve.port(), completion);
+  EXPECT_EQ(got.rfind("HTTP/1.1 503", 0), 0u) << got;
+  EXPECT_NE(got.find("Retry-After: 1"), std::string::npos) << got;
+  EXPECT_NE(got.find("too many open connections"), std::string::npos) << got;
+  for (int fd : held) ::close(fd);
+  bool served = false;
+  for (int i = 0; i < 200 && !served; ++i) {
+    served = Exchange(serve.port(), completion, 300).rfind("HTTP/1.1 200", 0) == 0;
+    if (!served) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(served) << "served again once the connections closed";
   EXPECT_EQ(serve.Terminate(), 0) << serve.Log();
 }
 

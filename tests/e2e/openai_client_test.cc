@@ -1,4 +1,5 @@
-// The official `openai` npm client against a real `tandem serve`: chat
+// The official `openai` npm client against a real `tandem serve` (and a
+// router in front of it): chat
 // logprobs, streamed logprobs and completions echo parse as the client
 // expects (tests/e2e/openai_client/check.mjs), and so does what agents ask
 // for (agents.mjs). Needs node and npm, and the
@@ -42,6 +43,13 @@ TEST(OpenAiClient, TheOfficialNpmClientParsesLogprobsStreamsAndEcho) {
       "cd " + dir + " && node check.mjs http://127.0.0.1:" + std::to_string(server.port()) + "/v1 tiny", 120);
   EXPECT_EQ(run.exit_code, 0) << run.output << server.Log();
   EXPECT_NE(run.output.find("parsed"), std::string::npos) << run.output;
+  // The same through the router (its relay is its own HTTP client and server).
+  testing::ServerProcess router({"router", "--decode", "127.0.0.1:" + std::to_string(server.port())});
+  ASSERT_TRUE(router.ok()) << router.Log();
+  const auto routed = testing::RunShell(
+      "cd " + dir + " && node check.mjs http://127.0.0.1:" + std::to_string(router.port()) + "/v1 tiny", 120);
+  EXPECT_EQ(routed.exit_code, 0) << routed.output << router.Log();
+  EXPECT_NE(routed.output.find("parsed"), std::string::npos) << routed.output;
 }
 
 // Structured outputs (100 random schemas, every answer checked again by

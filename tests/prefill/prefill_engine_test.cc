@@ -358,11 +358,7 @@ TEST_F(PrefillEngineTest, WithAClusterKeyOnlyDecodeEnginesThatProveItAreServed) 
   ASSERT_TRUE(answer.has_value()) << "the right key is accepted";
   EXPECT_TRUE(key->Verify("prefill hello", {nonce, answer->nonce}, answer->proof)) << "and the prefill engine proves it back";
   auto auth_under = [&](const transfer::ClusterKey& k, std::vector<uint8_t> over) {
-    return [&k, over](const Destination& dest) {
-      uint8_t hid[8];
-      for (int b = 0; b < 8; ++b) hid[b] = uint8_t(dest.handoff_id >> (8 * b));
-      return k.Prove("destination", {over, hid, dest.remote_key});
-    };
+    return [&k, over](const Destination& dest) { return k.Prove("destination", {over, dest.Encode()}); };
   };
   // Unauthenticated, under another key, or over another connection's nonce: refused, each said.
   ASSERT_TRUE(conn->Send(d->DestinationFor(1, Prompt(1))).ok());
@@ -382,6 +378,20 @@ TEST_F(PrefillEngineTest, WithAClusterKeyOnlyDecodeEnginesThatProveItAreServed) 
   ASSERT_TRUE(m.has_value());
   EXPECT_EQ(*PeekType(*m), MessageType::kCommit);
   EXPECT_EQ(worker_->stats().refused, 3);
+  // The same Hello sent again on another connection (a replay) is refused.
+  auto replay_decode = std::make_unique<FakeDecode>(*model_->model, *spec_, *decode_transport_);
+  FakeDecode* r = replay_decode.get();
+  ConnectionHandlers rh;
+  rh.on_message = [r](Connection&, std::vector<uint8_t> msg) { r->OnMessage(std::move(msg)); };
+  rh.on_close = [r](Connection&, const Status&) { r->OnClose(); };
+  auto replay = decode_transport_->Connect("prefill", rh);
+  ASSERT_TRUE(replay.ok());
+  Hello again = d->MyHello(weights);
+  again.nonce = nonce;
+  again.proof = key->Prove("decode hello", {nonce});
+  ASSERT_TRUE((*replay)->Send(again.Encode()).ok());
+  EXPECT_TRUE(r->WaitClosed()) << "a replayed Hello is refused";
+  EXPECT_FALSE(d->WaitClosed(100ms)) << "and the engine's live connection is not dropped as stale";
 }
 
 }  // namespace

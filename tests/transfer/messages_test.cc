@@ -25,6 +25,7 @@ Destination SampleDestination() {
   d.remote_key = {0xde, 0xad, 0xbe, 0xef, 0x00, 0x01};
   d.pool_pages = 1000;
   d.time_budget_ms = 60000;
+  d.auth.assign(32, 0xA5);
   return d;
 }
 
@@ -94,6 +95,7 @@ void ExpectRoundTrip(const M& m) {
 TEST(HandoffMessages, RoundTrip) {
   ExpectRoundTrip(SampleHello());
   ExpectRoundTrip(Hello{"prefill", "", "", 1, 0});
+  ExpectRoundTrip(Hello{"prefill", "f", "w", 1, 2, std::vector<uint8_t>(32, 7), std::vector<uint8_t>(32, 9)});
   ExpectRoundTrip(SampleDestination());
   Destination whole_prompt_cached;
   whole_prompt_cached.tokens.assign(128, 1);
@@ -135,13 +137,13 @@ TEST(HandoffMessages, PagesDigestCoversPagesAndGenerations) {
 TEST(HandoffMessages, ExactBytesOfHeaderAndBody) {
   const std::vector<uint8_t> ack = AbortAck{0x0102030405060708ull}.Encode();
   // clang-format off
-  const std::vector<uint8_t> want = {'T', 'D', 'H', 'O', 3, 0, 5, 0, 8, 0, 0, 0,  // header
+  const std::vector<uint8_t> want = {'T', 'D', 'H', 'O', 4, 0, 5, 0, 8, 0, 0, 0,  // header
                                      8, 7, 6, 5, 4, 3, 2, 1};                    // handoff_id
   // clang-format on
   EXPECT_EQ(ack, want);
   const std::vector<uint8_t> abort = Abort{1, "ab"}.Encode();
   // clang-format off
-  const std::vector<uint8_t> want_abort = {'T', 'D', 'H', 'O', 3, 0, 4, 0, 14, 0, 0, 0,  // header
+  const std::vector<uint8_t> want_abort = {'T', 'D', 'H', 'O', 4, 0, 4, 0, 14, 0, 0, 0,  // header
                                            1, 0, 0, 0, 0, 0, 0, 0,  // handoff_id
                                            2, 0, 0, 0, 'a', 'b'};   // reason
   // clang-format on
