@@ -50,7 +50,7 @@ void RegisterFrontDoorBench(CLI::App& bench) {
                 (long long)r.slow_open_at_end, r.request_during_slowloris_status, r.request_during_slowloris_ms);
     std::printf("big body:  %d after %.0f MiB sent; resident memory grew %.1f MiB\n", r.big_body_status,
                 double(r.big_body_sent) / double(1 << 20), r.big_body_rss_growth_mib);
-    std::printf("hang-ups:  %lld running when their clients closed, %lld cancelled; settled (nothing running, no "
+    std::printf("hang-ups:  %lld in the engine when their clients closed, %lld cancelled; settled (nothing running, no "
                 "page used) in %.0f ms\n",
                 (long long)r.hang_ups_running, (long long)r.hang_ups_cancelled, r.hang_up_settled_ms);
     if (!json_path->empty()) {

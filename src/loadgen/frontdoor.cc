@@ -383,14 +383,12 @@ void HangUps(const FrontDoorOptions& o, const std::string& model, FrontDoorRepor
     }
     fds.push_back(fd);
   }
-  // Until the engine runs them all (or as many as it admits).
-  double running = 0, last = -1;
+  // Until the engine has them all (running, or queued behind --max-running).
+  double running = 0;
   for (auto until = Clock::now() + std::chrono::seconds(30); Clock::now() < until;) {
     const std::string m = Metrics(o.host, engine);
-    running = Metric(m, "tandem_requests_running");
-    const double waiting = Metric(m, "tandem_requests_waiting");
-    if (running >= double(fds.size()) || (running > 0 && waiting == 0 && running == last)) break;
-    last = running;
+    running = Metric(m, "tandem_requests_running") + Metric(m, "tandem_requests_waiting");
+    if (running >= double(fds.size())) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   r.hang_ups_running = int64_t(running);

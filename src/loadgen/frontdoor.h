@@ -54,7 +54,7 @@ struct FrontDoorReport {
   int64_t big_body_sent = 0;
   double big_body_rss_growth_mib = 0;
   // hang-ups
-  int64_t hang_ups_running = 0;      // requests the engine was running when the clients hung up
+  int64_t hang_ups_running = 0;      // requests the engine held (running or queued) when the clients hung up
   int64_t hang_ups_cancelled = 0;    // tandem_requests_total{outcome="cancelled"} growth
   double hang_up_settled_ms = -1;    // until nothing runs and no page is used; -1: never (within the timeout)
   double pages_used_after = -1;

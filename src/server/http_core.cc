@@ -213,8 +213,13 @@ class Connection final : public std::enable_shared_from_this<Connection> {
     if (seq != seq_ || state_ == State::kClosed) return callback();  // gone, or answered already
     on_hang_up_ = std::move(callback);
   }
-  // Server stop.
-  void DoShut() { Shut(); }
+  // Server stop: an answer already whole is written out first (its bytes
+  // were posted before this), then the connection closes; others close now.
+  void DoShut() {
+    stopping_ = true;
+    if (state_ == State::kHandling && answer_done_ && (writing_ || !out_.empty())) return;
+    Shut();
+  }
 
   bool gone() const { return gone_.load(); }
   std::atomic<size_t>& queued() { return queued_; }
@@ -405,6 +410,7 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   void Answered() {
     on_hang_up_ = nullptr;
     ++seq_;  // late calls for this request do nothing
+    if (stopping_) return Shut();
     if (!keep_alive_) return Linger();
     if (watching_) {
       restart_ = true;
@@ -503,7 +509,7 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   std::optional<http::request_parser<http::string_body>> parser_;
   State state_ = State::kHeader;
   const bool overflow_;
-  bool first_ = true, keep_alive_ = true, timed_out_ = false, head_ = false;
+  bool first_ = true, keep_alive_ = true, timed_out_ = false, head_ = false, stopping_ = false;
   bool watching_ = false, restart_ = false;
   bool answering_ = false, answer_done_ = false, writing_ = false;
   uint64_t timer_gen_ = 0, write_gen_ = 0, seq_ = 0;

@@ -137,19 +137,26 @@ class PrefillEngineTest : public ::testing::Test {
                              })
                     .ok());
   }
-  // A decode engine connected to the worker, its Hello sent.
-  std::pair<std::unique_ptr<FakeDecode>, std::shared_ptr<Connection>> Connect(const std::string& weights = "") {
-    auto decode = std::make_unique<FakeDecode>(*model_->model, *spec_, *decode_transport_);
-    FakeDecode* d = decode.get();
+  // A new decode engine's connection to the worker (nothing sent yet).
+  std::shared_ptr<Connection> Wire(std::unique_ptr<FakeDecode>* out) {
+    *out = std::make_unique<FakeDecode>(*model_->model, *spec_, *decode_transport_);
+    FakeDecode* d = out->get();
     ConnectionHandlers h;
     h.on_message = [d](Connection&, std::vector<uint8_t> m) { d->OnMessage(std::move(m)); };
     h.on_close = [d](Connection&, const Status&) { d->OnClose(); };
     auto c = decode_transport_->Connect("prefill", h);
     EXPECT_TRUE(c.ok());
+    return c.ok() ? *c : nullptr;
+  }
+  // A decode engine connected to the worker, its Hello sent.
+  std::pair<std::unique_ptr<FakeDecode>, std::shared_ptr<Connection>> Connect(const std::string& weights = "") {
+    std::unique_ptr<FakeDecode> decode;
+    auto c = Wire(&decode);
+    FakeDecode* d = decode.get();
     const std::string w = weights.empty() ? WeightsIdentity(*model_->model) : weights;
-    EXPECT_TRUE((*c)->Send(d->MyHello(w).Encode()).ok());
+    EXPECT_TRUE(c->Send(d->MyHello(w).Encode()).ok());
     EXPECT_TRUE(d->Next(MessageType::kHello).has_value());
-    return {std::move(decode), *c};
+    return {std::move(decode), c};
   }
   std::vector<int32_t> Prompt(uint32_t seed) {
     return testing::PseudoRandomTokens(200, model_->model->config().vocab_size, seed);
@@ -325,21 +332,15 @@ TEST_F(PrefillEngineTest, WithAClusterKeyOnlyDecodeEnginesThatProveItAreServed) 
   // the prefill engine's Hello, or nullopt when it closed the connection.
   auto hello_with = [&](const transfer::ClusterKey* proof_key, std::unique_ptr<FakeDecode>* out,
                         std::shared_ptr<Connection>* conn, std::vector<uint8_t>* nonce) -> std::optional<Hello> {
-    *out = std::make_unique<FakeDecode>(*model_->model, *spec_, *decode_transport_);
+    *conn = Wire(out);
     FakeDecode* d = out->get();
-    ConnectionHandlers h;
-    h.on_message = [d](Connection&, std::vector<uint8_t> m) { d->OnMessage(std::move(m)); };
-    h.on_close = [d](Connection&, const Status&) { d->OnClose(); };
-    auto c = decode_transport_->Connect("prefill", h);
-    EXPECT_TRUE(c.ok());
-    *conn = *c;
     Hello hello = d->MyHello(weights);
     *nonce = transfer::NewNonce();
     if (proof_key) {
       hello.nonce = *nonce;
       hello.proof = proof_key->Prove("decode hello", {*nonce});
     }
-    EXPECT_TRUE((*c)->Send(hello.Encode()).ok());
+    EXPECT_TRUE((*conn)->Send(hello.Encode()).ok());
     auto m = d->Next(MessageType::kHello);
     if (!m) return std::nullopt;
     auto answer = Hello::Decode(*m);
@@ -379,17 +380,13 @@ TEST_F(PrefillEngineTest, WithAClusterKeyOnlyDecodeEnginesThatProveItAreServed) 
   EXPECT_EQ(*PeekType(*m), MessageType::kCommit);
   EXPECT_EQ(worker_->stats().refused, 3);
   // The same Hello sent again on another connection (a replay) is refused.
-  auto replay_decode = std::make_unique<FakeDecode>(*model_->model, *spec_, *decode_transport_);
-  FakeDecode* r = replay_decode.get();
-  ConnectionHandlers rh;
-  rh.on_message = [r](Connection&, std::vector<uint8_t> msg) { r->OnMessage(std::move(msg)); };
-  rh.on_close = [r](Connection&, const Status&) { r->OnClose(); };
-  auto replay = decode_transport_->Connect("prefill", rh);
-  ASSERT_TRUE(replay.ok());
+  std::unique_ptr<FakeDecode> r;
+  auto replay = Wire(&r);
+  ASSERT_TRUE(replay);
   Hello again = d->MyHello(weights);
   again.nonce = nonce;
   again.proof = key->Prove("decode hello", {nonce});
-  ASSERT_TRUE((*replay)->Send(again.Encode()).ok());
+  ASSERT_TRUE(replay->Send(again.Encode()).ok());
   EXPECT_TRUE(r->WaitClosed()) << "a replayed Hello is refused";
   EXPECT_FALSE(d->WaitClosed(100ms)) << "and the engine's live connection is not dropped as stale";
 }
