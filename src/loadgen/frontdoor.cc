@@ -281,7 +281,7 @@ void Slowloris(const FrontDoorOptions& o, const std::string& model, FrontDoorRep
       continue;
     }
     ::fcntl(fd, F_SETFL, O_NONBLOCK);
-    slow.push_back({fd});
+    slow.push_back(Slow{fd, true, 0, ""});
   }
   // A real request while they dribble.
   std::thread real([&] {
