@@ -1,7 +1,7 @@
 // `tandem bench agentic`: the multi-turn agent workload against an
 // OpenAI-compatible server, a sweep of concurrency points behind a health
 // gate, transcripts, the exact oracle, and the report (table, JSON, SVG).
-// `tandem verify TRANSCRIPT`: the oracle alone, on a saved transcript.
+// (`tandem verify TRANSCRIPT`, the oracle alone, is in cmd_verify.cc.)
 //
 // Exit codes: 0 every round answered and (unless --no-verify) verified
 // identical, the server healthy throughout; 1 bad usage or an error; 3 the
@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "bin/commands.h"
+#include "bin/agentic_shared.h"
 #include "bin/model_options.h"
 #include "loadgen/agentic.h"
 #include "loadgen/differential.h"
@@ -34,9 +35,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-constexpr int kExitCorrupt = 3;
-constexpr int kExitStopped = 4;
-constexpr int kExitFailed = 5;
 
 struct AgenticArgs {
   ModelOptions model;  // the reference model for verification
@@ -169,58 +167,6 @@ class ProgressBar {
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
-
-bool SplitUrl(const std::string& url, std::string* host, int* port) {
-  std::string u = url;
-  if (u.rfind("http://", 0) == 0) u = u.substr(7);
-  while (!u.empty() && u.back() == '/') u.pop_back();
-  const size_t colon = u.rfind(':');
-  if (colon == std::string::npos) return false;
-  *host = u.substr(0, colon);
-  *port = std::atoi(u.c_str() + colon + 1);
-  return !host->empty() && *port > 0 && *port < 65536;
-}
-
-Status WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::trunc);
-  out << text;
-  out.flush();
-  return out ? Status::Ok() : Unavailable("cannot write " + path);
-}
-
-// Loads the reference model and checks it is the one the server serves. A
-// tandem server (it reports its attention) names the model as the reference
-// does, so another name is refused. Other servers name it as they like (a
-// file path, an alias): the model's name, its file's name or path with or
-// without ".gguf" count as the same; anything else is judged with a warning.
-StatusOr<std::unique_ptr<Model>> LoadReference(const ModelOptions& opts, const std::string& served_id, bool tandem,
-                                               const std::string& served_chat_format) {
-  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, opts.Load());
-  // The prompt is rendered here again: under another template or day every
-  // round would be judged against a different prompt.
-  if (!served_chat_format.empty() && served_chat_format != model->chat_format().Identity()) {
-    return FailedPrecondition("the server renders chats with " + served_chat_format + " but the reference with " +
-                              model->chat_format().Identity() + " (" + model->chat_format().Describe() +
-                              "): give this command the server's --chat-template and --chat-date");
-  }
-  if (served_id.empty() || model->config().name == served_id) return model;
-  if (tandem) {
-    return FailedPrecondition("the server serves '" + served_id + "' but the reference model is '" +
-                              model->config().name + "': pass --model with the server's GGUF file, or --no-verify");
-  }
-  auto strip = [](std::string s) {
-    if (s.size() > 5 && s.compare(s.size() - 5, 5, ".gguf") == 0) s.resize(s.size() - 5);
-    return s;
-  };
-  const std::string path = opts.model_path, file = std::filesystem::path(path).filename().string();
-  const std::string served = strip(served_id), served_file = strip(std::filesystem::path(served_id).filename().string());
-  if (!path.empty() && (served == strip(path) || served_file == strip(file))) return model;
-  std::fprintf(stderr,
-               "warning: the server calls its model '%s'; the reference is '%s'%s%s. Judging anyway: if they are "
-               "not the same weights, every round will differ (pass --model with the server's GGUF file)\n",
-               served_id.c_str(), model->config().name.c_str(), path.empty() ? "" : " from ", path.c_str());
-  return model;
-}
 
 // A disaggregated deployment's handoff share of request time between two
 // probes; -1 when the server does not report it (colocated, not tandem).
@@ -491,96 +437,6 @@ int RunAgentic(AgenticArgs& a) {
   return failed > 0 ? kExitFailed : 0;
 }
 
-struct VerifyArgs {
-  ModelOptions model;
-  std::string transcript;
-  std::string attention = "dense", index_k_dtype = "fp8", kv_dtype = "f32";
-  int64_t top_k = 2048;
-  bool write = false;
-  bool from_scratch = false;
-  std::string reference_url;
-  double near_tie_nats = 0.5;
-};
-
-// One line per session (each round's verdict in order), the totals, and the
-// verification cost by round; writes the verdicts back with --write.
-int PrintVerdicts(const VerifyArgs& a, const TranscriptHeader& header, const std::vector<RoundRecord>& rounds) {
-  // One line per session: each round's verdict in order.
-  std::map<std::pair<int, int>, std::vector<const RoundRecord*>> sessions;
-  std::map<std::string, int64_t> counts;
-  for (const RoundRecord& r : rounds) {
-    sessions[{r.point, r.session}].push_back(&r);
-    ++counts[r.outcome];
-  }
-  for (auto& [key, list] : sessions) {
-    std::sort(list.begin(), list.end(), [](auto* x, auto* y) { return x->round < y->round; });
-    std::string line = "point " + std::to_string(key.first) + " (" + std::to_string(list[0]->concurrency) +
-                       " sessions) session " + std::to_string(key.second) + ":";
-    for (const RoundRecord* r : list) {
-      line += " r" + std::to_string(r->round) + "=" + r->outcome;
-      if (r->outcome == kCorrupt) line += "@token" + std::to_string(r->first_mismatch);
-    }
-    std::printf("%s\n", line.c_str());
-  }
-  std::printf("%zu rounds: %lld ok, %lld corrupt, %lld timeout, %lld error\n", rounds.size(),
-              (long long)counts[kOk], (long long)counts[kCorrupt], (long long)counts[kTimeout],
-              (long long)counts[kError]);
-  // Verification cost by round number: flat when each round computes only its new tokens.
-  std::map<int, std::pair<double, int>> by_round;
-  for (const RoundRecord& r : rounds) {
-    if (r.verify_s > 0) by_round[r.round].first += r.verify_s, ++by_round[r.round].second;
-  }
-  if (!by_round.empty()) {
-    const auto& [first_r, first] = *by_round.begin();
-    const auto& [last_r, last] = *by_round.rbegin();
-    std::printf("verification: round %d %.1f ms mean over %d sessions, round %d %.1f ms mean over %d%s\n", first_r,
-                first.first / first.second * 1e3, first.second, last_r, last.first / last.second * 1e3, last.second,
-                a.from_scratch ? " (from scratch)" : "");
-  }
-  if (a.write) {
-    if (Status st = WriteTranscript(a.transcript, header, rounds); !st.ok()) {
-      return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
-    }
-  }
-  if (counts[kCorrupt] > 0) return kExitCorrupt;
-  return counts[kTimeout] + counts[kError] > 0 ? kExitFailed : 0;
-}
-
-int RunVerify(VerifyArgs& a) {
-  TranscriptHeader header;
-  std::vector<RoundRecord> rounds;
-  if (Status st = ReadTranscript(a.transcript, &header, &rounds); !st.ok()) {
-    return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
-  }
-  if (!a.reference_url.empty()) {
-    DifferentialOptions d;
-    if (!SplitUrl(a.reference_url, &d.host, &d.port)) {
-      return std::fprintf(stderr, "error: --reference-url must be host:port, not '%s'\n", a.reference_url.c_str()), 1;
-    }
-    d.near_tie_nats = a.near_tie_nats;
-    if (Status st = VerifyRoundsAgainstReference(d, &rounds, VerifyProgressPrinter(isatty(2))); !st.ok()) {
-      return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
-    }
-    return PrintVerdicts(a, header, rounds);
-  }
-  auto fallback = ParseAttentionOptions(a.attention, a.index_k_dtype, a.top_k, a.kv_dtype);
-  if (!fallback.ok()) return std::fprintf(stderr, "error: %s\n", fallback.status().ToString().c_str()), 1;
-  auto attention = AttentionFromHeader(header.server_attention, *fallback);
-  if (!attention.ok()) return std::fprintf(stderr, "error: %s\n", attention.status().ToString().c_str()), 1;
-  auto model = LoadReference(a.model, header.model, !header.server_attention.is_null(), header.server_chat_format);
-  if (!model.ok()) return std::fprintf(stderr, "error: %s\n", model.status().ToString().c_str()), 1;
-  VerifyOptions vo;
-  vo.threads = a.model.threads;
-  vo.model_id = header.model;
-  vo.server_context = header.server_context;
-  vo.from_scratch = a.from_scratch;
-  vo.on_progress = VerifyProgressPrinter(isatty(2));
-  if (Status st = VerifyRounds(**model, *attention, &rounds, vo); !st.ok()) {
-    return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
-  }
-  return PrintVerdicts(a, header, rounds);
-}
-
 }  // namespace
 
 void RegisterAgenticBench(CLI::App& bench) {
@@ -631,27 +487,6 @@ void RegisterAgenticBench(CLI::App& bench) {
   cmd->add_flag("--plain-openai", a->plain_openai,
                 "Send only standard OpenAI fields (no ignore_eos / return_token_ids); answers are judged by text");
   cmd->callback([a] { SetExitCode(RunAgentic(*a)); });
-}
-
-void RegisterVerify(CLI::App& app) {
-  auto a = std::make_shared<VerifyArgs>();
-  CLI::App* cmd = app.add_subcommand("verify", "Replay a bench agentic transcript on the reference engine, bit for bit");
-  cmd->add_option("transcript", a->transcript, "transcript.jsonl written by `tandem bench agentic`")->required();
-  a->model.AddTo(cmd);
-  cmd->add_option("--attention", a->attention, "dense or sparse, when the transcript does not say");
-  cmd->add_option("--topk", a->top_k, "Sparse attention top-k, when the transcript does not say")
-      ->check(CLI::Range(1, 1 << 24));
-  cmd->add_option("--index-k-dtype", a->index_k_dtype, "fp8 or bf16, when the transcript does not say");
-  cmd->add_option("--kv-dtype", a->kv_dtype, "f32, f16 or bf16, when the transcript does not say");
-  cmd->add_flag("--write", a->write, "Write the verdicts back into the transcript");
-  cmd->add_option("--reference-url", a->reference_url,
-                  "Judge the transcript against this reference deployment (host:port) by its logprobs instead of "
-                  "replaying it on the reference engine");
-  cmd->add_option("--near-tie", a->near_tie_nats, "With --reference-url: nats within which a served token is drift")
-      ->check(CLI::Range(0.0, 100.0));
-  cmd->add_flag("--from-scratch", a->from_scratch,
-                "Replay every round from token 0 instead of carrying each session's cache (slow; for checking)");
-  cmd->callback([a] { SetExitCode(RunVerify(*a)); });
 }
 
 }  // namespace tandem::cli

@@ -1,0 +1,132 @@
+// `tandem verify TRANSCRIPT`: the exact oracle alone, on a transcript saved by
+// `tandem bench agentic` (or judged against a reference deployment's
+// logprobs with --reference-url). Exit codes as `bench agentic`'s.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <memory>
+
+#include "bin/agentic_shared.h"
+#include "bin/commands.h"
+#include "loadgen/differential.h"
+#include "loadgen/verify.h"
+
+namespace tandem::cli {
+namespace {
+
+struct VerifyArgs {
+  ModelOptions model;
+  std::string transcript;
+  std::string attention = "dense", index_k_dtype = "fp8", kv_dtype = "f32";
+  int64_t top_k = 2048;
+  bool write = false;
+  bool from_scratch = false;
+  std::string reference_url;
+  double near_tie_nats = 0.5;
+};
+
+// One line per session (each round's verdict in order), the totals, and the
+// verification cost by round; writes the verdicts back with --write.
+int PrintVerdicts(const VerifyArgs& a, const TranscriptHeader& header, const std::vector<RoundRecord>& rounds) {
+  // One line per session: each round's verdict in order.
+  std::map<std::pair<int, int>, std::vector<const RoundRecord*>> sessions;
+  std::map<std::string, int64_t> counts;
+  for (const RoundRecord& r : rounds) {
+    sessions[{r.point, r.session}].push_back(&r);
+    ++counts[r.outcome];
+  }
+  for (auto& [key, list] : sessions) {
+    std::sort(list.begin(), list.end(), [](auto* x, auto* y) { return x->round < y->round; });
+    std::string line = "point " + std::to_string(key.first) + " (" + std::to_string(list[0]->concurrency) +
+                       " sessions) session " + std::to_string(key.second) + ":";
+    for (const RoundRecord* r : list) {
+      line += " r" + std::to_string(r->round) + "=" + r->outcome;
+      if (r->outcome == kCorrupt) line += "@token" + std::to_string(r->first_mismatch);
+    }
+    std::printf("%s\n", line.c_str());
+  }
+  std::printf("%zu rounds: %lld ok, %lld corrupt, %lld timeout, %lld error\n", rounds.size(),
+              (long long)counts[kOk], (long long)counts[kCorrupt], (long long)counts[kTimeout],
+              (long long)counts[kError]);
+  // Verification cost by round number: flat when each round computes only its new tokens.
+  std::map<int, std::pair<double, int>> by_round;
+  for (const RoundRecord& r : rounds) {
+    if (r.verify_s > 0) by_round[r.round].first += r.verify_s, ++by_round[r.round].second;
+  }
+  if (!by_round.empty()) {
+    const auto& [first_r, first] = *by_round.begin();
+    const auto& [last_r, last] = *by_round.rbegin();
+    std::printf("verification: round %d %.1f ms mean over %d sessions, round %d %.1f ms mean over %d%s\n", first_r,
+                first.first / first.second * 1e3, first.second, last_r, last.first / last.second * 1e3, last.second,
+                a.from_scratch ? " (from scratch)" : "");
+  }
+  if (a.write) {
+    if (Status st = WriteTranscript(a.transcript, header, rounds); !st.ok()) {
+      return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
+    }
+  }
+  if (counts[kCorrupt] > 0) return kExitCorrupt;
+  return counts[kTimeout] + counts[kError] > 0 ? kExitFailed : 0;
+}
+
+int RunVerify(VerifyArgs& a) {
+  TranscriptHeader header;
+  std::vector<RoundRecord> rounds;
+  if (Status st = ReadTranscript(a.transcript, &header, &rounds); !st.ok()) {
+    return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
+  }
+  if (!a.reference_url.empty()) {
+    DifferentialOptions d;
+    if (!SplitUrl(a.reference_url, &d.host, &d.port)) {
+      return std::fprintf(stderr, "error: --reference-url must be host:port, not '%s'\n", a.reference_url.c_str()), 1;
+    }
+    d.near_tie_nats = a.near_tie_nats;
+    if (Status st = VerifyRoundsAgainstReference(d, &rounds, VerifyProgressPrinter(isatty(2))); !st.ok()) {
+      return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
+    }
+    return PrintVerdicts(a, header, rounds);
+  }
+  auto fallback = ParseAttentionOptions(a.attention, a.index_k_dtype, a.top_k, a.kv_dtype);
+  if (!fallback.ok()) return std::fprintf(stderr, "error: %s\n", fallback.status().ToString().c_str()), 1;
+  auto attention = AttentionFromHeader(header.server_attention, *fallback);
+  if (!attention.ok()) return std::fprintf(stderr, "error: %s\n", attention.status().ToString().c_str()), 1;
+  auto model = LoadReference(a.model, header.model, !header.server_attention.is_null(), header.server_chat_format);
+  if (!model.ok()) return std::fprintf(stderr, "error: %s\n", model.status().ToString().c_str()), 1;
+  VerifyOptions vo;
+  vo.threads = a.model.threads;
+  vo.model_id = header.model;
+  vo.server_context = header.server_context;
+  vo.from_scratch = a.from_scratch;
+  vo.on_progress = VerifyProgressPrinter(isatty(2));
+  if (Status st = VerifyRounds(**model, *attention, &rounds, vo); !st.ok()) {
+    return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
+  }
+  return PrintVerdicts(a, header, rounds);
+}
+
+}  // namespace
+
+void RegisterVerify(CLI::App& app) {
+  auto a = std::make_shared<VerifyArgs>();
+  CLI::App* cmd = app.add_subcommand("verify", "Replay a bench agentic transcript on the reference engine, bit for bit");
+  cmd->add_option("transcript", a->transcript, "transcript.jsonl written by `tandem bench agentic`")->required();
+  a->model.AddTo(cmd);
+  cmd->add_option("--attention", a->attention, "dense or sparse, when the transcript does not say");
+  cmd->add_option("--topk", a->top_k, "Sparse attention top-k, when the transcript does not say")
+      ->check(CLI::Range(1, 1 << 24));
+  cmd->add_option("--index-k-dtype", a->index_k_dtype, "fp8 or bf16, when the transcript does not say");
+  cmd->add_option("--kv-dtype", a->kv_dtype, "f32, f16 or bf16, when the transcript does not say");
+  cmd->add_flag("--write", a->write, "Write the verdicts back into the transcript");
+  cmd->add_option("--reference-url", a->reference_url,
+                  "Judge the transcript against this reference deployment (host:port) by its logprobs instead of "
+                  "replaying it on the reference engine");
+  cmd->add_option("--near-tie", a->near_tie_nats, "With --reference-url: nats within which a served token is drift")
+      ->check(CLI::Range(0.0, 100.0));
+  cmd->add_flag("--from-scratch", a->from_scratch,
+                "Replay every round from token 0 instead of carrying each session's cache (slow; for checking)");
+  cmd->callback([a] { SetExitCode(RunVerify(*a)); });
+}
+
+}  // namespace tandem::cli
