@@ -122,11 +122,7 @@ void RemotePrefill::Reconnect(size_t i, Clock::time_point now) {
   auto conn = transport_->Connect(link.address, h);
   Hello hello = MyHello(0);
   link.prefill_nonce.clear();
-  if (options_.cluster_key.enabled()) {
-    link.nonce = transfer::NewNonce();
-    hello.nonce = link.nonce;
-    hello.proof = options_.cluster_key.Prove("decode hello", {link.nonce});
-  }
+  link.nonce = transfer::SignDecodeHello(options_.cluster_key, &hello);
   Status st = conn.ok() ? (*conn)->Send(hello.Encode()) : conn.status();
   if (!st.ok()) {
     if (conn.ok()) (*conn)->Close();
@@ -199,9 +195,7 @@ Status RemotePrefill::Start(uint64_t handoff_id, const std::vector<int32_t>& tok
   d.sampling = sampling;
   d.decode_instance_id = instance_id_;
   d.time_budget_ms = std::max<int64_t>(1, Ms(receiver_->deadline(handoff_id) - now));
-  if (options_.cluster_key.enabled()) {
-    d.auth = options_.cluster_key.Prove("destination", {links_[link].prefill_nonce, d.Encode()});  // all of it
-  }
+  transfer::SignDestination(options_.cluster_key, links_[link].prefill_nonce, &d);
   handoff_link_[handoff_id] = link;
   Status st = links_[link].connection->Send(d.Encode());
   if (st.ok()) {
@@ -272,12 +266,7 @@ void RemotePrefill::OnHello(size_t i, const std::vector<uint8_t>& bytes) {
     st = FailedPrecondition("the prefill engine answered another decode instance (" +
                             std::to_string(hello->peer_instance_id) + ")");
   }
-  const transfer::ClusterKey& key = options_.cluster_key;
-  if (st.ok() && key.enabled() && !key.Verify("prefill hello", {link.nonce, hello->nonce}, hello->proof)) {
-    st = FailedPrecondition(hello->proof.empty()
-                                ? "it proved no cluster key: it has another --cluster-key-file than this engine, or none"
-                                : "it does not hold this engine's cluster key (--cluster-key-file differs)");
-  }
+  if (st.ok()) st = transfer::CheckPrefillHello(options_.cluster_key, link.nonce, *hello);
   if (!st.ok()) {
     TLOG_WARN("tandem decode: refusing the prefill engine %s: %s\n", link.address.c_str(),
                  st.message().c_str());

@@ -1,6 +1,4 @@
 #include "prefill/prefill_engine.h"
-
-#include <xxhash.h>
 #include "common/log.h"
 
 #include <cstdio>
@@ -9,9 +7,6 @@
 #include "transfer/handshake.h"
 
 namespace tandem {
-namespace {
-constexpr size_t kSeenNonces = 65536;  // decode Hellos remembered against replay
-}  // namespace
 
 using transfer::Clock;
 
@@ -86,24 +81,7 @@ void PrefillEngine::OnHello(Peer& peer, const std::vector<uint8_t>& bytes) {
   const uint64_t theirs = hello.ok() ? hello->instance_id : 0;
   Hello mine{"prefill", layout_fingerprint_, weights_identity_, instance_id_, theirs};
   Status st = hello.ok() ? transfer::CheckHello(mine, *hello) : hello.status();
-  const transfer::ClusterKey& key = options_.cluster_key;
-  if (st.ok() && key.enabled() && !key.Verify("decode hello", {hello->nonce}, hello->proof)) {
-    st = FailedPrecondition(hello->proof.empty()
-                              ? "it proves no cluster key (this engine has --cluster-key-file; give the decode engine the same)"
-                              : "it does not hold this engine's cluster key (--cluster-key-file differs)");
-  }
-  if (st.ok() && key.enabled()) {
-    const uint64_t seen = XXH3_64bits(hello->nonce.data(), hello->nonce.size());
-    if (!seen_nonces_.insert(seen).second) {
-      st = FailedPrecondition("its Hello repeats one already seen (a replay)");
-    } else {
-      seen_order_.push_back(seen);
-      if (seen_order_.size() > kSeenNonces) {
-        seen_nonces_.erase(seen_order_.front());
-        seen_order_.pop_front();
-      }
-    }
-  }
+  if (st.ok()) st = transfer::CheckDecodeHello(options_.cluster_key, *hello, &seen_nonces_);
   if (!st.ok()) {
     TLOG_WARN("tandem prefill: refusing decode engine %llu: %s\n", (unsigned long long)theirs,
                  st.message().c_str());
@@ -114,11 +92,7 @@ void PrefillEngine::OnHello(Peer& peer, const std::vector<uint8_t>& bytes) {
   }
   peer.hello_ok = true;
   peer.decode_instance = theirs;
-  if (key.enabled()) {
-    peer.nonce = transfer::NewNonce();
-    mine.nonce = peer.nonce;
-    mine.proof = key.Prove("prefill hello", {hello->nonce, peer.nonce});
-  }
+  peer.nonce = transfer::SignPrefillHello(options_.cluster_key, *hello, &mine);
   const uint64_t id = peer.connection->id();
   std::vector<uint64_t> stale;  // earlier connections of the same decode instance: dead to it
   for (auto& [other_id, other] : peers_) {
@@ -184,12 +158,8 @@ void PrefillEngine::OnDestination(Peer& peer, const std::shared_ptr<transfer::Co
   if (d->decode_instance_id != peer.decode_instance) {
     return Refuse(*connection, id, "destination names another decode instance than its Hello");
   }
-  if (options_.cluster_key.enabled()) {
-    Destination unsigned_copy = *d;
-    unsigned_copy.auth.clear();
-    if (!options_.cluster_key.Verify("destination", {peer.nonce, unsigned_copy.Encode()}, d->auth)) {
-      return Refuse(*connection, id, "destination is not authenticated by the cluster key of this connection");
-    }
+  if (!transfer::DestinationAuthentic(options_.cluster_key, peer.nonce, *d)) {
+    return Refuse(*connection, id, "destination is not authenticated by the cluster key of this connection");
   }
   const int64_t n = int64_t(d->tokens.size());
   const int64_t n_pages = (n + kPageTokens - 1) / kPageTokens;

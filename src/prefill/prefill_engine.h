@@ -27,8 +27,6 @@
 #include <condition_variable>
 #include <map>
 #include <memory>
-#include <deque>
-#include <unordered_set>
 #include <thread>
 
 #include "common/mutex.h"
@@ -149,8 +147,7 @@ class PrefillEngine : public PrefillSink {
   // The decode Hellos' nonces seen lately (cluster key only): a Hello recorded
   // and sent again is refused, so a replay cannot pass for its decode engine
   // (and drop that engine's live connections as stale). Bounded.
-  std::unordered_set<uint64_t> seen_nonces_ GUARDED_BY(mu_);
-  std::deque<uint64_t> seen_order_ GUARDED_BY(mu_);
+  transfer::NonceMemory seen_nonces_ GUARDED_BY(mu_);
   // Closed connections of each decode instance not yet released (puts of them
   // may still land).
   std::map<uint64_t, std::vector<std::shared_ptr<transfer::Connection>>> closing_ GUARDED_BY(mu_);

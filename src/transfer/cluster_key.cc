@@ -6,6 +6,7 @@
 #include <openssl/rand.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <fstream>
 #include <iterator>
@@ -71,6 +72,61 @@ std::vector<uint8_t> NewNonce() {
     std::ifstream("/dev/urandom", std::ios::binary).read(reinterpret_cast<char*>(n.data()), std::streamsize(n.size()));
   }
   return n;
+}
+
+bool NonceMemory::Remember(std::span<const uint8_t> nonce) {
+  const uint64_t h = XXH3_64bits(nonce.data(), nonce.size());
+  if (!seen_.insert(h).second) return false;
+  order_.push_back(h);
+  if (order_.size() > kCapacity) {
+    seen_.erase(order_.front());
+    order_.pop_front();
+  }
+  return true;
+}
+
+std::vector<uint8_t> SignDecodeHello(const ClusterKey& key, Hello* hello) {
+  if (!key.enabled()) return {};
+  hello->nonce = NewNonce();
+  hello->proof = key.Prove("decode hello", {hello->nonce});
+  return hello->nonce;
+}
+
+Status CheckDecodeHello(const ClusterKey& key, const Hello& theirs, NonceMemory* seen) {
+  if (!key.enabled()) return Status::Ok();
+  if (!key.Verify("decode hello", {theirs.nonce}, theirs.proof)) {
+    return FailedPrecondition(theirs.proof.empty()
+                                  ? "it proves no cluster key (this engine has --cluster-key-file; give the decode engine the same)"
+                                  : "it does not hold this engine's cluster key (--cluster-key-file differs)");
+  }
+  if (!seen->Remember(theirs.nonce)) return FailedPrecondition("its Hello repeats one already seen (a replay)");
+  return Status::Ok();
+}
+
+std::vector<uint8_t> SignPrefillHello(const ClusterKey& key, const Hello& theirs, Hello* mine) {
+  if (!key.enabled()) return {};
+  mine->nonce = NewNonce();
+  mine->proof = key.Prove("prefill hello", {theirs.nonce, mine->nonce});
+  return mine->nonce;
+}
+
+Status CheckPrefillHello(const ClusterKey& key, std::span<const uint8_t> my_nonce, const Hello& theirs) {
+  if (!key.enabled() || key.Verify("prefill hello", {my_nonce, theirs.nonce}, theirs.proof)) return Status::Ok();
+  return FailedPrecondition(theirs.proof.empty()
+                                ? "it proved no cluster key: it has another --cluster-key-file than this engine, or none"
+                                : "it does not hold this engine's cluster key (--cluster-key-file differs)");
+}
+
+void SignDestination(const ClusterKey& key, std::span<const uint8_t> prefill_nonce, Destination* d) {
+  d->auth.clear();
+  if (key.enabled()) d->auth = key.Prove("destination", {prefill_nonce, d->Encode()});  // all of it
+}
+
+bool DestinationAuthentic(const ClusterKey& key, std::span<const uint8_t> prefill_nonce, const Destination& d) {
+  if (!key.enabled()) return true;
+  Destination unsigned_copy = d;
+  unsigned_copy.auth.clear();
+  return key.Verify("destination", {prefill_nonce, unsigned_copy.Encode()}, d.auth);
 }
 
 Status WriteRandomClusterKey(const std::string& path) {

@@ -16,13 +16,16 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <initializer_list>
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "common/status.h"
+#include "transfer/messages.h"
 
 namespace tandem::transfer {
 
@@ -48,6 +51,34 @@ class ClusterKey {
 };
 
 std::vector<uint8_t> NewNonce();  // kNonceBytes from the system's random source
+
+// The decode Hellos' nonces a prefill engine took lately: one sent again is a
+// replay. Bounded (the oldest are forgotten). Not thread-safe.
+class NonceMemory {
+ public:
+  static constexpr size_t kCapacity = 65536;
+  // False when `nonce` was seen already; remembers it otherwise.
+  bool Remember(std::span<const uint8_t> nonce);
+
+ private:
+  std::unordered_set<uint64_t> seen_;
+  std::deque<uint64_t> order_;
+};
+
+// The handshake's steps, one per side and message (the scheme above). Without
+// a key each signs nothing and accepts everything.
+// Decode side: a fresh nonce and its proof on `hello`; returns the nonce.
+std::vector<uint8_t> SignDecodeHello(const ClusterKey& key, Hello* hello);
+// Prefill side: the decode Hello proves the key, and is no replay.
+Status CheckDecodeHello(const ClusterKey& key, const Hello& theirs, NonceMemory* seen);
+// Prefill side: a fresh nonce and the proof over both on `mine`; returns the nonce.
+std::vector<uint8_t> SignPrefillHello(const ClusterKey& key, const Hello& theirs, Hello* mine);
+// Decode side: the prefill Hello proves the key over our nonce.
+Status CheckPrefillHello(const ClusterKey& key, std::span<const uint8_t> my_nonce, const Hello& theirs);
+// Decode side: the MAC of the whole destination over the prefill nonce.
+void SignDestination(const ClusterKey& key, std::span<const uint8_t> prefill_nonce, Destination* d);
+// Prefill side: false when the destination is not authenticated for this connection.
+bool DestinationAuthentic(const ClusterKey& key, std::span<const uint8_t> prefill_nonce, const Destination& d);
 
 // Writes a fresh random key (64 hex characters) to `path`, readable only by
 // its owner (serve --disagg's engines, when no key file is given).
