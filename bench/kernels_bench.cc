@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/aligned.h"
 #include "common/thread_pool.h"
 #include "kernels/cpu.h"
 #include "kernels/ops.h"
@@ -18,18 +19,20 @@ namespace {
 constexpr int64_t kRows = 3072, kCols = 768;
 constexpr int64_t kMatrices = 16;  // 16 distinct matrices so weights come from DRAM, not cache
 
-std::vector<float> Values(size_t n) {
-  std::vector<float> v(n);
+// Cache-line aligned, as the forward pass's activations and a mapped model's rows are.
+AlignedFloats Values(size_t n) {
+  AlignedFloats v(n);
   for (size_t i = 0; i < n; ++i) v[i] = float(int(i * 2654435761u % 2001) - 1000) / 1000.0f;
   return v;
 }
 
 void BM_MatMul(benchmark::State& state, TensorType file_type, kernels::WeightType type) {
   const int n_tok = int(state.range(0));
-  static std::vector<uint8_t> bytes[4];
+  static std::vector<uint8_t, AlignedAllocator<uint8_t>> bytes[4];
   auto& b = bytes[int(type)];
   if (b.empty()) {
-    const auto one = EncodeTensor(Values(size_t(kRows * kCols)), file_type);
+    const AlignedFloats values = Values(size_t(kRows * kCols));
+    const auto one = EncodeTensor(std::vector<float>(values.begin(), values.end()), file_type);
     b.resize(one.size() * kMatrices);
     for (int m = 0; m < kMatrices; ++m) std::memcpy(b.data() + m * one.size(), one.data(), one.size());
   }
@@ -51,7 +54,7 @@ void BM_MatMul(benchmark::State& state, TensorType file_type, kernels::WeightTyp
 // The decode shape as the forward pass runs it: rows split across 2 threads.
 void BM_MatMulTwoThreads(benchmark::State& state) {
   static ThreadPool pool(2);
-  static std::vector<float> w = Values(size_t(kRows * kCols * kMatrices));
+  static AlignedFloats w = Values(size_t(kRows * kCols * kMatrices));
   const auto x = Values(size_t(kCols));
   std::vector<float> y(static_cast<size_t>(kRows));
   int64_t m = 0;
@@ -96,8 +99,8 @@ void BM_Attention(benchmark::State& state) {
   const int64_t ctx = state.range(0);
   const int queries = int(state.range(1));
   const int heads = 12, kv_heads = 4, hd = 64;
-  std::vector<float> k = Values(size_t(ctx * kv_heads * hd)), v = k;
-  std::vector<float> q = Values(size_t(queries * heads * hd));
+  AlignedFloats k = Values(size_t(ctx * kv_heads * hd)), v = k;
+  AlignedFloats q = Values(size_t(queries * heads * hd));
   std::vector<int32_t> pages(size_t((ctx + 63) / 64));
   for (size_t i = 0; i < pages.size(); ++i) pages[i] = int32_t(i);
   kernels::PagedRows rk{reinterpret_cast<uint8_t*>(k.data()), pages.data(), 64 * kv_heads * hd * 4,

@@ -7,6 +7,7 @@
 
 #include "kernels/attention_impl.h"
 #include "kernels/indexer_impl.h"
+#include "common/aligned.h"
 #include "common/fp8.h"
 #include "kernels/exp_inline.h"
 #include "kernels/weight_row.h"
@@ -58,8 +59,18 @@ void Tile(const WeightMatrix& w, const float* x, int64_t x_stride, float* y, int
       }
     }
   }
-  for (int i = 0; i < kRows; ++i)
-    for (int j = 0; j < kTokens; ++j) y[(t + j) * y_stride + r + i] = Reduce(acc[i][j]);
+  if constexpr (kRows == 4 && kTokens % 2 == 0) {
+    for (int j = 0; j < kTokens; j += 2) {  // tokens j and j + 1, rows r .. r + 3 of each
+      const __m512 pair[8] = {acc[0][j],     acc[1][j],     acc[2][j],     acc[3][j],
+                              acc[0][j + 1], acc[1][j + 1], acc[2][j + 1], acc[3][j + 1]};
+      const __m256 sums = avx512::Reduce8(pair);
+      _mm_storeu_ps(y + (t + j) * y_stride + r, _mm256_castps256_ps128(sums));
+      _mm_storeu_ps(y + (t + j + 1) * y_stride + r, _mm256_extractf128_ps(sums, 1));
+    }
+  } else {
+    for (int i = 0; i < kRows; ++i)
+      for (int j = 0; j < kTokens; ++j) y[(t + j) * y_stride + r + i] = Reduce(acc[i][j]);
+  }
 }
 
 template <WeightType kType, int kRows, int kTokens>
@@ -73,12 +84,14 @@ void RowBlock(const WeightMatrix& w, const float* x, int64_t x_stride, int n_tok
   for (; t < n_tokens; ++t) Tile<kType, kRows, 1>(w, x, x_stride, y, y_stride, r, t);
 }
 
-// Several tokens (prefill): register tiles of 6 rows x 4 tokens (24
-// accumulators + 6 weight vectors + 1 activation vector = 31 of the 32 zmm
-// registers), or 4 x 6 for the block-quantized types, whose weight decode costs more than a load;
-// tokens in blocks of 64 so their activations stay in L2 while the thread's
-// rows stream past. Measured (tandem_microbench, 3072 x 768, 512 tokens, one
-// thread): f32 1.35x and f16 1.5x the 4 x 4 tiles over all tokens at once.
+// Several tokens (prefill): register tiles of 4 rows x 6 tokens (24
+// accumulators + 4 weight vectors + 1 activation vector = 29 of the 32 zmm
+// registers), each pair of tokens' 8 sums reduced together (Reduce8) and
+// stored as two 4-row vectors; tokens in blocks of 64 so their activations
+// stay in L2 while the thread's rows stream past. Measured (tandem_microbench
+// and bench model, small preset, 64-byte aligned operands): the 6 x 4 tiles
+// with a Reduce() per output were 5-10% slower on 384-wide rows, the same on
+// 1024-wide ones.
 constexpr int kTokenBlock = 64;
 
 // Block-quantized weights with several tokens: each block of 6 rows is
@@ -88,7 +101,7 @@ template <WeightType kType>
 void MatMulTokensDecoded(const WeightMatrix& w, const float* x, int64_t x_stride, int n_tokens,
                          float* y, int64_t y_stride, int64_t r0, int64_t r1) {
   constexpr int kRows = 6;
-  thread_local std::vector<float> panel;  // grows once per thread to the widest matrix
+  thread_local AlignedFloats panel;  // grows once per thread to the widest matrix
   if (panel.size() < size_t(kRows * w.cols)) panel.resize(size_t(kRows * w.cols));
   for (int t = 0; t < n_tokens; t += kTokenBlock) {
     const int nt = std::min(kTokenBlock, n_tokens - t);
@@ -132,15 +145,13 @@ void MatMulTokens(const WeightMatrix& w, const float* x, int64_t x_stride, int n
                 kType != WeightType::kQ8_0) {
     if (w.cols % kLanes == 0) return MatMulTokensDecoded<kType>(w, x, x_stride, n_tokens, y, y_stride, r0, r1);
   }
-  constexpr bool kCostly = kType != WeightType::kF32 && kType != WeightType::kF16 && kType != WeightType::kBF16;
-  constexpr int kRows = kCostly ? 4 : 6, kTokens = kCostly ? 6 : 4;
+  constexpr int kRows = 4, kTokens = 6;
   for (int t = 0; t < n_tokens; t += kTokenBlock) {
     const int nt = std::min(kTokenBlock, n_tokens - t);
     const float* xt = x + t * x_stride;
     float* yt = y + t * y_stride;
     int64_t r = r0;
     for (; r + kRows <= r1; r += kRows) RowBlock<kType, kRows, kTokens>(w, xt, x_stride, nt, yt, y_stride, r);
-    for (; r + 4 <= r1; r += 4) RowBlock<kType, 4, 4>(w, xt, x_stride, nt, yt, y_stride, r);
     for (; r < r1; ++r) RowBlock<kType, 1, 4>(w, xt, x_stride, nt, yt, y_stride, r);
   }
 }

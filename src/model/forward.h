@@ -24,6 +24,7 @@
 
 #include "cache/layer_gates.h"
 #include "cache/page_pool.h"
+#include "common/aligned.h"
 #include "common/thread_pool.h"
 #include "model/cache_spec.h"
 #include "model/indexer.h"
@@ -118,9 +119,10 @@ class ForwardPass {
   std::function<void(int)> layer_hook_;
   std::vector<TokenRef> tokens_;
   int64_t max_context_ = 0;
-  // Activations, [n_tokens x width] each; reused across calls.
-  std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_, rope_cos_, rope_sin_;
-  std::vector<float> index_keys_, index_queries_, query_means_;
+  // Activations, [n_tokens x width] each, cache-line aligned (the matmul
+  // kernels' 64-byte loads of them); reused across calls.
+  AlignedFloats x_, xb_, q_, k_, v_, att_, hb_, hb2_, rope_cos_, rope_sin_;
+  AlignedFloats index_keys_, index_queries_, query_means_;
   // Scratch [threads x ...]: scores of kQueryTile tokens and the selected
   // positions of one per thread (or per token, when fewer tokens than
   // threads), and the indexer kernel's scratch per thread.

@@ -100,7 +100,7 @@ class GgufFile {
 // Builds a GGUF file in memory and writes it. Keys keep insertion order.
 class GgufWriter {
  public:
-  explicit GgufWriter(uint32_t version = 3, uint64_t alignment = 32)
+  explicit GgufWriter(uint32_t version = 3, uint64_t alignment = 64)
       : version_(version), alignment_(alignment) {}
 
   void Set(const std::string& key, GgufValue value);

@@ -200,7 +200,9 @@ StatusOr<std::string> EnsureDefaultModel() {
     home = "/tmp/tandem";
   }
   // v2: the chat template is the Llama-2 shape below (v1's rendered system turns as answers).
-  const std::string path = home + "/models/default-small-f32-v2.gguf";
+  // v3: the same model with its tensors 64-byte aligned (GgufWriter's default), so the matmul
+  // kernels' loads of a mapped row do not straddle cache lines.
+  const std::string path = home + "/models/default-small-f32-v3.gguf";
   if (std::filesystem::exists(path)) return path;
   std::error_code ec;
   std::filesystem::create_directories(home + "/models", ec);

@@ -43,7 +43,7 @@ TEST_F(Cli, MkmodelThenGenerateIsDeterministic) {
 TEST_F(Cli, GenerateWithoutModelUsesTheEmbeddedDefault) {
   auto g = RunTandem("generate -p 'Hi' -n 4", 300, "TANDEM_HOME=" + dir_);
   ASSERT_EQ(g.exit_code, 0) << g.output;
-  EXPECT_TRUE(std::filesystem::exists(dir_ + "/models/default-small-f32-v2.gguf"));
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/models/default-small-f32-v3.gguf"));
   EXPECT_NE(g.output.find("tandem-small"), std::string::npos) << g.output;
 }
 
