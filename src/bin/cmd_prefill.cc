@@ -30,7 +30,7 @@ struct PrefillArgs {
   int32_t chunk_size = 512;
   int32_t max_batch_tokens = 2048;
   int32_t max_running = 32;
-  std::string prefill_order = "shortest";
+  std::string prefill_order = "arrival";
   std::string log_level = "info";
   bool unsafe_early_commit = false;
   int64_t debug_put_delay_us = 0;
@@ -184,8 +184,9 @@ void RegisterPrefill(CLI::App& app) {
   cmd->add_option("--max-batch-tokens", a->max_batch_tokens, "Prefill tokens of all prompts together per step")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--prefill-order", a->prefill_order,
-                  "Which prompts' chunks a step serves first: shortest (default: the oldest, then shortest "
-                  "remaining, so short appends do not wait behind long prompts) or arrival (bounds the tail)");
+                  "Which prompts' chunks a step serves first: arrival (default: bounds the tail, the last prompt of "
+                  "a burst waits for the burst, not for later short appends) or shortest (the oldest, then shortest "
+                  "remaining: a lower median time to first token, a longer tail)");
   cmd->add_option("--max-running", a->max_running, "Prompts scheduled together (each holds its pages until handed off)")
       ->check(CLI::Range(1, 4096));
   cmd->add_flag("--debug-unsafe-early-commit", a->unsafe_early_commit,

@@ -27,7 +27,7 @@ struct ServeArgs {
   HttpFlags http;
   EngineOptions engine;
   DecodeOptions decode;  // the decode role, with --prefill
-  std::string prefill_order;  // empty: each role's default (arrival here, shortest on a prefill engine)
+  std::string prefill_order;  // empty: the default, arrival (on the prefill engine too)
   std::string log_level = "info";
   std::string attention = "dense", index_k_dtype = "fp8", kv_dtype = "f16";
   double request_timeout_s = 600, shutdown_timeout_s = 30;
@@ -243,8 +243,8 @@ void RegisterServe(CLI::App& app) {
   cmd->add_option("--max-waiting", a->engine.max_waiting, "Queued requests before 429")->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--chunk-size", a->engine.chunk_size, "Prefill tokens per sequence per step")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--prefill-order", a->prefill_order,
-                  "Which prompts' chunks a step serves first: arrival (default here; bounds the tail) or shortest "
-                  "(the oldest, then shortest remaining); with --disagg, the prefill engine's (default there: shortest)");
+                  "Which prompts' chunks a step serves first: arrival (default; bounds the tail) or shortest "
+                  "(the oldest, then shortest remaining); with --disagg, the prefill engine's");
   cmd->add_option("--max-batch-tokens", a->engine.max_batch_tokens, "Tokens per step")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--request-timeout", a->request_timeout_s, "Seconds before a request is failed")->check(CLI::PositiveNumber);
   cmd->add_option("--shutdown-timeout", a->shutdown_timeout_s, "Seconds to drain on SIGTERM")->check(CLI::NonNegativeNumber);

@@ -29,7 +29,7 @@ struct EngineOptions {
   int32_t max_waiting = 256;      // queued requests before Submit refuses
   int32_t chunk_size = 8192;      // prefill tokens of one sequence per step
   int32_t max_batch_tokens = 8192;
-  PrefillOrder prefill_order = PrefillOrder::kArrival;  // `tandem prefill` defaults to kShortestFirst
+  PrefillOrder prefill_order = PrefillOrder::kArrival;  // every role's default
   bool prefix_cache = true;
   std::chrono::milliseconds request_timeout{600'000};
   int threads = 2;
