@@ -362,5 +362,44 @@ TEST(Engine, RequestsPastTheirDeadlineFailAndFreeTheirPages) {
   EXPECT_EQ(s.pages.used, s.cached_pages);
 }
 
+// Which prompts' chunks a step serves: in arrival order, a short prompt
+// waits for the long ones that came before it; shortest-first serves the
+// oldest, then the short one ahead of a long one that came before it. The
+// order of first tokens is read where the engine pushes them.
+TEST(Engine, PrefillOrderArrivalServesPromptsInTurnShortestLetsAShortOneAhead) {
+  auto m = MakePresetModel("tiny", TensorType::kF32);
+  for (PrefillOrder order : {PrefillOrder::kArrival, PrefillOrder::kShortestFirst}) {
+    EngineOptions opt;
+    opt.cache_tokens = 64 * 100;
+    opt.chunk_size = 16;
+    opt.max_batch_tokens = 32;  // two prompt chunks per step
+    opt.prefill_order = order;
+    opt.prefix_cache = false;
+    auto engine = Engine::Create(*m->model, opt);
+    ASSERT_TRUE(engine.ok());
+    const int vocab = int(m->model->config().vocab_size);
+    // A and B: long (94 and 63 chunks); C: short (2 chunks).
+    const std::vector<int32_t> prompts[3] = {PseudoRandomTokens(1500, vocab, 1), PseudoRandomTokens(1000, vocab, 2),
+                                             PseudoRandomTokens(20, vocab, 3)};
+    Mutex mu;
+    std::vector<int> first_tokens;  // request indices, in the order their first event was pushed
+    std::vector<std::shared_ptr<RequestHandle>> handles;
+    for (int i = 0; i < 3; ++i) {
+      auto h = (*engine)->Submit(Spec(prompts[i], 1));
+      ASSERT_TRUE(h.ok());
+      handles.push_back(*h);
+      handles.back()->SetListener([&mu, &first_tokens, i] {
+        MutexLock lock(mu);
+        if (std::find(first_tokens.begin(), first_tokens.end(), i) == first_tokens.end()) first_tokens.push_back(i);
+      });
+    }
+    for (auto& h : handles) EXPECT_EQ(Drain(*h).finish, "length");
+    for (auto& h : handles) h->SetListener(nullptr);
+    MutexLock lock(mu);
+    const std::vector<int> expected = order == PrefillOrder::kArrival ? std::vector<int>{1, 2, 0} : std::vector<int>{2, 1, 0};
+    EXPECT_EQ(first_tokens, expected) << (order == PrefillOrder::kArrival ? "arrival" : "shortest");
+  }
+}
+
 }  // namespace
 }  // namespace tandem
