@@ -80,7 +80,7 @@ void RemotePrefill::Attach(PagePool& pool, PrefixIndex* index) {
 }
 
 Hello RemotePrefill::MyHello(uint64_t peer_instance) const {
-  return Hello{"decode", options_.layout_fingerprint, options_.weights_identity, instance_id_, peer_instance};
+  return Hello{"decode", options_.layout_fingerprint, options_.weights_identity, instance_id_, peer_instance, {}, {}};
 }
 
 bool RemotePrefill::healthy() const {

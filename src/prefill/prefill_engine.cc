@@ -79,7 +79,7 @@ void PrefillEngine::OnAccept(std::shared_ptr<transfer::Connection> connection) {
 void PrefillEngine::OnHello(Peer& peer, const std::vector<uint8_t>& bytes) {
   auto hello = Hello::Decode(bytes);
   const uint64_t theirs = hello.ok() ? hello->instance_id : 0;
-  Hello mine{"prefill", layout_fingerprint_, weights_identity_, instance_id_, theirs};
+  Hello mine{"prefill", layout_fingerprint_, weights_identity_, instance_id_, theirs, {}, {}};
   Status st = hello.ok() ? transfer::CheckHello(mine, *hello) : hello.status();
   if (st.ok()) st = transfer::CheckDecodeHello(options_.cluster_key, *hello, &seen_nonces_);
   if (!st.ok()) {
@@ -121,7 +121,7 @@ void PrefillEngine::OnMessage(std::shared_ptr<transfer::Connection> connection, 
     // refused handshake, said plainly (our Hello names our version), not a silent drop.
     TLOG_WARN("tandem prefill: refusing a decode engine whose first message is unreadable: %s\n",
                  type.status().ToString().c_str());
-    (void)connection->Send(Hello{"prefill", layout_fingerprint_, weights_identity_, instance_id_, 0}.Encode());
+    (void)connection->Send(Hello{"prefill", layout_fingerprint_, weights_identity_, instance_id_, 0, {}, {}}.Encode());
     ++stats_.peers_closed;
     DropPeerLocked(connection->id());
     return;
