@@ -1,6 +1,9 @@
 // Which per-token cache buffers an engine keeps, derived from the model and
-// the attention options: K and V always; the sparse-attention index-K buffer
-// when attention is sparse. The registry built here is the only list of them.
+// the attention options. Llama family: K and V always; the sparse-attention
+// index-K buffer when attention is sparse. deepseek32: the MLA latent
+// (`kv_latent`, kv_lora_rank + RoPE dims) and the lightning indexer's key
+// (`index_k`, the model's index dims), nothing else. The registry built here
+// is the only list of them.
 #pragma once
 
 #include "cache/registry.h"
@@ -30,8 +33,9 @@ StatusOr<AttentionOptions> ParseAttentionOptions(const std::string& kind, const 
 struct CacheSpec {
   AttentionOptions attention;
   CacheBufferRegistry registry;
-  CacheBufferId k = -1, v = -1;
-  CacheBufferId index_k = -1;  // -1 unless attention is sparse
+  CacheBufferId k = -1, v = -1;  // llama family
+  CacheBufferId kv_latent = -1;  // deepseek32
+  CacheBufferId index_k = -1;    // -1 unless attention is sparse or the model is deepseek32
 };
 
 StatusOr<CacheSpec> MakeCacheSpec(const ModelConfig& config, const AttentionOptions& attention = {});

@@ -16,9 +16,9 @@ StatusOr<ModelConfig> ReadModelConfig(const GgufFile& g) {
   ModelConfig c;
   TANDEM_ASSIGN_OR_RETURN(c.architecture, g.GetString("general.architecture"));
   const std::string& a = c.architecture;
-  if (a != "llama" && a != "mistral" && a != "qwen2") {
+  if (a != "llama" && a != "mistral" && a != "qwen2" && a != "deepseek32") {
     return InvalidArgument("unsupported model architecture '" + a +
-                           "' (general.architecture; llama, mistral and qwen2 are supported)");
+                           "' (general.architecture; llama, mistral, qwen2 and deepseek32 are supported)");
   }
   c.name = g.GetStringOr("general.name", a);
   auto get = [&](const std::string& suffix, int64_t* out) -> Status {
@@ -31,20 +31,28 @@ StatusOr<ModelConfig> ReadModelConfig(const GgufFile& g) {
   TANDEM_RETURN_IF_ERROR(get("feed_forward_length", &c.ffn_dim));
   TANDEM_RETURN_IF_ERROR(get("attention.head_count", &c.n_heads));
   TANDEM_RETURN_IF_ERROR(get("context_length", &c.context_length));
-  c.n_kv_heads = int64_t(g.GetUintOr(a + ".attention.head_count_kv", uint64_t(c.n_heads)));
-  TANDEM_RETURN_IF_ERROR(Positive(a + ".attention.head_count_kv", c.n_kv_heads));
-  if (c.n_heads % c.n_kv_heads != 0) {
-    return DataLoss("attention.head_count " + std::to_string(c.n_heads) +
-                    " is not a multiple of attention.head_count_kv " + std::to_string(c.n_kv_heads));
+  if (c.is_dsa()) {
+    // MLA: one shared latent (the "KV head"); the query/key head is the
+    // nope dims plus the RoPE dims, which are the only ones rotated.
+    TANDEM_ASSIGN_OR_RETURN(c.dsa, ReadDsaConfig(g, c.n_layers));
+    c.n_kv_heads = 1;
+    c.head_dim = c.dsa.qk_head_dim();
+  } else {
+    c.n_kv_heads = int64_t(g.GetUintOr(a + ".attention.head_count_kv", uint64_t(c.n_heads)));
+    TANDEM_RETURN_IF_ERROR(Positive(a + ".attention.head_count_kv", c.n_kv_heads));
+    if (c.n_heads % c.n_kv_heads != 0) {
+      return DataLoss("attention.head_count " + std::to_string(c.n_heads) +
+                      " is not a multiple of attention.head_count_kv " + std::to_string(c.n_kv_heads));
+    }
+    c.head_dim = int64_t(g.GetUintOr(a + ".attention.key_length", uint64_t(c.dim / c.n_heads)));
+    TANDEM_RETURN_IF_ERROR(Positive(a + ".attention.key_length", c.head_dim));
+    if (c.head_dim % 2 != 0) return DataLoss("attention head dimension must be even for RoPE");
   }
-  c.head_dim = int64_t(g.GetUintOr(a + ".attention.key_length", uint64_t(c.dim / c.n_heads)));
-  TANDEM_RETURN_IF_ERROR(Positive(a + ".attention.key_length", c.head_dim));
-  if (c.head_dim % 2 != 0) return DataLoss("attention head dimension must be even for RoPE");
   c.rms_eps = float(g.GetFloatOr(a + ".attention.layer_norm_rms_epsilon", 1e-5));
   if (!(c.rms_eps > 0.0f && c.rms_eps < 1.0f)) {
     return DataLoss("GGUF metadata '" + a + ".attention.layer_norm_rms_epsilon' out of range");
   }
-  c.rope_neox = a == "qwen2";
+  c.rope_neox = a == "qwen2";  // deepseek32's MLA RoPE pairs (2i, 2i+1) too; its indexer's is NeoX
   c.rope_dims = int64_t(g.GetUintOr(a + ".rope.dimension_count", uint64_t(c.head_dim)));
   if (c.rope_dims <= 0 || c.rope_dims > c.head_dim || c.rope_dims % 2 != 0) {
     return DataLoss("GGUF metadata '" + a + ".rope.dimension_count' is out of range");

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "model/dsa_config.h"
 #include "model/gguf.h"
 
 namespace tandem {
@@ -12,7 +13,7 @@ namespace tandem {
 enum class RopeScaling { kNone, kLinear, kYarn };
 
 struct ModelConfig {
-  std::string architecture;  // llama, mistral, qwen2
+  std::string architecture;  // llama, mistral, qwen2, deepseek32
   std::string name;
   int64_t vocab_size = 0;
   int64_t dim = 0;
@@ -33,6 +34,12 @@ struct ModelConfig {
   double yarn_beta_fast = 32.0;
   double yarn_beta_slow = 1.0;
 
+  // deepseek32 only (is_dsa()): MLA, the lightning indexer and the experts.
+  // head_dim is then the query/key head (nope + rope dims), n_kv_heads 1 and
+  // ffn_dim the leading dense layers' width.
+  DsaConfig dsa;
+
+  bool is_dsa() const { return architecture == "deepseek32"; }
   int64_t q_dim() const { return n_heads * head_dim; }
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
 };

@@ -14,10 +14,19 @@
 
 namespace tandem {
 
+Status ForwardPassSupports(const ModelConfig& config) {
+  if (config.is_dsa()) {
+    return FailedPrecondition("'" + config.name + "' is a deepseek32 model: tandem reads these files and lays out "
+                         "their cache (kv_latent + index_k), but cannot run them yet (no MLA/MoE forward pass)");
+  }
+  return Status::Ok();
+}
+
 ForwardPass::ForwardPass(const Model& model, const CacheSpec& spec, ThreadPool& pool)
     : model_(model), c_(model.config()), spec_(spec), pool_(pool) {
-  if (spec_.index_k >= 0) indexer_ = std::make_unique<Indexer>(c_, spec_.attention.index_dims);
   layout_fingerprint_ = CacheLayout(spec_.registry, int(c_.n_layers), 0).Fingerprint();
+  if (!ForwardPassSupports(c_).ok()) return;  // Run refuses (Validate)
+  if (spec_.index_k >= 0) indexer_ = std::make_unique<Indexer>(c_, spec_.attention.index_dims);
   switch (spec_.registry.spec(spec_.k).dtype) {
     case CacheDType::kF16: kv_type_ = kernels::KvType::kF16; break;
     case CacheDType::kBF16: kv_type_ = kernels::KvType::kBF16; break;
@@ -26,6 +35,7 @@ ForwardPass::ForwardPass(const Model& model, const CacheSpec& spec, ThreadPool& 
 }
 
 Status ForwardPass::Validate(std::span<const SequenceChunk> batch, const PagePool& cache) const {
+  TANDEM_RETURN_IF_ERROR(ForwardPassSupports(c_));
   if (cache.layout().Fingerprint() != layout_fingerprint_) {
     return InvalidArgument("the page pool's cache layout does not match this forward pass");
   }

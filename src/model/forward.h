@@ -42,6 +42,10 @@ struct SequenceChunk {
   const LayerGates* gates = nullptr;
 };
 
+// Ok when ForwardPass can run this model; FailedPrecondition for deepseek32,
+// whose forward pass (MLA, the trained indexer, experts) is not written yet.
+Status ForwardPassSupports(const ModelConfig& config);
+
 class ForwardPass {
  public:
   // REQUIRES: pools passed to Run were built from spec.registry.

@@ -9,6 +9,7 @@
 
 #include "common/half.h"
 #include "model/default_vocab.h"
+#include "model/dsa_config.h"
 #include "model/quantize.h"
 
 namespace tandem {
@@ -63,6 +64,12 @@ const std::vector<ModelPreset>& ModelPresets() {
       {"tiny", 128, 4, 4, 2, 384, 1024, 4096},
       {"small", 384, 6, 6, 2, 1024, 4096, 4096},
       {"100m", 768, 12, 12, 4, 3072, 4096, 4096},
+      // deepseek32, with the real model's cache rows (a 512 + 64 latent, a
+      // 128-dim index key) and everything else small: dsa-tiny has one dense
+      // layer and two of 4 experts (2 used, from 1 of 2 groups, plus a
+      // shared one); dsa-small 6 layers of 8 experts in 4 groups.
+      {"dsa-tiny", 256, 3, 4, 1, 512, 1024, 4096, {128, 512, 32, 64, 32, 4, 128, 64, 1, 4, 2, 1, 128, 2, 1}},
+      {"dsa-small", 512, 6, 8, 1, 1024, 4096, 8192, {256, 512, 64, 64, 64, 8, 128, 256, 1, 8, 2, 1, 256, 4, 2}},
   };
   return presets;
 }
@@ -127,8 +134,119 @@ StatusOr<MatrixTypes> ParseMatrixTypes(const std::string& name) {
   return MatrixTypes{*t, *t};
 }
 
+namespace {
+
+// Metadata and tensors under llama.cpp's deepseek32 names and shapes.
+StatusOr<GgufWriter> BuildRandomDsaModel(const ModelPreset& p, MatrixTypes types, uint64_t seed) {
+  const DsaShape& d = p.dsa;
+  const std::string a = "deepseek32";
+  GgufWriter w;
+  w.SetString("general.architecture", a);
+  w.SetString("general.name", "tandem-" + p.name);
+  auto u32 = [&](const std::string& key, int64_t v) { w.SetUint32(a + "." + key, uint32_t(v)); };
+  u32("context_length", p.context_length);
+  u32("embedding_length", p.dim);
+  u32("block_count", p.n_layers);
+  u32("feed_forward_length", p.ffn_dim);
+  u32("attention.head_count", p.n_heads);
+  u32("attention.head_count_kv", 1);
+  u32("attention.key_length", d.kv_lora_rank + d.qk_rope_dim);  // the absorbed form's cache row
+  u32("attention.value_length", d.kv_lora_rank);
+  u32("attention.key_length_mla", d.qk_nope_dim + d.qk_rope_dim);
+  u32("attention.value_length_mla", d.v_head_dim);
+  u32("attention.q_lora_rank", d.q_lora_rank);
+  u32("attention.kv_lora_rank", d.kv_lora_rank);
+  u32("attention.indexer.head_count", d.index_heads);
+  u32("attention.indexer.key_length", d.index_dim);
+  u32("attention.indexer.top_k", d.index_top_k);
+  u32("rope.dimension_count", d.qk_rope_dim);
+  u32("leading_dense_block_count", d.leading_dense);
+  u32("expert_count", d.n_experts);
+  u32("expert_used_count", d.n_experts_used);
+  u32("expert_shared_count", d.n_shared_experts);
+  u32("expert_feed_forward_length", d.expert_ffn_dim);
+  u32("expert_group_count", d.n_expert_groups);
+  u32("expert_group_used_count", d.n_expert_groups_used);
+  u32("expert_gating_func", int64_t(ExpertGating::kSigmoid));
+  u32("vocab_size", p.vocab_size);
+  w.SetFloat32(a + ".attention.layer_norm_rms_epsilon", 1e-6f);
+  w.SetFloat32(a + ".rope.freq_base", 10000.0f);
+  w.SetFloat32(a + ".expert_weights_scale", 2.5f);
+  w.SetBool(a + ".expert_weights_norm", true);
+  WriteDefaultTokenizer(BuildDefaultVocab(int32_t(p.vocab_size)), w);
+  w.SetBool("tokenizer.ggml.add_bos_token", true);
+  w.SetBool("tokenizer.ggml.add_eos_token", false);
+  w.SetString("tokenizer.chat_template", kPresetChatTemplate);
+  // dims[0] is the row length; std 0: all ones (norm weights); F32 vectors.
+  auto add = [&](const std::string& name, std::vector<uint64_t> dims, float std, TensorType t) {
+    uint64_t n = 1;
+    for (uint64_t x : dims) n *= x;
+    std::vector<float> v = std == 0.0f ? std::vector<float>(size_t(n), 1.0f) : RandomValues(seed, name, size_t(n), std);
+    uint64_t block = 1, block_bytes = 0;
+    TensorTypeBlock(uint32_t(t), &block, &block_bytes);
+    if (dims[0] % block != 0) t = dims[0] % kQ8Block == 0 ? TensorType::kQ8_0 : TensorType::kF16;
+    return w.AddTensor(name, t, dims, EncodeTensor(v, t));
+  };
+  auto std_for = [](int64_t cols) { return 1.0f / std::sqrt(float(cols)); };
+  const TensorType type = types.main, sensitive = types.sensitive, f32 = TensorType::kF32;
+  using D = std::vector<uint64_t>;
+  auto u = [](int64_t x) { return uint64_t(x); };
+  TANDEM_RETURN_IF_ERROR(add("token_embd.weight", {u(p.dim), u(p.vocab_size)}, 1.0f, type));
+  TANDEM_RETURN_IF_ERROR(add("output_norm.weight", {u(p.dim)}, 0.0f, f32));
+  TANDEM_RETURN_IF_ERROR(add("output.weight", {u(p.dim), u(p.vocab_size)}, std_for(p.dim), sensitive));
+  const int64_t qk = d.qk_nope_dim + d.qk_rope_dim, shared = d.expert_ffn_dim * d.n_shared_experts;
+  for (int64_t l = 0; l < p.n_layers; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    const D norms[] = {{u(p.dim)}, {u(p.dim)}, {u(d.q_lora_rank)}, {u(d.kv_lora_rank)}, {u(d.index_dim)}};
+    const char* norm_names[] = {"attn_norm", "ffn_norm", "attn_q_a_norm", "attn_kv_a_norm", "indexer.k_norm"};
+    for (int i = 0; i < 5; ++i) TANDEM_RETURN_IF_ERROR(add(b + norm_names[i] + ".weight", norms[i], 0.0f, f32));
+    TANDEM_RETURN_IF_ERROR(add(b + "indexer.k_norm.bias", {u(d.index_dim)}, 0.1f, f32));
+    TANDEM_RETURN_IF_ERROR(add(b + "attn_q_a.weight", {u(p.dim), u(d.q_lora_rank)}, std_for(p.dim), type));
+    TANDEM_RETURN_IF_ERROR(add(b + "attn_q_b.weight", {u(d.q_lora_rank), u(p.n_heads * qk)}, std_for(d.q_lora_rank), type));
+    TANDEM_RETURN_IF_ERROR(add(b + "attn_kv_a_mqa.weight", {u(p.dim), u(d.kv_lora_rank + d.qk_rope_dim)},
+                               std_for(p.dim), type));
+    TANDEM_RETURN_IF_ERROR(add(b + "attn_k_b.weight", {u(d.qk_nope_dim), u(d.kv_lora_rank), u(p.n_heads)},
+                               std_for(d.qk_nope_dim), type));
+    TANDEM_RETURN_IF_ERROR(add(b + "attn_v_b.weight", {u(d.kv_lora_rank), u(d.v_head_dim), u(p.n_heads)},
+                               std_for(d.kv_lora_rank), sensitive));
+    TANDEM_RETURN_IF_ERROR(add(b + "attn_output.weight", {u(p.n_heads * d.v_head_dim), u(p.dim)},
+                               std_for(p.n_heads * d.v_head_dim), type));
+    TANDEM_RETURN_IF_ERROR(add(b + "indexer.attn_q_b.weight", {u(d.q_lora_rank), u(d.index_heads * d.index_dim)},
+                               std_for(d.q_lora_rank), type));
+    TANDEM_RETURN_IF_ERROR(add(b + "indexer.attn_k.weight", {u(p.dim), u(d.index_dim)}, std_for(p.dim), type));
+    TANDEM_RETURN_IF_ERROR(add(b + "indexer.proj.weight", {u(p.dim), u(d.index_heads)}, std_for(p.dim), type));
+    if (l < d.leading_dense) {
+      TANDEM_RETURN_IF_ERROR(add(b + "ffn_gate.weight", {u(p.dim), u(p.ffn_dim)}, std_for(p.dim), type));
+      TANDEM_RETURN_IF_ERROR(add(b + "ffn_up.weight", {u(p.dim), u(p.ffn_dim)}, std_for(p.dim), type));
+      TANDEM_RETURN_IF_ERROR(add(b + "ffn_down.weight", {u(p.ffn_dim), u(p.dim)}, std_for(p.ffn_dim), sensitive));
+      continue;
+    }
+    TANDEM_RETURN_IF_ERROR(add(b + "ffn_gate_inp.weight", {u(p.dim), u(d.n_experts)}, std_for(p.dim), f32));
+    TANDEM_RETURN_IF_ERROR(add(b + "exp_probs_b.bias", {u(d.n_experts)}, 0.1f, f32));
+    const D in_exps = {u(p.dim), u(d.expert_ffn_dim), u(d.n_experts)};
+    TANDEM_RETURN_IF_ERROR(add(b + "ffn_gate_exps.weight", in_exps, std_for(p.dim), type));
+    TANDEM_RETURN_IF_ERROR(add(b + "ffn_up_exps.weight", in_exps, std_for(p.dim), type));
+    TANDEM_RETURN_IF_ERROR(add(b + "ffn_down_exps.weight", {u(d.expert_ffn_dim), u(p.dim), u(d.n_experts)},
+                               std_for(d.expert_ffn_dim), sensitive));
+    if (shared > 0) {
+      TANDEM_RETURN_IF_ERROR(add(b + "ffn_gate_shexp.weight", {u(p.dim), u(shared)}, std_for(p.dim), type));
+      TANDEM_RETURN_IF_ERROR(add(b + "ffn_up_shexp.weight", {u(p.dim), u(shared)}, std_for(p.dim), type));
+      TANDEM_RETURN_IF_ERROR(add(b + "ffn_down_shexp.weight", {u(shared), u(p.dim)}, std_for(shared), sensitive));
+    }
+  }
+  return w;
+}
+
+}  // namespace
+
 StatusOr<GgufWriter> BuildRandomModel(const ModelPreset& p, MatrixTypes types, uint64_t seed,
                                       const std::string& a) {
+  if (p.is_dsa()) {
+    if (a != "llama" && a != "deepseek32") {
+      return InvalidArgument("preset '" + p.name + "' is a deepseek32 model, not " + a);
+    }
+    return BuildRandomDsaModel(p, types, seed);
+  }
   if (a != "llama" && a != "qwen2") return InvalidArgument("mkmodel architecture must be llama or qwen2");
   GgufWriter w;
   w.SetString("general.architecture", a);

@@ -1,6 +1,8 @@
-// Deterministic random-weight llama models (`tandem mkmodel`). The same preset
-// and type always give the same bytes. Files carry full llama metadata and a
-// SentencePiece-style vocab, so other GGUF llama loaders accept them too.
+// Deterministic random-weight models (`tandem mkmodel`): llama-family presets,
+// and deepseek32 ones (`dsa-tiny`, `dsa-small`: MLA, the lightning indexer,
+// experts). The same preset and type always give the same bytes. Files carry
+// full metadata under llama.cpp's names and a SentencePiece-style vocab, so
+// other GGUF loaders accept them too.
 #pragma once
 
 #include <string>
@@ -11,9 +13,21 @@
 
 namespace tandem {
 
+// A deepseek32 preset's MLA, indexer and expert shape (model/dsa_config.h).
+struct DsaShape {
+  int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope_dim = 0, qk_rope_dim = 0, v_head_dim = 0;
+  int64_t index_heads = 0, index_dim = 0, index_top_k = 0;
+  int64_t leading_dense = 0, n_experts = 0, n_experts_used = 0, n_shared_experts = 0, expert_ffn_dim = 0;
+  int64_t n_expert_groups = 1, n_expert_groups_used = 1;
+};
+
 struct ModelPreset {
   std::string name;
+  // n_kv_heads is 1 for deepseek32 (one shared latent); ffn_dim is its leading dense layers' width.
   int64_t dim, n_layers, n_heads, n_kv_heads, ffn_dim, vocab_size, context_length;
+  DsaShape dsa = {};  // kv_lora_rank > 0: a deepseek32 preset
+
+  bool is_dsa() const { return dsa.kv_lora_rank > 0; }
 };
 
 const std::vector<ModelPreset>& ModelPresets();
@@ -52,7 +66,8 @@ inline constexpr const char* kPresetChatTemplate =
     "{%- if ns.system -%}{{- bos_token + '[INST] <<SYS>>\\n' + ns.system + '\\n<</SYS>>\\n\\n [/INST]' -}}{%- endif -%}\n";
 
 // Matrices in `type`; norms always F32. architecture: "llama" or "qwen2"
-// (qwen2 adds Q/K/V biases and uses NeoX RoPE ordering).
+// (qwen2 adds Q/K/V biases and uses NeoX RoPE ordering); a deepseek32 preset
+// is always deepseek32 ("llama", the default, is taken to mean that).
 StatusOr<GgufWriter> BuildRandomModel(const ModelPreset& preset, MatrixTypes types, uint64_t seed,
                                       const std::string& architecture = "llama");
 inline StatusOr<GgufWriter> BuildRandomModel(const ModelPreset& preset, TensorType type, uint64_t seed,

@@ -56,6 +56,19 @@ class Loader {
     return m;
   }
 
+  // The n slices of a 3-D tensor [cols, rows, n], each a rows x cols matrix.
+  StatusOr<std::vector<kernels::WeightMatrix>> Slices(const std::string& name, int64_t cols, int64_t rows,
+                                                      int64_t n) {
+    TANDEM_ASSIGN_OR_RETURN(const TensorInfo* t, Find(name, {uint64_t(cols), uint64_t(rows), uint64_t(n)}));
+    std::vector<kernels::WeightMatrix> out(static_cast<size_t>(n));
+    const size_t row_bytes = size_t(t->n_bytes / uint64_t(rows * n));
+    for (int64_t i = 0; i < n; ++i) {
+      out[size_t(i)] = {ToWeightType(t->type), t->data + size_t(i * rows) * row_bytes, rows, cols, row_bytes};
+    }
+    bytes_ += int64_t(t->n_bytes);
+    return out;
+  }
+
   // A vector converted to fp32; empty when absent and not required.
   StatusOr<std::vector<float>> Vector(const std::string& name, int64_t n, bool required = true) {
     TANDEM_ASSIGN_OR_RETURN(const TensorInfo* t, Find(name, {uint64_t(n)}, required));
@@ -73,6 +86,47 @@ class Loader {
   int64_t bytes_ = 0;
 };
 
+Status LoadDsaLayer(Loader& ld, const ModelConfig& c, int64_t l, DsaLayerWeights* L, int64_t* expert_bytes) {
+  const DsaConfig& d = c.dsa;
+  const std::string p = "blk." + std::to_string(l) + ".";
+  TANDEM_ASSIGN_OR_RETURN(L->attn_norm, ld.Vector(p + "attn_norm.weight", c.dim));
+  TANDEM_ASSIGN_OR_RETURN(L->ffn_norm, ld.Vector(p + "ffn_norm.weight", c.dim));
+  TANDEM_ASSIGN_OR_RETURN(L->q_a_norm, ld.Vector(p + "attn_q_a_norm.weight", d.q_lora_rank));
+  TANDEM_ASSIGN_OR_RETURN(L->kv_a_norm, ld.Vector(p + "attn_kv_a_norm.weight", d.kv_lora_rank));
+  TANDEM_ASSIGN_OR_RETURN(L->wq_a, ld.Matrix(p + "attn_q_a.weight", c.dim, d.q_lora_rank));
+  TANDEM_ASSIGN_OR_RETURN(L->wq_b, ld.Matrix(p + "attn_q_b.weight", d.q_lora_rank, c.n_heads * d.qk_head_dim()));
+  TANDEM_ASSIGN_OR_RETURN(L->wkv_a, ld.Matrix(p + "attn_kv_a_mqa.weight", c.dim, d.latent_dim()));
+  TANDEM_ASSIGN_OR_RETURN(L->wk_b, ld.Slices(p + "attn_k_b.weight", d.qk_nope_dim, d.kv_lora_rank, c.n_heads));
+  TANDEM_ASSIGN_OR_RETURN(L->wv_b, ld.Slices(p + "attn_v_b.weight", d.kv_lora_rank, d.v_head_dim, c.n_heads));
+  TANDEM_ASSIGN_OR_RETURN(L->wo, ld.Matrix(p + "attn_output.weight", c.n_heads * d.v_head_dim, c.dim));
+  TANDEM_ASSIGN_OR_RETURN(L->index_q_b,
+                          ld.Matrix(p + "indexer.attn_q_b.weight", d.q_lora_rank, d.index_heads * d.index_dim));
+  TANDEM_ASSIGN_OR_RETURN(L->index_k, ld.Matrix(p + "indexer.attn_k.weight", c.dim, d.index_dim));
+  TANDEM_ASSIGN_OR_RETURN(L->index_k_norm, ld.Vector(p + "indexer.k_norm.weight", d.index_dim));
+  TANDEM_ASSIGN_OR_RETURN(L->index_k_norm_bias, ld.Vector(p + "indexer.k_norm.bias", d.index_dim));
+  TANDEM_ASSIGN_OR_RETURN(L->index_proj, ld.Matrix(p + "indexer.proj.weight", c.dim, d.index_heads));
+  if (l < d.leading_dense) {
+    TANDEM_ASSIGN_OR_RETURN(L->w_gate, ld.Matrix(p + "ffn_gate.weight", c.dim, c.ffn_dim));
+    TANDEM_ASSIGN_OR_RETURN(L->w_up, ld.Matrix(p + "ffn_up.weight", c.dim, c.ffn_dim));
+    TANDEM_ASSIGN_OR_RETURN(L->w_down, ld.Matrix(p + "ffn_down.weight", c.ffn_dim, c.dim));
+    return Status::Ok();
+  }
+  TANDEM_ASSIGN_OR_RETURN(L->router, ld.Matrix(p + "ffn_gate_inp.weight", c.dim, d.n_experts));
+  TANDEM_ASSIGN_OR_RETURN(L->expert_bias, ld.Vector(p + "exp_probs_b.bias", d.n_experts, false));
+  const int64_t before = ld.bytes();
+  TANDEM_ASSIGN_OR_RETURN(L->gate_exps, ld.Slices(p + "ffn_gate_exps.weight", c.dim, d.expert_ffn_dim, d.n_experts));
+  TANDEM_ASSIGN_OR_RETURN(L->up_exps, ld.Slices(p + "ffn_up_exps.weight", c.dim, d.expert_ffn_dim, d.n_experts));
+  TANDEM_ASSIGN_OR_RETURN(L->down_exps, ld.Slices(p + "ffn_down_exps.weight", d.expert_ffn_dim, c.dim, d.n_experts));
+  *expert_bytes += ld.bytes() - before;
+  if (d.n_shared_experts > 0) {
+    const int64_t shared = d.expert_ffn_dim * d.n_shared_experts;
+    TANDEM_ASSIGN_OR_RETURN(L->gate_shexp, ld.Matrix(p + "ffn_gate_shexp.weight", c.dim, shared));
+    TANDEM_ASSIGN_OR_RETURN(L->up_shexp, ld.Matrix(p + "ffn_up_shexp.weight", c.dim, shared));
+    TANDEM_ASSIGN_OR_RETURN(L->down_shexp, ld.Matrix(p + "ffn_down_shexp.weight", shared, c.dim));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<ModelWeights> LoadWeights(const GgufFile& gguf, const ModelConfig& c) {
@@ -86,6 +140,17 @@ StatusOr<ModelWeights> LoadWeights(const GgufFile& gguf, const ModelConfig& c) {
   } else {
     w.output = w.token_embd;
     w.tied_output = true;
+  }
+  if (c.is_dsa()) {
+    int64_t expert_bytes = 0;
+    w.dsa_layers.resize(size_t(c.n_layers));
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      TANDEM_RETURN_IF_ERROR(LoadDsaLayer(ld, c, l, &w.dsa_layers[size_t(l)], &expert_bytes));
+    }
+    // A decoded token reads n_experts_used of each MoE layer's n_experts.
+    const int64_t unread = c.dsa.n_experts > 0 ? expert_bytes / c.dsa.n_experts * (c.dsa.n_experts - c.dsa.n_experts_used) : 0;
+    w.matrix_bytes = ld.bytes() - embd_bytes + (w.tied_output ? embd_bytes : 0) - unread;
+    return w;
   }
   w.layers.resize(size_t(c.n_layers));
   for (int64_t l = 0; l < c.n_layers; ++l) {

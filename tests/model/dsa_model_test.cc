@@ -1,0 +1,151 @@
+// deepseek32 models as files: the dsa presets write llama.cpp's names and
+// shapes, the loader reads and checks every field and tensor, the cache
+// registry holds the MLA latent and the indexer key and nothing else, and
+// engines refuse to run what has no forward pass yet.
+#include <gtest/gtest.h>
+
+#include "cache/layout.h"
+#include "model/cache_spec.h"
+#include "model/model.h"
+#include "model/presets.h"
+#include "runtime/engine.h"
+
+namespace tandem {
+namespace {
+
+// A model read in place from its file's bytes, which it keeps.
+struct Loaded {
+  std::vector<uint8_t> bytes;
+  std::unique_ptr<Model> model;
+  Model* operator->() const { return model.get(); }
+  const Model& operator*() const { return *model; }
+};
+
+StatusOr<std::shared_ptr<Loaded>> Build(const std::string& preset, const std::string& type,
+                                        const std::function<void(GgufWriter&)>& edit = nullptr) {
+  TANDEM_ASSIGN_OR_RETURN(ModelPreset p, FindPreset(preset));
+  TANDEM_ASSIGN_OR_RETURN(MatrixTypes types, ParseMatrixTypes(type));
+  TANDEM_ASSIGN_OR_RETURN(GgufWriter w, BuildRandomModel(p, types, 7));
+  if (edit) edit(w);
+  auto loaded = std::make_shared<Loaded>();
+  loaded->bytes = w.Serialize();
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> g, GgufFile::Parse(loaded->bytes));
+  TANDEM_ASSIGN_OR_RETURN(loaded->model, Model::FromGguf(std::move(g)));
+  return loaded;
+}
+
+TEST(DsaModel, PresetsLoadWithEveryFieldAndTensorInPlace) {
+  for (const char* type : {"f32", "q4_k_m"}) {
+    auto m = Build("dsa-tiny", type);
+    ASSERT_TRUE(m.ok()) << type << ": " << m.status().message();
+    const ModelConfig& c = (**m)->config();
+    ASSERT_TRUE(c.is_dsa());
+    const ModelPreset p = *FindPreset("dsa-tiny");
+    EXPECT_EQ(c.n_layers, p.n_layers);
+    EXPECT_EQ(c.n_heads, p.n_heads);
+    EXPECT_EQ(c.n_kv_heads, 1);
+    EXPECT_EQ(c.head_dim, p.dsa.qk_nope_dim + p.dsa.qk_rope_dim);
+    EXPECT_EQ(c.rope_dims, 64);
+    EXPECT_EQ(c.dsa.latent_dim(), 576);  // the real model's cache row: 512 latent + 64 RoPE
+    EXPECT_EQ(c.dsa.index_dim, 128);
+    EXPECT_EQ(c.dsa.index_heads, p.dsa.index_heads);
+    EXPECT_EQ(c.dsa.n_experts, 4);
+    EXPECT_EQ(c.dsa.n_experts_used, 2);
+    EXPECT_EQ(c.dsa.n_expert_groups, 2);
+    EXPECT_EQ(c.dsa.n_expert_groups_used, 1);
+    EXPECT_EQ(c.dsa.gating, ExpertGating::kSigmoid);
+    EXPECT_TRUE(c.dsa.expert_weights_norm);
+    EXPECT_DOUBLE_EQ(c.dsa.expert_weights_scale, 2.5);
+    const ModelWeights& w = (**m)->weights();
+    ASSERT_EQ(w.dsa_layers.size(), size_t(c.n_layers));
+    EXPECT_TRUE(w.layers.empty());
+    const DsaLayerWeights& dense = w.dsa_layers[0];
+    EXPECT_EQ(dense.w_down.rows, c.dim);
+    EXPECT_TRUE(dense.gate_exps.empty());
+    const DsaLayerWeights& moe = w.dsa_layers[1];
+    ASSERT_EQ(moe.wk_b.size(), size_t(c.n_heads));
+    EXPECT_EQ(moe.wk_b[1].rows, 512);
+    EXPECT_EQ(moe.wk_b[1].cols, p.dsa.qk_nope_dim);
+    EXPECT_EQ(moe.wk_b[1].data, moe.wk_b[0].data + 512 * moe.wk_b[0].row_bytes);  // slices of one tensor
+    ASSERT_EQ(moe.down_exps.size(), 4u);
+    EXPECT_EQ(moe.down_exps[3].rows, c.dim);
+    EXPECT_EQ(moe.router.rows, 4);
+    EXPECT_EQ(moe.expert_bias.size(), 4u);
+    EXPECT_EQ(moe.index_k_norm_bias.size(), 128u);
+    // A decoded token reads 2 of each MoE layer's 4 experts.
+    int64_t all = 0;
+    for (const TensorInfo& t : (**m)->gguf().tensors()) {
+      if (t.dims.size() > 1 && t.name != "token_embd.weight") all += int64_t(t.n_bytes);
+    }
+    EXPECT_LT(w.matrix_bytes, all);
+    EXPECT_GT(w.matrix_bytes, all / 2);
+  }
+  auto small = Build("dsa-small", "f32");
+  ASSERT_TRUE(small.ok()) << small.status().message();
+  EXPECT_EQ((**small)->config().dsa.n_experts, 8);
+}
+
+TEST(DsaModel, TheCacheIsTheLatentAndTheIndexKeyAtTheIncidentsPageSizes) {
+  auto m = Build("dsa-tiny", "f32");
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  for (const char* index_dtype : {"fp8", "bf16"}) {
+    auto attention = ParseAttentionOptions("sparse", index_dtype, 64, "f16");
+    ASSERT_TRUE(attention.ok());
+    auto spec = MakeCacheSpec((**m)->config(), *attention);
+    ASSERT_TRUE(spec.ok()) << spec.status().message();
+    const CacheBufferRegistry& r = spec->registry;
+    ASSERT_EQ(r.size(), 2);  // nothing else: no K, no V
+    EXPECT_EQ(r.spec(spec->kv_latent).name, "kv_latent");
+    EXPECT_EQ(r.spec(spec->kv_latent).dims, 576);
+    EXPECT_EQ(r.spec(spec->index_k).name, "index_k");
+    EXPECT_EQ(r.spec(spec->index_k).dims, 128);
+    EXPECT_EQ(spec->k, -1);
+    EXPECT_EQ(spec->v, -1);
+    const CacheLayout layout(r, int((**m)->config().n_layers), 1);
+    // fp8: 128 e4m3 bytes + one fp32 scale per token = 132 B, 8448 B per 64-token page; bf16: 16384.
+    EXPECT_EQ(layout.page_stride(spec->index_k), std::string(index_dtype) == "fp8" ? 8448 : 16384) << index_dtype;
+    EXPECT_EQ(layout.page_stride(spec->kv_latent), 576 * 2 * 64);
+  }
+}
+
+TEST(DsaModel, MalformedFilesAreRefusedNamingTheField) {
+  const std::string a = "deepseek32.";
+  const std::pair<std::function<void(GgufWriter&)>, std::string> cases[] = {
+      {[&](GgufWriter& w) { w.SetUint32(a + "attention.key_length_mla", 64); }, "key_length_mla"},
+      {[&](GgufWriter& w) { w.SetUint32(a + "attention.indexer.key_length", 96); }, "power of two"},
+      {[&](GgufWriter& w) { w.SetUint32(a + "expert_used_count", 5); }, "expert_used_count"},
+      {[&](GgufWriter& w) { w.SetUint32(a + "expert_group_count", 3); }, "expert groups"},
+      {[&](GgufWriter& w) { w.SetUint32(a + "attention.key_length", 512); }, "absorbed form"},
+      {[&](GgufWriter& w) { w.SetUint32(a + "leading_dense_block_count", 9); }, "leading_dense_block_count"},
+      {[&](GgufWriter& w) { w.SetUint32(a + "expert_gating_func", 4); }, "expert_gating_func"},
+      {[&](GgufWriter& w) { w.SetUint32(a + "attention.q_lora_rank", 64); }, "attn_q_a_norm.weight' has shape"},
+      {[&](GgufWriter& w) { w.SetUint32(a + "attention.indexer.head_count", 3); }, "indexer.attn_q_b.weight"},
+      {[&](GgufWriter& w) { w.SetString(a + "expert_weights_norm", "yes"); }, "expert_weights_norm"},
+  };
+  for (const auto& [edit, want] : cases) {
+    auto m = Build("dsa-tiny", "f32", edit);
+    ASSERT_FALSE(m.ok()) << want;
+    EXPECT_EQ(m.status().code(), StatusCode::kDataLoss) << m.status().message();
+    EXPECT_NE(m.status().message().find(want), std::string::npos) << m.status().message();
+  }
+  auto missing = Build("dsa-tiny", "f32", [&](GgufWriter& w) {
+    GgufValue v;
+    v.type = GgufType::kString;
+    v.s = "not a number";
+    w.Set(a + "attention.kv_lora_rank", v);
+  });
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("kv_lora_rank"), std::string::npos) << missing.status().message();
+}
+
+TEST(DsaModel, EnginesRefuseToRunItAndSayWhy) {
+  auto m = Build("dsa-tiny", "f32");
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  auto engine = Engine::Create(***m, EngineOptions{});
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(engine.status().message().find("deepseek32"), std::string::npos) << engine.status().message();
+}
+
+}  // namespace
+}  // namespace tandem
