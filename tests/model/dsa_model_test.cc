@@ -1,14 +1,32 @@
 // deepseek32 models as files: the dsa presets write llama.cpp's names and
 // shapes, the loader reads and checks every field and tensor, the cache
 // registry holds the MLA latent and the indexer key and nothing else, and
-// engines refuse to run what has no forward pass yet.
+// engines refuse to run what has no forward pass yet. The float64 reference
+// of the forward pass (support/dsa_reference.h) against itself, and against
+// llama.cpp's deepseek32 where a llama-server is given.
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <thread>
 
 #include "cache/layout.h"
 #include "model/cache_spec.h"
 #include "model/model.h"
 #include "model/presets.h"
 #include "runtime/engine.h"
+#include "support/dsa_reference.h"
+#include "support/http_client.h"
+#include "support/process.h"
 
 namespace tandem {
 namespace {
@@ -145,6 +163,135 @@ TEST(DsaModel, EnginesRefuseToRunItAndSayWhy) {
   ASSERT_FALSE(engine.ok());
   EXPECT_EQ(engine.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(engine.status().message().find("deepseek32"), std::string::npos) << engine.status().message();
+}
+
+std::vector<int32_t> Tokens(size_t n, uint32_t seed) {
+  std::vector<int32_t> t{1};
+  uint64_t x = seed;
+  while (t.size() < n) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    t.push_back(int32_t(3 + (x >> 33) % 1000));
+  }
+  return t;
+}
+
+// Top-k at or above a query's context is dense attention; below it, the
+// query attends to exactly top_k of its earlier positions, in order.
+TEST(DsaReference, TopKAtOrAboveTheContextIsDenseAndBelowItSelects) {
+  auto m = Build("dsa-tiny", "f32");
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  testing::DsaReference ref((**m)->gguf());
+  const std::vector<int32_t> tokens = Tokens(70, 3);
+  const std::vector<double> dense = ref.Forward(tokens, 4096);
+  EXPECT_EQ(ref.Forward(tokens, 70), dense);
+  const std::vector<double> sparse = ref.Forward(tokens, 64);
+  const size_t vocab = size_t(ref.vocab());
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    const bool same = std::equal(sparse.begin() + t * vocab, sparse.begin() + (t + 1) * vocab, dense.begin() + t * vocab);
+    EXPECT_EQ(same, t < 64) << "position " << t;  // contexts of 64 or fewer attend to every position
+  }
+  for (const auto& layer : ref.selections()) {
+    const std::vector<int64_t>& last = layer.back();
+    ASSERT_EQ(last.size(), 64u);
+    EXPECT_TRUE(std::is_sorted(last.begin(), last.end()));
+    EXPECT_LE(last.back(), 69);
+  }
+}
+
+// A llama-server started for the test; killed when it goes out of scope.
+class LlamaServer {
+ public:
+  LlamaServer(const std::string& binary, const std::string& model, const std::string& log) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+      port_ = ntohs(a.sin_port);
+    }
+    close(fd);
+    // Exact arithmetic: an f32 cache and no flash attention (which rounds Q to f16 on CPU).
+    std::vector<std::string> args = {binary, "-m", model, "--host", "127.0.0.1", "--port", std::to_string(port_),
+                                     "-t", "2", "-c", "1024", "-ctk", "f32", "-ctv", "f32", "-fa", "off"};
+    std::vector<char*> argv;
+    for (auto& s : args) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    if (posix_spawn(&pid_, binary.c_str(), &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&actions);
+  }
+  ~LlamaServer() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGTERM);
+    for (int i = 0; i < 100; ++i) {
+      if (waitpid(pid_, nullptr, WNOHANG) == pid_) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  bool WaitHealthy(int seconds) const {
+    for (int i = 0; pid_ > 0 && i < seconds * 10; ++i) {
+      if (testing::HttpGet(port_, "/health").status == 200) return true;
+      if (waitpid(pid_, nullptr, WNOHANG) == pid_) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  }
+  int port() const { return port_; }
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
+// The reference against llama.cpp's deepseek32 graph on dsa-tiny: the top
+// log-probabilities of the next token agree to 1e-4, dense (8 tokens) and
+// with the indexer's top-64 in effect (the first two prompts of 66 to 100
+// tokens where this reference sees no tie across the top-k boundary:
+// llama.cpp breaks ties its own way).
+// Needs TANDEM_LLAMA_SERVER=/path/to/llama-server (not built by tandem).
+TEST(DsaReference, MatchesLlamaCppsDeepseek32) {
+  const char* binary = std::getenv("TANDEM_LLAMA_SERVER");
+  if (!binary || !*binary) {
+    GTEST_SKIP() << "SKIPPED LOUDLY: set TANDEM_LLAMA_SERVER to a llama-server binary to compare the deepseek32 "
+                    "reference with llama.cpp";
+  }
+  const std::string dir = testing::MakeTempDir();
+  ASSERT_TRUE(WriteRandomModel(*FindPreset("dsa-tiny"), MatrixTypes{}, 11, dir + "/dsa-tiny.gguf").ok());
+  auto file = GgufFile::Open(dir + "/dsa-tiny.gguf");
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  testing::DsaReference ref(**file);
+  LlamaServer server(binary, dir + "/dsa-tiny.gguf", dir + "/llama-server.log");
+  ASSERT_TRUE(server.WaitHealthy(60)) << "llama-server did not start; see " << dir << "/llama-server.log";
+  int dense = 0, sparse = 0;
+  for (size_t n = 8; n <= 100 && sparse < 2; n = n == 8 ? 66 : n + 1) {
+    const std::vector<int32_t> tokens = Tokens(n, 5);
+    const std::vector<double> logits = ref.Forward(tokens);
+    if (ref.boundary_ties() > 0) continue;  // the selection is not defined uniquely
+    nlohmann::json body = {{"prompt", tokens}, {"n_predict", 1}, {"n_probs", 5}, {"temperature", 0},
+                           {"cache_prompt", false}};
+    const auto r = testing::HttpPost(server.port(), "/completion", body.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    const auto top = nlohmann::json::parse(r.body)["completion_probabilities"][0]["top_logprobs"];
+    ASSERT_EQ(top.size(), 5u) << r.body;
+    const double* last = logits.data() + (n - 1) * size_t(ref.vocab());
+    double max = -INFINITY, sum = 0;
+    for (int64_t i = 0; i < ref.vocab(); ++i) max = std::max(max, last[i]);
+    for (int64_t i = 0; i < ref.vocab(); ++i) sum += std::exp(last[i] - max);
+    for (const auto& e : top) {
+      const double ours = last[e["id"].get<int>()] - max - std::log(sum);
+      EXPECT_NEAR(ours, e["logprob"].get<double>(), 1e-4) << n << " tokens, token " << e["id"];
+    }
+    ++(n > 64 ? sparse : dense);
+  }
+  EXPECT_EQ(dense, 1);
+  EXPECT_EQ(sparse, 2);  // prompts past the indexer's top-64
 }
 
 }  // namespace

@@ -42,6 +42,8 @@ double ElementAt(const TensorInfo& t, uint64_t i) {
   return 0;
 }
 
+}  // namespace
+
 void RmsNorm(const std::vector<double>& x, const std::vector<double>& w, double eps,
              std::vector<double>& out) {
   double ss = 0;
@@ -63,7 +65,13 @@ std::vector<double> MatVec(const std::vector<double>& w, const std::vector<doubl
   return y;
 }
 
-}  // namespace
+std::vector<double> ReferenceTensor(const GgufFile& g, const std::string& name) {
+  const TensorInfo* t = g.FindTensor(name);
+  if (!t) throw std::runtime_error("reference: tensor '" + name + "' is missing");
+  std::vector<double> v(t->NumElements());
+  for (uint64_t i = 0; i < v.size(); ++i) v[i] = ElementAt(*t, i);
+  return v;
+}
 
 ReferenceModel::ReferenceModel(const GgufFile& g) : g_(g) {
   arch_ = *g.GetString("general.architecture");
@@ -82,13 +90,7 @@ ReferenceModel::ReferenceModel(const GgufFile& g) : g_(g) {
   }
 }
 
-std::vector<double> ReferenceModel::Tensor(const std::string& name) const {
-  const TensorInfo* t = g_.FindTensor(name);
-  if (!t) throw std::runtime_error("reference: missing " + name);
-  std::vector<double> v(t->NumElements());
-  for (uint64_t i = 0; i < v.size(); ++i) v[i] = ElementAt(*t, i);
-  return v;
-}
+std::vector<double> ReferenceModel::Tensor(const std::string& name) const { return ReferenceTensor(g_, name); }
 
 std::vector<double> ReferenceModel::Forward(const std::vector<int32_t>& tokens) const {
   const size_t n = tokens.size();

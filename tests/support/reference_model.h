@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "model/gguf.h"
@@ -25,6 +26,13 @@ class ReferenceModel {
   double eps_, theta_, linear_scale_ = 1.0;
   bool neox_;
 };
+
+// The reference's building blocks, shared with the deepseek32 reference
+// (dsa_reference.h): a tensor's every element decoded to double by the
+// reference's own decoding; RMS norm; y = W x with W [rows][cols].
+std::vector<double> ReferenceTensor(const GgufFile& gguf, const std::string& name);
+void RmsNorm(const std::vector<double>& x, const std::vector<double>& w, double eps, std::vector<double>& out);
+std::vector<double> MatVec(const std::vector<double>& w, const std::vector<double>& x);
 
 // ||a - b|| / ||b|| over all elements.
 double NormalizedError(const std::vector<float>& a, const std::vector<double>& b);
