@@ -78,7 +78,7 @@ class FakeDecode {
     return cv_.wait_for(lock, limit, [&] { return closed_; });
   }
   Hello MyHello(const std::string& weights) const {
-    return Hello{"decode", pool_.layout().Fingerprint(), weights, instance_, 0};
+    return Hello{"decode", pool_.layout().Fingerprint(), weights, instance_, 0, {}, {}};
   }
   // auth: the destination's proof of the cluster key (empty: none).
   std::vector<uint8_t> DestinationFor(uint64_t id, const std::vector<int32_t>& prompt,

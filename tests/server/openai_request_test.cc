@@ -439,7 +439,9 @@ TEST(OpenAiRequest, APromptTooLongInBytesIsRefusedBeforeTokenizing) {
   // Just under the bound, the prompt is tokenized and judged by its tokens.
   const std::string fits(size_t(model.context_length) * per_token - per_token, 'a');
   const ParseResult r = ParseCompletionRequest(R"({"prompt": ")" + fits + R"("})", model);
-  if (const auto* e = std::get_if<ApiError>(&r)) EXPECT_EQ(e->message.find("bytes"), std::string::npos) << e->message;
+  if (const auto* e = std::get_if<ApiError>(&r)) {
+    EXPECT_EQ(e->message.find("bytes"), std::string::npos) << e->message;
+  }
 }
 
 }  // namespace

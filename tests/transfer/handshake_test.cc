@@ -20,14 +20,14 @@ std::string Fingerprint(CacheDType index_k) {
 }
 
 TEST(Handshake, MatchingLayoutsConnect) {
-  const Hello p{"prefill", Fingerprint(CacheDType::kBF16), "tiny:1", 1, 2}, d{"decode", Fingerprint(CacheDType::kBF16), "tiny:1", 2, 0};
+  const Hello p{"prefill", Fingerprint(CacheDType::kBF16), "tiny:1", 1, 2, {}, {}}, d{"decode", Fingerprint(CacheDType::kBF16), "tiny:1", 2, 0, {}, {}};
   EXPECT_TRUE(CheckHello(p, d).ok());
   EXPECT_TRUE(CheckHello(d, p).ok());
 }
 
 TEST(Handshake, Fp8AgainstBf16IndexKIsRefusedWithAClearMessage) {
-  const Hello p{"prefill", Fingerprint(CacheDType::kFp8E4M3Scaled), "tiny:1", 1, 2};
-  const Hello d{"decode", Fingerprint(CacheDType::kBF16), "tiny:1", 2, 0};
+  const Hello p{"prefill", Fingerprint(CacheDType::kFp8E4M3Scaled), "tiny:1", 1, 2, {}, {}};
+  const Hello d{"decode", Fingerprint(CacheDType::kBF16), "tiny:1", 2, 0, {}, {}};
   const Status st = CheckHello(d, p);
   ASSERT_EQ(st.code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(st.message().find("cache layout mismatch"), std::string::npos) << st.message();
@@ -41,7 +41,7 @@ TEST(Handshake, Fp8AgainstBf16IndexKIsRefusedWithAClearMessage) {
 }
 
 TEST(Handshake, TwoEnginesOfTheSameRoleAreRefused) {
-  const Hello a{"decode", "x", "w", 1, 0}, b{"decode", "x", "w", 2, 0};
+  const Hello a{"decode", "x", "w", 1, 0, {}, {}}, b{"decode", "x", "w", 2, 0, {}, {}};
   EXPECT_NE(CheckHello(a, b).message().find("both ends"), std::string::npos);
 }
 
@@ -49,8 +49,8 @@ TEST(Handshake, TwoEnginesOfTheSameRoleAreRefused) {
 // q8_0 file of one model had the same layout, connected, and served a cache
 // computed with one set of weights decoded with another.
 TEST(Handshake, SameShapesOtherWeightsAreRefused) {
-  const Hello p{"prefill", Fingerprint(CacheDType::kBF16), "tiny:111", 1, 2};
-  const Hello d{"decode", Fingerprint(CacheDType::kBF16), "tiny:222", 2, 0};
+  const Hello p{"prefill", Fingerprint(CacheDType::kBF16), "tiny:111", 1, 2, {}, {}};
+  const Hello d{"decode", Fingerprint(CacheDType::kBF16), "tiny:222", 2, 0, {}, {}};
   for (const Status& st : {CheckHello(d, p), CheckHello(p, d)}) {
     ASSERT_EQ(st.code(), StatusCode::kFailedPrecondition);
     EXPECT_NE(st.message().find("model weights mismatch"), std::string::npos) << st.message();
