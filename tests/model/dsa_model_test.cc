@@ -4,8 +4,8 @@
 // engines refuse to run what has no forward pass yet. The float64 reference
 // of the forward pass (support/dsa_reference.h) against itself, and against
 // llama.cpp's deepseek32 where a llama-server is given.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
@@ -84,7 +84,8 @@ TEST(DsaModel, PresetsLoadWithEveryFieldAndTensorInPlace) {
     ASSERT_EQ(moe.wk_b.size(), size_t(c.n_heads));
     EXPECT_EQ(moe.wk_b[1].rows, 512);
     EXPECT_EQ(moe.wk_b[1].cols, p.dsa.qk_nope_dim);
-    EXPECT_EQ(moe.wk_b[1].data, moe.wk_b[0].data + 512 * moe.wk_b[0].row_bytes);  // slices of one tensor
+    EXPECT_EQ(moe.wk_b[1].data,
+              moe.wk_b[0].data + 512 * moe.wk_b[0].row_bytes);  // slices of one tensor
     ASSERT_EQ(moe.down_exps.size(), 4u);
     EXPECT_EQ(moe.down_exps[3].rows, c.dim);
     EXPECT_EQ(moe.router.rows, 4);
@@ -120,8 +121,10 @@ TEST(DsaModel, TheCacheIsTheLatentAndTheIndexKeyAtTheIncidentsPageSizes) {
     EXPECT_EQ(spec->k, -1);
     EXPECT_EQ(spec->v, -1);
     const CacheLayout layout(r, int((**m)->config().n_layers), 1);
-    // fp8: 128 e4m3 bytes + one fp32 scale per token = 132 B, 8448 B per 64-token page; bf16: 16384.
-    EXPECT_EQ(layout.page_stride(spec->index_k), std::string(index_dtype) == "fp8" ? 8448 : 16384) << index_dtype;
+    // fp8: 128 e4m3 bytes + one fp32 scale per token = 132 B, 8448 B per 64-token page; bf16:
+    // 16384.
+    EXPECT_EQ(layout.page_stride(spec->index_k), std::string(index_dtype) == "fp8" ? 8448 : 16384)
+        << index_dtype;
     EXPECT_EQ(layout.page_stride(spec->kv_latent), 576 * 2 * 64);
   }
 }
@@ -134,11 +137,15 @@ TEST(DsaModel, MalformedFilesAreRefusedNamingTheField) {
       {[&](GgufWriter& w) { w.SetUint32(a + "expert_used_count", 5); }, "expert_used_count"},
       {[&](GgufWriter& w) { w.SetUint32(a + "expert_group_count", 3); }, "expert groups"},
       {[&](GgufWriter& w) { w.SetUint32(a + "attention.key_length", 512); }, "absorbed form"},
-      {[&](GgufWriter& w) { w.SetUint32(a + "leading_dense_block_count", 9); }, "leading_dense_block_count"},
+      {[&](GgufWriter& w) { w.SetUint32(a + "leading_dense_block_count", 9); },
+       "leading_dense_block_count"},
       {[&](GgufWriter& w) { w.SetUint32(a + "expert_gating_func", 4); }, "expert_gating_func"},
-      {[&](GgufWriter& w) { w.SetUint32(a + "attention.q_lora_rank", 64); }, "attn_q_a_norm.weight' has shape"},
-      {[&](GgufWriter& w) { w.SetUint32(a + "attention.indexer.head_count", 3); }, "indexer.attn_q_b.weight"},
-      {[&](GgufWriter& w) { w.SetString(a + "expert_weights_norm", "yes"); }, "expert_weights_norm"},
+      {[&](GgufWriter& w) { w.SetUint32(a + "attention.q_lora_rank", 64); },
+       "attn_q_a_norm.weight' has shape"},
+      {[&](GgufWriter& w) { w.SetUint32(a + "attention.indexer.head_count", 3); },
+       "indexer.attn_q_b.weight"},
+      {[&](GgufWriter& w) { w.SetString(a + "expert_weights_norm", "yes"); },
+       "expert_weights_norm"},
   };
   for (const auto& [edit, want] : cases) {
     auto m = Build("dsa-tiny", "f32", edit);
@@ -153,7 +160,8 @@ TEST(DsaModel, MalformedFilesAreRefusedNamingTheField) {
     w.Set(a + "attention.kv_lora_rank", v);
   });
   ASSERT_FALSE(missing.ok());
-  EXPECT_NE(missing.status().message().find("kv_lora_rank"), std::string::npos) << missing.status().message();
+  EXPECT_NE(missing.status().message().find("kv_lora_rank"), std::string::npos)
+      << missing.status().message();
 }
 
 TEST(DsaModel, EnginesRefuseToRunItAndSayWhy) {
@@ -162,7 +170,8 @@ TEST(DsaModel, EnginesRefuseToRunItAndSayWhy) {
   auto engine = Engine::Create(***m, EngineOptions{});
   ASSERT_FALSE(engine.ok());
   EXPECT_EQ(engine.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(engine.status().message().find("deepseek32"), std::string::npos) << engine.status().message();
+  EXPECT_NE(engine.status().message().find("deepseek32"), std::string::npos)
+      << engine.status().message();
 }
 
 std::vector<int32_t> Tokens(size_t n, uint32_t seed) {
@@ -187,8 +196,10 @@ TEST(DsaReference, TopKAtOrAboveTheContextIsDenseAndBelowItSelects) {
   const std::vector<double> sparse = ref.Forward(tokens, 64);
   const size_t vocab = size_t(ref.vocab());
   for (size_t t = 0; t < tokens.size(); ++t) {
-    const bool same = std::equal(sparse.begin() + t * vocab, sparse.begin() + (t + 1) * vocab, dense.begin() + t * vocab);
-    EXPECT_EQ(same, t < 64) << "position " << t;  // contexts of 64 or fewer attend to every position
+    const bool same = std::equal(sparse.begin() + t * vocab, sparse.begin() + (t + 1) * vocab,
+                                 dense.begin() + t * vocab);
+    EXPECT_EQ(same, t < 64) << "position "
+                            << t;  // contexts of 64 or fewer attend to every position
   }
   for (const auto& layer : ref.selections()) {
     const std::vector<int64_t>& last = layer.back();
@@ -213,8 +224,10 @@ class LlamaServer {
     }
     close(fd);
     // Exact arithmetic: an f32 cache and no flash attention (which rounds Q to f16 on CPU).
-    std::vector<std::string> args = {binary, "-m", model, "--host", "127.0.0.1", "--port", std::to_string(port_),
-                                     "-t", "2", "-c", "1024", "-ctk", "f32", "-ctv", "f32", "-fa", "off"};
+    std::vector<std::string> args = {
+        binary, "-m",  model, "--host", "127.0.0.1", "--port", std::to_string(port_),
+        "-t",   "2",   "-c",  "1024",   "-ctk",      "f32",    "-ctv",
+        "f32",  "-fa", "off"};
     std::vector<char*> argv;
     for (auto& s : args) argv.push_back(s.data());
     argv.push_back(nullptr);
@@ -259,22 +272,28 @@ class LlamaServer {
 TEST(DsaReference, MatchesLlamaCppsDeepseek32) {
   const char* binary = std::getenv("TANDEM_LLAMA_SERVER");
   if (!binary || !*binary) {
-    GTEST_SKIP() << "SKIPPED LOUDLY: set TANDEM_LLAMA_SERVER to a llama-server binary to compare the deepseek32 "
+    GTEST_SKIP() << "SKIPPED LOUDLY: set TANDEM_LLAMA_SERVER to a llama-server binary to compare "
+                    "the deepseek32 "
                     "reference with llama.cpp";
   }
   const std::string dir = testing::MakeTempDir();
-  ASSERT_TRUE(WriteRandomModel(*FindPreset("dsa-tiny"), MatrixTypes{}, 11, dir + "/dsa-tiny.gguf").ok());
+  ASSERT_TRUE(
+      WriteRandomModel(*FindPreset("dsa-tiny"), MatrixTypes{}, 11, dir + "/dsa-tiny.gguf").ok());
   auto file = GgufFile::Open(dir + "/dsa-tiny.gguf");
   ASSERT_TRUE(file.ok()) << file.status().message();
   testing::DsaReference ref(**file);
   LlamaServer server(binary, dir + "/dsa-tiny.gguf", dir + "/llama-server.log");
-  ASSERT_TRUE(server.WaitHealthy(60)) << "llama-server did not start; see " << dir << "/llama-server.log";
+  ASSERT_TRUE(server.WaitHealthy(60))
+      << "llama-server did not start; see " << dir << "/llama-server.log";
   int dense = 0, sparse = 0;
   for (size_t n = 8; n <= 100 && sparse < 2; n = n == 8 ? 66 : n + 1) {
     const std::vector<int32_t> tokens = Tokens(n, 5);
     const std::vector<double> logits = ref.Forward(tokens);
     if (ref.boundary_ties() > 0) continue;  // the selection is not defined uniquely
-    nlohmann::json body = {{"prompt", tokens}, {"n_predict", 1}, {"n_probs", 5}, {"temperature", 0},
+    nlohmann::json body = {{"prompt", tokens},
+                           {"n_predict", 1},
+                           {"n_probs", 5},
+                           {"temperature", 0},
                            {"cache_prompt", false}};
     const auto r = testing::HttpPost(server.port(), "/completion", body.dump());
     ASSERT_EQ(r.status, 200) << r.body;

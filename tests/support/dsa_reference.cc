@@ -41,7 +41,8 @@ void Hadamard(double* x, int64_t n) {
   Vec y(size_t(n), 0.0);
   for (int64_t i = 0; i < n; ++i) {
     double acc = 0;
-    for (int64_t j = 0; j < n; ++j) acc += (__builtin_popcountll(uint64_t(i & j)) % 2 ? -1.0 : 1.0) * x[j];
+    for (int64_t j = 0; j < n; ++j)
+      acc += (__builtin_popcountll(uint64_t(i & j)) % 2 ? -1.0 : 1.0) * x[j];
     y[size_t(i)] = acc / std::sqrt(double(n));
   }
   std::copy(y.begin(), y.end(), x);
@@ -95,7 +96,9 @@ DsaReference::DsaReference(const GgufFile& g) : g_(g) {
   vocab_ = int64_t(g.FindTensor("token_embd.weight")->dims[1]);
 }
 
-std::vector<double> DsaReference::T(const std::string& name) const { return ReferenceTensor(g_, name); }
+std::vector<double> DsaReference::T(const std::string& name) const {
+  return ReferenceTensor(g_, name);
+}
 
 std::vector<double> DsaReference::Forward(const std::vector<int32_t>& tokens, int64_t top_k) const {
   if (top_k <= 0) top_k = index_top_k_;
@@ -103,7 +106,8 @@ std::vector<double> DsaReference::Forward(const std::vector<int32_t>& tokens, in
   const Vec embd = T("token_embd.weight");
   std::vector<Vec> h(static_cast<size_t>(n));
   for (int64_t t = 0; t < n; ++t) {
-    h[size_t(t)].assign(embd.begin() + tokens[size_t(t)] * dim_, embd.begin() + (tokens[size_t(t)] + 1) * dim_);
+    h[size_t(t)].assign(embd.begin() + tokens[size_t(t)] * dim_,
+                        embd.begin() + (tokens[size_t(t)] + 1) * dim_);
   }
   selections_.assign(size_t(layers_), {});
   boundary_ties_ = 0;
@@ -112,19 +116,21 @@ std::vector<double> DsaReference::Forward(const std::vector<int32_t>& tokens, in
     const Vec attn_norm = T(b + "attn_norm.weight"), q_a = T(b + "attn_q_a.weight"),
               q_a_norm = T(b + "attn_q_a_norm.weight"), q_b = T(b + "attn_q_b.weight"),
               kv_a = T(b + "attn_kv_a_mqa.weight"), kv_a_norm = T(b + "attn_kv_a_norm.weight"),
-              k_b = T(b + "attn_k_b.weight"), v_b = T(b + "attn_v_b.weight"), wo = T(b + "attn_output.weight"),
-              iq_b = T(b + "indexer.attn_q_b.weight"), ik_w = T(b + "indexer.attn_k.weight"),
-              ik_norm = T(b + "indexer.k_norm.weight"), ik_bias = T(b + "indexer.k_norm.bias"),
-              iproj = T(b + "indexer.proj.weight");
+              k_b = T(b + "attn_k_b.weight"), v_b = T(b + "attn_v_b.weight"),
+              wo = T(b + "attn_output.weight"), iq_b = T(b + "indexer.attn_q_b.weight"),
+              ik_w = T(b + "indexer.attn_k.weight"), ik_norm = T(b + "indexer.k_norm.weight"),
+              ik_bias = T(b + "indexer.k_norm.bias"), iproj = T(b + "indexer.proj.weight");
     // Per token: the cache row [normed latent | roped k_pe], the index key,
     // the absorbed queries [heads][latent], the index queries and weights.
-    std::vector<Vec> rows(static_cast<size_t>(n)), index_keys(static_cast<size_t>(n)), queries(static_cast<size_t>(n)), index_q(static_cast<size_t>(n)), index_w(static_cast<size_t>(n));
+    std::vector<Vec> rows(static_cast<size_t>(n)), index_keys(static_cast<size_t>(n)),
+        queries(static_cast<size_t>(n)), index_q(static_cast<size_t>(n)),
+        index_w(static_cast<size_t>(n));
     for (int64_t t = 0; t < n; ++t) {
       Vec xn;
       RmsNorm(h[size_t(t)], attn_norm, eps_, xn);
       Vec qr;
       RmsNorm(MatVec(q_a, xn), q_a_norm, eps_, qr);
-      Vec q = MatVec(q_b, qr);  // heads x [nope | rope]
+      Vec q = MatVec(q_b, qr);    // heads x [nope | rope]
       Vec kv = MatVec(kv_a, xn);  // [latent | k_pe]
       Vec lat(kv.begin(), kv.begin() + kv_lora_), lat_n;
       RmsNorm(lat, kv_a_norm, eps_, lat_n);
@@ -140,12 +146,14 @@ std::vector<double> DsaReference::Forward(const std::vector<int32_t>& tokens, in
         // attn_k_b slice hd: [kv_lora rows][nope cols]; absorbed = W q_nope.
         for (int64_t r = 0; r < kv_lora_; ++r) {
           double acc = 0;
-          for (int64_t c = 0; c < nope_; ++c) acc += k_b[size_t((hd * kv_lora_ + r) * nope_ + c)] * qh[c];
+          for (int64_t c = 0; c < nope_; ++c)
+            acc += k_b[size_t((hd * kv_lora_ + r) * nope_ + c)] * qh[c];
           qa[size_t(hd * latent + r)] = acc;
         }
         for (int64_t c = 0; c < rope_; ++c) qa[size_t(hd * latent + kv_lora_ + c)] = qh[nope_ + c];
       }
-      // The indexer: heads of [rope | nope] dims, NeoX RoPE on the first rope dims, then the Hadamard rotation.
+      // The indexer: heads of [rope | nope] dims, NeoX RoPE on the first rope dims, then the
+      // Hadamard rotation.
       Vec& iq = index_q[size_t(t)];
       iq = MatVec(iq_b, qr);
       for (int64_t hd = 0; hd < index_heads_; ++hd) {
@@ -159,7 +167,8 @@ std::vector<double> DsaReference::Forward(const std::vector<int32_t>& tokens, in
       for (double v : k) var += (v - mean) * (v - mean);
       var /= double(index_dim_);
       for (int64_t i = 0; i < index_dim_; ++i) {
-        k[size_t(i)] = (k[size_t(i)] - mean) / std::sqrt(var + 1e-6) * ik_norm[size_t(i)] + ik_bias[size_t(i)];
+        k[size_t(i)] =
+            (k[size_t(i)] - mean) / std::sqrt(var + 1e-6) * ik_norm[size_t(i)] + ik_bias[size_t(i)];
       }
       Rope(k.data(), rope_, t, theta_, true);
       Hadamard(k.data(), index_dim_);
@@ -179,13 +188,16 @@ std::vector<double> DsaReference::Forward(const std::vector<int32_t>& tokens, in
           for (int64_t hd = 0; hd < index_heads_; ++hd) {
             double dot = 0;
             for (int64_t i = 0; i < index_dim_; ++i) {
-              dot += index_q[size_t(t)][size_t(hd * index_dim_ + i)] * index_keys[size_t(s)][size_t(i)];
+              dot += index_q[size_t(t)][size_t(hd * index_dim_ + i)] *
+                     index_keys[size_t(s)][size_t(i)];
             }
             score[size_t(s)] += index_w[size_t(t)][size_t(hd)] * std::max(0.0, dot);
           }
         }
-        std::stable_sort(pos.begin(), pos.end(), [&](int64_t x, int64_t y) { return score[size_t(x)] > score[size_t(y)]; });
-        if (score[size_t(pos[size_t(top_k - 1)])] == score[size_t(pos[size_t(top_k)])]) ++boundary_ties_;
+        std::stable_sort(pos.begin(), pos.end(),
+                         [&](int64_t x, int64_t y) { return score[size_t(x)] > score[size_t(y)]; });
+        if (score[size_t(pos[size_t(top_k - 1)])] == score[size_t(pos[size_t(top_k)])])
+          ++boundary_ties_;
         pos.resize(size_t(top_k));
         std::sort(pos.begin(), pos.end());
       }
@@ -205,7 +217,8 @@ std::vector<double> DsaReference::Forward(const std::vector<int32_t>& tokens, in
         for (double& v : logit) sum += (v = std::exp(v - max));
         Vec o(size_t(kv_lora_), 0.0);
         for (size_t j = 0; j < pos.size(); ++j) {
-          for (int64_t i = 0; i < kv_lora_; ++i) o[size_t(i)] += logit[j] / sum * rows[size_t(pos[j])][size_t(i)];
+          for (int64_t i = 0; i < kv_lora_; ++i)
+            o[size_t(i)] += logit[j] / sum * rows[size_t(pos[j])][size_t(i)];
         }
         // attn_v_b slice hd: [v_head rows][kv_lora cols].
         const Vec v = MatVecRows(v_b, kv_lora_, hd * v_head_, v_head_, o);
@@ -217,14 +230,18 @@ std::vector<double> DsaReference::Forward(const std::vector<int32_t>& tokens, in
     // The feed-forward: dense in the leading layers, experts after them.
     const Vec ffn_norm = T(b + "ffn_norm.weight");
     const bool dense = l < dense_;
-    const Vec gate = dense ? T(b + "ffn_gate.weight") : Vec{}, up = dense ? T(b + "ffn_up.weight") : Vec{},
+    const Vec gate = dense ? T(b + "ffn_gate.weight") : Vec{},
+              up = dense ? T(b + "ffn_up.weight") : Vec{},
               down = dense ? T(b + "ffn_down.weight") : Vec{};
     const Vec router = dense ? Vec{} : T(b + "ffn_gate_inp.weight");
-    const Vec bias = dense || !g_.FindTensor(b + "exp_probs_b.bias") ? Vec(size_t(experts_), 0.0) : T(b + "exp_probs_b.bias");
-    const Vec ge = dense ? Vec{} : T(b + "ffn_gate_exps.weight"), ue = dense ? Vec{} : T(b + "ffn_up_exps.weight"),
+    const Vec bias = dense || !g_.FindTensor(b + "exp_probs_b.bias") ? Vec(size_t(experts_), 0.0)
+                                                                     : T(b + "exp_probs_b.bias");
+    const Vec ge = dense ? Vec{} : T(b + "ffn_gate_exps.weight"),
+              ue = dense ? Vec{} : T(b + "ffn_up_exps.weight"),
               de = dense ? Vec{} : T(b + "ffn_down_exps.weight");
     const bool has_shared = !dense && shared_ > 0;
-    const Vec gs = has_shared ? T(b + "ffn_gate_shexp.weight") : Vec{}, us = has_shared ? T(b + "ffn_up_shexp.weight") : Vec{},
+    const Vec gs = has_shared ? T(b + "ffn_gate_shexp.weight") : Vec{},
+              us = has_shared ? T(b + "ffn_up_shexp.weight") : Vec{},
               ds = has_shared ? T(b + "ffn_down_shexp.weight") : Vec{};
     for (int64_t t = 0; t < n; ++t) {
       Vec xn;
@@ -249,21 +266,26 @@ std::vector<double> DsaReference::Forward(const std::vector<int32_t>& tokens, in
           std::sort(s.rbegin(), s.rend());
           group_score[size_t(gi)] = s[0] + (per > 1 ? s[1] : 0.0);
         }
-        std::stable_sort(group_order.begin(), group_order.end(),
-                         [&](int64_t x, int64_t y) { return group_score[size_t(x)] > group_score[size_t(y)]; });
+        std::stable_sort(group_order.begin(), group_order.end(), [&](int64_t x, int64_t y) {
+          return group_score[size_t(x)] > group_score[size_t(y)];
+        });
         std::vector<int64_t> candidates;
         for (int64_t k = 0; k < groups_used_; ++k) {
           for (int64_t e = 0; e < per; ++e) candidates.push_back(group_order[size_t(k)] * per + e);
         }
-        std::stable_sort(candidates.begin(), candidates.end(),
-                         [&](int64_t x, int64_t y) { return biased[size_t(x)] > biased[size_t(y)]; });
+        std::stable_sort(candidates.begin(), candidates.end(), [&](int64_t x, int64_t y) {
+          return biased[size_t(x)] > biased[size_t(y)];
+        });
         candidates.resize(size_t(used_));
         double total = 0;
         for (int64_t e : candidates) total += prob[size_t(e)];
         for (int64_t e : candidates) {
-          const double w = (norm_weights_ ? prob[size_t(e)] / std::max(total, 6.103515625e-5) : prob[size_t(e)]) * scale_;
+          const double w = (norm_weights_ ? prob[size_t(e)] / std::max(total, 6.103515625e-5)
+                                          : prob[size_t(e)]) *
+                           scale_;
           const size_t in = size_t(expert_ffn_ * dim_), outw = size_t(dim_ * expert_ffn_);
-          const Vec gE(ge.begin() + e * in, ge.begin() + (e + 1) * in), uE(ue.begin() + e * in, ue.begin() + (e + 1) * in),
+          const Vec gE(ge.begin() + e * in, ge.begin() + (e + 1) * in),
+              uE(ue.begin() + e * in, ue.begin() + (e + 1) * in),
               dE(de.begin() + e * outw, de.begin() + (e + 1) * outw);
           const Vec y = Ffn(gE, uE, dE, expert_ffn_, xn);
           for (int64_t i = 0; i < dim_; ++i) out[size_t(i)] += w * y[size_t(i)];

@@ -34,7 +34,8 @@ class DsaReference {
   std::vector<double> T(const std::string& name) const;
   const GgufFile& g_;
   int64_t dim_, layers_, heads_, vocab_, q_lora_, kv_lora_, nope_, rope_, v_head_;
-  int64_t index_heads_, index_dim_, index_top_k_, dense_, experts_, used_, shared_, expert_ffn_, groups_, groups_used_;
+  int64_t index_heads_, index_dim_, index_top_k_, dense_, experts_, used_, shared_, expert_ffn_,
+      groups_, groups_used_;
   double eps_, theta_, scale_;
   bool norm_weights_;
   mutable std::vector<std::vector<std::vector<int64_t>>> selections_;
