@@ -14,20 +14,35 @@
 
 namespace tandem {
 
-Status ForwardPassSupports(const ModelConfig& config) {
-  if (config.is_dsa()) {
-    return FailedPrecondition("'" + config.name + "' is a deepseek32 model: tandem reads these files and lays out "
-                         "their cache (kv_latent + index_k), but cannot run them yet (no MLA/MoE forward pass)");
-  }
-  return Status::Ok();
-}
-
 ForwardPass::ForwardPass(const Model& model, const CacheSpec& spec, ThreadPool& pool)
     : model_(model), c_(model.config()), spec_(spec), pool_(pool) {
   layout_fingerprint_ = CacheLayout(spec_.registry, int(c_.n_layers), 0).Fingerprint();
-  if (!ForwardPassSupports(c_).ok()) return;  // Run refuses (Validate)
-  if (spec_.index_k >= 0) indexer_ = std::make_unique<Indexer>(c_, spec_.attention.index_dims);
-  switch (spec_.registry.spec(spec_.k).dtype) {
+  if (c_.is_dsa()) {
+    // MLA in its absorbed form is multi-query attention over the cached
+    // latent rows: keys are the whole row (latent + RoPE dims), values the
+    // same rows (the first kv_lora_rank outputs are used); the scale is the
+    // query head's (nope + rope dims).
+    k_buf_ = v_buf_ = spec_.kv_latent;
+    attn_head_dim_ = c_.dsa.latent_dim();
+    attn_kv_heads_ = 1;
+    attn_scale_ = float(1.0 / std::sqrt(double(c_.dsa.qk_head_dim())));
+    index_heads_ = int(c_.dsa.index_heads);
+    index_dims_ = c_.dsa.index_dim;
+    sparse_ = spec_.attention.kind == AttentionKind::kSparse;
+  } else {
+    k_buf_ = spec_.k;
+    v_buf_ = spec_.v;
+    attn_head_dim_ = c_.head_dim;
+    attn_kv_heads_ = c_.n_kv_heads;
+    attn_scale_ = float(1.0 / std::sqrt(double(c_.head_dim)));
+    if (spec_.index_k >= 0) {
+      indexer_ = std::make_unique<Indexer>(c_, spec_.attention.index_dims);
+      index_heads_ = indexer_->n_heads();
+      index_dims_ = indexer_->dims();
+      sparse_ = true;
+    }
+  }
+  switch (spec_.registry.spec(k_buf_).dtype) {
     case CacheDType::kF16: kv_type_ = kernels::KvType::kF16; break;
     case CacheDType::kBF16: kv_type_ = kernels::KvType::kBF16; break;
     default: kv_type_ = kernels::KvType::kF32; break;
@@ -35,7 +50,6 @@ ForwardPass::ForwardPass(const Model& model, const CacheSpec& spec, ThreadPool& 
 }
 
 Status ForwardPass::Validate(std::span<const SequenceChunk> batch, const PagePool& cache) const {
-  TANDEM_RETURN_IF_ERROR(ForwardPassSupports(c_));
   if (cache.layout().Fingerprint() != layout_fingerprint_) {
     return InvalidArgument("the page pool's cache layout does not match this forward pass");
   }
@@ -69,10 +83,10 @@ void ForwardPass::Resize(int n, int64_t max_context) {
   const size_t threads = size_t(pool_.size());
   fit(x_, size_t(n) * c_.dim);
   fit(xb_, size_t(n) * c_.dim);
-  fit(q_, size_t(n) * c_.q_dim());
+  fit(q_, size_t(n) * AttnQDim());
   fit(k_, size_t(n) * c_.kv_dim());
   fit(v_, size_t(n) * c_.kv_dim());
-  fit(att_, size_t(n) * c_.q_dim());
+  fit(att_, size_t(n) * AttnQDim());
   fit(hb_, size_t(n) * c_.ffn_dim);
   fit(hb2_, size_t(n) * c_.ffn_dim);
   fit(rope_cos_, size_t(n) * c_.rope_dims / 2);
@@ -85,15 +99,17 @@ void ForwardPass::Resize(int n, int64_t max_context) {
   fit(entries_, size_t(n));
   attn_scratch_per_ = size_t(kernels::AttentionScratchFloats(kQueryTile, AttentionShapeFor(0, int(c_.n_heads))));
   fit(attn_scratch_, threads * attn_scratch_per_);
-  if (indexer_) {
-    const size_t dims = size_t(indexer_->dims());
+  if (sparse_ || c_.is_dsa()) {
+    const size_t dims = size_t(index_dims_);
     fit(index_keys_, size_t(n) * dims);
-    fit(index_queries_, size_t(n) * dims * size_t(indexer_->n_heads()));
-    fit(query_means_, size_t(n) * c_.kv_dim());
+    fit(index_queries_, size_t(n) * dims * size_t(index_heads_));
+    fit(index_weights_, size_t(n) * size_t(index_heads_));
     fit(key_scratch_, threads * size_t(kernels::IndexerScratchFloats(kQueryTile, int64_t(dims))));
     fit(positions_, threads * size_t(max_context));
     fit(n_positions_, threads);
   }
+  if (indexer_) fit(query_means_, size_t(n) * c_.kv_dim());
+  if (c_.is_dsa()) ResizeDsa(n);
   max_context_ = max_context;
 }
 
@@ -137,7 +153,11 @@ Status ForwardPass::Run(std::span<const SequenceChunk> batch, PagePool& cache,
   }
   PlanAttention();
   for (int l = 0; l < int(c_.n_layers); ++l) {
-    Layer(l, batch, cache);
+    if (c_.is_dsa()) {
+      DsaLayer(l, batch, cache);
+    } else {
+      Layer(l, batch, cache);
+    }
     if (layer_hook_) layer_hook_(l);
   }
 
@@ -220,6 +240,13 @@ void ForwardPass::WriteIndexKeys(int l, std::span<const SequenceChunk> batch, Pa
                     index_queries_.data() + g * dims, dims * heads});
   }
   MatMuls(jobs, n);
+  StoreIndexKeys(l, batch, cache);
+}
+
+// index_keys_ of every token into the index-K buffer, quantized as the registry says.
+void ForwardPass::StoreIndexKeys(int l, std::span<const SequenceChunk> batch, PagePool& cache) {
+  const int n = int(tokens_.size());
+  const int64_t dims = index_dims_;
   const bool fp8 = spec_.attention.index_k_dtype == CacheDType::kFp8E4M3Scaled;
   for (int i = 0; i < n; ++i) {
     const kernels::PagedRows rows = cache.Rows(spec_.index_k, l, ChunkOf(batch, i).pages);
@@ -235,14 +262,16 @@ void ForwardPass::WriteIndexKeys(int l, std::span<const SequenceChunk> batch, Pa
 }
 
 kernels::IndexerQueries ForwardPass::IndexQueries(int token, int count) const {
-  const int64_t dims = indexer_->dims(), per_token = dims * indexer_->n_heads();
-  return {index_queries_.data() + size_t(token) * per_token, per_token, indexer_->head_weights(), 0,
-          indexer_->n_heads(), dims, count};
+  const int64_t dims = index_dims_, per_token = dims * index_heads_;
+  // The derived indexer's head weights are constants; a DSA model's come per token (indexer.proj).
+  const float* w = indexer_ ? indexer_->head_weights() : index_weights_.data() + size_t(token) * size_t(index_heads_);
+  return {index_queries_.data() + size_t(token) * per_token, per_token, w, indexer_ ? 0 : int64_t(index_heads_),
+          index_heads_, dims, count};
 }
 
 float* ForwardPass::IndexerScratch(int thread) {
   return key_scratch_.data() +
-         size_t(thread) * size_t(kernels::IndexerScratchFloats(kQueryTile, indexer_->dims()));
+         size_t(thread) * size_t(kernels::IndexerScratchFloats(kQueryTile, index_dims_));
 }
 
 void ForwardPass::SelectForFewTokens(int l, std::span<const SequenceChunk> batch, PagePool& cache) {
@@ -284,8 +313,8 @@ void ForwardPass::SparseRun(int l, const AttentionUnit& a, std::span<const Seque
   kernels::Active().indexer_scores(IndexQueries(a.token, a.count), ReadRows(cache, spec_.index_k, l, s),
                                    spec_.attention.index_k_dtype == CacheDType::kFp8E4M3Scaled, 0, end,
                                    scores, stride, IndexerScratch(thread));
-  const kernels::PagedRows k = ReadRows(cache, spec_.k, l, s), v = ReadRows(cache, spec_.v, l, s);
-  const int64_t qd = c_.q_dim();
+  const kernels::PagedRows k = ReadRows(cache, k_buf_, l, s), v = ReadRows(cache, v_buf_, l, s);
+  const int64_t qd = AttnQDim();
   for (int j = 0; j < a.count; ++j) {
     const int i = a.token + j;
     const int64_t selected = kernels::SelectTopK(scores + j * stride, entries_[size_t(i)],
@@ -305,8 +334,7 @@ void ForwardPass::StoreKvRow(const float* x, int64_t n, uint8_t* row) const {
 }
 
 kernels::AttentionShape ForwardPass::AttentionShapeFor(int head_begin, int head_end) const {
-  return {int(c_.n_heads), int(c_.n_kv_heads), int(c_.head_dim),
-          float(1.0 / std::sqrt(double(c_.head_dim))), head_begin, head_end, kv_type_};
+  return {int(c_.n_heads), int(attn_kv_heads_), int(attn_head_dim_), attn_scale_, head_begin, head_end, kv_type_};
 }
 
 // The units of attention work of one Run (the same for every layer). With
@@ -317,9 +345,9 @@ kernels::AttentionShape ForwardPass::AttentionShapeFor(int head_begin, int head_
 // list is a unit alone. Largest first, so the causal triangle balances.
 void ForwardPass::PlanAttention() {
   const int n = int(tokens_.size());
-  const int heads = int(c_.n_heads), group = int(c_.n_heads / c_.n_kv_heads);
+  const int heads = int(c_.n_heads), group = int(c_.n_heads / attn_kv_heads_);
   const int threads = pool_.size();
-  const int64_t top_k = indexer_ ? spec_.attention.top_k : INT64_MAX;
+  const int64_t top_k = sparse_ ? spec_.attention.top_k : INT64_MAX;
   units_.clear();
   for (int i = 0; i < n; ++i) entries_[size_t(i)] = tokens_[size_t(i)].pos + 1;
   if (n < threads) {
@@ -333,7 +361,7 @@ void ForwardPass::PlanAttention() {
   } else {
     // Costs in (entry x KV-head group) units: a sparse token attends to top_k
     // entries with every group and scores its whole context per index head.
-    const int64_t groups = heads / group, index_heads = indexer_ ? indexer_->n_heads() : 0;
+    const int64_t groups = heads / group, index_heads = sparse_ ? index_heads_ : 0;
     for (int i = 0; i < n;) {
       // A run of up to kQueryTile consecutive tokens of one chunk, all dense or all sparse.
       const bool sparse = entries_[size_t(i)] > top_k;
@@ -361,12 +389,12 @@ void ForwardPass::PlanAttention() {
 // writes its own outputs and the kernels' order does not depend on the
 // split, so the result never depends on who ran what.
 void ForwardPass::Attention(int l, std::span<const SequenceChunk> batch, PagePool& cache) {
-  const int64_t qd = c_.q_dim();
+  const int64_t qd = AttnQDim();
   const int threads = pool_.size();
   const bool few = int(tokens_.size()) < threads;
   // Few tokens (decode): score each token's positions with all threads and
   // select its top-k before the heads are split.
-  if (indexer_ && few) SelectForFewTokens(l, batch, cache);
+  if (sparse_ && few) SelectForFewTokens(l, batch, cache);
   std::atomic<size_t> next{0};
   pool_.ParallelFor(threads, [&](int t) {
     float* scratch = attn_scratch_.data() + size_t(t) * attn_scratch_per_;
@@ -385,7 +413,7 @@ void ForwardPass::Attention(int l, std::span<const SequenceChunk> batch, PagePoo
       }
       const kernels::AttentionQueries queries{q_.data() + a.token * qd, qd, att_.data() + a.token * qd,
                                               qd, n_entries, a.count};
-      kernels::Attention(queries, ReadRows(cache, spec_.k, l, s), ReadRows(cache, spec_.v, l, s),
+      kernels::Attention(queries, ReadRows(cache, k_buf_, l, s), ReadRows(cache, v_buf_, l, s),
                          positions, AttentionShapeFor(a.head_begin, a.head_end), scratch);
     }
   });

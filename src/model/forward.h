@@ -1,4 +1,6 @@
-// The llama-family forward pass over a ragged batch and the paged cache.
+// The forward pass over a ragged batch and the paged cache: the llama family
+// here, deepseek32 (MLA over the latent, the model's lightning indexer,
+// experts) in forward_dsa.cc on the same batching, cache and attention.
 //
 // One Run() takes any mix of sequences: prompt chunks and single decode
 // tokens, each with its own start position and page table. Every token's
@@ -42,10 +44,6 @@ struct SequenceChunk {
   const LayerGates* gates = nullptr;
 };
 
-// Ok when ForwardPass can run this model; FailedPrecondition for deepseek32,
-// whose forward pass (MLA, the trained indexer, experts) is not written yet.
-Status ForwardPassSupports(const ModelConfig& config);
-
 class ForwardPass {
  public:
   // REQUIRES: pools passed to Run were built from spec.registry.
@@ -87,6 +85,13 @@ class ForwardPass {
   void MatMuls(std::initializer_list<MatMulJob> jobs, int n) { MatMuls(std::span<const MatMulJob>(jobs.begin(), jobs.size()), n); }
   void Layer(int l, std::span<const SequenceChunk> batch, PagePool& cache);
   void WriteIndexKeys(int l, std::span<const SequenceChunk> batch, PagePool& cache);
+  void StoreIndexKeys(int l, std::span<const SequenceChunk> batch, PagePool& cache);
+  // deepseek32 (forward_dsa.cc): MLA over the latent, the model's indexer, experts.
+  void DsaLayer(int l, std::span<const SequenceChunk> batch, PagePool& cache);
+  void DsaIndexer(const DsaLayerWeights& w, int n);
+  void DsaExperts(const DsaLayerWeights& w, int n);
+  void ResizeDsa(int n);
+  int64_t AttnQDim() const { return c_.n_heads * attn_head_dim_; }
   // One piece of attention work: `count` consecutive tokens from `token`
   // (query heads [head_begin, head_end)), dense, or one token over its top-k.
   struct AttentionUnit {
@@ -118,7 +123,14 @@ class ForwardPass {
   const ModelConfig& c_;
   const CacheSpec spec_;
   ThreadPool& pool_;
-  std::unique_ptr<Indexer> indexer_;  // sparse attention only
+  std::unique_ptr<Indexer> indexer_;  // llama family, sparse attention only (derived from Q/K)
+  // What attention reads: llama K and V, or for deepseek32 the latent rows as both.
+  CacheBufferId k_buf_ = -1, v_buf_ = -1;
+  int64_t attn_head_dim_ = 0, attn_kv_heads_ = 0;
+  float attn_scale_ = 0;
+  bool sparse_ = false;  // queries past top_k attend to their indexer top-k
+  int index_heads_ = 0;
+  int64_t index_dims_ = 0;
   std::string layout_fingerprint_;
   std::function<void(int)> layer_hook_;
   std::vector<TokenRef> tokens_;
@@ -126,7 +138,14 @@ class ForwardPass {
   // Activations, [n_tokens x width] each, cache-line aligned (the matmul
   // kernels' 64-byte loads of them); reused across calls.
   AlignedFloats x_, xb_, q_, k_, v_, att_, hb_, hb2_, rope_cos_, rope_sin_;
-  AlignedFloats index_keys_, index_queries_, query_means_;
+  AlignedFloats index_keys_, index_queries_, index_weights_, query_means_;
+  // deepseek32 activations: q latent (before and after its norm), the
+  // compressed KV (before and after), full queries, per-head values, the
+  // router's logits and the experts' inputs and outputs.
+  AlignedFloats qa_, qr_, kv_, kvn_, qfull_, vals_, router_, moe_x_, moe_h_, moe_h2_, moe_y_, slot_out_, ffn_out_;
+  std::vector<int32_t> slot_expert_;  // [token x experts used]: the expert of each slot, ascending
+  std::vector<float> slot_weight_;
+  std::vector<int32_t> routed_;       // tokens of one expert (DsaExperts' scratch)
   // Scratch [threads x ...]: scores of kQueryTile tokens and the selected
   // positions of one per thread (or per token, when fewer tokens than
   // threads), and the indexer kernel's scratch per thread.

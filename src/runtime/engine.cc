@@ -27,7 +27,6 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
       options.max_batch_tokens < 1 || options.cache_tokens < kPageTokens) {
     return InvalidArgument("engine options out of range (max-running, chunk-size, max-batch-tokens >= 1; cache >= one page)");
   }
-  TANDEM_RETURN_IF_ERROR(ForwardPassSupports(model.config()));
   TANDEM_ASSIGN_OR_RETURN(CacheSpec spec, MakeCacheSpec(model.config(), options.attention));
   if (role.prefill && role.decode) return InvalidArgument("an engine cannot be both prefill and decode role");
   const bool tiers = options.tiers.host_pages > 0 || options.tiers.host_bytes > 0;

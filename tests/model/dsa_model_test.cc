@@ -24,6 +24,7 @@
 #include "model/model.h"
 #include "model/presets.h"
 #include "runtime/engine.h"
+#include "runtime/generator.h"
 #include "support/dsa_reference.h"
 #include "support/http_client.h"
 #include "support/process.h"
@@ -50,6 +51,16 @@ StatusOr<std::shared_ptr<Loaded>> Build(const std::string& preset, const std::st
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> g, GgufFile::Parse(loaded->bytes));
   TANDEM_ASSIGN_OR_RETURN(loaded->model, Model::FromGguf(std::move(g)));
   return loaded;
+}
+
+std::vector<int32_t> Tokens(size_t n, uint32_t seed) {
+  std::vector<int32_t> t{1};
+  uint64_t x = seed;
+  while (t.size() < n) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    t.push_back(int32_t(3 + (x >> 33) % 1000));
+  }
+  return t;
 }
 
 TEST(DsaModel, PresetsLoadWithEveryFieldAndTensorInPlace) {
@@ -164,25 +175,77 @@ TEST(DsaModel, MalformedFilesAreRefusedNamingTheField) {
       << missing.status().message();
 }
 
-TEST(DsaModel, EnginesRefuseToRunItAndSayWhy) {
+// The continuous-batching engine on dsa-tiny with sparse attention (top-64,
+// fp8 index-K): concurrent requests, chunked prompts past the top-k, and a
+// second turn from the prefix cache give bitwise the tokens of each request
+// run alone.
+TEST(DsaModel, TheEngineServesItExactlyAsEachRequestAlone) {
   auto m = Build("dsa-tiny", "f32");
   ASSERT_TRUE(m.ok()) << m.status().message();
-  auto engine = Engine::Create(***m, EngineOptions{});
-  ASSERT_FALSE(engine.ok());
-  EXPECT_EQ(engine.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(engine.status().message().find("deepseek32"), std::string::npos)
-      << engine.status().message();
+  const Model& model = ***m;
+  EngineOptions opt;
+  opt.attention = *ParseAttentionOptions("sparse", "fp8", 64, "f16");
+  opt.chunk_size = 48;
+  opt.max_batch_tokens = 96;
+  auto engine = Engine::Create(model, opt);
+  ASSERT_TRUE(engine.ok()) << engine.status().message();
+  auto spec = MakeCacheSpec(model.config(), opt.attention);
+  ASSERT_TRUE(spec.ok());
+  ThreadPool threads(2);
+  Generator alone(model, *spec, threads, 4096);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (int i = 0; i < 6; ++i) {
+    prompts.push_back(Tokens(size_t(20 + 40 * i), uint32_t(30 + i)));
+    RequestSpec r;
+    r.prompt = prompts.back();
+    r.max_tokens = 10;
+    r.ignore_eos = true;
+    auto h = (*engine)->Submit(r);
+    ASSERT_TRUE(h.ok()) << h.status().message();
+    handles.push_back(*h);
+  }
+  // A second turn: the first prompt's tokens and more, its prefix from the cache.
+  for (size_t i = 0; i <= prompts.size(); ++i) {
+    std::vector<int32_t> prompt;
+    std::shared_ptr<RequestHandle> h;
+    if (i < prompts.size()) {
+      prompt = prompts[i];
+      h = handles[i];
+    } else {
+      prompt = prompts[5];
+      const auto more = Tokens(30, 99);
+      prompt.insert(prompt.end(), more.begin() + 1, more.end());
+      RequestSpec r;
+      r.prompt = prompt;
+      r.max_tokens = 10;
+      r.ignore_eos = true;
+      auto sub = (*engine)->Submit(r);
+      ASSERT_TRUE(sub.ok());
+      h = *sub;
+    }
+    std::vector<int32_t> got;
+    StreamEvent ev;
+    int64_t cached = -1;
+    while (h->Next(&ev, std::chrono::seconds(60))) {
+      if (ev.kind == StreamEvent::Kind::kText) {
+        got.insert(got.end(), ev.tokens.begin(), ev.tokens.end());
+        continue;
+      }
+      ASSERT_NE(ev.kind, StreamEvent::Kind::kError) << ev.error.message();
+      cached = ev.cached_prompt_tokens;
+      break;
+    }
+    GenerateOptions g;
+    g.max_tokens = 10;
+    g.ignore_eos = true;
+    auto want = alone.Run(prompt, g, nullptr);
+    ASSERT_TRUE(want.ok()) << want.status().message();
+    EXPECT_EQ(got, want->tokens) << "request " << i << " (" << prompt.size() << " prompt tokens)";
+    if (i == prompts.size()) EXPECT_GE(cached, 192) << "the second turn should reuse the first's cached pages";
+  }
 }
 
-std::vector<int32_t> Tokens(size_t n, uint32_t seed) {
-  std::vector<int32_t> t{1};
-  uint64_t x = seed;
-  while (t.size() < n) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    t.push_back(int32_t(3 + (x >> 33) % 1000));
-  }
-  return t;
-}
 
 // Top-k at or above a query's context is dense attention; below it, the
 // query attends to exactly top_k of its earlier positions, in order.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <stdexcept>
 
@@ -46,6 +47,17 @@ void Hadamard(double* x, int64_t n) {
     y[size_t(i)] = acc / std::sqrt(double(n));
   }
   std::copy(y.begin(), y.end(), x);
+}
+
+// x as float, rounded to the nearest bf16 (ties to even), back to double.
+double RoundToBf16(double x) {
+  const float f = float(x);
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u = (u + 0x7fff + ((u >> 16) & 1)) & 0xffff0000u;
+  float r;
+  std::memcpy(&r, &u, 4);
+  return r;
 }
 
 double Silu(double x) { return x / (1.0 + std::exp(-x)); }
@@ -100,7 +112,8 @@ std::vector<double> DsaReference::T(const std::string& name) const {
   return ReferenceTensor(g_, name);
 }
 
-std::vector<double> DsaReference::Forward(const std::vector<int32_t>& tokens, int64_t top_k) const {
+std::vector<double> DsaReference::Forward(const std::vector<int32_t>& tokens, int64_t top_k,
+                                          bool bf16_index_keys) const {
   if (top_k <= 0) top_k = index_top_k_;
   const int64_t n = int64_t(tokens.size()), qk = nope_ + rope_, latent = kv_lora_ + rope_;
   const Vec embd = T("token_embd.weight");
@@ -172,6 +185,9 @@ std::vector<double> DsaReference::Forward(const std::vector<int32_t>& tokens, in
       }
       Rope(k.data(), rope_, t, theta_, true);
       Hadamard(k.data(), index_dim_);
+      if (bf16_index_keys) {
+        for (double& v : k) v = RoundToBf16(v);
+      }
       index_keys[size_t(t)] = k;
       index_w[size_t(t)] = MatVec(iproj, xn);
       for (double& w : index_w[size_t(t)]) w /= std::sqrt(double(index_dim_ * index_heads_));

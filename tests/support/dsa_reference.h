@@ -21,7 +21,10 @@ class DsaReference {
   // Logits for every position, row-major [tokens.size() x vocab]. Each
   // query attends to the top_k positions its indexer scores highest (all of
   // them when top_k >= its context); top_k <= 0: the file's indexer.top_k.
-  std::vector<double> Forward(const std::vector<int32_t>& tokens, int64_t top_k = 0) const;
+  // bf16_index_keys: score positions with the index keys rounded to bf16 as
+  // a bf16 index-K cache holds them (so a selection can be compared).
+  std::vector<double> Forward(const std::vector<int32_t>& tokens, int64_t top_k = 0,
+                              bool bf16_index_keys = false) const;
   // The positions each query of the last Forward call attended to, per layer.
   const std::vector<std::vector<std::vector<int64_t>>>& selections() const { return selections_; }
   // How many (layer, query) selections of the last Forward call had a tie
