@@ -1,5 +1,5 @@
 // Attention on AVX-512, tiled like flash attention: for head_dim a multiple
-// of 16 (up to 256), the query rows that share a KV head (every query token
+// of 16 (up to 1024), the query rows that share a KV head (every query token
 // times that head's query heads) go through the entry list one block of
 // kAttentionBlock keys at a time. Each block's K and V rows are loaded from
 // the cache once and used by every row while they sit in L1; scores come
@@ -15,7 +15,7 @@
 namespace tandem::kernels::avx512 {
 namespace {
 
-constexpr int kMaxHeadDim = 256;
+constexpr int kMaxHeadDim = 1024;  // 576: the deepseek32 latent row (MLA as multi-query attention)
 
 template <KvType kType>
 inline __m512 LoadKv(const uint8_t* row, int64_t d) {

@@ -91,7 +91,7 @@ std::vector<float> RunAttention(const Problem& pb, const PagedKv& kv, const std:
 TEST(Attention, AllIsasBitwiseEqualForEveryKvTypeHeadDimAndEntryList) {
   IsaRestorer restore;
   for (KvType type : {KvType::kF32, KvType::kF16, KvType::kBF16}) {
-    for (int hd : {64, 24, 128, 16, 8, 80, 48, 96, 256}) {
+    for (int hd : {64, 24, 128, 16, 8, 80, 48, 96, 256, 576}) {  // 576: the MLA latent row
       for (int64_t ctx : {150, 64, 37}) {
         Problem pb;
         pb.hd = hd;
