@@ -111,6 +111,8 @@ StatusOr<HandoffReceiver::Ready> HandoffReceiver::OnCommit(const Commit& c, uint
   TANDEM_RETURN_IF_ERROR(e.machine.Transition(HandoffState::kCommitted, now));
   pool_.CommitReservation(e.reserved_pages);
   ++stats_.committed;
+  if (stats_.committed_bytes.size() < c.digests.size()) stats_.committed_bytes.resize(c.digests.size());
+  for (size_t b = 0; b < c.digests.size(); ++b) stats_.committed_bytes[b] += int64_t(c.digests[b].bytes);
   Ready r{c.handoff_id, std::move(e.prompt), std::move(pages), c.first_token, c.compute_us, c.transfer_us,
           e.skip_tokens};
   entries_.erase(it);

@@ -35,6 +35,7 @@ struct ReceiverOptions {
 struct ReceiverStats {
   int64_t committed = 0, failed = 0, aborted = 0, verified = 0, digest_mismatches = 0;
   int64_t quarantined_pages = 0;  // current
+  std::vector<int64_t> committed_bytes;  // per cache buffer (registry order), of committed handoffs
 };
 
 class HandoffReceiver {

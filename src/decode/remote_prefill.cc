@@ -152,6 +152,7 @@ RemotePrompts::Counters RemotePrefill::counters() const {
   c.verified = r.verified;
   c.digest_mismatches = r.digest_mismatches;
   c.quarantined_pages = r.quarantined_pages;
+  c.buffer_bytes = r.committed_bytes;
   c.in_flight = int64_t(receiver_->open_handoffs());
   c.links_up = links_up();
   c.reconnects = reconnects_;

@@ -60,6 +60,13 @@ void Engine::PollRemote() {
   advance(metrics_.handoffs_aborted, r.aborted, seen_.aborted);
   advance(metrics_.handoffs_verified, r.verified, seen_.verified);
   advance(metrics_.handoff_digest_mismatches, r.digest_mismatches, seen_.digest_mismatches);
+  seen_.buffer_bytes.resize(r.buffer_bytes.size());
+  for (size_t b = 0; b < r.buffer_bytes.size() && int32_t(b) < spec_.registry.size(); ++b) {
+    if (r.buffer_bytes[b] > seen_.buffer_bytes[b]) {
+      metrics_.HandoffBytes(spec_.registry.spec(int32_t(b)).name).Increment(double(r.buffer_bytes[b] - seen_.buffer_bytes[b]));
+      seen_.buffer_bytes[b] = r.buffer_bytes[b];
+    }
+  }
   metrics_.handoff_quarantined_pages.Set(double(r.quarantined_pages));
   metrics_.handoffs_in_flight.Set(double(r.in_flight));
   link_healthy_ = remote_->healthy();

@@ -140,4 +140,9 @@ std::string EngineMetrics::Text() const {
   return out.str();
 }
 
+prometheus::Counter& EngineMetrics::HandoffBytes(const std::string& buffer) {
+  return Counter(*registry_, "tandem_handoff_bytes_total", "Bytes committed handoffs brought, by cache buffer",
+                 {{"buffer", buffer}});
+}
+
 }  // namespace tandem

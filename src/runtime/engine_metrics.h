@@ -69,6 +69,9 @@ class EngineMetrics {
   prometheus::Counter& prefill_link_reconnects;
   prometheus::Counter& prefill_links_declared_dead;  // silent past the peer timeout
   prometheus::Counter& handoff_replacements;  // requests placed again after their handoff's link or peer failed
+  // tandem_handoff_bytes_total{buffer=NAME}: bytes committed handoffs brought, per cache buffer
+  // (the registry's names, so the index-K share of every handoff can be read).
+  prometheus::Counter& HandoffBytes(const std::string& buffer);
   prometheus::Counter& prefill_affinity_hits;  // placed where a prefix of the prompt was computed
  private:
   std::map<std::string, double> tier_seen_;  // counter values already exported

@@ -42,6 +42,7 @@ class RemotePrompts {
     int64_t committed = 0, failed = 0, aborted = 0, verified = 0, digest_mismatches = 0;
     int64_t quarantined_pages = 0, in_flight = 0;
     int64_t links_up = 0, reconnects = 0, links_declared_dead = 0, affinity_hits = 0;
+    std::vector<int64_t> buffer_bytes;  // per cache buffer (registry order), of committed handoffs
   };
 
   virtual ~RemotePrompts() = default;

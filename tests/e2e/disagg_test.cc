@@ -25,10 +25,12 @@ using testing::HttpGet;
 using testing::HttpPost;
 using testing::ServerProcess;
 
-class Disagg : public ::testing::Test {
+// Every test runs on the tiny llama model (K, V and a derived index-K) and
+// on dsa-tiny (deepseek32: the MLA latent and the model's own index-K).
+class Disagg : public ::testing::TestWithParam<std::string> {
  protected:
-  static void SetUpTestSuite() {
-    model_ = &testing::TinyModelPath();
+  void SetUp() override {
+    model_ = &testing::PresetModelPath(GetParam());
     ASSERT_FALSE(model_->empty());
   }
   static std::vector<std::string> Attention(const std::string& dtype) { return testing::SparseArgs(dtype); }
@@ -48,7 +50,7 @@ using testing::Complete;
 using testing::Conversation;
 using testing::Prompt;
 
-TEST_F(Disagg, SixtyFourConcurrentConversationsMatchColocatedForFp8AndBf16) {
+TEST_P(Disagg, SixtyFourConcurrentConversationsMatchColocatedForFp8AndBf16) {
   for (const std::string dtype : {"fp8", "bf16"}) {
     auto prefill = Prefill(dtype);
     ASSERT_TRUE(prefill->ok()) << prefill->Log();
@@ -73,6 +75,18 @@ TEST_F(Disagg, SixtyFourConcurrentConversationsMatchColocatedForFp8AndBf16) {
     EXPECT_GT(m["tandem_handoff_time_share"], 0);
     EXPECT_LT(m["tandem_handoff_time_share"], 1);
     std::cout << "[ disagg " << dtype << " ] handoff share of request time: " << m["tandem_handoff_time_share"] << "\n";
+    // What the handoffs carried, per cache buffer: every token's rows of every
+    // buffer, so index-K's share is its row's share (fp8 132 B, bf16 256 B a
+    // token and layer; K + V f16 256 B on tiny, the f16 latent 1152 B on dsa-tiny).
+    const bool dsa = GetParam() != "tiny";
+    const double index_k = m["tandem_handoff_bytes_total{buffer=\"index_k\"}"];
+    const double rest = dsa ? m["tandem_handoff_bytes_total{buffer=\"kv_latent\"}"]
+                            : m["tandem_handoff_bytes_total{buffer=\"k\"}"] + m["tandem_handoff_bytes_total{buffer=\"v\"}"];
+    const double index_row = dtype == "fp8" ? 132 : 256, rest_row = dsa ? 1152 : 256;
+    EXPECT_GT(index_k, 0);
+    EXPECT_EQ(index_k * rest_row, rest * index_row) << dtype;
+    std::cout << "[ disagg " << dtype << " ] index-K share of handoff bytes: " << 100.0 * index_k / (index_k + rest)
+              << "%\n";
     for (const char* phase : {"tandem_handoff_page_wait_seconds", "tandem_handoff_prefill_compute_seconds",
                               "tandem_handoff_transfer_seconds", "tandem_handoff_commit_wait_seconds",
                               "tandem_decode_phase_seconds"}) {
@@ -89,7 +103,7 @@ TEST_F(Disagg, SixtyFourConcurrentConversationsMatchColocatedForFp8AndBf16) {
 // A compact K/V cache moves through the handoff like any registry buffer:
 // the disaggregated outputs still match the colocated ones bit for bit, the
 // layouts carry the dtype, and one side's f32 against the other's f16 is refused.
-TEST_F(Disagg, CompactKvCachesMatchColocatedAndAMismatchIsRefused) {
+TEST_P(Disagg, CompactKvCachesMatchColocatedAndAMismatchIsRefused) {
   for (const std::string kv : {"f16", "bf16"}) {
     auto prefill = Prefill("fp8", {"--kv-dtype", kv});
     ASSERT_TRUE(prefill->ok()) << prefill->Log();
@@ -117,10 +131,13 @@ TEST_F(Disagg, CompactKvCachesMatchColocatedAndAMismatchIsRefused) {
   int request_status = 0;
   Complete(decode->port(), Prompt(1), 4, &request_status);
   EXPECT_NE(request_status, 200);
-  EXPECT_NE(decode->Log().find("k:f32:256 where the prefill engine has k:f16:128"), std::string::npos) << decode->Log();
+  // The first differing registry buffer: llama's K (64 dims), deepseek32's latent (576).
+  const std::string want = GetParam() == "tiny" ? "k:f32:256 where the prefill engine has k:f16:128"
+                                                : "kv_latent:f32:2304 where the prefill engine has kv_latent:f16:1152";
+  EXPECT_NE(decode->Log().find(want), std::string::npos) << decode->Log();
 }
 
-TEST_F(Disagg, LayoutMismatchFailsAtConnectWithAClearMessage) {
+TEST_P(Disagg, LayoutMismatchFailsAtConnectWithAClearMessage) {
   auto prefill = Prefill("fp8");
   ASSERT_TRUE(prefill->ok()) << prefill->Log();
   auto decode = Serve("bf16", prefill->port());
@@ -146,7 +163,7 @@ TEST_F(Disagg, LayoutMismatchFailsAtConnectWithAClearMessage) {
 // Engines prove a shared cluster key to each other at connect: a prefill
 // engine with another key is refused before any destination (and so any
 // remote key) reaches it, and the decode side's log says why.
-TEST_F(Disagg, APrefillEngineWithAnotherClusterKeyIsRefusedAtConnect) {
+TEST_P(Disagg, APrefillEngineWithAnotherClusterKeyIsRefusedAtConnect) {
   const std::string dir = testing::MakeTempDir();
   std::ofstream(dir + "/a") << "the first cluster's secret\n";
   std::ofstream(dir + "/b") << "the second cluster's secret\n";
@@ -178,7 +195,7 @@ TEST_F(Disagg, APrefillEngineWithAnotherClusterKeyIsRefusedAtConnect) {
   EXPECT_EQ(prefill->Terminate(), 0) << prefill->Log();
 }
 
-TEST_F(Disagg, PrefillDeathFailsRequestsFastAndHealthTurns503) {
+TEST_P(Disagg, PrefillDeathFailsRequestsFastAndHealthTurns503) {
   auto prefill = Prefill("bf16");
   ASSERT_TRUE(prefill->ok()) << prefill->Log();
   auto decode = Serve("bf16", prefill->port());
@@ -208,7 +225,7 @@ TEST_F(Disagg, PrefillDeathFailsRequestsFastAndHealthTurns503) {
   EXPECT_EQ(m["tandem_cache_pages{state=\"reserved\"}"], 0) << "nothing left reserved for the dead peer";
 }
 
-TEST_F(Disagg, TheOracleCatchesAnUnsafeEarlyCommitAndDigestsRefuseIt) {
+TEST_P(Disagg, TheOracleCatchesAnUnsafeEarlyCommitAndDigestsRefuseIt) {
   auto colocated = Serve("bf16");
   ASSERT_TRUE(colocated->ok());
   std::vector<std::string> want;
@@ -243,7 +260,7 @@ TEST_F(Disagg, TheOracleCatchesAnUnsafeEarlyCommitAndDigestsRefuseIt) {
   }
 }
 
-TEST_F(Disagg, BitFlipsAreDetectedAndNeverServed) {
+TEST_P(Disagg, BitFlipsAreDetectedAndNeverServed) {
   auto colocated = Serve("fp8");
   auto prefill = Prefill("fp8", {"--debug-bit-flip-rate", "0.05"});
   ASSERT_TRUE(colocated->ok() && prefill->ok()) << prefill->Log();
@@ -268,7 +285,7 @@ TEST_F(Disagg, BitFlipsAreDetectedAndNeverServed) {
   EXPECT_EQ(HttpGet(decode->port(), "/health").status, 200) << "a corrupted handoff fails only itself";
 }
 
-TEST_F(Disagg, AbortStormLeavesNothingBehindAndACleanRoundSucceeds) {
+TEST_P(Disagg, AbortStormLeavesNothingBehindAndACleanRoundSucceeds) {
   // Slow page writes keep handoffs in flight long enough to be cancelled mid-way.
   auto prefill = Prefill("bf16", {"--debug-put-delay-us", "20000"});
   ASSERT_TRUE(prefill->ok()) << prefill->Log();
@@ -316,7 +333,7 @@ TEST_F(Disagg, AbortStormLeavesNothingBehindAndACleanRoundSucceeds) {
   EXPECT_EQ(ok, 8) << "a clean round after the storm succeeds completely";
 }
 
-TEST_F(Disagg, DecodeKilledMidHandoffThePrefillEngineReleasesEverything) {
+TEST_P(Disagg, DecodeKilledMidHandoffThePrefillEngineReleasesEverything) {
   auto prefill = Prefill("bf16", {"--debug-put-delay-us", "20000"});
   ASSERT_TRUE(prefill->ok()) << prefill->Log();
   auto decode = Serve("bf16", prefill->port());
@@ -335,7 +352,7 @@ TEST_F(Disagg, DecodeKilledMidHandoffThePrefillEngineReleasesEverything) {
   EXPECT_NE(log.find(" 0 pages in use,"), std::string::npos) << log;
 }
 
-TEST_F(Disagg, TwoPrefillEnginesShareTheWorkAndOneMaySurviveTheOther) {
+TEST_P(Disagg, TwoPrefillEnginesShareTheWorkAndOneMaySurviveTheOther) {
   auto p1 = Prefill("bf16");
   auto p2 = Prefill("bf16");
   ASSERT_TRUE(p1->ok() && p2->ok()) << p1->Log() << p2->Log();
@@ -379,7 +396,7 @@ int FreePort() {
   return port;
 }
 
-TEST_F(Disagg, ServeDisaggMatchesColocatedAndStopsCleanly) {
+TEST_P(Disagg, ServeDisaggMatchesColocatedAndStopsCleanly) {
   // --ctx-size past the model's 4096 reaches both engines: a 5000-token prompt
   // is prefilled (the prefill engine once refused it with the model's context).
   std::vector<std::string> args = {"serve", "--disagg", "-m", *model_, "--model-id", "tiny", "--ctx-size", "8192"};
@@ -403,7 +420,7 @@ TEST_F(Disagg, ServeDisaggMatchesColocatedAndStopsCleanly) {
   EXPECT_NE(disagg.Log().find(" prefill info  tandem prefill: stopping (13 committed"), std::string::npos) << disagg.Log();
 }
 
-TEST_F(Disagg, DecodeKilledRouterAnswers503ThenRecoversAfterRestart) {
+TEST_P(Disagg, DecodeKilledRouterAnswers503ThenRecoversAfterRestart) {
   auto prefill = Prefill("bf16");
   ASSERT_TRUE(prefill->ok()) << prefill->Log();
   const int decode_port = FreePort();
@@ -435,6 +452,11 @@ TEST_F(Disagg, DecodeKilledRouterAnswers503ThenRecoversAfterRestart) {
   }
   EXPECT_TRUE(recovered) << "requests succeed again once the decode server is back";
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, Disagg, ::testing::Values("tiny", "dsa-tiny"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param == "tiny" ? std::string("Llama") : std::string("Deepseek32");
+                         });
 
 }  // namespace
 }  // namespace tandem
