@@ -35,10 +35,11 @@ std::string Tail(const std::string& log, size_t bytes = 6000) {
   return log.size() <= bytes ? log : "..." + log.substr(log.size() - bytes);
 }
 
-class Heal : public ::testing::Test {
+// Every test runs on the tiny llama model and on dsa-tiny (deepseek32).
+class Heal : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    model_ = testing::TinyModelPath();
+    model_ = testing::PresetModelPath(GetParam());
     ASSERT_FALSE(model_.empty());
   }
   std::unique_ptr<ServerProcess> Prefill(std::vector<std::string> extra = {}, int port = 0) {
@@ -102,7 +103,7 @@ class Heal : public ::testing::Test {
 
 // Regression: LinkDown was permanent — a restarted prefill engine was never
 // used again, and /health stayed 503 until the decode server was restarted.
-TEST_F(Heal, ARestartedPrefillEngineIsUsedAgainWithoutRestartingTheDecodeServer) {
+TEST_P(Heal, ARestartedPrefillEngineIsUsedAgainWithoutRestartingTheDecodeServer) {
   auto prefill = Prefill({"--debug-put-delay-us", "2000"});
   ASSERT_TRUE(prefill->ok()) << prefill->Log();
   const int port = prefill->port();
@@ -134,7 +135,7 @@ TEST_F(Heal, ARestartedPrefillEngineIsUsedAgainWithoutRestartingTheDecodeServer)
 
 // Regression: a wedged peer (connected, silent) held requests far past every
 // deadline and kept their pages quarantined for as long as it stayed connected.
-TEST_F(Heal, AWedgedPrefillEngineEndsRequestsWithinThePeerTimeoutAndReleasesTheQuarantine) {
+TEST_P(Heal, AWedgedPrefillEngineEndsRequestsWithinThePeerTimeoutAndReleasesTheQuarantine) {
   // The first message on each connection (its Hello) gets out; nothing after it.
   auto prefill = Prefill({"--debug-wedge-after-messages", "1"});
   ASSERT_TRUE(prefill->ok()) << prefill->Log();
@@ -169,7 +170,7 @@ TEST_F(Heal, AWedgedPrefillEngineEndsRequestsWithinThePeerTimeoutAndReleasesTheQ
   ExpectPrefillIdleAtStop(*prefill);
 }
 
-TEST_F(Heal, WithTwoPrefillEnginesAndOneWedgedEveryRequestSucceedsThroughTheOther) {
+TEST_P(Heal, WithTwoPrefillEnginesAndOneWedgedEveryRequestSucceedsThroughTheOther) {
   auto wedged = Prefill({"--debug-wedge-after-messages", "3"});
   auto good = Prefill();
   ASSERT_TRUE(wedged->ok() && good->ok()) << wedged->Log() << good->Log();
@@ -187,7 +188,7 @@ TEST_F(Heal, WithTwoPrefillEnginesAndOneWedgedEveryRequestSucceedsThroughTheOthe
   ExpectPrefillIdleAtStop(*good);
 }
 
-TEST_F(Heal, ADecodeServerKilledAndRestartedIsServedAgainThroughTheRouter) {
+TEST_P(Heal, ADecodeServerKilledAndRestartedIsServedAgainThroughTheRouter) {
   auto prefill = Prefill({"--debug-put-delay-us", "2000"});
   ASSERT_TRUE(prefill->ok()) << prefill->Log();
   auto decode = Decode(Loopback(prefill->port()));
@@ -210,7 +211,7 @@ TEST_F(Heal, ADecodeServerKilledAndRestartedIsServedAgainThroughTheRouter) {
   EXPECT_NE(prefill->Log().find("stopping ("), std::string::npos);
 }
 
-TEST_F(Heal, AnAbortStormOfSixtyFourRequestsForTwentyRoundsLeavesNothingBehind) {
+TEST_P(Heal, AnAbortStormOfSixtyFourRequestsForTwentyRoundsLeavesNothingBehind) {
   auto prefill = Prefill({"--debug-put-delay-us", "5000"});
   ASSERT_TRUE(prefill->ok()) << prefill->Log();
   auto decode = Decode(Loopback(prefill->port()));
@@ -256,7 +257,7 @@ TEST_F(Heal, AnAbortStormOfSixtyFourRequestsForTwentyRoundsLeavesNothingBehind) 
 // must not reuse those pages until the slow sender has flushed (AbortAck) or
 // its connection is closed. Verification on: a late write into a reused page
 // would be a digest mismatch, or an answer unequal to the oracle.
-TEST_F(Heal, PutsSlowerThanTheHandoffDeadlineNeverLandInAReusedPage) {
+TEST_P(Heal, PutsSlowerThanTheHandoffDeadlineNeverLandInAReusedPage) {
   auto slow = Prefill({"--debug-put-delay-us", "1500000"});
   auto fast = Prefill();
   ASSERT_TRUE(slow->ok() && fast->ok());
@@ -303,10 +304,10 @@ TEST_F(Heal, PutsSlowerThanTheHandoffDeadlineNeverLandInAReusedPage) {
 
 // Regression: a prefill engine on the f16 file and a decode server on the
 // q8_0 file of the same model connected (health 200) and served answers.
-TEST_F(Heal, WeightsThatDifferAreRefusedAtConnectOnBothSides) {
+TEST_P(Heal, WeightsThatDifferAreRefusedAtConnectOnBothSides) {
   const std::string dir = testing::MakeTempDir();
   for (const std::string type : {"f16", "q8_0"}) {
-    auto mk = testing::RunTandem("mkmodel --preset tiny --type " + type + " --out " + dir + "/" + type + ".gguf");
+    auto mk = testing::RunTandem("mkmodel --preset " + GetParam() + " --type " + type + " --out " + dir + "/" + type + ".gguf");
     ASSERT_EQ(mk.exit_code, 0) << mk.output;
   }
   auto prefill = testing::StartPrefill(dir + "/f16.gguf", "bf16", kFastLiveness);
@@ -323,7 +324,7 @@ TEST_F(Heal, WeightsThatDifferAreRefusedAtConnectOnBothSides) {
 
 // With TCP carrying every byte (no shared memory), 32 concurrent two-turn
 // conversations equal colocated.
-TEST_F(Heal, OverTheTcpTransportThirtyTwoConversationsMatchColocated) {
+TEST_P(Heal, OverTheTcpTransportThirtyTwoConversationsMatchColocated) {
   const std::vector<std::string> tcp = {"--transport", "tcp"};
   auto prefill = Prefill(tcp);
   ASSERT_TRUE(prefill->ok()) << prefill->Log();
@@ -342,6 +343,11 @@ TEST_F(Heal, OverTheTcpTransportThirtyTwoConversationsMatchColocated) {
   ExpectPrefillIdleAtStop(*prefill);
   EXPECT_EQ(prefill->Log().find("error during flush"), std::string::npos) << prefill->Log();
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, Heal, ::testing::Values("tiny", "dsa-tiny"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param == "tiny" ? std::string("Llama") : std::string("Deepseek32");
+                         });
 
 }  // namespace
 }  // namespace tandem

@@ -25,10 +25,23 @@ using testing::HttpPost;
 using testing::RunTandem;
 using testing::ServerProcess;
 
+// The model the current test runs on (TiersE2E's parameter).
+const std::string* g_model = nullptr;
+const std::string& Model() { return *g_model; }
+
+// Every test runs on the tiny llama model and on dsa-tiny (deepseek32).
+class TiersE2E : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    g_model = &testing::PresetModelPath(GetParam());
+    ASSERT_FALSE(g_model->empty());
+  }
+};
+
 std::vector<std::string> SparseBf16() { return {"--attention", "sparse", "--topk", "32", "--index-k-dtype", "bf16"}; }
 
 std::unique_ptr<ServerProcess> Serve(std::vector<std::string> extra) {
-  std::vector<std::string> a = {"serve", "-m", testing::TinyModelPath()};
+  std::vector<std::string> a = {"serve", "-m", Model()};
   for (auto& x : SparseBf16()) a.push_back(x);
   a.insert(a.end(), extra.begin(), extra.end());
   return std::make_unique<ServerProcess>(a);
@@ -43,7 +56,7 @@ json ReadJson(const std::string& path) {
 
 // `serve --disagg` (prefill engine, decode server, router) with sparse bf16 attention.
 std::unique_ptr<ServerProcess> ServeDisagg(std::vector<std::string> extra) {
-  std::vector<std::string> a = {"serve", "--disagg", "-m", testing::TinyModelPath()};
+  std::vector<std::string> a = {"serve", "--disagg", "-m", Model()};
   a.insert(a.end(), extra.begin(), extra.end());
   for (auto& x : SparseBf16()) a.push_back(x);
   return std::make_unique<ServerProcess>(a, 120, "router at http://127.0.0.1:");
@@ -58,7 +71,7 @@ struct Sweep {
 Sweep RunSmallSweep(int port) {
   const std::string dir = testing::MakeTempDir();
   auto r = RunTandem("bench agentic --quiet --url 127.0.0.1:" + std::to_string(port) + " -m " +
-                         testing::TinyModelPath() + " --preset small --sweep 8 --out-dir " + dir,
+                         Model() + " --preset small --sweep 8 --out-dir " + dir,
                      300);
   const json report = ReadJson(dir + "/report.json");
   return {r.exit_code, r.output, report.is_discarded() ? json(json::value_t::discarded) : report["points"][0]};
@@ -68,7 +81,7 @@ Sweep RunSmallSweep(int port) {
 // slowed copy engine. Skipping only the index-K gate must be caught by the
 // oracle; with the gates the same run is clean, page poisoning on (freed
 // pages scribbled in L1 and L2) or off.
-TEST(TiersE2E, TheAgenticOracleCatchesTheUngatedIndexKReadAndOnlyIt) {
+TEST_P(TiersE2E, TheAgenticOracleCatchesTheUngatedIndexKReadAndOnlyIt) {
   for (int run = 0; run < 3; ++run) {
     const bool ungated = run == 1, poison = run != 0;
     std::vector<std::string> flags = {"--cache-tokens", "2048", "--host-cache-size", "256M", "--debug-copy-delay-us", "3000"};
@@ -113,7 +126,7 @@ Answer Complete(int port, const std::vector<int32_t>& prompt) {
   return a;
 }
 
-TEST(TiersE2E, TheDiskTierServesALongPromptAfterARestart) {
+TEST_P(TiersE2E, TheDiskTierServesALongPromptAfterARestart) {
   const std::string dir = testing::MakeTempDir();
   const std::vector<std::string> flags = {"--host-cache-size", "64M", "--disk-cache-dir", dir, "--disk-cache-size", "1G"};
   std::vector<int32_t> prompt(3000);
@@ -142,8 +155,8 @@ TEST(TiersE2E, TheDiskTierServesALongPromptAfterARestart) {
 
 // A prefill engine whose own L1 holds two prompts, with a host tier under it:
 // conversations come back from its L2 and every answer equals colocated.
-TEST(TiersE2E, APrefillEngineWithTiersHandsOffExactly) {
-  std::vector<std::string> pa = {"prefill", "-m", testing::TinyModelPath(), "--cache-tokens", "1024",
+TEST_P(TiersE2E, APrefillEngineWithTiersHandsOffExactly) {
+  std::vector<std::string> pa = {"prefill", "-m", Model(), "--cache-tokens", "1024",
                                  "--host-cache-size", "64M", "--chunk-size", "100"};
   for (auto& x : SparseBf16()) pa.push_back(x);
   ServerProcess prefill(pa, 60, "ucx://127.0.0.1:");
@@ -172,7 +185,7 @@ TEST(TiersE2E, APrefillEngineWithTiersHandsOffExactly) {
 // serve --disagg with a small decode L1 and host tiers on both sides: the
 // decode server loads prefixes from its L2 (shorter handoffs), every answer
 // verified by the oracle.
-TEST(TiersE2E, DisaggregatedEnginesUseTheirTiersAndStayExact) {
+TEST_P(TiersE2E, DisaggregatedEnginesUseTheirTiersAndStayExact) {
   auto server = ServeDisagg({"--cache-tokens", "4096", "--host-cache-size", "128M"});
   ASSERT_TRUE(server->ok()) << server->Log();
   const Sweep r = RunSmallSweep(server->port());
@@ -195,7 +208,7 @@ TEST(TiersE2E, DisaggregatedEnginesUseTheirTiersAndStayExact) {
 // dropped), and the oracle catches it. Both pools are small (one
 // --cache-tokens sizes both), so the prefill engine too computes on top of
 // prefixes loaded from its L2 through the faulty copy engine.
-TEST(TiersE2E, TheUngatedIndexKFaultReachesTheDisaggregatedEnginesAndIsCaught) {
+TEST_P(TiersE2E, TheUngatedIndexKFaultReachesTheDisaggregatedEnginesAndIsCaught) {
   auto server = ServeDisagg({"--cache-tokens", "2048", "--host-cache-size", "256M", "--debug-copy-delay-us", "3000",
                              "--debug-ungated-index-k"});
   ASSERT_TRUE(server->ok()) << server->Log();
@@ -217,6 +230,11 @@ TEST(TiersE2E, TheUngatedIndexKFaultReachesTheDisaggregatedEnginesAndIsCaught) {
     EXPECT_TRUE(warned) << engine << "must run with the fault\n" << log;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, TiersE2E, ::testing::Values("tiny", "dsa-tiny"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param == "tiny" ? std::string("Llama") : std::string("Deepseek32");
+                         });
 
 }  // namespace
 }  // namespace tandem
