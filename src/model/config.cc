@@ -77,6 +77,11 @@ StatusOr<ModelConfig> ReadModelConfig(const GgufFile& g) {
       g.GetUintOr(a + ".rope.scaling.original_context_length", uint64_t(c.context_length)));
   c.yarn_beta_fast = g.GetFloatOr(a + ".rope.scaling.yarn_beta_fast", 32.0);
   c.yarn_beta_slow = g.GetFloatOr(a + ".rope.scaling.yarn_beta_slow", 1.0);
+  if (c.is_dsa() && c.rope_scaling != RopeScaling::kNone) {
+    // DeepSeek's YaRN also scales attention (mscale, rope.scaling.yarn_log_multiplier): not written yet.
+    return InvalidArgument("deepseek32 models with RoPE scaling ('" + scaling +
+                           "') are not supported yet: tandem runs them without scaling only");
+  }
   const TensorInfo* embd = g.FindTensor("token_embd.weight");
   if (!embd || embd->dims.size() != 2) return DataLoss("tensor 'token_embd.weight' is missing");
   c.vocab_size = int64_t(embd->dims[1]);

@@ -164,6 +164,13 @@ TEST(DsaModel, MalformedFilesAreRefusedNamingTheField) {
     EXPECT_EQ(m.status().code(), StatusCode::kDataLoss) << m.status().message();
     EXPECT_NE(m.status().message().find(want), std::string::npos) << m.status().message();
   }
+  auto yarn = Build("dsa-tiny", "f32", [&](GgufWriter& w) {
+    w.SetString(a + "rope.scaling.type", "yarn");
+    w.SetFloat32(a + "rope.scaling.factor", 40.0f);
+  });
+  ASSERT_FALSE(yarn.ok());
+  EXPECT_EQ(yarn.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(yarn.status().message().find("not supported yet"), std::string::npos) << yarn.status().message();
   auto missing = Build("dsa-tiny", "f32", [&](GgufWriter& w) {
     GgufValue v;
     v.type = GgufType::kString;
