@@ -1,5 +1,7 @@
 #include "model/config.h"
 
+#include <cmath>
+
 namespace tandem {
 namespace {
 
@@ -78,9 +80,14 @@ StatusOr<ModelConfig> ReadModelConfig(const GgufFile& g) {
   c.yarn_beta_fast = g.GetFloatOr(a + ".rope.scaling.yarn_beta_fast", 32.0);
   c.yarn_beta_slow = g.GetFloatOr(a + ".rope.scaling.yarn_beta_slow", 1.0);
   if (c.is_dsa() && c.rope_scaling != RopeScaling::kNone) {
-    // DeepSeek's YaRN also scales attention (mscale, rope.scaling.yarn_log_multiplier): not written yet.
-    return InvalidArgument("deepseek32 models with RoPE scaling ('" + scaling +
-                           "') are not supported yet: tandem runs them without scaling only");
+    // DeepSeek's YaRN as V3 and V3.2 configure it (mscale = mscale_all_dim = 1, which the GGUF
+    // converter writes as yarn_log_multiplier 0.1): RoPE at magnitude 1 and attention scaled by
+    // (1 + 0.1 ln factor)^2. Other mscale pairs are defined differently by different readers.
+    if (c.rope_scaling != RopeScaling::kYarn || std::fabs(c.dsa.yarn_log_multiplier - 0.1) > 1e-6) {
+      return InvalidArgument("deepseek32 RoPE scaling must be YaRN with rope.scaling.yarn_log_multiplier 0.1 "
+                             "(mscale_all_dim 1, as DeepSeek V3 and V3.2), not '" + scaling + "' with " +
+                             std::to_string(c.dsa.yarn_log_multiplier));
+    }
   }
   const TensorInfo* embd = g.FindTensor("token_embd.weight");
   if (!embd || embd->dims.size() != 2) return DataLoss("tensor 'token_embd.weight' is missing");

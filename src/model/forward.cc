@@ -25,7 +25,9 @@ ForwardPass::ForwardPass(const Model& model, const CacheSpec& spec, ThreadPool& 
     k_buf_ = v_buf_ = spec_.kv_latent;
     attn_head_dim_ = c_.dsa.latent_dim();
     attn_kv_heads_ = 1;
-    attn_scale_ = float(1.0 / std::sqrt(double(c_.dsa.qk_head_dim())));
+    // YaRN (config.cc): the softmax scale times mscale^2, mscale = 1 + 0.1 ln(factor).
+    const double mscale = c_.rope_scaling == RopeScaling::kYarn ? 1.0 + 0.1 * std::log(c_.rope_factor) : 1.0;
+    attn_scale_ = float(mscale * mscale / std::sqrt(double(c_.dsa.qk_head_dim())));
     index_heads_ = int(c_.dsa.index_heads);
     index_dims_ = c_.dsa.index_dim;
     sparse_ = spec_.attention.kind == AttentionKind::kSparse;

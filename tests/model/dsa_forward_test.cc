@@ -72,6 +72,29 @@ TEST(DsaForward, MatchesTheFloat64Reference) {
   }
 }
 
+// DeepSeek's YaRN (factor 4 over an original context of 32, so the
+// interpolated and extrapolated ranges both show within 100 tokens).
+TEST(DsaForward, WithYarnMatchesTheFloat64Reference) {
+  auto m = MakePresetModel("dsa-tiny", TensorType::kF32, 7, "llama", [](GgufWriter& w) {
+    w.SetString("deepseek32.rope.scaling.type", "yarn");
+    w.SetFloat32("deepseek32.rope.scaling.factor", 4.0f);
+    w.SetUint32("deepseek32.rope.scaling.original_context_length", 32);
+    w.SetFloat32("deepseek32.rope.scaling.yarn_log_multiplier", 0.1f);
+  });
+  ThreadPool threads(2);
+  const auto tokens = PseudoRandomTokens(100, m->model->config().vocab_size, 5);
+  const testing::DsaReference ref(m->model->gguf());
+  const double dense = testing::NormalizedError(
+      RunSequence(*m->model, threads, tokens, 0, Options(AttentionKind::kDense, 64, CacheDType::kF32, CacheDType::kBF16)),
+      ref.Forward(tokens, 1 << 30));
+  const double sparse = testing::NormalizedError(
+      RunSequence(*m->model, threads, tokens, 0, Options(AttentionKind::kSparse, 64, CacheDType::kF32, CacheDType::kBF16)),
+      ref.Forward(tokens, 64, true));
+  EXPECT_LT(dense, 1e-5);
+  EXPECT_LT(sparse, 1e-5);
+  std::cout << "[ reference ] dsa-tiny with YaRN: dense " << dense << ", sparse top-64 " << sparse << "\n";
+}
+
 TEST(DsaForward, ChunkingNeverChangesABitDenseOrSparse) {
   auto m = MakePresetModel("dsa-tiny", TensorType::kF32);
   ThreadPool threads(2);

@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <tuple>
 
 #include "cache/layout.h"
 #include "model/cache_spec.h"
@@ -164,13 +165,22 @@ TEST(DsaModel, MalformedFilesAreRefusedNamingTheField) {
     EXPECT_EQ(m.status().code(), StatusCode::kDataLoss) << m.status().message();
     EXPECT_NE(m.status().message().find(want), std::string::npos) << m.status().message();
   }
-  auto yarn = Build("dsa-tiny", "f32", [&](GgufWriter& w) {
-    w.SetString(a + "rope.scaling.type", "yarn");
-    w.SetFloat32(a + "rope.scaling.factor", 40.0f);
-  });
-  ASSERT_FALSE(yarn.ok());
-  EXPECT_EQ(yarn.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(yarn.status().message().find("not supported yet"), std::string::npos) << yarn.status().message();
+  // RoPE scaling: DeepSeek's YaRN (yarn_log_multiplier 0.1) only.
+  for (const auto& [type, multiplier, ok] : {std::tuple{"yarn", 0.1f, true}, std::tuple{"yarn", 0.0707f, false},
+                                              std::tuple{"linear", 0.1f, false}}) {
+    auto scaled = Build("dsa-tiny", "f32", [&](GgufWriter& w) {
+      w.SetString(a + "rope.scaling.type", type);
+      w.SetFloat32(a + "rope.scaling.factor", 40.0f);
+      w.SetUint32(a + "rope.scaling.original_context_length", 4096);
+      w.SetFloat32(a + "rope.scaling.yarn_log_multiplier", multiplier);
+    });
+    EXPECT_EQ(scaled.ok(), ok) << type << " " << multiplier;
+    if (!ok) {
+      EXPECT_EQ(scaled.status().code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(scaled.status().message().find("yarn_log_multiplier 0.1"), std::string::npos)
+          << scaled.status().message();
+    }
+  }
   auto missing = Build("dsa-tiny", "f32", [&](GgufWriter& w) {
     GgufValue v;
     v.type = GgufType::kString;
@@ -347,40 +357,48 @@ TEST(DsaReference, MatchesLlamaCppsDeepseek32) {
                     "reference with llama.cpp";
   }
   const std::string dir = testing::MakeTempDir();
-  ASSERT_TRUE(
-      WriteRandomModel(*FindPreset("dsa-tiny"), MatrixTypes{}, 11, dir + "/dsa-tiny.gguf").ok());
-  auto file = GgufFile::Open(dir + "/dsa-tiny.gguf");
-  ASSERT_TRUE(file.ok()) << file.status().message();
-  testing::DsaReference ref(**file);
-  LlamaServer server(binary, dir + "/dsa-tiny.gguf", dir + "/llama-server.log");
-  ASSERT_TRUE(server.WaitHealthy(60))
-      << "llama-server did not start; see " << dir << "/llama-server.log";
-  int dense = 0, sparse = 0;
-  for (size_t n = 8; n <= 100 && sparse < 2; n = n == 8 ? 66 : n + 1) {
-    const std::vector<int32_t> tokens = Tokens(n, 5);
-    const std::vector<double> logits = ref.Forward(tokens);
-    if (ref.boundary_ties() > 0) continue;  // the selection is not defined uniquely
-    nlohmann::json body = {{"prompt", tokens},
-                           {"n_predict", 1},
-                           {"n_probs", 5},
-                           {"temperature", 0},
-                           {"cache_prompt", false}};
-    const auto r = testing::HttpPost(server.port(), "/completion", body.dump());
-    ASSERT_EQ(r.status, 200) << r.body;
-    const auto top = nlohmann::json::parse(r.body)["completion_probabilities"][0]["top_logprobs"];
-    ASSERT_EQ(top.size(), 5u) << r.body;
-    const double* last = logits.data() + (n - 1) * size_t(ref.vocab());
-    double max = -INFINITY, sum = 0;
-    for (int64_t i = 0; i < ref.vocab(); ++i) max = std::max(max, last[i]);
-    for (int64_t i = 0; i < ref.vocab(); ++i) sum += std::exp(last[i] - max);
-    for (const auto& e : top) {
-      const double ours = last[e["id"].get<int>()] - max - std::log(sum);
-      EXPECT_NEAR(ours, e["logprob"].get<double>(), 1e-4) << n << " tokens, token " << e["id"];
+  // Plain RoPE, and DeepSeek's YaRN (factor 4 over an original context of 32).
+  for (const bool yarn : {false, true}) {
+    const std::string path = dir + (yarn ? "/dsa-tiny-yarn.gguf" : "/dsa-tiny.gguf");
+    auto writer = BuildRandomModel(*FindPreset("dsa-tiny"), MatrixTypes{}, 11);
+    ASSERT_TRUE(writer.ok());
+    if (yarn) {
+      writer->SetString("deepseek32.rope.scaling.type", "yarn");
+      writer->SetFloat32("deepseek32.rope.scaling.factor", 4.0f);
+      writer->SetUint32("deepseek32.rope.scaling.original_context_length", 32);
+      writer->SetFloat32("deepseek32.rope.scaling.yarn_log_multiplier", 0.1f);
     }
-    ++(n > 64 ? sparse : dense);
+    ASSERT_TRUE(writer->WriteFile(path).ok());
+    auto file = GgufFile::Open(path);
+    ASSERT_TRUE(file.ok()) << file.status().message();
+    testing::DsaReference ref(**file);
+    LlamaServer server(binary, path, path + ".log");
+    ASSERT_TRUE(server.WaitHealthy(60)) << "llama-server did not start; see " << path << ".log";
+    int dense = 0, sparse = 0;
+    for (size_t n = 8; n <= 100 && sparse < 2; n = n == 8 ? 66 : n + 1) {
+      const std::vector<int32_t> tokens = Tokens(n, 5);
+      const std::vector<double> logits = ref.Forward(tokens);
+      if (ref.boundary_ties() > 0) continue;  // the selection is not defined uniquely
+      nlohmann::json body = {
+          {"prompt", tokens}, {"n_predict", 1}, {"n_probs", 5}, {"temperature", 0}, {"cache_prompt", false}};
+      const auto r = testing::HttpPost(server.port(), "/completion", body.dump());
+      ASSERT_EQ(r.status, 200) << r.body;
+      const auto top = nlohmann::json::parse(r.body)["completion_probabilities"][0]["top_logprobs"];
+      ASSERT_EQ(top.size(), 5u) << r.body;
+      const double* last = logits.data() + (n - 1) * size_t(ref.vocab());
+      double max = -INFINITY, sum = 0;
+      for (int64_t i = 0; i < ref.vocab(); ++i) max = std::max(max, last[i]);
+      for (int64_t i = 0; i < ref.vocab(); ++i) sum += std::exp(last[i] - max);
+      for (const auto& e : top) {
+        const double ours = last[e["id"].get<int>()] - max - std::log(sum);
+        EXPECT_NEAR(ours, e["logprob"].get<double>(), 1e-4)
+            << (yarn ? "yarn, " : "") << n << " tokens, token " << e["id"];
+      }
+      ++(n > 64 ? sparse : dense);
+    }
+    EXPECT_EQ(dense, 1);
+    EXPECT_EQ(sparse, 2);  // prompts past the indexer's top-64
   }
-  EXPECT_EQ(dense, 1);
-  EXPECT_EQ(sparse, 2);  // prompts past the indexer's top-64
 }
 
 }  // namespace

@@ -24,10 +24,11 @@ Vec MatVecRows(const Vec& w, int64_t cols, int64_t r0, int64_t n, const Vec& x) 
   return y;
 }
 
-// Rotates dims [off, off + n) of x at position pos: pairs (2i, 2i+1) or, neox, (i, i + n/2).
-void Rope(double* x, int64_t n, int64_t pos, double theta, bool neox) {
+// Rotates the n dims at x at position pos by angle pos * freq[i] for pair i:
+// pairs (2i, 2i+1) or, neox, (i, i + n/2).
+void Rope(double* x, int64_t n, int64_t pos, const std::vector<double>& freq, bool neox) {
   for (int64_t i = 0; i < n / 2; ++i) {
-    const double angle = double(pos) * std::pow(theta, -2.0 * double(i) / double(n));
+    const double angle = double(pos) * freq[size_t(i)];
     const double c = std::cos(angle), s = std::sin(angle);
     double& a = neox ? x[i] : x[2 * i];
     double& b = neox ? x[i + n / 2] : x[2 * i + 1];
@@ -102,8 +103,32 @@ DsaReference::DsaReference(const GgufFile& g) : g_(g) {
   scale_ = g.GetFloatOr(a + "expert_weights_scale", 1.0);
   const GgufValue* norm = g.Find(a + "expert_weights_norm");
   norm_weights_ = norm && norm->u != 0;
-  if (g.GetStringOr(a + "rope.scaling.type", "none") != "none") {
-    throw std::runtime_error("reference: RoPE scaling is not implemented");
+  // RoPE frequencies; with YaRN (DeepSeek's, mscale_all_dim 1): long
+  // wavelengths interpolated by the factor, short ones kept, a linear ramp
+  // over the pair index between the correction dims, and the attention
+  // scale times (1 + 0.1 ln factor)^2.
+  freq_.resize(size_t(rope_ / 2));
+  for (int64_t i = 0; i < rope_ / 2; ++i) freq_[size_t(i)] = std::pow(theta_, -2.0 * double(i) / double(rope_));
+  attn_mscale_ = 1.0;
+  const std::string scaling = g.GetStringOr(a + "rope.scaling.type", "none");
+  if (scaling == "yarn") {
+    const double factor = g.GetFloatOr(a + "rope.scaling.factor", 1.0);
+    const double orig = double(u("rope.scaling.original_context_length"));
+    const double fast = g.GetFloatOr(a + "rope.scaling.yarn_beta_fast", 32.0);
+    const double slow = g.GetFloatOr(a + "rope.scaling.yarn_beta_slow", 1.0);
+    auto dim_of = [&](double turns) {
+      return double(rope_) * std::log(orig / (turns * 2.0 * M_PI)) / (2.0 * std::log(theta_));
+    };
+    const double low = std::max(0.0, std::floor(dim_of(fast)));
+    const double high = std::min(double(rope_ - 1), std::ceil(dim_of(slow)));
+    for (int64_t i = 0; i < rope_ / 2; ++i) {
+      const double ramp = std::clamp((double(i) - low) / std::max(high - low, 0.001), 0.0, 1.0);
+      const double keep = 1.0 - ramp;  // 1: extrapolate (the original frequency)
+      freq_[size_t(i)] = freq_[size_t(i)] / factor * (1.0 - keep) + freq_[size_t(i)] * keep;
+    }
+    attn_mscale_ = std::pow(1.0 + 0.1 * std::log(factor), 2.0);
+  } else if (scaling != "none") {
+    throw std::runtime_error("reference: RoPE scaling '" + scaling + "' is not implemented");
   }
   vocab_ = int64_t(g.FindTensor("token_embd.weight")->dims[1]);
 }
@@ -150,12 +175,12 @@ std::vector<double> DsaReference::Forward(const std::vector<int32_t>& tokens, in
       Vec& row = rows[size_t(t)];
       row = lat_n;
       row.insert(row.end(), kv.begin() + kv_lora_, kv.end());
-      Rope(row.data() + kv_lora_, rope_, t, theta_, false);
+      Rope(row.data() + kv_lora_, rope_, t, freq_, false);
       Vec& qa = queries[size_t(t)];
       qa.assign(size_t(heads_ * latent), 0.0);
       for (int64_t hd = 0; hd < heads_; ++hd) {
         double* qh = q.data() + hd * qk;
-        Rope(qh + nope_, rope_, t, theta_, false);
+        Rope(qh + nope_, rope_, t, freq_, false);
         // attn_k_b slice hd: [kv_lora rows][nope cols]; absorbed = W q_nope.
         for (int64_t r = 0; r < kv_lora_; ++r) {
           double acc = 0;
@@ -170,7 +195,7 @@ std::vector<double> DsaReference::Forward(const std::vector<int32_t>& tokens, in
       Vec& iq = index_q[size_t(t)];
       iq = MatVec(iq_b, qr);
       for (int64_t hd = 0; hd < index_heads_; ++hd) {
-        Rope(iq.data() + hd * index_dim_, rope_, t, theta_, true);
+        Rope(iq.data() + hd * index_dim_, rope_, t, freq_, true);
         Hadamard(iq.data() + hd * index_dim_, index_dim_);
       }
       Vec k = MatVec(ik_w, xn);
@@ -183,7 +208,7 @@ std::vector<double> DsaReference::Forward(const std::vector<int32_t>& tokens, in
         k[size_t(i)] =
             (k[size_t(i)] - mean) / std::sqrt(var + 1e-6) * ik_norm[size_t(i)] + ik_bias[size_t(i)];
       }
-      Rope(k.data(), rope_, t, theta_, true);
+      Rope(k.data(), rope_, t, freq_, true);
       Hadamard(k.data(), index_dim_);
       if (bf16_index_keys) {
         for (double& v : k) v = RoundToBf16(v);
@@ -193,7 +218,7 @@ std::vector<double> DsaReference::Forward(const std::vector<int32_t>& tokens, in
       for (double& w : index_w[size_t(t)]) w /= std::sqrt(double(index_dim_ * index_heads_));
     }
     selections_[size_t(l)].resize(static_cast<size_t>(n));
-    const double kq_scale = 1.0 / std::sqrt(double(qk));
+    const double kq_scale = attn_mscale_ / std::sqrt(double(qk));
     for (int64_t t = 0; t < n; ++t) {
       // Positions by index score, highest first (ties: the earlier position).
       std::vector<int64_t> pos(size_t(t + 1));

@@ -3,7 +3,7 @@
 // deepseek32 graph is the public reference for the GGUF layout): MLA in its
 // absorbed form over the latent, the lightning indexer with its top-k, and
 // the sigmoid-gated, group-limited mixture of experts with shared experts.
-// Whole sequences at once, no cache; RoPE without scaling only.
+// Whole sequences at once, no cache; RoPE plain or YaRN.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +15,8 @@ namespace tandem::testing {
 
 class DsaReference {
  public:
-  // Throws std::runtime_error on what it does not implement (RoPE scaling).
+  // Throws std::runtime_error on what it does not implement (RoPE scaling
+  // other than YaRN).
   explicit DsaReference(const GgufFile& gguf);
   int64_t vocab() const { return vocab_; }
   // Logits for every position, row-major [tokens.size() x vocab]. Each
@@ -39,7 +40,8 @@ class DsaReference {
   int64_t dim_, layers_, heads_, vocab_, q_lora_, kv_lora_, nope_, rope_, v_head_;
   int64_t index_heads_, index_dim_, index_top_k_, dense_, experts_, used_, shared_, expert_ffn_,
       groups_, groups_used_;
-  double eps_, theta_, scale_;
+  double eps_, theta_, scale_, attn_mscale_;
+  std::vector<double> freq_;  // RoPE angle per position, per pair
   bool norm_weights_;
   mutable std::vector<std::vector<std::vector<int64_t>>> selections_;
   mutable int64_t boundary_ties_ = 0;
