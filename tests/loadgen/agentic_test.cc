@@ -153,10 +153,11 @@ TEST(AgenticRecords, RoundAndHeaderSurviveJson) {
 
 // Rounds generated here with the reference generator: the oracle must call
 // them identical, and name the exact token where a corrupted copy differs.
-class Oracle : public ::testing::Test {
+// Every oracle test runs on the tiny llama model and on dsa-tiny (deepseek32).
+class Oracle : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    m_ = testing::MakePresetModel("tiny", TensorType::kF32);
+    m_ = testing::MakePresetModel(GetParam(), TensorType::kF32);
     info_.id = m_->model->config().name;
     info_.context_length = 4096;
     info_.tokenizer = &m_->model->tokenizer();
@@ -225,7 +226,7 @@ class Oracle : public ::testing::Test {
   ModelInfo info_;
 };
 
-TEST_F(Oracle, IdenticalRoundsAreOkAndTheFirstCorruptTokenIsNamed) {
+TEST_P(Oracle, IdenticalRoundsAreOkAndTheFirstCorruptTokenIsNamed) {
   const AttentionOptions sparse = Sparse(CacheDType::kBF16);
   for (const AttentionOptions& attention : {AttentionOptions{}, sparse}) {
     for (float temperature : {0.0f, 0.9f}) {
@@ -253,7 +254,7 @@ TEST_F(Oracle, IdenticalRoundsAreOkAndTheFirstCorruptTokenIsNamed) {
   }
 }
 
-TEST_F(Oracle, WithoutTokenIdsTextIsCompared) {
+TEST_P(Oracle, WithoutTokenIdsTextIsCompared) {
   std::vector<RoundRecord> rounds = Session({}, 0.0f);
   for (auto& r : rounds) {
     r.has_token_ids = false;
@@ -276,7 +277,7 @@ TEST_F(Oracle, WithoutTokenIdsTextIsCompared) {
 // corrupt rounds included (their served tokens sit in the carried cache and
 // the next round must recompute from where its prompt differs), while the
 // forward pass runs over far fewer tokens.
-TEST_F(Oracle, CarryingTheSessionCacheGivesTheVerdictsOfReplayingFromScratch) {
+TEST_P(Oracle, CarryingTheSessionCacheGivesTheVerdictsOfReplayingFromScratch) {
   const AttentionOptions sparse = Sparse(CacheDType::kFp8E4M3Scaled);
   for (const AttentionOptions& attention : {AttentionOptions{}, sparse}) {
     std::vector<RoundRecord> clean = Session(attention, 0.7f, 6);
@@ -311,7 +312,7 @@ TEST_F(Oracle, CarryingTheSessionCacheGivesTheVerdictsOfReplayingFromScratch) {
   }
 }
 
-TEST_F(Oracle, AMissingRoundIsReported) {
+TEST_P(Oracle, AMissingRoundIsReported) {
   std::vector<RoundRecord> rounds = Session({}, 0.0f);
   rounds.erase(rounds.begin());
   const Status st = VerifyRounds(*m_->model, {}, &rounds, Opts());
@@ -330,6 +331,11 @@ Json Entry(const std::string& token, double logprob, std::vector<std::pair<std::
   for (auto& [t, lp] : top) e["top_logprobs"].push_back({{"token", t}, {"logprob", lp}, {"bytes", bytes(t)}});
   return e;
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, Oracle, ::testing::Values("tiny", "dsa-tiny"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param == "tiny" ? std::string("Llama") : std::string("Deepseek32");
+                         });
 
 TEST(Differential, IdenticalNearTieAndCorruptDivergencesAreTold) {
   const Json ref = Json::array({Entry("Once", -0.1, {{"Once", -0.1}, {"Then", -2.5}}),
