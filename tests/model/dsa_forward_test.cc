@@ -27,43 +27,38 @@ AttentionOptions Options(AttentionKind kind, int64_t top_k, CacheDType kv, Cache
   return a;
 }
 
+// The normalized error of the forward pass under `options` against `want`.
+double ErrorAgainst(const Model& model, ThreadPool& threads, const std::vector<int32_t>& tokens, AttentionKind kind,
+                    CacheDType kv, CacheDType index_k, const std::vector<double>& want) {
+  return testing::NormalizedError(RunSequence(model, threads, tokens, 0, Options(kind, 64, kv, index_k)), want);
+}
+
 TEST(DsaForward, MatchesTheFloat64Reference) {
+  using enum AttentionKind;
   for (TensorType type : {TensorType::kF32, TensorType::kQ8_0}) {
     auto m = MakePresetModel("dsa-tiny", type);
+    const Model& model = *m->model;
     ThreadPool threads(2);
-    const auto tokens = PseudoRandomTokens(100, m->model->config().vocab_size, 3);
-    const testing::DsaReference ref(m->model->gguf());
+    const auto tokens = PseudoRandomTokens(100, model.config().vocab_size, 3);
+    const testing::DsaReference ref(model.gguf());
     // Dense: every query attends to its whole context.
     const auto dense_want = ref.Forward(tokens, 1 << 30);
-    const double dense = testing::NormalizedError(
-        RunSequence(*m->model, threads, tokens, 0,
-                    Options(AttentionKind::kDense, 64, CacheDType::kF32, CacheDType::kBF16)),
-        dense_want);
-    const double dense_f16 = testing::NormalizedError(
-        RunSequence(*m->model, threads, tokens, 0,
-                    Options(AttentionKind::kDense, 64, CacheDType::kF16, CacheDType::kBF16)),
-        dense_want);
+    const double dense = ErrorAgainst(model, threads, tokens, kDense, CacheDType::kF32, CacheDType::kBF16, dense_want);
+    const double dense_f16 = ErrorAgainst(model, threads, tokens, kDense, CacheDType::kF16, CacheDType::kBF16, dense_want);
     EXPECT_LT(dense, 1e-5);
     EXPECT_LT(dense_f16, 5e-3);
     // Sparse: positions past 64 attend to the indexer's top 64, scored with
     // the keys as the bf16 index-K holds them.
     const auto sparse_want = ref.Forward(tokens, 64, true);
-    const double sparse_bf16 = testing::NormalizedError(
-        RunSequence(*m->model, threads, tokens, 0,
-                    Options(AttentionKind::kSparse, 64, CacheDType::kF32, CacheDType::kBF16)),
-        sparse_want);
-    const double sparse_fp8 = testing::NormalizedError(
-        RunSequence(*m->model, threads, tokens, 0,
-                    Options(AttentionKind::kSparse, 64, CacheDType::kF32, CacheDType::kFp8E4M3Scaled)),
-        sparse_want);
+    const double sparse_bf16 =
+        ErrorAgainst(model, threads, tokens, kSparse, CacheDType::kF32, CacheDType::kBF16, sparse_want);
+    const double sparse_fp8 =
+        ErrorAgainst(model, threads, tokens, kSparse, CacheDType::kF32, CacheDType::kFp8E4M3Scaled, sparse_want);
     EXPECT_LT(sparse_bf16, 1e-5);
     // fp8 keys pick other positions where scores nearly tie (dsa-tiny's 4
     // index heads make many exactly 0): near the reference, not at it.
     EXPECT_LT(sparse_fp8, 0.2);
-    EXPECT_GT(testing::NormalizedError(RunSequence(*m->model, threads, tokens, 0,
-                                                   Options(AttentionKind::kDense, 64, CacheDType::kF32,
-                                                           CacheDType::kBF16)),
-                                       sparse_want),
+    EXPECT_GT(ErrorAgainst(model, threads, tokens, kDense, CacheDType::kF32, CacheDType::kBF16, sparse_want),
               sparse_bf16)
         << "dense attention should be farther from the sparse reference than sparse attention is";
     std::cout << "[ reference ] dsa-tiny " << TensorTypeName(type) << ": dense " << dense << " (f32 latent), "
@@ -84,12 +79,10 @@ TEST(DsaForward, WithYarnMatchesTheFloat64Reference) {
   ThreadPool threads(2);
   const auto tokens = PseudoRandomTokens(100, m->model->config().vocab_size, 5);
   const testing::DsaReference ref(m->model->gguf());
-  const double dense = testing::NormalizedError(
-      RunSequence(*m->model, threads, tokens, 0, Options(AttentionKind::kDense, 64, CacheDType::kF32, CacheDType::kBF16)),
-      ref.Forward(tokens, 1 << 30));
-  const double sparse = testing::NormalizedError(
-      RunSequence(*m->model, threads, tokens, 0, Options(AttentionKind::kSparse, 64, CacheDType::kF32, CacheDType::kBF16)),
-      ref.Forward(tokens, 64, true));
+  const double dense = ErrorAgainst(*m->model, threads, tokens, AttentionKind::kDense, CacheDType::kF32,
+                                    CacheDType::kBF16, ref.Forward(tokens, 1 << 30));
+  const double sparse = ErrorAgainst(*m->model, threads, tokens, AttentionKind::kSparse, CacheDType::kF32,
+                                     CacheDType::kBF16, ref.Forward(tokens, 64, true));
   EXPECT_LT(dense, 1e-5);
   EXPECT_LT(sparse, 1e-5);
   std::cout << "[ reference ] dsa-tiny with YaRN: dense " << dense << ", sparse top-64 " << sparse << "\n";
