@@ -149,7 +149,9 @@ StatusOr<BurstResult> RunBurst(const Model& model, const PrefillBenchArgs& a, in
   TANDEM_ASSIGN_OR_RETURN(auto conn, decode_t.Connect("prefill", dh));
   const uint64_t instance = transfer::NewInstanceId();
   TANDEM_RETURN_IF_ERROR(
-      conn->Send(Hello{"decode", decode.pool().layout().Fingerprint(), WeightsIdentity(model), instance, 0, {}, {}}.Encode()));
+      conn->Send(Hello{"decode", decode.pool().layout().Fingerprint() + ";" + AttentionFingerprint(spec.attention),
+                       WeightsIdentity(model), instance, 0, {}, {}}
+                     .Encode()));
   {
     std::unique_lock<std::mutex> lock(mu);
     if (!cv.wait_for(lock, std::chrono::seconds(10), [&] { return hello; })) {

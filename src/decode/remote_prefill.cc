@@ -489,7 +489,7 @@ StatusOr<std::unique_ptr<RemotePrompts>> ConnectPrefillEngines(const Model& mode
     begin = comma + 1;
   }
   ro.pool_bytes = size_t(layout.TotalBytes());
-  ro.layout_fingerprint = layout.Fingerprint();
+  ro.layout_fingerprint = layout.Fingerprint() + ";" + AttentionFingerprint(spec.attention);
   ro.weights_identity = WeightsIdentity(model);
   ro.transport = options.transport;
   ro.peer_timeout = options.peer_timeout;

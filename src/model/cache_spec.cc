@@ -68,4 +68,9 @@ StatusOr<CacheSpec> MakeCacheSpec(const ModelConfig& config, const AttentionOpti
   return spec;
 }
 
+std::string AttentionFingerprint(const AttentionOptions& attention) {
+  if (attention.kind == AttentionKind::kDense) return "attention=dense";
+  return "attention=sparse:top_k=" + std::to_string(attention.top_k);
+}
+
 }  // namespace tandem

@@ -40,4 +40,10 @@ struct CacheSpec {
 
 StatusOr<CacheSpec> MakeCacheSpec(const ModelConfig& config, const AttentionOptions& attention = {});
 
+// How attention chooses positions ("attention=dense", "attention=sparse:top_k=64"):
+// every cache row of a later layer depends on it, so engines that exchange
+// or keep rows must agree on it as on the layout (the handshake's layout
+// fingerprint and the tiers' identity carry it after the layout's parts).
+std::string AttentionFingerprint(const AttentionOptions& attention);
+
 }  // namespace tandem

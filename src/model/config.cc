@@ -37,6 +37,7 @@ StatusOr<ModelConfig> ReadModelConfig(const GgufFile& g) {
     // MLA: one shared latent (the "KV head"); the query/key head is the
     // nope dims plus the RoPE dims, which are the only ones rotated.
     TANDEM_ASSIGN_OR_RETURN(c.dsa, ReadDsaConfig(g, c.n_layers));
+    if (c.dsa.leading_dense == 0) c.ffn_dim = 0;  // no dense layer: no tensor backs it, nothing may be sized by it
     c.n_kv_heads = 1;
     c.head_dim = c.dsa.qk_head_dim();
   } else {

@@ -54,15 +54,17 @@ StatusOr<DsaConfig> ReadDsaConfig(const GgufFile& g, int64_t n_layers) {
                     "), attention.head_count_kv " + std::to_string(kv_heads) + " (want 1)");
   }
   TANDEM_RETURN_IF_ERROR(get("attention.indexer.head_count", &d.index_heads, 1, 4096));
-  TANDEM_RETURN_IF_ERROR(get("attention.indexer.key_length", &d.index_dim, d.qk_rope_dim, 4096));
+  TANDEM_RETURN_IF_ERROR(get("attention.indexer.key_length", &d.index_dim, std::max<int64_t>(16, d.qk_rope_dim), 1024));
   if ((d.index_dim & (d.index_dim - 1)) != 0) {
     return DataLoss("GGUF metadata '" + a +
                     ".attention.indexer.key_length' = " + std::to_string(d.index_dim) +
                     " must be a power of two (the indexer's Hadamard rotation)");
   }
   TANDEM_RETURN_IF_ERROR(get("attention.indexer.top_k", &d.index_top_k, 1, kMax));
+  d.yarn_log_multiplier = g.GetFloatOr(a + ".rope.scaling.yarn_log_multiplier", 0.0);
   TANDEM_RETURN_IF_ERROR(get_or("leading_dense_block_count", 0, &d.leading_dense, 0, n_layers));
   const bool moe = d.leading_dense < n_layers;
+  if (!moe) return d;  // every layer dense: no expert field sizes anything (all stay 0)
   TANDEM_RETURN_IF_ERROR(get("expert_count", &d.n_experts, moe ? 1 : 0, 4096));
   TANDEM_RETURN_IF_ERROR(get("expert_used_count", &d.n_experts_used, moe ? 1 : 0, d.n_experts));
   TANDEM_RETURN_IF_ERROR(get_or("expert_shared_count", 0, &d.n_shared_experts, 0, 64));
@@ -90,9 +92,8 @@ StatusOr<DsaConfig> ReadDsaConfig(const GgufFile& g, int64_t n_layers) {
   }
   int64_t gating = 0;
   TANDEM_RETURN_IF_ERROR(
-      get_or("expert_gating_func", int64_t(ExpertGating::kSigmoid), &gating, 1, 2));
+      get_or("expert_gating_func", int64_t(ExpertGating::kSigmoid), &gating, 2, 2));
   d.gating = ExpertGating(gating);
-  d.yarn_log_multiplier = g.GetFloatOr(a + ".rope.scaling.yarn_log_multiplier", 0.0);
   return d;
 }
 

@@ -11,7 +11,8 @@
 
 namespace tandem {
 
-enum class ExpertGating { kSoftmax = 1, kSigmoid = 2 };  // llama.cpp's expert_gating_func values
+// llama.cpp's expert_gating_func values; only sigmoid (DeepSeek V3's) is implemented and accepted.
+enum class ExpertGating { kSoftmax = 1, kSigmoid = 2 };
 
 struct DsaConfig {
   // MLA: queries through a rank-q_lora_rank bottleneck; keys and values

@@ -145,7 +145,7 @@ class ForwardPass {
   AlignedFloats qa_, qr_, kv_, kvn_, qfull_, vals_, router_, moe_x_, moe_h_, moe_h2_, moe_y_, slot_out_, ffn_out_;
   std::vector<int32_t> slot_expert_;  // [token x experts used]: the expert of each slot, ascending
   std::vector<float> slot_weight_;
-  std::vector<int32_t> routed_;       // tokens of one expert (DsaExperts' scratch)
+  std::vector<int64_t> routed_;       // slots (token x used + slot) of one expert (DsaExperts' scratch)
   // Scratch [threads x ...]: scores of kQueryTile tokens and the selected
   // positions of one per thread (or per token, when fewer tokens than
   // threads), and the indexer kernel's scratch per thread.

@@ -50,10 +50,12 @@ void LayerNorm(float* x, const float* w, const float* b, int64_t n, float eps) {
   for (int64_t i = 0; i < n; ++i) x[i] = (x[i] - mean) * inv * w[i] + b[i];
 }
 
-// Indices of the k largest of v[0, n) by (value descending, index ascending).
+// The k of `among` with the largest v, by (value descending, index
+// ascending); NaN ranks lowest, so the order is strict and the choice unique.
 std::vector<int32_t> Best(const float* v, const std::vector<int32_t>& among, int64_t k) {
   std::vector<int32_t> order = among;
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return v[a] > v[b]; });
+  auto key = [&](int32_t i) { return std::isnan(v[i]) ? -HUGE_VALF : v[i]; };
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return key(a) > key(b); });
   order.resize(size_t(std::min<int64_t>(k, int64_t(order.size()))));
   return order;
 }
@@ -175,9 +177,8 @@ void ForwardPass::DsaIndexer(const DsaLayerWeights& w, int n) {
     float* q = index_queries_.data() + i * dims * index_heads_;
     kernels::Rope(q, index_heads_, int(dims), int(rope), cs, sn, true);
     for (int h = 0; h < index_heads_; ++h) Hadamard(q + h * dims, dims);
-    for (int h = 0; h < index_heads_; ++h) {
-      index_weights_[size_t(i * index_heads_ + h)] = index_weights_[size_t(i * index_heads_ + h)] * weight_scale;
-    }
+    float* weights = index_weights_.data() + size_t(i) * size_t(index_heads_);
+    for (int h = 0; h < index_heads_; ++h) weights[h] = weights[h] * weight_scale;
   }
 }
 
@@ -227,7 +228,7 @@ void ForwardPass::DsaExperts(const DsaLayerWeights& w, int n) {
   for (int64_t e = 0; e < experts; ++e) {
     routed_.clear();
     for (int64_t k = 0; k < int64_t(n) * used; ++k) {
-      if (slot_expert_[size_t(k)] == e) routed_.push_back(int32_t(k));
+      if (slot_expert_[size_t(k)] == e) routed_.push_back(k);
     }
     const int m = int(routed_.size());
     if (m == 0) continue;

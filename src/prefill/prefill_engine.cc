@@ -36,7 +36,8 @@ StatusOr<std::unique_ptr<PrefillEngine>> PrefillEngine::Create(const Model& mode
   const CacheSpec& spec = p->engine_->cache_spec();
   p->layout_fingerprint_ = CacheLayout(spec.registry, int(model.config().n_layers),
                                        (p->options_.engine.cache_tokens + kPageTokens - 1) / kPageTokens)
-                               .Fingerprint();
+                               .Fingerprint() +
+                           ";" + AttentionFingerprint(spec.attention);
   p->heartbeat_thread_ = std::thread([e = p.get()] { e->RunHeartbeats(); });
   return p;
 }

@@ -28,9 +28,17 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
     return InvalidArgument("engine options out of range (max-running, chunk-size, max-batch-tokens >= 1; cache >= one page)");
   }
   TANDEM_ASSIGN_OR_RETURN(CacheSpec spec, MakeCacheSpec(model.config(), options.attention));
+  if (const ModelConfig& c = model.config();
+      c.is_dsa() && (spec.attention.kind != AttentionKind::kSparse || spec.attention.top_k != c.dsa.index_top_k)) {
+    TLOG_WARN("%s is a deepseek32 model trained with sparse attention over its indexer's top %lld positions; this "
+              "engine runs %s (pass --attention sparse --topk %lld for the model's own computation)\n",
+              c.name.c_str(), (long long)c.dsa.index_top_k, AttentionFingerprint(spec.attention).c_str(),
+              (long long)c.dsa.index_top_k);
+  }
   if (role.prefill && role.decode) return InvalidArgument("an engine cannot be both prefill and decode role");
   const bool tiers = options.tiers.host_pages > 0 || options.tiers.host_bytes > 0;
-  const std::string weights = tiers ? WeightsIdentity(model) : "";
+  // The tiers keep rows across restarts: only for the same weights and the same attention.
+  const std::string weights = tiers ? WeightsIdentity(model) + "|" + AttentionFingerprint(spec.attention) : "";
   auto engine = std::unique_ptr<Engine>(new Engine(model, options, std::move(spec), std::move(role)));
   if (tiers) {
     if (!engine->index_) return InvalidArgument("cache tiers need the prefix cache (drop --no-prefix-cache)");

@@ -160,6 +160,23 @@ TEST_P(Disagg, LayoutMismatchFailsAtConnectWithAClearMessage) {
       << decode->Log();
 }
 
+// The same layout with another top-k computes other rows past the first
+// layer: refused at connect like a layout mismatch, naming both.
+TEST_P(Disagg, AnotherTopKIsRefusedAtConnect) {
+  auto prefill = Prefill("bf16");
+  ASSERT_TRUE(prefill->ok()) << prefill->Log();
+  auto decode = std::make_unique<ServerProcess>(std::vector<std::string>{
+      "serve", "-m", *model_, "--attention", "sparse", "--topk", "48", "--index-k-dtype", "bf16", "--prefill",
+      testing::Loopback(prefill->port())});
+  ASSERT_TRUE(decode->ok()) << decode->Log();
+  int request_status = 0;
+  Complete(decode->port(), Prompt(1), 4, &request_status);
+  EXPECT_NE(request_status, 200);
+  EXPECT_NE(decode->Log().find("attention=sparse:top_k=48 where the prefill engine has attention=sparse:top_k=32"),
+            std::string::npos)
+      << decode->Log();
+}
+
 // Engines prove a shared cluster key to each other at connect: a prefill
 // engine with another key is refused before any destination (and so any
 // remote key) reaches it, and the decode side's log says why.

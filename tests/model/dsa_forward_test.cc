@@ -102,18 +102,24 @@ TEST(DsaForward, ChunkingNeverChangesABitDenseOrSparse) {
   }
 }
 
+// A query whose context is within top-k attends to every position (in the
+// dense order, so bitwise dense); one past it drops a position.
 TEST(DsaForward, TopKAtOrAboveTheContextIsDenseBitwise) {
   auto m = MakePresetModel("dsa-tiny", TensorType::kF32);
   ThreadPool threads(2);
   const auto tokens = PseudoRandomTokens(120, m->model->config().vocab_size, 4);
-  const auto dense =
-      RunSequence(*m->model, threads, tokens, 0, Options(AttentionKind::kDense, 64, CacheDType::kF16, CacheDType::kFp8E4M3Scaled));
-  EXPECT_EQ(RunSequence(*m->model, threads, tokens, 0,
-                        Options(AttentionKind::kSparse, 120, CacheDType::kF16, CacheDType::kFp8E4M3Scaled)),
-            dense);
-  EXPECT_NE(RunSequence(*m->model, threads, tokens, 0,
-                        Options(AttentionKind::kSparse, 64, CacheDType::kF16, CacheDType::kFp8E4M3Scaled)),
-            dense);
+  const auto dense = RunSequence(*m->model, threads, tokens, 0,
+                                 Options(AttentionKind::kDense, 64, CacheDType::kF16, CacheDType::kFp8E4M3Scaled));
+  const size_t vocab = size_t(m->model->config().vocab_size);
+  for (int64_t top_k : {120, 119, 64}) {
+    auto options = Options(AttentionKind::kSparse, top_k, CacheDType::kF16, CacheDType::kFp8E4M3Scaled);
+    const auto sparse = RunSequence(*m->model, threads, tokens, 0, options);
+    ASSERT_EQ(sparse.size(), dense.size());
+    for (size_t t = 0; t < tokens.size(); ++t) {
+      const bool same = std::equal(sparse.begin() + t * vocab, sparse.begin() + (t + 1) * vocab, dense.begin() + t * vocab);
+      EXPECT_EQ(same, int64_t(t) < top_k) << "top-k " << top_k << ", position " << t;
+    }
+  }
 }
 
 }  // namespace

@@ -259,7 +259,9 @@ TEST(DsaModel, TheEngineServesItExactlyAsEachRequestAlone) {
     auto want = alone.Run(prompt, g, nullptr);
     ASSERT_TRUE(want.ok()) << want.status().message();
     EXPECT_EQ(got, want->tokens) << "request " << i << " (" << prompt.size() << " prompt tokens)";
-    if (i == prompts.size()) EXPECT_GE(cached, 192) << "the second turn should reuse the first's cached pages";
+    if (i == prompts.size()) {
+      EXPECT_GE(cached, 192) << "the second turn should reuse the first's cached pages";
+    }
   }
 }
 

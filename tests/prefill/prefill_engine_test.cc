@@ -35,7 +35,8 @@ constexpr int64_t kPages = 64;
 class FakeDecode {
  public:
   FakeDecode(const Model& model, const CacheSpec& spec, transfer::Transport& transport)
-      : region_(*transport.AllocateRegion(size_t(CacheLayout(spec.registry, int(model.config().n_layers), kPages).TotalBytes()))),
+      : attention_(spec.attention),
+        region_(*transport.AllocateRegion(size_t(CacheLayout(spec.registry, int(model.config().n_layers), kPages).TotalBytes()))),
         pool_(spec.registry, int(model.config().n_layers), kPages, region_.data),
         receiver_(pool_, region_.key, nullptr, Options(model)),
         instance_(transfer::NewInstanceId()) {}
@@ -78,7 +79,8 @@ class FakeDecode {
     return cv_.wait_for(lock, limit, [&] { return closed_; });
   }
   Hello MyHello(const std::string& weights) const {
-    return Hello{"decode", pool_.layout().Fingerprint(), weights, instance_, 0, {}, {}};
+    return Hello{"decode", pool_.layout().Fingerprint() + ";" + AttentionFingerprint(attention_), weights, instance_, 0,
+                 {}, {}};
   }
   // auth: the destination's proof of the cluster key (empty: none).
   std::vector<uint8_t> DestinationFor(uint64_t id, const std::vector<int32_t>& prompt,
@@ -94,6 +96,7 @@ class FakeDecode {
   PagePool& pool() { return pool_; }
 
  private:
+  const AttentionOptions attention_;
   transfer::Region region_;
   PagePool pool_;
   transfer::HandoffReceiver receiver_;

@@ -66,7 +66,7 @@ TEST(ToolCalls, Llama3JsonAnswers) {
   EXPECT_EQ(out.tool_calls[1].name, "b");
   EXPECT_EQ(out.tool_calls[1].id, "call_4_1");
   // Prose, a call inside prose, or an array with one bad entry: all content.
-  for (const std::string text : {std::string("It is sunny."), std::string("Sure: {\"name\": \"a\", \"parameters\": {}}"),
+  for (const std::string& text : {std::string("It is sunny."), std::string("Sure: {\"name\": \"a\", \"parameters\": {}}"),
                                  std::string(R"([{"name": "a", "parameters": {}}, {"parameters": {}}])"),
                                  std::string("{\"name\": \"a\"}"), std::string(5000, '[')}) {
     out = ParseToolCalls(text, 4, ToolCallFormat::kJson);
@@ -95,7 +95,7 @@ TEST(ToolCalls, MistralToolCallsWithNineCharacterIds) {
                            ToolCallFormat::kMistral).tool_calls[0].id,
             out.tool_calls[0].id)
       << "ids are a pure function of the request and the index";
-  for (const std::string text : {std::string("No calls here."), std::string("[TOOL_CALLS] not json"),
+  for (const std::string& text : {std::string("No calls here."), std::string("[TOOL_CALLS] not json"),
                                  std::string("[TOOL_CALLS] [{\"name\": \"\", \"arguments\": {}}]")}) {
     const ParsedOutput o = ParseToolCalls(text, 11, ToolCallFormat::kMistral);
     EXPECT_TRUE(o.tool_calls.empty()) << text;
@@ -399,7 +399,9 @@ TEST(ToolCallStreamer, CallsStreamArgumentByArgumentAndEverySplitAgrees) {
       EXPECT_EQ(k[i].name, calls[i].name);
       EXPECT_EQ(k[i].arguments, calls[i].arguments) << piece;
     }
-    if (piece == 1) EXPECT_GT(deltas, 30) << "one character at a time, the arguments streamed";
+    if (piece == 1) {
+      EXPECT_GT(deltas, 30) << "one character at a time, the arguments streamed";
+    }
   }
   // Keys after the arguments are ignored, streamed or not.
   const std::string extra = "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1}, \"id\": \"x\"}</tool_call>";

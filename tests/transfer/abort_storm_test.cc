@@ -70,7 +70,8 @@ TEST(AbortStorm, HalfAbortedTenRoundsThenACleanRound) {
   ASSERT_TRUE(conn.ok());
   std::shared_ptr<Connection> decode_side = *conn;
   const uint64_t instance = NewInstanceId();
-  ASSERT_TRUE(decode_side->Send(Hello{"decode", decode_pool.layout().Fingerprint(), WeightsIdentity(model), instance, 0, {}, {}}
+  ASSERT_TRUE(decode_side->Send(Hello{"decode", decode_pool.layout().Fingerprint() + ";" + AttentionFingerprint(spec.attention),
+                                      WeightsIdentity(model), instance, 0, {}, {}}
                                     .Encode())
                   .ok());
   {

@@ -99,7 +99,8 @@ class HandoffHarness {
     auto c = decode_transport_->Connect(target, dh);
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     to_prefill_ = *c;
-    const Hello mine{"decode", decode_pool_.layout().Fingerprint(), WeightsIdentity(model), instance_, 0};
+    const Hello mine{"decode", decode_pool_.layout().Fingerprint() + ";" + AttentionFingerprint(spec_.attention),
+                     WeightsIdentity(model), instance_, 0, {}, {}};
     EXPECT_TRUE(to_prefill_->Send(mine.Encode()).ok());
     std::unique_lock<std::mutex> lock(mu_);
     EXPECT_TRUE(cv_.wait_for(lock, 10s, [&] { return hello_ || closed_; }) && hello_) << "no Hello from the prefill engine";
