@@ -22,8 +22,21 @@ using json = nlohmann::json;
 using testing::RunTandem;
 using testing::ServerProcess;
 
+// The model the current test runs on (Agentic's parameter).
+const std::string* g_model = nullptr;
+const std::string& Model() { return *g_model; }
+
+// Every test runs on the tiny llama model and on dsa-tiny (deepseek32).
+class Agentic : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    g_model = &testing::PresetModelPath(GetParam());
+    ASSERT_FALSE(g_model->empty());
+  }
+};
+
 std::unique_ptr<ServerProcess> Disagg(std::vector<std::string> extra) {
-  std::vector<std::string> args = {"serve",      "--disagg", "-m",    testing::TinyModelPath(), "--attention",
+  std::vector<std::string> args = {"serve",      "--disagg", "-m",    Model(), "--attention",
                                    "sparse",     "--topk",   "32",    "--index-k-dtype",        "bf16"};
   args.insert(args.end(), extra.begin(), extra.end());
   return std::make_unique<ServerProcess>(args, 120, "router at http://127.0.0.1:");
@@ -37,7 +50,7 @@ json ReadJson(const std::string& path) {
 }
 
 std::string Bench(int port, const std::string& dir, const std::string& extra) {
-  return "bench agentic --quiet --url 127.0.0.1:" + std::to_string(port) + " -m " + testing::TinyModelPath() +
+  return "bench agentic --quiet --url 127.0.0.1:" + std::to_string(port) + " -m " + Model() +
          " --preset small --out-dir " + dir + " " + extra;
 }
 
@@ -49,7 +62,7 @@ int64_t Outcome(const json& point, const char* o) { return point["outcomes"][o].
 // page writes), sessions running throughout on poisoned pages. Nothing is
 // corrupt, every failed round lies in a fault's window, every quiet period is
 // clean, and nothing the schedule did not kill was restarted.
-TEST(Agentic, ASoakThroughEveryKindOfFaultStaysExactAndItsQuietPeriodsClean) {
+TEST_P(Agentic, ASoakThroughEveryKindOfFaultStaysExactAndItsQuietPeriodsClean) {
   auto server = Disagg({"--prefill-engines", "2", "--debug-fault-control", "--peer-timeout-ms", "1000",
                         "--debug-poison-pages"});
   ASSERT_TRUE(server->ok()) << server->Log();
@@ -98,7 +111,7 @@ TEST(Agentic, ASoakThroughEveryKindOfFaultStaysExactAndItsQuietPeriodsClean) {
 
 // With every freed or reserved page poisoned on both engines: a correct
 // handoff never reads a page before its data landed, so poisoning changes nothing.
-TEST(Agentic, SweepToSixtyFourSessionsOnDisaggBf16SparseIsClean) {
+TEST_P(Agentic, SweepToSixtyFourSessionsOnDisaggBf16SparseIsClean) {
   auto server = Disagg({"--debug-poison-pages"});
   ASSERT_TRUE(server->ok()) << server->Log();
   const std::string dir = testing::MakeTempDir();
@@ -128,11 +141,11 @@ TEST(Agentic, SweepToSixtyFourSessionsOnDisaggBf16SparseIsClean) {
   }
   EXPECT_NE(r.output.find("every answer verified"), std::string::npos) << r.output;
   // `tandem verify` on the saved transcript agrees.
-  auto v = RunTandem("verify " + dir + "/transcript.jsonl -m " + testing::TinyModelPath(), 300);
+  auto v = RunTandem("verify " + dir + "/transcript.jsonl -m " + Model(), 300);
   EXPECT_EQ(v.exit_code, 0) << v.output;
   EXPECT_NE(v.output.find("160 rounds: 160 ok, 0 corrupt, 0 timeout, 0 error"), std::string::npos) << v.output;
   // The differential oracle on the same clean transcript: nothing corrupt.
-  ServerProcess reference({"serve", "-m", testing::TinyModelPath(), "--attention", "sparse", "--topk", "32",
+  ServerProcess reference({"serve", "-m", Model(), "--attention", "sparse", "--topk", "32",
                            "--index-k-dtype", "bf16"});
   ASSERT_TRUE(reference.ok()) << reference.Log();
   auto d = RunTandem("verify --reference-url 127.0.0.1:" + std::to_string(reference.port()) + " " + dir +
@@ -154,7 +167,7 @@ TEST(Agentic, SweepToSixtyFourSessionsOnDisaggBf16SparseIsClean) {
   EXPECT_EQ(server->Terminate(), 0);
 }
 
-TEST(Agentic, UnsafeEarlyCommitWithDelayedWritesIsReportedCorrupt) {
+TEST_P(Agentic, UnsafeEarlyCommitWithDelayedWritesIsReportedCorrupt) {
   auto server = Disagg({"--debug-unsafe-early-commit", "--debug-put-delay-us", "20000", "--verify-handoff", "off"});
   ASSERT_TRUE(server->ok()) << server->Log();
   const std::string dir = testing::MakeTempDir();
@@ -183,7 +196,7 @@ TEST(Agentic, UnsafeEarlyCommitWithDelayedWritesIsReportedCorrupt) {
   // The differential oracle, as for a foreign server: the same model served
   // colocated, asked one request at a time, judges by its logprobs. It flags
   // corruption (with positions), and only where the exact oracle did.
-  ServerProcess reference({"serve", "-m", testing::TinyModelPath(), "--attention", "sparse", "--topk", "32",
+  ServerProcess reference({"serve", "-m", Model(), "--attention", "sparse", "--topk", "32",
                            "--index-k-dtype", "bf16"});
   ASSERT_TRUE(reference.ok()) << reference.Log();
   const std::string judged = dir + "/judged.jsonl";
@@ -206,12 +219,12 @@ TEST(Agentic, UnsafeEarlyCommitWithDelayedWritesIsReportedCorrupt) {
   }
   EXPECT_GT(flagged, 0);
   std::cout << "[ differential ] " << flagged << " of " << corrupt << " exactly-corrupt rounds flagged\n";
-  auto v = RunTandem("verify " + dir + "/transcript.jsonl -m " + testing::TinyModelPath(), 300);
+  auto v = RunTandem("verify " + dir + "/transcript.jsonl -m " + Model(), 300);
   EXPECT_EQ(v.exit_code, 3) << v.output;
   EXPECT_NE(v.output.find("=corrupt@token"), std::string::npos) << v.output;
 }
 
-TEST(Agentic, AWedgedServerStopsTheSweepWithAClearMessage) {
+TEST_P(Agentic, AWedgedServerStopsTheSweepWithAClearMessage) {
   // The prefill engine stops sending after 6 messages: commits, heartbeats and
   // abort acknowledgements never arrive. The decode server declares it dead
   // (quarantine released by closing the link) and reports itself unhealthy:
@@ -239,8 +252,8 @@ TEST(Agentic, AWedgedServerStopsTheSweepWithAClearMessage) {
 
 // Standard OpenAI fields only: no token ids come back, answers may stop at
 // end-of-generation, and the oracle judges them by text.
-TEST(Agentic, PlainOpenAIRequestsAreJudgedByText) {
-  ServerProcess server({"serve", "-m", testing::TinyModelPath(), "--attention", "sparse", "--topk", "32"});
+TEST_P(Agentic, PlainOpenAIRequestsAreJudgedByText) {
+  ServerProcess server({"serve", "-m", Model(), "--attention", "sparse", "--topk", "32"});
   ASSERT_TRUE(server.ok()) << server.Log();
   const std::string dir = testing::MakeTempDir();
   auto r = RunTandem(Bench(server.port(), dir, "--plain-openai --sweep 4 --rounds 2 --initial-tokens 300"), 300);
@@ -262,13 +275,13 @@ TEST(Agentic, PlainOpenAIRequestsAreJudgedByText) {
 // The server's chat format (template and day) is part of what the oracle
 // replays: a reference that would render prompts differently refuses to
 // judge and says what to pass; given the same, every round verifies.
-TEST(Agentic, AReferenceWithAnotherChatTemplateRefusesToJudge) {
+TEST_P(Agentic, AReferenceWithAnotherChatTemplateRefusesToJudge) {
   const std::string dir = testing::MakeTempDir();
   const std::string tmpl = dir + "/chat.jinja";
   std::ofstream(tmpl) << "{{ bos_token }}Today is {{ strftime_now('%d %B %Y') }}.\n"
                          "{% for m in messages %}{{ m.role }}: {{ m.content | trim }}\n{% endfor %}"
                          "{% if add_generation_prompt %}assistant:{% endif %}";
-  ServerProcess server({"serve", "-m", testing::TinyModelPath(), "--chat-template", tmpl, "--chat-date", "2026-12-02"});
+  ServerProcess server({"serve", "-m", Model(), "--chat-template", tmpl, "--chat-date", "2026-12-02"});
   ASSERT_TRUE(server.ok()) << server.Log();
   auto refused = RunTandem(Bench(server.port(), dir + "/a", "--sweep 2 --rounds 1 --initial-tokens 200"), 120);
   EXPECT_NE(refused.exit_code, 0);
@@ -287,7 +300,7 @@ TEST(Agentic, AReferenceWithAnotherChatTemplateRefusesToJudge) {
   EXPECT_EQ(Outcome(report["points"][0], "ok"), 4) << report.dump();
 }
 
-TEST(Agentic, BadArgumentsAreRefusedWithAMessage) {
+TEST_P(Agentic, BadArgumentsAreRefusedWithAMessage) {
   auto r = RunTandem("bench agentic --url nowhere", 30);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("--url must be host:port"), std::string::npos) << r.output;
@@ -298,6 +311,11 @@ TEST(Agentic, BadArgumentsAreRefusedWithAMessage) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("cannot open transcript"), std::string::npos) << r.output;
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, Agentic, ::testing::Values("tiny", "dsa-tiny"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param == "tiny" ? std::string("Llama") : std::string("Deepseek32");
+                         });
 
 }  // namespace
 }  // namespace tandem
