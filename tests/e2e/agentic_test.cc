@@ -312,10 +312,7 @@ TEST_P(Agentic, BadArgumentsAreRefusedWithAMessage) {
   EXPECT_NE(r.output.find("cannot open transcript"), std::string::npos) << r.output;
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, Agentic, ::testing::Values("tiny", "dsa-tiny"),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           return info.param == "tiny" ? std::string("Llama") : std::string("Deepseek32");
-                         });
+INSTANTIATE_TEST_SUITE_P(Models, Agentic, testing::kTestModels, testing::ModelInstanceName);
 
 }  // namespace
 }  // namespace tandem

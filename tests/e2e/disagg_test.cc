@@ -470,10 +470,7 @@ TEST_P(Disagg, DecodeKilledRouterAnswers503ThenRecoversAfterRestart) {
   EXPECT_TRUE(recovered) << "requests succeed again once the decode server is back";
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, Disagg, ::testing::Values("tiny", "dsa-tiny"),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           return info.param == "tiny" ? std::string("Llama") : std::string("Deepseek32");
-                         });
+INSTANTIATE_TEST_SUITE_P(Models, Disagg, testing::kTestModels, testing::ModelInstanceName);
 
 }  // namespace
 }  // namespace tandem

@@ -344,10 +344,7 @@ TEST_P(Heal, OverTheTcpTransportThirtyTwoConversationsMatchColocated) {
   EXPECT_EQ(prefill->Log().find("error during flush"), std::string::npos) << prefill->Log();
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, Heal, ::testing::Values("tiny", "dsa-tiny"),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           return info.param == "tiny" ? std::string("Llama") : std::string("Deepseek32");
-                         });
+INSTANTIATE_TEST_SUITE_P(Models, Heal, testing::kTestModels, testing::ModelInstanceName);
 
 }  // namespace
 }  // namespace tandem

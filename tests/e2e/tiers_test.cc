@@ -231,10 +231,7 @@ TEST_P(TiersE2E, TheUngatedIndexKFaultReachesTheDisaggregatedEnginesAndIsCaught)
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, TiersE2E, ::testing::Values("tiny", "dsa-tiny"),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           return info.param == "tiny" ? std::string("Llama") : std::string("Deepseek32");
-                         });
+INSTANTIATE_TEST_SUITE_P(Models, TiersE2E, testing::kTestModels, testing::ModelInstanceName);
 
 }  // namespace
 }  // namespace tandem

@@ -18,6 +18,7 @@
 #include "support/paths.h"
 #include "support/process.h"
 #include "support/test_models.h"
+#include "support/tiny_model.h"
 
 namespace tandem {
 namespace {
@@ -332,10 +333,7 @@ Json Entry(const std::string& token, double logprob, std::vector<std::pair<std::
   return e;
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, Oracle, ::testing::Values("tiny", "dsa-tiny"),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           return info.param == "tiny" ? std::string("Llama") : std::string("Deepseek32");
-                         });
+INSTANTIATE_TEST_SUITE_P(Models, Oracle, testing::kTestModels, testing::ModelInstanceName);
 
 TEST(Differential, IdenticalNearTieAndCorruptDivergencesAreTold) {
   const Json ref = Json::array({Entry("Once", -0.1, {{"Once", -0.1}, {"Then", -2.5}}),
