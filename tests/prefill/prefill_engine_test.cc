@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "support/test_models.h"
+#include "support/tiny_model.h"
 #include "transfer/faulty.h"
 #include "decode/handoff_receiver.h"
 #include "transfer/handshake.h"
@@ -107,10 +108,11 @@ class FakeDecode {
   bool closed_ = false;
 };
 
-class PrefillEngineTest : public ::testing::Test {
+// On the tiny llama model and on dsa-tiny (deepseek32: kv_latent + index_k).
+class PrefillEngineTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    model_ = MakePresetModel("tiny", TensorType::kF32);
+    model_ = MakePresetModel(GetParam(), TensorType::kF32);
     spec_ = std::make_unique<CacheSpec>(*MakeCacheSpec(model_->model->config(), AttentionOptions{}));
     net_ = std::make_shared<transfer::LoopbackNetwork>();
     prefill_transport_ = std::make_unique<transfer::LoopbackTransport>(net_);
@@ -176,7 +178,7 @@ class PrefillEngineTest : public ::testing::Test {
 // Regression: handoff ids restart at 1 in every decode process and the
 // prefill side matched an Abort by id across all connections, so one decode
 // server's Abort stopped another's handoff.
-TEST_F(PrefillEngineTest, AnAbortFromAnotherConnectionDoesNotStopThisOnesHandoff) {
+TEST_P(PrefillEngineTest, AnAbortFromAnotherConnectionDoesNotStopThisOnesHandoff) {
   StartWorker();
   auto [a, to_a] = Connect();
   auto [b, to_b] = Connect();
@@ -193,7 +195,7 @@ TEST_F(PrefillEngineTest, AnAbortFromAnotherConnectionDoesNotStopThisOnesHandoff
 
 // Regression: the sender ignored a failed or timed-out Flush and the worker
 // still sent AbortAck — the decode side then freed pages late puts could land in.
-TEST_F(PrefillEngineTest, AnAbortIsNeverAcknowledgedWhenTheFlushCannotBeConfirmed) {
+TEST_P(PrefillEngineTest, AnAbortIsNeverAcknowledgedWhenTheFlushCannotBeConfirmed) {
   faults_ = transfer::FaultPlan{};
   faults_->flush_never_confirms = true;
   faults_->put_delay = 2ms;
@@ -210,7 +212,7 @@ TEST_F(PrefillEngineTest, AnAbortIsNeverAcknowledgedWhenTheFlushCannotBeConfirme
   EXPECT_EQ(worker_->stats().peers_closed, 1);
 }
 
-TEST_F(PrefillEngineTest, AFullQueueRefusesWithAReasonAndServesTheRest) {
+TEST_P(PrefillEngineTest, AFullQueueRefusesWithAReasonAndServesTheRest) {
   PrefillOptions o;
   o.max_queue = 1;
   o.engine.max_running = 1;  // one prompt at a time: the rest queue
@@ -238,7 +240,7 @@ TEST_F(PrefillEngineTest, AFullQueueRefusesWithAReasonAndServesTheRest) {
 
 // A queued handoff has a deadline too (its time budget): it is refused with
 // the reason, not left to wait behind the running one.
-TEST_F(PrefillEngineTest, AQueuedHandoffPastItsBudgetIsRefusedWithTheReason) {
+TEST_P(PrefillEngineTest, AQueuedHandoffPastItsBudgetIsRefusedWithTheReason) {
   StartWorker();
   auto [d, conn] = Connect();
   ASSERT_TRUE(conn->Send(d->DestinationFor(1, testing::PseudoRandomTokens(900, model_->model->config().vocab_size, 1))).ok());
@@ -266,7 +268,7 @@ TEST_F(PrefillEngineTest, AQueuedHandoffPastItsBudgetIsRefusedWithTheReason) {
 
 // Regression (review): a second Destination with an id in flight was refused
 // with an Abort, and the decode side freed the pages the first was writing.
-TEST_F(PrefillEngineTest, ADuplicateDestinationIsIgnoredAndTheFirstCommitsIntact) {
+TEST_P(PrefillEngineTest, ADuplicateDestinationIsIgnoredAndTheFirstCommitsIntact) {
   StartWorker();
   auto [d, conn] = Connect();
   const auto bytes = d->DestinationFor(3, Prompt(3));
@@ -283,7 +285,7 @@ TEST_F(PrefillEngineTest, ADuplicateDestinationIsIgnoredAndTheFirstCommitsIntact
 // Prompts that together need more pages than the prefill pool holds: the
 // scheduler preempts (flushing the victim's writes first) and recomputes, and
 // every handoff still commits with digests that verify.
-TEST_F(PrefillEngineTest, PreemptionMidHandoffStillCommitsVerifiedPages) {
+TEST_P(PrefillEngineTest, PreemptionMidHandoffStillCommitsVerifiedPages) {
   PrefillOptions o;
   o.engine.max_batch_tokens = 256;
   // 12 pages; prompts of 7 pages each, several steps long: any two running
@@ -311,7 +313,7 @@ TEST_F(PrefillEngineTest, PreemptionMidHandoffStillCommitsVerifiedPages) {
   EXPECT_GT(preemptions, 0) << "two of these prompts need more pages than the pool has";
 }
 
-TEST_F(PrefillEngineTest, AHelloWithOtherWeightsIsRefusedAndTheConnectionClosed) {
+TEST_P(PrefillEngineTest, AHelloWithOtherWeightsIsRefusedAndTheConnectionClosed) {
   StartWorker();
   auto [d, conn] = Connect("tiny:some other weights");  // refused: the worker closes the connection
   EXPECT_TRUE(d->WaitClosed());
@@ -323,7 +325,7 @@ TEST_F(PrefillEngineTest, AHelloWithOtherWeightsIsRefusedAndTheConnectionClosed)
 // engine that proves it: on its Hello (a missing or wrong proof closes the
 // connection) and on every destination (over this connection's nonce, so one
 // recorded on another connection, or made without the key, is refused).
-TEST_F(PrefillEngineTest, WithAClusterKeyOnlyDecodeEnginesThatProveItAreServed) {
+TEST_P(PrefillEngineTest, WithAClusterKeyOnlyDecodeEnginesThatProveItAreServed) {
   auto key = transfer::ClusterKey::FromSecret("the cluster's shared secret");
   auto wrong = transfer::ClusterKey::FromSecret("somebody else's secret!!!!");
   ASSERT_TRUE(key.ok() && wrong.ok());
@@ -393,6 +395,8 @@ TEST_F(PrefillEngineTest, WithAClusterKeyOnlyDecodeEnginesThatProveItAreServed) 
   EXPECT_TRUE(r->WaitClosed()) << "a replayed Hello is refused";
   EXPECT_FALSE(d->WaitClosed(100ms)) << "and the engine's live connection is not dropped as stale";
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, PrefillEngineTest, testing::kTestModels, testing::ModelInstanceName);
 
 }  // namespace
 }  // namespace tandem

@@ -7,6 +7,7 @@
 #include "model/forward.h"
 #include "prefix/prefix_index.h"
 #include "support/test_models.h"
+#include "support/tiny_model.h"
 
 namespace tandem {
 namespace {
@@ -37,8 +38,8 @@ std::vector<float> RunWithCache(const Model& model, ForwardPass& fwd, PagePool& 
   return logits;
 }
 
-void CheckReuse(const AttentionOptions& attention) {
-  auto m = MakePresetModel("tiny", TensorType::kF32);
+void CheckReuse(const std::string& preset, const AttentionOptions& attention) {
+  auto m = MakePresetModel(preset, TensorType::kF32);
   const Model& model = *m->model;
   ThreadPool threads(2);
   const CacheSpec spec = *MakeCacheSpec(model.config(), attention);
@@ -74,17 +75,22 @@ void CheckReuse(const AttentionOptions& attention) {
   EXPECT_EQ(pool.accounting(), baseline) << "the index released every page";
 }
 
-TEST(PrefixReuse, DenseHitsGiveIdenticalLogits) { CheckReuse({}); }
+// On the tiny llama model and on dsa-tiny (deepseek32: kv_latent + index_k).
+class PrefixReuse : public ::testing::TestWithParam<std::string> {};
 
-TEST(PrefixReuse, SparseHitsReuseIndexKAndGiveIdenticalLogits) {
+TEST_P(PrefixReuse, DenseHitsGiveIdenticalLogits) { CheckReuse(GetParam(), {}); }
+
+TEST_P(PrefixReuse, SparseHitsReuseIndexKAndGiveIdenticalLogits) {
   AttentionOptions a;
   a.kind = AttentionKind::kSparse;
   a.top_k = 32;
   for (auto dtype : {CacheDType::kFp8E4M3Scaled, CacheDType::kBF16}) {
     a.index_k_dtype = dtype;
-    CheckReuse(a);
+    CheckReuse(GetParam(), a);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, PrefixReuse, testing::kTestModels, testing::ModelInstanceName);
 
 }  // namespace
 }  // namespace tandem

@@ -17,6 +17,7 @@
 #include "runtime/generator.h"
 #include "support/process.h"
 #include "support/test_models.h"
+#include "support/tiny_model.h"
 
 namespace tandem {
 namespace {
@@ -124,8 +125,11 @@ TEST(LayerGates, WaitBlocksUntilItsLayerOpens) {
   EXPECT_GT(g.waited_ns(), 0);
 }
 
-TEST(Tiers, OutputsAreIdenticalWithTiersOnAndOffForEveryAttentionAndPolicy) {
-  auto m = MakePresetModel("tiny", TensorType::kF32);
+// On the tiny llama model and on dsa-tiny (deepseek32: kv_latent + index_k).
+class Tiers : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Tiers, OutputsAreIdenticalWithTiersOnAndOffForEveryAttentionAndPolicy) {
+  auto m = MakePresetModel(GetParam(), TensorType::kF32);
   const std::string dir = testing::MakeTempDir();
   struct Case {
     AttentionOptions attention;
@@ -197,8 +201,8 @@ TEST(Tiers, OutputsAreIdenticalWithTiersOnAndOffForEveryAttentionAndPolicy) {
   }
 }
 
-TEST(Tiers, EveryTierReturnsToBaselineWhenIdle) {
-  auto m = MakePresetModel("tiny", TensorType::kF32);
+TEST_P(Tiers, EveryTierReturnsToBaselineWhenIdle) {
+  auto m = MakePresetModel(GetParam(), TensorType::kF32);
   EngineOptions opt;
   opt.attention = Sparse(CacheDType::kBF16);
   opt.cache_tokens = 64 * 16;
@@ -233,8 +237,8 @@ TEST(Tiers, EveryTierReturnsToBaselineWhenIdle) {
 // lands. With the copy engine slowed, skipping only the index-K gate changes
 // outputs; with the gates, the same slow copies change nothing, also with
 // every freed page poisoned (so a gated path never reads a freed byte).
-TEST(Tiers, SkippingTheIndexKGateWithSlowCopiesCorruptsOutputs) {
-  auto m = MakePresetModel("tiny", TensorType::kF32);
+TEST_P(Tiers, SkippingTheIndexKGateWithSlowCopiesCorruptsOutputs) {
+  auto m = MakePresetModel(GetParam(), TensorType::kF32);
   const AttentionOptions a = Sparse(CacheDType::kBF16);
   int mismatches[4] = {0, 0, 0, 0};  // [ungated + 2 * poison]
   for (int run = 0; run < 4; ++run) {
@@ -271,8 +275,8 @@ TEST(Tiers, SkippingTheIndexKGateWithSlowCopiesCorruptsOutputs) {
             << " with page poisoning\n";
 }
 
-TEST(Tiers, DiskPagesSurviveARestartAndACorruptOneIsDropped) {
-  auto m = MakePresetModel("tiny", TensorType::kF32);
+TEST_P(Tiers, DiskPagesSurviveARestartAndACorruptOneIsDropped) {
+  auto m = MakePresetModel(GetParam(), TensorType::kF32);
   const AttentionOptions a = Sparse(CacheDType::kFp8E4M3Scaled);
   const std::string dir = testing::MakeTempDir();
   EngineOptions opt;
@@ -334,8 +338,8 @@ TEST(Tiers, DiskPagesSurviveARestartAndACorruptOneIsDropped) {
   }
 }
 
-TEST(Tiers, BadOptionsAreRefused) {
-  auto m = MakePresetModel("tiny", TensorType::kF32);
+TEST_P(Tiers, BadOptionsAreRefused) {
+  auto m = MakePresetModel(GetParam(), TensorType::kF32);
   EngineOptions opt;
   opt.tiers.host_bytes = 10;  // less than a page
   EXPECT_EQ(Engine::Create(*m->model, opt).status().code(), StatusCode::kInvalidArgument);
@@ -346,6 +350,8 @@ TEST(Tiers, BadOptionsAreRefused) {
   EXPECT_FALSE(ParseWritePolicy("write-sometimes").ok());
   EXPECT_EQ(*ParseWritePolicy("write-back"), WritePolicy::kWriteBack);
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, Tiers, testing::kTestModels, testing::ModelInstanceName);
 
 }  // namespace
 }  // namespace tandem

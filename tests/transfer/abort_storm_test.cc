@@ -10,6 +10,7 @@
 
 #include "prefill/prefill_engine.h"
 #include "support/test_models.h"
+#include "support/tiny_model.h"
 #include "decode/handoff_receiver.h"
 #include "transfer/handshake.h"
 #include "transfer/loopback.h"
@@ -19,8 +20,11 @@ namespace {
 
 using namespace std::chrono_literals;
 
-TEST(AbortStorm, HalfAbortedTenRoundsThenACleanRound) {
-  auto m = testing::MakePresetModel("tiny", TensorType::kF32);
+// On the tiny llama model and on dsa-tiny (deepseek32: kv_latent + index_k).
+class AbortStorm : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(AbortStorm, HalfAbortedTenRoundsThenACleanRound) {
+  auto m = testing::MakePresetModel(GetParam(), TensorType::kF32);
   const Model& model = *m->model;
   const CacheSpec spec = *MakeCacheSpec(model.config(), [] {
     AttentionOptions a;
@@ -87,7 +91,7 @@ TEST(AbortStorm, HalfAbortedTenRoundsThenACleanRound) {
     std::vector<uint64_t> ids;
     for (int i = 0; i < 8; ++i) {
       const uint64_t id = next_id++;
-      auto d = receiver.Begin(id, testing::PseudoRandomTokens(size_t(100 + 13 * i), 1024, uint32_t(id)), 1, Clock::now());
+      auto d = receiver.Begin(id, testing::PseudoRandomTokens(size_t(100 + 13 * i), model.config().vocab_size, uint32_t(id)), 1, Clock::now());
       EXPECT_TRUE(d.ok()) << d.status().ToString();
       d->time_budget_ms = 60000;
       d->decode_instance_id = instance;
@@ -149,6 +153,8 @@ TEST(AbortStorm, HalfAbortedTenRoundsThenACleanRound) {
   EXPECT_EQ(ps.in_flight, 0);
   worker->Stop();
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, AbortStorm, tandem::testing::kTestModels, tandem::testing::ModelInstanceName);
 
 }  // namespace
 }  // namespace tandem::transfer

@@ -14,6 +14,7 @@
 
 #include "runtime/generator.h"
 #include "support/test_models.h"
+#include "support/tiny_model.h"
 #include "transfer/faulty.h"
 #include "decode/handoff_receiver.h"
 #include "transfer/handshake.h"
@@ -242,8 +243,11 @@ std::vector<std::vector<int32_t>> Prompts(const Model& m) {
   return p;
 }
 
-TEST(Handoff, OutputsMatchTheColocatedOracleBitForBit) {
-  auto m = MakePresetModel("tiny", TensorType::kF32);
+// On the tiny llama model and on dsa-tiny (deepseek32: kv_latent + index_k).
+class Handoff : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Handoff, OutputsMatchTheColocatedOracleBitForBit) {
+  auto m = MakePresetModel(GetParam(), TensorType::kF32);
   for (const AttentionOptions& attention :
        {AttentionOptions{}, SparseAttention(CacheDType::kFp8E4M3Scaled, 32), SparseAttention(CacheDType::kBF16, 32)}) {
     PrefillSide so;
@@ -269,8 +273,8 @@ TEST(Handoff, OutputsMatchTheColocatedOracleBitForBit) {
 // The next round of a conversation re-sends the last: the prefill engine
 // computes only past its cached prefix, sends the cached pages the decode
 // side lacks as they are, and the output is still the oracle's.
-TEST(Handoff, ThePrefillSidePrefixCacheComputesOnlyTheNewTokens) {
-  auto m = MakePresetModel("tiny", TensorType::kF32);
+TEST_P(Handoff, ThePrefillSidePrefixCacheComputesOnlyTheNewTokens) {
+  auto m = MakePresetModel(GetParam(), TensorType::kF32);
   for (const AttentionOptions& attention : {AttentionOptions{}, SparseAttention(CacheDType::kBF16, 32)}) {
     PrefillSide so;
     so.chunk_size = 100;
@@ -290,8 +294,8 @@ TEST(Handoff, ThePrefillSidePrefixCacheComputesOnlyTheNewTokens) {
   }
 }
 
-TEST(Handoff, OverUcxOutputsMatchTheOracle) {
-  auto m = MakePresetModel("tiny", TensorType::kF32);
+TEST_P(Handoff, OverUcxOutputsMatchTheOracle) {
+  auto m = MakePresetModel(GetParam(), TensorType::kF32);
   for (const AttentionOptions& attention :
        {SparseAttention(CacheDType::kFp8E4M3Scaled, 32), SparseAttention(CacheDType::kBF16, 32)}) {
     PrefillSide so;
@@ -307,8 +311,8 @@ TEST(Handoff, OverUcxOutputsMatchTheOracle) {
   }
 }
 
-TEST(Handoff, UnsafeEarlyCommitIsCaughtByTheOracleAndByDigests) {
-  auto m = MakePresetModel("tiny", TensorType::kF32);
+TEST_P(Handoff, UnsafeEarlyCommitIsCaughtByTheOracleAndByDigests) {
+  auto m = MakePresetModel(GetParam(), TensorType::kF32);
   const auto attention = SparseAttention(CacheDType::kBF16, 16);
   PrefillSide unsafe;
   unsafe.unsafe_early_commit = true;
@@ -344,8 +348,8 @@ TEST(Handoff, UnsafeEarlyCommitIsCaughtByTheOracleAndByDigests) {
   }
 }
 
-TEST(Handoff, BitFlipsAreDetectedAndNeverServed) {
-  auto m = MakePresetModel("tiny", TensorType::kF32);
+TEST_P(Handoff, BitFlipsAreDetectedAndNeverServed) {
+  auto m = MakePresetModel(GetParam(), TensorType::kF32);
   FaultPlan flips;
   flips.bit_flip_rate = 0.2;
   flips.seed = 11;
@@ -369,8 +373,8 @@ TEST(Handoff, BitFlipsAreDetectedAndNeverServed) {
   EXPECT_EQ(h.decode_pool().accounting(), baseline);
 }
 
-TEST(Handoff, AbortQuarantinesUntilAckAndPeerCloseFreesEverything) {
-  auto m = MakePresetModel("tiny", TensorType::kF32);
+TEST_P(Handoff, AbortQuarantinesUntilAckAndPeerCloseFreesEverything) {
+  auto m = MakePresetModel(GetParam(), TensorType::kF32);
   HandoffHarness h(*m->model, {}, {}, {}, {});
   const auto baseline = h.decode_pool().accounting();
   const auto prompt = PseudoRandomTokens(300, m->model->config().vocab_size, 3);
@@ -397,8 +401,8 @@ TEST(Handoff, AbortQuarantinesUntilAckAndPeerCloseFreesEverything) {
 // The sender committed before our Abort reached it: the Commit (sent after
 // its flush) must release the quarantine, or those pages leak until the
 // connection closes (seen in CI as 2 pages stuck after an abort storm).
-TEST(Handoff, ACommitThatCrossesOurAbortReleasesTheQuarantine) {
-  auto m = MakePresetModel("tiny", TensorType::kF32);
+TEST_P(Handoff, ACommitThatCrossesOurAbortReleasesTheQuarantine) {
+  auto m = MakePresetModel(GetParam(), TensorType::kF32);
   HandoffHarness h(*m->model, {}, {}, {}, {});
   const auto baseline = h.decode_pool().accounting();
   const auto prompt = PseudoRandomTokens(300, m->model->config().vocab_size, 3);
@@ -419,8 +423,8 @@ TEST(Handoff, ACommitThatCrossesOurAbortReleasesTheQuarantine) {
 // joined the decode batch, and the next step's validation failed every
 // request in that batch. Now a bad Commit fails its own handoff only, and one
 // from another peer changes nothing at all.
-TEST(Handoff, ABadCommitFailsOnlyItsOwnHandoff) {
-  auto m = MakePresetModel("tiny", TensorType::kF32);
+TEST_P(Handoff, ABadCommitFailsOnlyItsOwnHandoff) {
+  auto m = MakePresetModel(GetParam(), TensorType::kF32);
   ReceiverOptions ro;
   ro.vocab_size = m->model->config().vocab_size;
   HandoffHarness h(*m->model, {}, {}, ro, {});
@@ -460,10 +464,13 @@ TEST(Handoff, ABadCommitFailsOnlyItsOwnHandoff) {
   EXPECT_TRUE(got.ok()) << got.status().ToString();
 }
 
-TEST(Handoff, PeerDeathMidTransferFailsCleanly) {
-  auto m = MakePresetModel("tiny", TensorType::kF32);
+TEST_P(Handoff, PeerDeathMidTransferFailsCleanly) {
+  auto m = MakePresetModel(GetParam(), TensorType::kF32);
   FaultPlan death;
-  death.die_after_puts = 7;
+  // Mid-transfer on both models: a 300-token prompt is at least one put per
+  // layer and buffer (runs of adjacent pages coalesce), as few as 6 on
+  // dsa-tiny's 3 layers x 2 buffers.
+  death.die_after_puts = 3;
   HandoffHarness h(*m->model, {}, {}, {}, {}, &death);
   const auto baseline = h.decode_pool().accounting();
   auto got = h.Run(1, PseudoRandomTokens(300, m->model->config().vocab_size, 5), 4);
@@ -474,6 +481,8 @@ TEST(Handoff, PeerDeathMidTransferFailsCleanly) {
   // computed before the peer died are correct, and may be cached).
   EXPECT_EQ(h.PrefillStats([](const auto& s) { return s.in_flight == 0 && s.pages_in_use == 0; }).pages_in_use, 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, Handoff, tandem::testing::kTestModels, tandem::testing::ModelInstanceName);
 
 }  // namespace
 }  // namespace tandem::transfer
