@@ -79,6 +79,8 @@ TEST_F(SocketTest, APutOutsideEveryRegionClosesTheConnectionWithTheReason) {
   ASSERT_TRUE(at_server_.WaitClosed());
   EXPECT_NE(at_server_.why.message().find("outside every region"), std::string::npos) << at_server_.why.ToString();
   for (size_t i = 0; i < kRegion; ++i) ASSERT_EQ(region_.data[i], 0) << "nothing landed";
+  conn_->Close();  // the flush failed: src is ours again only once the connection is released
+  EXPECT_TRUE(conn_->WaitReleased(std::chrono::steady_clock::now() + 10s));
 }
 
 TEST_F(SocketTest, ClosingIsAFenceNothingLandsAfterItReturns) {
@@ -92,6 +94,11 @@ TEST_F(SocketTest, ClosingIsAFenceNothingLandsAfterItReturns) {
   ASSERT_TRUE(at_client_.WaitClosed());
   for (size_t i = 0; i < src.size(); ++i) ASSERT_EQ(region_.data[i], 0) << "a put landed after Close returned";
   EXPECT_TRUE(mine->WaitReleased(std::chrono::steady_clock::now() + 10s));
+  // The flush failed, so the puts' sources stay ours to keep until our side is
+  // closed (the writer may still be sending them: ASan caught it reading src
+  // after the test returned).
+  conn_->Close();
+  EXPECT_TRUE(conn_->WaitReleased(std::chrono::steady_clock::now() + 10s));
 }
 
 TEST_F(SocketTest, AMessageSentJustBeforeCloseStillGoesOut) {
