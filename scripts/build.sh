@@ -5,4 +5,6 @@ cd "$(dirname "$0")/.."
 dir=${1:-build}
 shift || true
 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" > /dev/null
+# ccache (when installed) may reuse objects built with precompiled headers.
+export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros}
 cmake --build "$dir" -j "$(nproc)"

@@ -410,7 +410,12 @@ Status PrefillEngine::FlushWrites(Handoff& h) {
 void PrefillEngine::BeforeRelease(uint64_t request) {
   std::shared_ptr<Handoff> h = Find(request);
   if (!h || !h->posted) return;
-  // Pages about to be freed (or recomputed) may not be read by a write in flight.
+  // Pages about to be freed (or recomputed) may not be read by a write in
+  // flight: flush first. When the flush fails, the transport may still read
+  // them after they are reused, and what lands then is garbage in a handoff
+  // that is never committed (OnEnd closes its connection, which frees the
+  // destination's pages). The memory stays allocated: `tandem prefill`
+  // destroys its transport before this engine.
   if (!FlushWrites(*h).ok()) h->handle->Cancel();
 }
 

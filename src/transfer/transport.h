@@ -67,9 +67,11 @@ class Connection {
   virtual uint64_t id() const = 0;
   // Posts a one-sided write of [src, src + bytes) to the peer's region named by
   // `key`, at byte `offset`. Returns once posted; the bytes land later.
-  // REQUIRES: src stays valid and unchanged until a Flush covering it returns
-  // OK, or else until WaitReleased returns true after Close (a failed Flush
-  // does not mean the bytes are no longer being read).
+  // REQUIRES: src stays unchanged until a Flush covering it returns OK, and
+  // allocated until then or, when no Flush succeeds, until WaitReleased
+  // returns true after Close: a failed Flush does not stop the transport
+  // reading it. (Bytes changed after a failed Flush may land changed; a
+  // handoff is never committed without a confirmed Flush, so none is read.)
   virtual Status Put(const void* src, size_t bytes, const RemoteKey& key, uint64_t offset) = 0;
   // Several puts into one region, exactly as that many Put calls in order
   // (transports may post them more cheaply); stops at the first error.

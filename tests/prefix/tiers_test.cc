@@ -327,7 +327,8 @@ TEST_P(Tiers, DiskPagesSurviveARestartAndACorruptOneIsDropped) {
     EXPECT_EQ(ts.disk_errors, 1);
     EXPECT_LT(ts.hit_tokens_l3, 15 * 64);
   }
-  // Files of another model or layout are never read: a dense engine starts empty.
+  // Files of another attention (and, on llama, another layout) are never
+  // read: a dense engine starts empty.
   {
     EngineOptions dense = opt;
     dense.attention = {};
