@@ -13,9 +13,6 @@ namespace tandem {
 
 using Clock = std::chrono::steady_clock;
 
-
-
-
 StatusOr<PrefillOrder> ParsePrefillOrder(const std::string& name) {
   if (name == "arrival") return PrefillOrder::kArrival;
   if (name == "shortest") return PrefillOrder::kShortestFirst;
@@ -338,52 +335,6 @@ void Engine::Step() {
   std::erase_if(scheduler_.running(), [](const auto& s) { return s->done; });
 }
 
-// Rows [0, n) are the logits at positions start .. start + n - 1: row i
-// predicts prompt token start + i + 1. The first prompt token has no logprob.
-void Engine::CollectPromptLogprobs(Sequence& s, int64_t start, size_t n,
-                                   const std::function<std::span<const float>(size_t)>& row_at) {
-  if (s.prompt_logprobs_sent) return;
-  if (s.prompt_logprobs.empty() && start == 0) {
-    PositionLogprobs first;
-    first.chosen.token = s.tokens[0];
-    first.has_logprob = false;
-    s.prompt_logprobs.push_back(first);
-  }
-  for (size_t i = 0; i < n; ++i) {
-    const int64_t next = start + int64_t(i) + 1;  // the prompt token row i predicts
-    if (next >= s.prompt_len || int64_t(s.prompt_logprobs.size()) != next) continue;  // past the prompt, or done before a preemption
-    s.prompt_logprobs.push_back(ComputeLogprobs(row_at(i), s.tokens[size_t(next)], s.spec.logprobs));
-  }
-}
-
-void Engine::Emit(Sequence& s, int32_t token, const PositionLogprobs* logprobs) {
-  const auto now = Clock::now();
-  if (!s.spec.ignore_eos && model_.tokenizer().IsEndOfGeneration(token)) return Finish(s, "stop");
-  if (Status st = StartConstraint(s); !st.ok()) return Fail(s, st);
-  s.tokens.push_back(token);
-  if (s.constraint) s.constraint->Accept(token);
-  ++s.generated;
-  ++counters_.generated_tokens;
-  metrics_.generated_tokens.Increment();
-  if (!s.started) {
-    metrics_.ttft.Observe(SecondsBetween(s.arrival, now));
-    s.started = true;
-  } else {
-    metrics_.inter_token.Observe(SecondsBetween(s.last_token, now));
-  }
-  s.last_token = now;
-  StreamEvent ev;
-  ev.text = s.stops->Push(s.decoder->Push(token));
-  ev.tokens = {token};
-  if (logprobs) ev.logprobs = {*logprobs};
-  s.handle->Push(std::move(ev));
-  if (s.stops->stopped()) return Finish(s, "stop");
-  if (s.constraint && s.constraint->finished()) return Finish(s, "stop");  // the answer is complete
-  if (s.generated >= s.spec.max_tokens || int64_t(s.tokens.size()) >= context_tokens_) {
-    Finish(s, "length");
-  }
-}
-
 // A prompt's full pages go to the prefix index as soon as they are computed
 // (they are never written again), so requests sent with the same prompt
 // meanwhile (the other choices of an n > 1 request) share them instead of
@@ -392,102 +343,6 @@ void Engine::Emit(Sequence& s, int32_t token, const PositionLogprobs* logprobs) 
 void Engine::IndexPrompt(Sequence& s) {
   if (!index_ || s.gates || sink_) return;
   index_->Insert(std::span<const int32_t>(s.tokens).first(size_t(s.prompt_len)), s.pages);
-}
-
-// A constrained request's grammar state, from its start (compiled once per
-// constraint text and kept for the next requests that send it).
-Status Engine::StartConstraint(Sequence& s) {
-  if (s.constraint || s.spec.sampling.constraint.empty()) return Status::Ok();
-  TANDEM_ASSIGN_OR_RETURN(s.constraint, constraints_.Start(s.spec.sampling.constraint));
-  return Status::Ok();
-}
-
-// Prefill role: the prompt is computed; the sink sends it on, and the request
-// ends here (its pages go to the prefix cache for the conversation's next round).
-void Engine::HandOff(Sequence& s, int32_t first_token) {
-  metrics_.ttft.Observe(SecondsBetween(s.arrival, Clock::now()));
-  const auto prompt = std::span<const int32_t>(s.tokens).first(size_t(s.prompt_len));
-  const bool taken = sink_->OnPrefilled(s.handle->id(), prompt, s.pages, first_token, *pool_);
-  Finish(s, taken ? "handed off" : "cancelled");
-}
-
-void Engine::Finish(Sequence& s, const std::string& reason) {
-  if (s.done) return;
-  if (s.awaiting) {
-    remote_->Abort(s.handoff, reason);
-    s.awaiting = false;
-  }
-  if (reason != "cancelled" && !s.stops->stopped()) {
-    StreamEvent tail;
-    tail.text = s.stops->Push(s.decoder->Flush()) + s.stops->Flush();
-    if (!tail.text.empty()) s.handle->Push(std::move(tail));
-  }
-  StreamEvent ev;
-  ev.kind = StreamEvent::Kind::kFinish;
-  ev.finish_reason = reason;
-  ev.prompt_tokens = s.prompt_len;
-  ev.completion_tokens = s.generated;
-  ev.cached_prompt_tokens = s.cached_prompt_tokens;
-  s.handle->Push(std::move(ev));
-  Retire(s);
-  s.done = true;
-  const double e2e = SecondsBetween(s.arrival, Clock::now());
-  metrics_.e2e.Observe(e2e);
-  if (remote_) {
-    if (s.committed_at != Clock::time_point{}) metrics_.decode_phase.Observe(SecondsBetween(s.committed_at, Clock::now()));
-    handoff_seconds_total_ += s.handoff_seconds;
-    request_seconds_total_ += e2e;
-    metrics_.handoff_seconds.Increment(s.handoff_seconds);
-    metrics_.handoff_request_seconds.Increment(e2e);
-    if (request_seconds_total_ > 0) metrics_.handoff_time_share.Set(handoff_seconds_total_ / request_seconds_total_);
-  }
-  if (reason == "cancelled") {
-    ++counters_.requests_cancelled;
-    metrics_.cancelled.Increment();
-  } else {
-    ++counters_.requests_finished;
-    metrics_.finished.Increment();
-  }
-  if (sink_) {
-    sink_->OnEnd(s.handle->id(),
-                 reason == "handed off" ? Status::Ok()
-                 : reason == "cancelled" ? Status(StatusCode::kAborted, "cancelled")
-                                         : ResourceExhausted("the prompt does not fit in the prefill engine's cache"));
-  }
-}
-
-void Engine::Fail(Sequence& s, Status error) {
-  if (s.done) return;
-  if (s.awaiting) {
-    remote_->Abort(s.handoff, error.message());
-    s.awaiting = false;
-  }
-  StreamEvent ev;
-  ev.kind = StreamEvent::Kind::kError;
-  ev.error = error;
-  s.handle->Push(std::move(ev));
-  Retire(s);
-  s.done = true;
-  ++counters_.requests_failed;
-  metrics_.failed.Increment();
-  if (sink_) sink_->OnEnd(s.handle->id(), error);
-}
-
-// Gives the sequence's computed full pages to the prefix index and drops its
-// own page references.
-void Engine::Retire(Sequence& s) {
-  if (s.gates) {
-    s.gates->WaitAll();  // nothing may still be landing in pages we hand on or free
-    s.gates.reset();
-  }
-  if (sink_) sink_->BeforeRelease(s.handle->id());
-  if (index_ && !s.pages.empty()) {
-    const auto computed = std::span<const int32_t>(s.tokens).first(size_t(s.computed));
-    index_->Insert(computed, s.pages);
-    if (tiers_) tiers_->OnL1Insert(computed, s.pages);
-  }
-  pool_->Release(s.pages);
-  s.pages.clear();
 }
 
 void Engine::PublishStats() {
