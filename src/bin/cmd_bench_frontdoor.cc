@@ -31,6 +31,8 @@ void RegisterFrontDoorBench(CLI::App& bench) {
       ->check(CLI::Range(0, 100000));
   cmd->add_option("--hang-up-max-tokens", o->hang_up_max_tokens, "Their max_tokens (long enough to be cut)");
   cmd->add_option("--phase-timeout", *phase_s, "Seconds each phase may take")->check(CLI::Range(1, 3600));
+  cmd->add_option("--health-timeout", o->health_timeout_s, "Seconds a /health probe may take before it counts as failed")
+      ->check(CLI::Range(1, 600));
   cmd->add_option("--json", *json_path, "Write the report here as JSON");
   cmd->callback([o, json_path, phase_s] {
     o->phase_timeout = std::chrono::seconds(*phase_s);

@@ -230,8 +230,8 @@ void Streams(const FrontDoorOptions& o, const std::string& model, FrontDoorRepor
     while (!stop) {
       const auto t0 = Clock::now();
       httplib::Client cli(o.host, o.port);
-      cli.set_connection_timeout(2, 0);
-      cli.set_read_timeout(2, 0);
+      cli.set_connection_timeout(o.health_timeout_s, 0);
+      cli.set_read_timeout(o.health_timeout_s, 0);
       auto res = cli.Get("/health");
       health.push_back(MsSince(t0));
       if (!res || res->status != 200) ++health_failed;

@@ -33,6 +33,7 @@ struct FrontDoorOptions {
   int64_t big_body_bytes = int64_t(1) << 30;
   int hang_ups = 100, hang_up_max_tokens = 100000;
   std::chrono::seconds phase_timeout{180};
+  int health_timeout_s = 2;  // a /health probe slower than this counts as failed
 };
 
 struct FrontDoorReport {

@@ -29,13 +29,23 @@ using Json = nlohmann::json;
 
 const std::vector<std::string> kLimits = {"--header-timeout", "2", "--body-timeout", "2"};
 
+// How long /health may take while 2,000 streams run. Under the sanitizers (CI
+// runs this there too, beside another test on two cores) the server is several
+// times slower: one probe in 1,611 once took the whole 2 s there.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr int kHealthLimitS = 6;
+#else
+constexpr int kHealthLimitS = 2;
+#endif
+
 Json RunBench(int port, int engine_port, const std::string& dir) {
   const std::string json = dir + "/frontdoor.json";
   auto run = testing::RunTandem("bench frontdoor --port " + std::to_string(port) + " --engine-port " +
                                     std::to_string(engine_port) +
                                     " --idle 1000 --streams 2000 --prompts 200 --max-tokens 16 --slowloris 500"
                                     " --big-body-bytes 1073741824 --hang-ups 100 --hang-up-max-tokens 3000"
-                                    " --phase-timeout 240 --json " + json,
+                                    " --phase-timeout 240 --health-timeout " + std::to_string(kHealthLimitS) +
+                                    " --json " + json,
                                 900);
   EXPECT_EQ(run.exit_code, 0) << run.output;
   std::ifstream in(json);
@@ -54,7 +64,7 @@ void ExpectFrontDoorHolds(const Json& r) {
   EXPECT_EQ(s["equal_to_alone"], 2000) << "every stream gets all its tokens, equal to its answer alone";
   EXPECT_GT(s["health_probes"].get<int64_t>(), 0);
   EXPECT_EQ(s["health_failed"], 0) << "/health answers throughout";
-  EXPECT_LT(s["health_max_ms"].get<double>(), 2000) << s.dump();
+  EXPECT_LT(s["health_max_ms"].get<double>(), kHealthLimitS * 1000.0) << s.dump();
   const Json& slow = r["slowloris"];
   EXPECT_EQ(slow["closed"], 500) << slow.dump();
   EXPECT_EQ(slow["got_408"], 500) << "each is told why";
