@@ -11,11 +11,9 @@ namespace tandem {
 
 using transfer::Clock;
 
-namespace {
-
-long long Ms(Clock::duration d) { return (long long)std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
-
-}  // namespace
+long long RemotePrefill::Ms(Clock::duration d) {
+  return (long long)std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
 
 RemotePrefill::RemotePrefill(RemotePrefillOptions options)
     : options_(std::move(options)), instance_id_(transfer::NewInstanceId()) {}

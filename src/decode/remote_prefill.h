@@ -145,6 +145,7 @@ class RemotePrefill : public RemotePrompts {
   void LinkUp(size_t link);
   void Handle(const Arrival& a, std::vector<Outcome>& out);
   void KeepAlive(transfer::Clock::time_point now);
+  static long long Ms(transfer::Clock::duration d);  // whole milliseconds, for messages and budgets
   Hello MyHello(uint64_t peer_instance) const;
 
   const RemotePrefillOptions options_;

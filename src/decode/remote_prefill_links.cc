@@ -9,12 +9,6 @@ namespace tandem {
 
 using transfer::Clock;
 
-namespace {
-
-long long Ms(Clock::duration d) { return (long long)std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
-
-}  // namespace
-
 // Opens a fresh connection (and handshake) for a link that is down.
 void RemotePrefill::Reconnect(size_t i, Clock::time_point now) {
   Link& link = links_[i];
