@@ -9,6 +9,7 @@
 
 #include "common/process_start.h"
 #include "server/openai_api.h"
+#include "server/request_body.h"
 
 namespace tandem {
 
@@ -44,8 +45,10 @@ uint64_t ConversationKey(const nlohmann::json& body) {
   if (!body.is_object()) return 0;
   std::string text;
   if (auto m = body.find("messages"); m != body.end() && m->is_array() && !m->empty()) {
-    text = (*m)[0].dump();
-    if (m->size() > 1) text += (*m)[1].dump();
+    // Replace, not throw, on a stray byte (the body was checked as UTF-8 already).
+    const auto dump = [](const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); };
+    text = dump((*m)[0]);
+    if (m->size() > 1) text += dump((*m)[1]);
   } else if (auto p = body.find("prompt"); p != body.end() && p->is_string()) {
     text = p->get<std::string>().substr(0, 512);
   } else {
@@ -102,13 +105,23 @@ void Router::Stop() {
 }
 
 void Router::Forward(HttpRequest& req, const std::shared_ptr<HttpReply>& reply) {
-  const auto body = nlohmann::json::parse(req.body, nullptr, false);
-  Backend* b = Pick(body.is_discarded() ? 0 : ConversationKey(body));
+  // A POST body passes serve's own first checks (UTF-8, nesting, an object,
+  // a boolean or null `stream`) before the router reads a field of it.
+  nlohmann::json body;
+  bool stream = false;
+  if (req.method == "POST") {
+    std::optional<ApiError> bad = ParseRequestBody(req.body, &body);
+    if (!bad) bad = ReadStreamFlag(body, &stream);
+    if (bad) {
+      ++refused_;
+      return reply->Send(bad->http_status, "application/json", ErrorJson(*bad));
+    }
+  }
+  Backend* b = Pick(ConversationKey(body));
   if (!b) {
     ++unavailable_;
     return SendApiError(*reply, 503, "no healthy decode backend", "server_error");
   }
-  const bool stream = !body.is_discarded() && body.is_object() && body.value("stream", false) == true;
   HttpClientRequest up;
   up.host = b->host;
   up.port = b->port;
@@ -197,6 +210,9 @@ std::string Router::MetricsText() const {
   out += "# HELP tandem_router_unavailable_total Requests answered 503 for lack of a healthy backend\n"
          "# TYPE tandem_router_unavailable_total counter\ntandem_router_unavailable_total " +
          std::to_string(unavailable_.load()) + "\n";
+  out += "# HELP tandem_router_malformed_total Requests refused (4xx) by the router's own checks before any backend\n"
+         "# TYPE tandem_router_malformed_total counter\ntandem_router_malformed_total " +
+         std::to_string(refused_.load()) + "\n";
   out += "# HELP tandem_router_affinity_hits_total Requests placed on the backend that served their conversation before\n"
          "# TYPE tandem_router_affinity_hits_total counter\ntandem_router_affinity_hits_total " +
          std::to_string(affinity_hits_.load()) + "\n";

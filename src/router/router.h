@@ -75,6 +75,7 @@ class Router {
   std::atomic<int64_t> affinity_hits_{0};
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> unavailable_{0};
+  std::atomic<int64_t> refused_{0};  // malformed requests answered 400 without a backend
   std::thread health_;
   // core_ before client_: calls (holding replies) go before the connections.
   std::unique_ptr<HttpCore> core_;

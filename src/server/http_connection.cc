@@ -441,6 +441,7 @@ class Reply final : public HttpReply {
     conn_->Post([c = conn_, seq = seq_, cb = std::move(callback)]() mutable { c->DoOnHangUp(seq, std::move(cb)); });
   }
   bool gone() const override { return conn_->gone(); }
+  bool started() const override { return started_.load(); }
 
  private:
   std::shared_ptr<Connection> conn_;
@@ -479,9 +480,11 @@ void Connection::Dispatch() {
   if (!access.Authorized(request->path, request->Header("Authorization"))) {
     return reply->Send(401, "application/json", UnauthorizedJson(), {{"WWW-Authenticate", "Bearer"}});
   }
-  if (route->quick) return route->handler(*request, reply);
+  if (route->quick) return RunHandler(core_, route->handler, *request, reply);
   Watch();
-  asio::post(*core_.workers, [request, reply, handler = &route->handler] { (*handler)(*request, reply); });
+  asio::post(*core_.workers, [&core = core_, request, reply, handler = &route->handler] {
+    RunHandler(core, *handler, *request, reply);
+  });
 }
 
 void StartConnection(HttpCore::Impl& core, tcp::socket socket, bool overflow) {

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/log.h"
 #include "server/http_core_internal.h"
 #include "server/openai_api.h"
 
@@ -63,6 +64,22 @@ std::string Seconds(std::chrono::milliseconds ms) {
   return buf;
 }
 
+void RunHandler(HttpCore::Impl& core, const HttpHandler& handler, HttpRequest& request,
+                const std::shared_ptr<HttpReply>& reply) {
+  std::string what;
+  try {
+    handler(request, reply);
+    return;
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+    what = "an unknown exception";
+  }
+  ++core.handler_failures;
+  TLOG_ERROR("http: %s %s failed inside its handler: %s\n", request.method.c_str(), request.path.c_str(), what.c_str());
+  if (reply->started()) return reply->Abort();  // an answer under way is cut off, never ended cleanly
+  SendApiError(*reply, 500, "the server failed to handle this request: " + what, "server_error");
+}
 
 }  // namespace http_internal
 
@@ -193,6 +210,7 @@ HttpCoreStats HttpCore::stats() const {
   s.deadline_closed = m.deadline_closed.load();
   s.too_large = m.too_large.load();
   s.hang_ups = m.hang_ups.load();
+  s.handler_failures = m.handler_failures.load();
   return s;
 }
 
@@ -209,6 +227,8 @@ std::string HttpCore::MetricsText(const std::string& prefix) const {
   metric("http_deadline_closed_total", "counter", "Connections closed at a header, body or write deadline", s.deadline_closed);
   metric("http_too_large_total", "counter", "Requests refused for a header or body over the limit (431, 413)", s.too_large);
   metric("http_hang_ups_total", "counter", "Requests whose client went away before the answer was written", s.hang_ups);
+  metric("http_handler_failures_total", "counter", "Requests whose handler failed unexpectedly (answered 500)",
+         s.handler_failures);
   // Resident memory, for the front door's per-connection cost (Linux: /proc/self/statm).
   long pages = 0, resident = 0;
   if (FILE* f = std::fopen("/proc/self/statm", "r")) {
@@ -222,7 +242,17 @@ std::string HttpCore::MetricsText(const std::string& prefix) const {
 std::shared_ptr<HttpCore::Serial> HttpCore::NewSerial() { return std::make_shared<Serial>(*impl_->workers); }
 
 void HttpCore::Post(const std::shared_ptr<Serial>& serial, std::function<void()> work) {
-  asio::post(serial->strand, std::move(work));
+  asio::post(serial->strand, [impl = impl_.get(), work = std::move(work)] {
+    try {
+      work();
+    } catch (const std::exception& e) {  // never past the worker pool: no input ends a process
+      ++impl->handler_failures;
+      TLOG_ERROR("http: work posted for a request failed: %s\n", e.what());
+    } catch (...) {
+      ++impl->handler_failures;
+      TLOG_ERROR("http: work posted for a request failed with an unknown exception\n");
+    }
+  });
 }
 
 }  // namespace tandem

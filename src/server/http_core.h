@@ -71,6 +71,8 @@ class HttpReply {
   // at once if it already has.
   virtual void OnHangUp(std::function<void()> callback) = 0;
   virtual bool gone() const = 0;
+  // True once Send or StartStream was called.
+  virtual bool started() const = 0;
 };
 
 using HttpHandler = std::function<void(HttpRequest& request, std::shared_ptr<HttpReply> reply)>;
@@ -95,6 +97,7 @@ struct HttpCoreStats {
   int64_t deadline_closed = 0;   // header, body or write deadline passed
   int64_t too_large = 0;         // 413 and 431
   int64_t hang_ups = 0;          // gone before the answer was written whole
+  int64_t handler_failures = 0;  // a handler threw: answered 500 (or cut off), logged
 };
 
 class HttpCore {

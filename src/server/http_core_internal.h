@@ -41,6 +41,12 @@ std::string Seconds(std::chrono::milliseconds ms);
 
 class Connection;
 
+// Runs a route's handler so that nothing it throws leaves it: the failure is
+// logged and counted, and a request not yet answered gets a 500 (a stream
+// already under way is cut off, never ended cleanly). No input ends a process.
+void RunHandler(HttpCore::Impl& core, const HttpHandler& handler, HttpRequest& request,
+                const std::shared_ptr<HttpReply>& reply);
+
 struct RouteEntry {
   std::string method, path;
   HttpHandler handler;
@@ -66,6 +72,7 @@ struct HttpCore::Impl {
   int port = 0;
   std::atomic<bool> started{false}, stopped{false};
   std::atomic<int64_t> open{0}, accepted{0}, refused{0}, deadline_closed{0}, too_large{0}, hang_ups{0};
+  std::atomic<int64_t> handler_failures{0};  // handlers (or posted work) that threw
   Mutex mu;
   std::condition_variable all_shut;
   // Connections not yet shut.
