@@ -24,6 +24,8 @@ void RegisterRouter(CLI::App& app) {
       ->delimiter(',')
       ->required();
   cmd->add_option("--request-timeout", o->request_timeout_s, "Seconds before an upstream request is abandoned");
+  cmd->add_option("--supervisor-state", o->supervisor_state,
+                  "Set by serve --disagg: its supervisor's state file, shown in /health and /metrics");
   AddLogLevel(cmd, level.get());
   access->AddTo(cmd);
   http->AddTo(cmd);

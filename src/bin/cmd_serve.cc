@@ -35,6 +35,7 @@ struct ServeArgs {
   std::string verify = "all";
   bool disagg = false;
   int prefill_engines = 1;     // --disagg
+  int restart_budget = 5;      // --disagg
   bool fault_control = false;  // --disagg, --debug-fault-control
   bool unsafe_early_commit = false;
   TierFlags tiers;
@@ -49,6 +50,7 @@ struct ServeArgs {
 // Re-spells this command's options for the child processes of --disagg.
 DisaggLaunch LaunchFor(const ServeArgs& a) {
   DisaggLaunch l;
+  l.restart_budget = a.restart_budget;
   l.host = a.server.host;
   l.port = a.server.port;
   if (!a.model.model_path.empty()) l.model_args = {"-m", a.model.model_path};
@@ -275,6 +277,10 @@ void RegisterServe(CLI::App& app) {
   cmd->add_option("--prefill-engines", a->prefill_engines,
                   "With --disagg: how many prefill engines the decode server balances (default 1)")
       ->check(CLI::Range(1, 16));
+  cmd->add_option("--restart-budget", a->restart_budget,
+                  "With --disagg: a child that exits by itself is restarted; more than this many restarts of one "
+                  "child within a minute stop the launcher (exit 1)")
+      ->check(CLI::Range(0, 1000));
   cmd->add_flag("--debug-fault-control", a->fault_control,
                 "With --disagg, tests and soaks only: the launcher kills, restarts (optionally with bit flips) and "
                 "stops its prefill engines when asked over HTTP (bench agentic --faults uses it)");

@@ -1,5 +1,6 @@
 #include "bin/disagg_launcher.h"
 
+#include "bin/supervisor.h"
 #include "transfer/cluster_key.h"
 #include "common/log.h"
 
@@ -12,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -50,6 +52,7 @@ class Child {
       _exit(127);
     }
     close(fds[1]);
+    TLOG_INFO("tandem serve --disagg: %s started (pid %d)\n", name_.c_str(), int(pid_));
     reader_ = std::thread([this, fd = fds[0]] { Read(fd); });
   }
   ~Child() {
@@ -71,6 +74,16 @@ class Child {
   }
 
   bool alive() const { return pid_ > 0; }
+
+  // Whether the child exited by itself (reaped now); `how` says how.
+  bool Exited(std::string* how) {
+    int status = 0;
+    if (pid_ <= 0 || waitpid(pid_, &status, WNOHANG) != pid_) return false;
+    pid_ = -1;
+    *how = WIFSIGNALED(status) ? std::string("killed by signal ") + std::to_string(WTERMSIG(status))
+                               : "exited with code " + std::to_string(WEXITSTATUS(status));
+    return true;
+  }
   pid_t pid() const { return pid_; }
 
   // SIGKILL, and reaped: the fault of a crash.
@@ -166,6 +179,7 @@ class PrefillEngines {
       std::lock_guard<std::mutex> lock(mu_);
       if (i < 0 || i >= int(slots_.size())) return {404, "no prefill engine " + std::to_string(i)};
       Slot& s = slots_[size_t(i)];
+      s.held_down = action == "kill";  // a fault: stays down until restarted by request, not by supervision
       if (action == "kill") {
         if (s.child) s.child->Kill();
       } else if (action == "stop" || action == "cont") {
@@ -187,6 +201,22 @@ class PrefillEngines {
     return {200, "prefill engine " + std::to_string(i) + ": " + action};
   }
 
+  // The engines that exited by themselves since the last call (a fault
+  // control kill is not one): index and how, for the supervisor to restart.
+  std::vector<std::pair<int, std::string>> Reap() {
+    std::vector<std::pair<int, std::string>> out;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      std::string how;
+      if (slots_[i].child && !slots_[i].held_down && slots_[i].child->Exited(&how)) out.emplace_back(int(i), how);
+    }
+    return out;
+  }
+  int port(int i) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return size_t(i) < slots_.size() ? slots_[size_t(i)].port : 0;
+  }
+
   // Stops every engine; starts after this do nothing.
   void StopAll() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -201,6 +231,7 @@ class PrefillEngines {
   struct Slot {
     std::shared_ptr<Child> child;
     int port = 0;
+    bool held_down = false;  // killed through fault control: not restarted by the supervisor
   };
 
   // REQUIRES: mu_ held. The previous child of slot i, if any, is stopped first.
@@ -253,28 +284,78 @@ std::unique_ptr<httplib::Server> StartFaultControl(PrefillEngines& engines, int*
   return server;
 }
 
+std::string PrefillName(int i) { return i == 0 ? "prefill engine" : "prefill engine " + std::to_string(i); }
+
+// Waits for SIGTERM/SIGINT while restarting children that exit by themselves
+// (supervisor.h). Returns the launcher's exit code: 0 on a signal, 1 when a
+// child's restart budget is spent or it does not come back.
+template <typename StartDecode, typename StartRouter>
+int Supervise(Supervisor& supervisor, const sigset_t& signals, PrefillEngines& prefill, std::unique_ptr<Child>& decode,
+              int decode_port, const StartDecode& start_decode, std::unique_ptr<Child>& router, int router_port,
+              const StartRouter& start_router) {
+  // Waits out a backoff, ending early on a signal: false when one came.
+  auto wait = [&](std::chrono::milliseconds ms) {
+    const timespec ts{time_t(ms.count() / 1000), long(ms.count() % 1000) * 1'000'000};
+    return sigtimedwait(&signals, nullptr, &ts) < 0;
+  };
+  // Restarts one child; false: stop the launcher (a signal, or the budget).
+  auto restart = [&](const std::string& name, const std::string& how, const std::function<int()>& start) {
+    const auto backoff = supervisor.Down(name, how);
+    if (backoff.count() < 0 || !wait(backoff)) return false;
+    if (start() <= 0) {
+      TLOG_ERROR("tandem serve --disagg: the %s did not start again\n", name.c_str());
+      return false;
+    }
+    supervisor.Started(name);
+    TLOG_INFO("tandem serve --disagg: the %s is back\n", name.c_str());
+    return true;
+  };
+  const timespec tick{0, 100'000'000};  // how often children are looked at
+  while (sigtimedwait(&signals, nullptr, &tick) < 0) {
+    std::string how;
+    if (decode->Exited(&how) && !restart("decode server", how, [&] {
+          decode = start_decode(decode_port);
+          return decode->WaitPort(120);
+        })) {
+      return 1;
+    }
+    if (router->Exited(&how) && !restart("router", how, [&] {
+          router = start_router(decode_port);
+          return router->WaitPort(60);
+        })) {
+      return 1;
+    }
+    for (const auto& [i, exit] : prefill.Reap()) {
+      if (!restart(PrefillName(i), exit, [&, i = i] { return prefill.Start(i, prefill.port(i), {}); })) return 1;
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int RunDisagg(const DisaggLaunch& given) {
   DisaggLaunch l = given;
-  // The engines prove a shared key to each other (transfer/cluster_key.h):
-  // without one given, a fresh random key in a private folder, removed at exit.
-  struct KeyFolder {
+  // A private folder for the supervisor's state and, without a key given, a
+  // fresh random cluster key (transfer/cluster_key.h) the engines prove to
+  // each other; removed at exit.
+  struct PrivateFolder {
     std::string dir;
-    ~KeyFolder() {
+    ~PrivateFolder() {
       if (!dir.empty()) std::filesystem::remove_all(dir);
     }
-  } key_folder;
+  } folder;
+  char dir[] = "/tmp/tandem-disagg-XXXXXX";
+  if (::mkdtemp(dir) == nullptr) return TLOG_ERROR("tandem serve --disagg: cannot create a private folder\n"), 1;
+  folder.dir = dir;
   if (l.cluster_key_file.empty()) {
-    char dir[] = "/tmp/tandem-cluster-XXXXXX";
-    if (::mkdtemp(dir) == nullptr) return TLOG_ERROR("tandem serve --disagg: cannot create a folder for the cluster key\n"), 1;
-    key_folder.dir = dir;
-    l.cluster_key_file = key_folder.dir + "/cluster.key";
+    l.cluster_key_file = folder.dir + "/cluster.key";
     if (Status st = transfer::WriteRandomClusterKey(l.cluster_key_file); !st.ok()) {
       return TLOG_ERROR("tandem serve --disagg: %s\n", st.message().c_str()), 1;
     }
   }
   for (auto* side : {&l.prefill_args, &l.decode_args}) side->insert(side->end(), {"--cluster-key-file", l.cluster_key_file});
+  Supervisor supervisor(folder.dir + "/supervisor.json", l.restart_budget);
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
@@ -286,24 +367,37 @@ int RunDisagg(const DisaggLaunch& given) {
   for (int i = 0; i < l.prefill_engines; ++i) {
     const int port = prefill.Start(i, 0, {});
     if (port <= 0) return TLOG_ERROR("tandem serve --disagg: prefill engine %d did not start\n", i), 1;
+    supervisor.Started(PrefillName(i));
     addresses += (addresses.empty() ? "" : ",") + loop + ":" + std::to_string(port);
   }
-  auto decode = std::make_unique<Child>(
-      "decode",
-      Concat(Concat(Concat({"serve", "--host", loop, "--port", "0", "--prefill", addresses}, l.model_args),
-                    l.attention_args),
-             l.decode_args),
-      "http://" + loop + ":");
-  const int decode_port = decode->WaitPort(120);
+  // The decode server and the router restart on the ports they had, where
+  // the router and the clients look for them.
+  auto start_decode = [&](int port) {
+    return std::make_unique<Child>(
+        "decode",
+        Concat(Concat(Concat({"serve", "--host", loop, "--port", std::to_string(port), "--prefill", addresses},
+                             l.model_args),
+                      l.attention_args),
+               l.decode_args),
+        "http://" + loop + ":");
+  };
+  int decode_port = 0, router_port = l.port;
+  auto start_router = [&](int decode) {
+    return std::make_unique<Child>(
+        "router",
+        Concat({"router", "--host", l.host, "--port", std::to_string(router_port), "--decode",
+                loop + ":" + std::to_string(decode), "--supervisor-state", supervisor.state_path()},
+               l.router_args),
+        "http://" + l.host + ":");
+  };
+  auto decode = start_decode(0);
+  decode_port = decode->WaitPort(120);
   if (decode_port <= 0) return TLOG_ERROR("tandem serve --disagg: the decode server did not start\n"), 1;
-  auto router = std::make_unique<Child>(
-      "router",
-      Concat({"router", "--host", l.host, "--port", std::to_string(l.port), "--decode",
-              loop + ":" + std::to_string(decode_port)},
-             l.router_args),
-      "http://" + l.host + ":");
-  const int router_port = router->WaitPort(60);
+  supervisor.Started("decode");
+  auto router = start_router(decode_port);
+  router_port = router->WaitPort(60);
   if (router_port <= 0) return TLOG_ERROR("tandem serve --disagg: the router did not start\n"), 1;
+  supervisor.Started("router");
   std::unique_ptr<httplib::Server> control;
   std::thread control_thread;
   if (l.fault_control) {
@@ -317,8 +411,8 @@ int RunDisagg(const DisaggLaunch& given) {
   }
   TLOG_INFO("tandem serve --disagg: router at http://%s:%d (decode :%d, prefill ucx %s)\n", l.host.c_str(),
             router_port, decode_port, addresses.c_str());
-  int sig = 0;
-  sigwait(&set, &sig);
+  const int code = Supervise(supervisor, set, prefill, decode, decode_port, start_decode, router, router_port,
+                             start_router);
   TLOG_INFO("tandem serve --disagg: stopping router, decode, prefill\n");
   prefill.StopAll();  // first: a restart under way ends its wait at once
   if (control) {
@@ -327,7 +421,7 @@ int RunDisagg(const DisaggLaunch& given) {
   }
   router.reset();
   decode.reset();
-  return 0;
+  return code;
 }
 
 }  // namespace tandem::cli

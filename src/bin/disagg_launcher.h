@@ -1,6 +1,6 @@
 // `tandem serve --disagg`: prefill engines, one decode server and a router on
 // this host, as child processes of this binary, started in order and stopped
-// together. With --debug-fault-control (tests and soaks only) the launcher
+// together; a child that exits by itself is restarted. With --debug-fault-control (tests and soaks only) the launcher
 // also takes requests to kill, restart, stop and continue its prefill engines
 // (fault_control.h), so a load generator can inject those faults on a
 // schedule.
@@ -23,9 +23,11 @@ struct DisaggLaunch {
   int prefill_engines = 1;                  // the decode server balances them (--prefill a,b,...)
   bool fault_control = false;               // --debug-fault-control
   std::string cluster_key_file;             // the engines' shared secret; empty: a fresh random one
+  int restart_budget = 5;                   // restarts of one child within a minute (bin/supervisor.h)
 };
 
-// Runs until SIGTERM/SIGINT; returns the exit code.
+// Runs until SIGTERM/SIGINT, restarting children that exit by themselves
+// (bin/supervisor.h); returns 0, or 1 when a child's restart budget is spent.
 int RunDisagg(const DisaggLaunch& launch);
 
 }  // namespace tandem::cli

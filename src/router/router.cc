@@ -7,6 +7,8 @@
 
 #include <strings.h>
 
+#include <fstream>
+
 #include "common/process_start.h"
 #include "server/openai_api.h"
 #include "server/request_body.h"
@@ -80,7 +82,9 @@ Status Router::Start() {
   core_ = std::make_unique<HttpCore>(options_.http, options_.access);
   core_->Route("GET", "/health", [this](HttpRequest&, std::shared_ptr<HttpReply> reply) {
     const bool any = std::any_of(backends_.begin(), backends_.end(), [](const auto& b) { return b->healthy.load(); });
-    reply->Send(any ? 200 : 503, "application/json", any ? "{\"status\":\"ok\"}" : "{\"status\":\"no healthy backend\"}");
+    nlohmann::json health = {{"status", any ? "ok" : "no healthy backend"}};
+    if (auto state = SupervisorState(); !state.empty()) health["supervisor"] = std::move(state);
+    reply->Send(any ? 200 : 503, "application/json", health.dump());
   }, /*quick=*/true);
   core_->Route("GET", "/metrics", [this](HttpRequest&, std::shared_ptr<HttpReply> reply) {
     reply->Send(200, "text/plain; version=0.0.4", MetricsText() + core_->MetricsText("tandem_router_"));
@@ -191,6 +195,19 @@ void Router::Forward(HttpRequest& req, const std::shared_ptr<HttpReply>& reply) 
   reply->OnHangUp([call] { call->Cancel(); });  // the decode server sees the hang-up and cancels
 }
 
+nlohmann::json Router::SupervisorState() const {
+  if (options_.supervisor_state.empty()) return nlohmann::json::object();
+  std::ifstream in(options_.supervisor_state);
+  std::string text(4096, '\0');  // a few children's lines: anything longer is not the launcher's
+  in.read(text.data(), std::streamsize(text.size()));
+  text.resize(size_t(in.gcount()));
+  auto state = nlohmann::json::parse(text, nullptr, false);
+  if (state.is_discarded() || !state.is_object() || !state.contains("children") || !state["children"].is_object()) {
+    return nlohmann::json::object();
+  }
+  return state;
+}
+
 std::string Router::MetricsText() const {
   char start[64];
   std::snprintf(start, sizeof(start), "%.3f", ProcessStartUnixSeconds());
@@ -210,6 +227,18 @@ std::string Router::MetricsText() const {
   out += "# HELP tandem_router_unavailable_total Requests answered 503 for lack of a healthy backend\n"
          "# TYPE tandem_router_unavailable_total counter\ntandem_router_unavailable_total " +
          std::to_string(unavailable_.load()) + "\n";
+  if (const auto state = SupervisorState(); !state.empty()) {
+    out += "# HELP tandem_supervisor_restarts_total Times serve --disagg restarted a child that exited by itself\n"
+           "# TYPE tandem_supervisor_restarts_total counter\n";
+    std::string up = "# HELP tandem_supervisor_child_up 1 while the child runs (0: exited, being restarted)\n"
+                     "# TYPE tandem_supervisor_child_up gauge\n";
+    for (const auto& [name, child] : state["children"].items()) {
+      const std::string label = "{child=\"" + name + "\"} ";
+      out += "tandem_supervisor_restarts_total" + label + std::to_string(child.value("restarts", 0)) + "\n";
+      up += "tandem_supervisor_child_up" + label + (child.value("up", false) ? "1" : "0") + "\n";
+    }
+    out += up;
+  }
   out += "# HELP tandem_router_malformed_total Requests refused (4xx) by the router's own checks before any backend\n"
          "# TYPE tandem_router_malformed_total counter\ntandem_router_malformed_total " +
          std::to_string(refused_.load()) + "\n";

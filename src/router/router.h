@@ -17,6 +17,7 @@
 #pragma once
 
 #include <atomic>
+#include <nlohmann/json.hpp>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -42,6 +43,9 @@ struct RouterOptions {
   AccessPolicy access;  // API keys and CORS; the client's Authorization goes on to the backend
   HttpLimits http;      // deadlines, body and connection limits
   size_t max_answer_bytes = size_t(64) << 20;  // a whole (not streamed) upstream answer larger than this is a 502
+  // Set by `serve --disagg`: its supervisor's state file (bin/supervisor.h),
+  // shown in /health ("supervisor") and /metrics (restarts per child).
+  std::string supervisor_state;
 };
 
 class Router {
@@ -66,6 +70,7 @@ class Router {
   Backend* Pick(uint64_t conversation);
   void Forward(HttpRequest& req, const std::shared_ptr<HttpReply>& reply);
   std::string MetricsText() const;
+  nlohmann::json SupervisorState() const;  // {} when none is set or readable
 
   RouterOptions options_;
   std::vector<std::unique_ptr<Backend>> backends_;

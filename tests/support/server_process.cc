@@ -71,6 +71,20 @@ void ServerProcess::SendSigterm() {
   if (pid_ > 0) kill(pid_, SIGTERM);
 }
 
+std::optional<int> ServerProcess::WaitExit(int timeout_s) {
+  if (pid_ <= 0) return std::nullopt;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  int status = 0;
+  do {
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a bounded poll of the exit
+  } while (std::chrono::steady_clock::now() < until);
+  return std::nullopt;
+}
+
 int ServerProcess::Terminate(int timeout_s) {
   if (pid_ <= 0) return -1;
   kill(pid_, SIGTERM);

@@ -4,6 +4,7 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,9 @@ class ServerProcess {
   // Sends SIGTERM and waits; returns the exit code (-1 if killed or timed out).
   int Terminate(int timeout_s = 30);
   void SendSigterm();
+  // Waits (bounded) for the process to exit by itself; its exit code, -1 if
+  // killed by a signal, nullopt if still running at the deadline.
+  std::optional<int> WaitExit(int timeout_s);
   void Kill9();  // no cleanup at all: a crashed peer
 
  private:

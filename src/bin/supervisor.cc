@@ -1,0 +1,60 @@
+#include "bin/supervisor.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/log.h"
+
+namespace tandem::cli {
+
+Supervisor::Supervisor(std::string state_path, int budget) : path_(std::move(state_path)), budget_(budget) {}
+
+void Supervisor::Started(const std::string& child) {
+  children_[child].up = true;
+  Write();
+}
+
+std::chrono::milliseconds Supervisor::Down(const std::string& child, const std::string& how) {
+  ChildState& c = children_[child];
+  c.up = false;
+  c.last_exit = how;
+  const auto now = std::chrono::steady_clock::now();
+  while (!c.recent.empty() && now - c.recent.front() > kWindow) c.recent.pop_front();
+  if (int(c.recent.size()) >= budget_) {
+    TLOG_ERROR("tandem serve --disagg: the %s %s; it was restarted %zu times in the last %lld s (the budget): "
+               "stopping\n", child.c_str(), how.c_str(), c.recent.size(),
+               static_cast<long long>(kWindow.count()));
+    Write();
+    return std::chrono::milliseconds(-1);
+  }
+  c.recent.push_back(now);
+  ++c.restarts;
+  const auto backoff = std::min<std::chrono::milliseconds>(
+      std::chrono::milliseconds(int64_t(100) << std::min<size_t>(c.recent.size() - 1, 6)), std::chrono::seconds(5));
+  TLOG_WARN("tandem serve --disagg: the %s %s; restarting it in %lld ms (restart %d, %zu of %d within a minute)\n",
+            child.c_str(), how.c_str(), static_cast<long long>(backoff.count()), c.restarts, c.recent.size(), budget_);
+  Write();
+  return backoff;
+}
+
+void Supervisor::Write() const {
+  nlohmann::json state = nlohmann::json::object();
+  for (const auto& [name, c] : children_) {
+    state[name] = {{"up", c.up}, {"restarts", c.restarts}, {"last_exit", c.last_exit}};
+  }
+  // Written whole, then renamed: a reader never sees half a file.
+  const std::string tmp = path_ + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << nlohmann::json({{"children", state}}).dump() << "\n";
+    if (!out) return (void)TLOG_WARN("tandem serve --disagg: cannot write %s\n", tmp.c_str());
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path_, ec);
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,51 @@
+// The restart policy of `serve --disagg` for its child processes, and what it
+// tells the outside. A child that exits by itself (a crash, kill -9, an
+// out-of-memory kill) is started again on the port it had, after a backoff
+// that doubles with each recent restart (100 ms up to 5 s); more than
+// `budget` restarts of one child within a minute spend its budget, and the
+// launcher stops everything and exits non-zero: a child that cannot stay up
+// is not restarted forever.
+//
+// The state (each child's restarts, whether it is up, how it last ended) is
+// a small JSON file the launcher rewrites on every change; the router, started
+// with --supervisor-state, shows it in /health and /metrics, so an operator
+// sees a restart while it happens and counts them afterwards.
+//
+// Thread safety: one thread (the launcher's) calls every method.
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <map>
+#include <string>
+
+namespace tandem::cli {
+
+class Supervisor {
+ public:
+  static constexpr auto kWindow = std::chrono::seconds(60);
+
+  Supervisor(std::string state_path, int budget);
+
+  void Started(const std::string& child);  // up (at start, or after a restart)
+  // The child exited by itself. Returns how long to wait before starting it
+  // again, or a negative duration when its restart budget is spent.
+  std::chrono::milliseconds Down(const std::string& child, const std::string& how);
+
+  const std::string& state_path() const { return path_; }
+
+ private:
+  struct ChildState {
+    bool up = false;
+    int restarts = 0;
+    std::string last_exit;
+    std::deque<std::chrono::steady_clock::time_point> recent;  // restarts within kWindow
+  };
+  void Write() const;
+
+  std::string path_;
+  int budget_;
+  std::map<std::string, ChildState> children_;
+};
+
+}  // namespace tandem::cli

@@ -1,0 +1,115 @@
+// Issue 26: `serve --disagg` supervises its children. A router, decode server
+// or prefill engine that dies (kill -9 here) is started again on its port,
+// the front door answers again, /health and /metrics say what happened; a
+// child that keeps dying spends its restart budget and the launcher exits 1.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <signal.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "support/disagg_client.h"
+#include "support/http_client.h"
+#include "support/server_process.h"
+#include "support/tiny_model.h"
+
+namespace tandem {
+namespace {
+
+using json = nlohmann::json;
+using testing::HttpGet;
+using testing::ServerProcess;
+
+// The pid the launcher logged for its latest child of that name.
+pid_t ChildPid(const ServerProcess& launcher, const std::string& name) {
+  const std::string log = launcher.Log();
+  const std::string key = "tandem serve --disagg: " + name + " started (pid ";
+  const size_t at = log.rfind(key);
+  return at == std::string::npos ? -1 : pid_t(std::atol(log.c_str() + at + key.size()));
+}
+
+// Polls /health (bounded by `limit`) until it answers 200; the time it took, or nullopt.
+std::optional<std::chrono::milliseconds> TimeUntilHealthy(int port, std::chrono::seconds limit) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - t0 < limit) {
+    if (HttpGet(port, "/health").status == 200) {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a bounded poll of the front door
+  }
+  return std::nullopt;
+}
+
+std::unique_ptr<ServerProcess> Launch(std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"serve", "--disagg", "-m", testing::TinyModelPath(), "--model-id", "tiny"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return std::make_unique<ServerProcess>(args, 120, "router at http://127.0.0.1:");
+}
+
+TEST(Supervision, ARouterKilledUnderServeDisaggAnswersAgainWithin5s) {
+  auto launcher = Launch();
+  ASSERT_TRUE(launcher->ok()) << launcher->Log();
+  int status = 0;
+  const std::string before = testing::Complete(launcher->port(), testing::Prompt(1), 8, &status);
+  ASSERT_EQ(status, 200) << before;
+  const pid_t router = ChildPid(*launcher, "router");
+  ASSERT_GT(router, 0) << launcher->Log();
+  ASSERT_EQ(kill(router, SIGKILL), 0);
+  const auto back = TimeUntilHealthy(launcher->port(), std::chrono::seconds(20));
+  ASSERT_TRUE(back.has_value()) << launcher->Log();
+  EXPECT_LT(*back, std::chrono::seconds(5)) << launcher->Log();
+  std::printf("the front door answered again %lld ms after kill -9 of the router\n", static_cast<long long>(back->count()));
+  EXPECT_NE(ChildPid(*launcher, "router"), router);
+  EXPECT_EQ(testing::Complete(launcher->port(), testing::Prompt(1), 8, &status), before);
+  EXPECT_EQ(status, 200);
+  const json health = json::parse(HttpGet(launcher->port(), "/health").body);
+  EXPECT_EQ(health["supervisor"]["children"]["router"]["restarts"], 1) << health.dump();
+  EXPECT_EQ(health["supervisor"]["children"]["router"]["last_exit"], "killed by signal 9") << health.dump();
+  const auto metrics = testing::ParseMetrics(HttpGet(launcher->port(), "/metrics").body);
+  EXPECT_EQ(metrics.at("tandem_supervisor_restarts_total{child=\"router\"}"), 1);
+  EXPECT_EQ(metrics.at("tandem_supervisor_child_up{child=\"router\"}"), 1);
+  EXPECT_EQ(launcher->Terminate(), 0) << launcher->Log();
+}
+
+TEST(Supervision, AKilledDecodeServerAndPrefillEngineAreRestartedAndServeAgain) {
+  auto launcher = Launch();
+  ASSERT_TRUE(launcher->ok()) << launcher->Log();
+  int status = 0;
+  const std::string before = testing::Complete(launcher->port(), testing::Prompt(2), 8, &status);
+  ASSERT_EQ(status, 200) << before;
+  for (const std::string child : {"decode", "prefill"}) {
+    const pid_t pid = ChildPid(*launcher, child);
+    ASSERT_GT(pid, 0) << launcher->Log();
+    ASSERT_EQ(kill(pid, SIGKILL), 0);
+    // Served again once the child is back (bounded: model load and relink).
+    std::string again;
+    const auto t0 = std::chrono::steady_clock::now();
+    do {
+      again = testing::Complete(launcher->port(), testing::Prompt(2), 8, &status);
+      if (status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(50));  // bounded retry
+    } while (status != 200 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30));
+    EXPECT_EQ(status, 200) << child << ": " << again << launcher->Log();
+    EXPECT_EQ(again, before) << child;
+    EXPECT_NE(ChildPid(*launcher, child), pid) << child;
+  }
+  const json children = json::parse(HttpGet(launcher->port(), "/health").body)["supervisor"]["children"];
+  EXPECT_EQ(children["decode server"]["restarts"], 1) << children.dump();
+  EXPECT_EQ(children["prefill engine"]["restarts"], 1) << children.dump();
+  EXPECT_EQ(launcher->Terminate(), 0) << launcher->Log();
+}
+
+TEST(Supervision, AChildThatKeepsDyingSpendsTheBudgetAndTheLauncherExits1) {
+  auto launcher = Launch({"--restart-budget", "0"});
+  ASSERT_TRUE(launcher->ok()) << launcher->Log();
+  const pid_t router = ChildPid(*launcher, "router");
+  ASSERT_GT(router, 0);
+  ASSERT_EQ(kill(router, SIGKILL), 0);
+  EXPECT_EQ(launcher->WaitExit(60), 1) << launcher->Log();
+  EXPECT_NE(launcher->Log().find("restarted 0 times in the last 60 s (the budget): stopping"), std::string::npos)
+      << launcher->Log();
+}
+
+}  // namespace
+}  // namespace tandem
