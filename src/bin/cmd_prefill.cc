@@ -113,6 +113,16 @@ int RunPrefill(PrefillArgs& a) {
   if (!lanes.ok()) return TLOG_ERROR("error: %s\n", lanes.status().message().c_str()), 1;
   auto transport = transfer::MakeTransport(*lanes);
   if (!transport.ok()) return TLOG_ERROR("error: %s\n", transport.status().ToString().c_str()), 1;
+  // Nothing is spent on a peer before its Hello proves the key (no thread, a
+  // 64 KiB message at most, 5 s to say it, 128 waiting at once).
+  transfer::FirstMessageGate gate;
+  gate.check = [&worker](std::span<const uint8_t> m, std::vector<uint8_t>* reply) {
+    return worker.CheckFirstMessage(m, reply);
+  };
+  if (Status gated = (*transport)->SetFirstMessageGate(std::move(gate)); !gated.ok()) {
+    TLOG_WARN("tandem prefill: %s: connections that never authenticate cost a thread each\n",
+              gated.message().c_str());
+  }
   Status st = (*transport)->Listen(a.host + ":" + std::to_string(a.port), [&](std::shared_ptr<transfer::Connection> c) {
     transfer::ConnectionHandlers h;
     std::shared_ptr<transfer::Connection> use = c;

@@ -75,6 +75,16 @@ void PrefillEngine::OnAccept(std::shared_ptr<transfer::Connection> connection) {
   peer.last_heard = Clock::now();  // silent from here on counts too
 }
 
+Status PrefillEngine::CheckFirstMessage(std::span<const uint8_t> bytes, std::vector<uint8_t>* reply) const {
+  const std::vector<uint8_t> message(bytes.begin(), bytes.end());
+  auto hello = Hello::Decode(message);
+  Hello mine{"prefill", layout_fingerprint_, weights_identity_, instance_id_, hello.ok() ? hello->instance_id : 0, {}, {}};
+  Status st = hello.ok() ? transfer::CheckHello(mine, *hello) : hello.status();
+  if (st.ok()) st = transfer::CheckDecodeHello(options_.cluster_key, *hello, /*seen=*/nullptr);
+  if (!st.ok()) *reply = mine.Encode();
+  return st;
+}
+
 // Accepts or refuses a decode engine's Hello; a refused connection, and the
 // earlier connections of a decode instance that reconnected, are closed.
 void PrefillEngine::OnHello(Peer& peer, const std::vector<uint8_t>& bytes) {

@@ -62,6 +62,13 @@ class PrefillEngine : public PrefillSink {
   // Transport thread: `connection` is gone; its handoffs end (no write of it can land any more).
   void OnClose(uint64_t connection_id) EXCLUDES(mu_);
 
+  // The listener's gate (transfer/transport.h, FirstMessageGate), on the
+  // acceptor thread: a connection's first message must be a decode Hello this
+  // engine would take, key proof included (its replay is checked when the
+  // engine takes it). Refused: `reply` is this engine's Hello, so the decode
+  // side can say what differs.
+  Status CheckFirstMessage(std::span<const uint8_t> bytes, std::vector<uint8_t>* reply) const;
+
   std::string layout_fingerprint() const { return layout_fingerprint_; }
   uint64_t instance_id() const { return instance_id_; }
   Engine& engine() { return *engine_; }

@@ -99,7 +99,9 @@ Status CheckDecodeHello(const ClusterKey& key, const Hello& theirs, NonceMemory*
                                   ? "it proves no cluster key (this engine has --cluster-key-file; give the decode engine the same)"
                                   : "it does not hold this engine's cluster key (--cluster-key-file differs)");
   }
-  if (!seen->Remember(theirs.nonce)) return FailedPrecondition("its Hello repeats one already seen (a replay)");
+  if (seen != nullptr && !seen->Remember(theirs.nonce)) {
+    return FailedPrecondition("its Hello repeats one already seen (a replay)");
+  }
   return Status::Ok();
 }
 

@@ -69,7 +69,8 @@ class NonceMemory {
 // a key each signs nothing and accepts everything.
 // Decode side: a fresh nonce and its proof on `hello`; returns the nonce.
 std::vector<uint8_t> SignDecodeHello(const ClusterKey& key, Hello* hello);
-// Prefill side: the decode Hello proves the key, and is no replay.
+// Prefill side: the decode Hello proves the key, and is no replay (`seen`
+// null: the proof only, as the listener's gate checks it before the engine).
 Status CheckDecodeHello(const ClusterKey& key, const Hello& theirs, NonceMemory* seen);
 // Prefill side: a fresh nonce and the proof over both on `mine`; returns the nonce.
 std::vector<uint8_t> SignPrefillHello(const ClusterKey& key, const Hello& theirs, Hello* mine);

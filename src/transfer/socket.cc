@@ -17,34 +17,24 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "transfer/address.h"
 #include "transfer/messages.h"
+#include "transfer/socket_frame.h"
+#include "transfer/socket_gate.h"
 
 namespace tandem::transfer {
+
+using namespace socket_internal;  // the frame format
+
 namespace {
 
-// Every frame starts with 32 bytes: type, 0, a, b, length (little-endian).
-enum FrameType : uint32_t { kPutFrame = 1, kMessageFrame = 2, kFlushFrame = 3, kFlushAckFrame = 4 };
-constexpr size_t kFrameHeaderBytes = 32;
+
 constexpr uint64_t kMaxMessageBytes = kHandoffHeaderBytes + kMaxHandoffBodyBytes;
 constexpr char kKeyMagic[4] = {'T', 'S', 'K', '1'};  // then the region id, u64
 constexpr auto kConnectTimeout = std::chrono::seconds(5);
-
-struct Frame {
-  uint32_t type = 0;
-  uint64_t a = 0, b = 0, length = 0;
-};
-
-void PutLe(uint8_t* at, uint64_t v, size_t n) {
-  for (size_t i = 0; i < n; ++i) at[i] = uint8_t(v >> (8 * i));
-}
-uint64_t GetLe(const uint8_t* at, size_t n) {
-  uint64_t v = 0;
-  for (size_t i = 0; i < n; ++i) v |= uint64_t(at[i]) << (8 * i);
-  return v;
-}
 
 std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
@@ -95,6 +85,7 @@ struct SocketTransport::Impl {
   int port = -1;
   std::atomic<bool> stop{false};
   std::thread acceptor;
+  std::optional<FirstMessageGate> gate;  // set before Listen; then read by the acceptor only
 
   ~Impl() {
     for (auto& [id, r] : regions) munmap(r.first, r.second);
@@ -126,13 +117,16 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
   }
   void set_handlers(ConnectionHandlers h) { handlers_ = std::move(h); }
 
-  // Starts the threads; `fd` < 0: connect to `peer` first (on the reader thread).
-  void Start(int fd, sockaddr_in peer) {
+  // Starts the threads; `fd` < 0: connect to `peer` first (on the reader
+  // thread). `first_message`: one the listener's gate already read, delivered
+  // before anything else.
+  void Start(int fd, sockaddr_in peer, std::vector<uint8_t> first_message = {}) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       fd_ = fd;
       connected_ = fd >= 0;
     }
+    first_message_ = std::move(first_message);
     auto self = shared_from_this();
     t_->ThreadStarted();
     t_->ThreadStarted();
@@ -341,6 +335,7 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
       connected = connected_;
     }
     if (ok && !connected) ok = ConnectTo(peer);
+    if (ok && !first_message_.empty()) ok = Deliver(std::move(first_message_));
     while (ok) ok = ReadFrame();
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -382,6 +377,15 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
     return true;
   }
 
+  bool Deliver(std::vector<uint8_t> m) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (closed_) return true;  // given up by its owner: nothing more is delivered
+    }
+    if (handlers_.on_message) handlers_.on_message(*this, std::move(m));
+    return true;
+  }
+
   bool ReadFrame() {
     uint8_t header[kFrameHeaderBytes];
     if (!Read(header, kFrameHeaderBytes)) return false;
@@ -405,12 +409,7 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
         if (f.length > kMaxMessageBytes) return Fail("a message over the cap"), false;
         std::vector<uint8_t> m(size_t(f.length));
         if (!Read(m.data(), m.size())) return false;
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          if (closed_) return true;  // given up by its owner: nothing more is delivered
-        }
-        if (handlers_.on_message) handlers_.on_message(*this, std::move(m));
-        return true;
+        return Deliver(std::move(m));
       }
       case kFlushFrame:  // every put before it has landed: TCP kept the order
         return Post({kFlushAckFrame, f.a, 0, 0}, nullptr, {}).ok();
@@ -445,6 +444,7 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
   uint64_t flushes_posted_ = 0, flushes_acked_ = 0;  // guarded by mu_
   std::string why_;               // guarded by mu_: why it is not alive
   StatusCode why_code_ = StatusCode::kUnavailable;  // guarded by mu_
+  std::vector<uint8_t> first_message_;  // set before the threads start, then the reader thread's
   std::vector<uint8_t> ahead_ = std::vector<uint8_t>(size_t(64) << 10);  // reader thread only
   size_t ahead_begin_ = 0, ahead_end_ = 0;                               // reader thread only
 };
@@ -503,29 +503,55 @@ Status SocketTransport::Listen(const std::string& address,
   impl_->listen_fd = fd;
   impl_->port = ntohs(sa.sin_port);
   std::shared_ptr<Impl> t = impl_;
-  impl_->acceptor = std::thread([t, fd, on_accept = std::move(on_accept)] {
+  auto start = [t, on_accept = std::move(on_accept)](int c, std::vector<uint8_t> first_message) {
+    const int yes = 1;
+    setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
+    uint64_t id = 0;
+    {
+      std::lock_guard<std::mutex> lock(t->mu);
+      id = t->next_id++;
+    }
+    auto conn = std::make_shared<SocketConnection>(t, id, ConnectionHandlers{});
+    conn->set_handlers(on_accept(conn));
+    {
+      std::lock_guard<std::mutex> lock(t->mu);
+      std::erase_if(t->connections, [](const auto& w) { return w.expired(); });
+      t->connections.push_back(conn);
+    }
+    conn->Start(c, {}, std::move(first_message));
+  };
+  impl_->acceptor = std::thread([t, fd, start = std::move(start)] {
+    // With a gate, connections wait in `pending` (no thread of their own)
+    // until their first message is admitted.
+    std::optional<PendingPeers> pending;
+    if (t->gate) pending.emplace(*t->gate);
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);  // accept until the queue is empty, never blocking
+    std::vector<pollfd> fds;
     while (!t->stop) {
-      pollfd p{fd, POLLIN, 0};
-      if (poll(&p, 1, 100) != 1) continue;
-      const int c = accept(fd, nullptr, nullptr);
-      if (c < 0) continue;
-      const int yes = 1;
-      setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
-      uint64_t id = 0;
-      {
-        std::lock_guard<std::mutex> lock(t->mu);
-        id = t->next_id++;
+      fds.assign(1, pollfd{fd, POLLIN, 0});
+      if (pending) pending->AppendPollFds(&fds);
+      if (poll(fds.data(), fds.size(), 100) < 0 && errno != EINTR) continue;
+      if (pending) {
+        for (auto& a : pending->Service(fds.data() + 1, fds.size() - 1)) start(a.fd, std::move(a.first_message));
       }
-      auto conn = std::make_shared<SocketConnection>(t, id, ConnectionHandlers{});
-      conn->set_handlers(on_accept(conn));
-      {
-        std::lock_guard<std::mutex> lock(t->mu);
-        std::erase_if(t->connections, [](const auto& w) { return w.expired(); });
-        t->connections.push_back(conn);
+      if (!(fds[0].revents & POLLIN)) continue;
+      for (int accepted = 0; accepted < 64; ++accepted) {  // what is queued, a bounded batch at a time
+        const int c = accept4(fd, nullptr, nullptr, SOCK_CLOEXEC | (pending ? SOCK_NONBLOCK : 0));
+        if (c < 0) break;
+        if (pending) {
+          pending->Add(c);
+        } else {
+          start(c, {});
+        }
       }
-      conn->Start(c, {});
     }
   });
+  return Status::Ok();
+}
+
+Status SocketTransport::SetFirstMessageGate(FirstMessageGate gate) {
+  if (impl_->listen_fd >= 0) return FailedPrecondition("the gate is set before Listen");
+  impl_->gate = std::move(gate);
   return Status::Ok();
 }
 

@@ -41,6 +41,9 @@ class SocketTransport : public Transport {
   StatusOr<std::shared_ptr<Connection>> Connect(const std::string& address,
                                                 ConnectionHandlers handlers) override;
   int listen_port() const override;
+  // Connections wait for their first message in the acceptor thread's poll
+  // loop (transfer/socket_gate.h), with no thread of their own.
+  Status SetFirstMessageGate(FirstMessageGate gate) override;
   bool close_fences_peer_writes() const override { return true; }
 
   struct Impl;

@@ -95,6 +95,21 @@ class Connection {
   virtual bool WaitReleased(Clock::time_point deadline) = 0;
 };
 
+// What a listener spends on a peer before it has proven anything: a peer's
+// first message is read with no thread and no buffer of its own beyond
+// max_bytes, within `deadline`, and at most max_pending peers wait at once
+// (more are refused at once). `check` decides on that first message (the
+// decode engine's Hello proves the cluster key); a refusal may answer with
+// `reply` (a few bytes, written best-effort) before the connection closes.
+// Past any limit: refused, closed, counted, and logged (the first time, then
+// at every power of two).
+struct FirstMessageGate {
+  size_t max_bytes = size_t(64) << 10;
+  std::chrono::milliseconds deadline{5000};
+  int max_pending = 128;
+  std::function<Status(std::span<const uint8_t> message, std::vector<uint8_t>* reply)> check;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -108,6 +123,12 @@ class Transport {
   // The port Listen bound (port 0 picks one); -1 before Listen, or for a
   // transport without ports.
   virtual int listen_port() const = 0;
+  // Before Listen: gate every accepted connection's first message. Transports
+  // that cannot (loopback: in-process; UCX: its listener creates the endpoint)
+  // return FailedPrecondition, and the caller says so.
+  virtual Status SetFirstMessageGate(FirstMessageGate gate) {
+    return FailedPrecondition("the " + name() + " transport does not gate unauthenticated peers");
+  }
   // True when closing a connection is a fence on this side: once Close()
   // returns, nothing the peer sent can land in our regions (we do the
   // receiving). False when the peer writes into our memory itself (shared

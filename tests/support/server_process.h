@@ -25,6 +25,7 @@ class ServerProcess {
 
   bool ok() const { return port_ > 0; }
   int port() const { return port_; }
+  pid_t pid() const { return pid_; }
   const std::string& log_path() const { return log_path_; }
   std::string Log() const;
   // Sends SIGTERM and waits; returns the exit code (-1 if killed or timed out).
