@@ -200,7 +200,17 @@ int32_t Tokenizer::MatchSpecialAt(std::string_view text, size_t pos) const {
 
 std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos,
                                        bool parse_special) const {
+  return Encode(text, add_bos, parse_special, {});
+}
+
+std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos, bool parse_special,
+                                       std::span<const TextRange> literal) const {
   std::vector<int32_t> out;
+  size_t next_literal = 0;  // the first range that does not end at or before pos
+  auto inside_literal = [&](size_t begin, size_t end) {
+    while (next_literal < literal.size() && literal[next_literal].end <= begin) ++next_literal;
+    return next_literal < literal.size() && literal[next_literal].begin < end;
+  };
   if (add_bos && bos_ >= 0) out.push_back(bos_);
   bool after_special = true;  // the first fragment counts as following a special token
   size_t fragment_start = 0;
@@ -217,7 +227,7 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos,
   if (parse_special) {
     for (size_t pos = 0; pos < text.size();) {
       const int32_t id = MatchSpecialAt(text, pos);
-      if (id < 0) {
+      if (id < 0 || inside_literal(pos, pos + tokens_[id].size())) {
         ++pos;
         continue;
       }

@@ -47,6 +47,17 @@ class Tokenizer {
   // SPM, like llama.cpp: with add_space_prefix, a space is prepended to the
   // first text fragment and to every fragment that follows a special token.
   std::vector<int32_t> Encode(std::string_view text, bool add_bos, bool parse_special) const;
+  // The same, except that no special token is matched where it would touch a
+  // byte of a `literal` range (sorted, disjoint): there the text is text,
+  // tokenized together with what surrounds it (model/literal_text.h).
+  struct TextRange {
+    size_t begin = 0, end = 0;
+  };
+  std::vector<int32_t> Encode(std::string_view text, bool add_bos, bool parse_special,
+                              std::span<const TextRange> literal) const;
+  // The longest control or user-defined token spelled at text[pos], or -1.
+  // REQUIRES: pos < text.size().
+  int32_t MatchSpecialAt(std::string_view text, size_t pos) const;
 
   // The bytes one token stands for: byte tokens give their byte, SPM "▁" is a
   // space, GPT-2 byte-level characters map back to bytes, user-defined tokens
@@ -94,8 +105,6 @@ class Tokenizer {
   Status LoadByteTokens();
   Status LoadMerges(const GgufFile& gguf);
   void IndexSpecialTokens();
-  // The longest special token spelled at text[pos], or -1.
-  int32_t MatchSpecialAt(std::string_view text, size_t pos) const;
 
   // Appends the tokens of a text fragment containing no special tokens.
   void EncodeSpm(std::string_view text, bool prefix_space, std::vector<int32_t>* out) const;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "server/openai_api.h"
+#include "model/literal_text.h"
 #include "server/openai_json.h"
 
 namespace tandem::openai_internal {
@@ -305,6 +306,41 @@ std::string ForcedToolCallConstraint(const std::vector<ToolSpec>& tools, const T
   return "tool_calls " + Dump(spec);
 }
 
+// Every string in `j` (keys too) marked as the client's (model/literal_text.h).
+template <typename JsonT>
+JsonT MarkStrings(const Tokenizer& tok, const JsonT& j) {
+  if (j.is_string()) return JsonT(MarkLiteral(tok, j.template get_ref<const std::string&>()));
+  if (j.is_array()) {
+    JsonT out = JsonT::array();
+    for (const auto& e : j) out.push_back(MarkStrings(tok, e));
+    return out;
+  }
+  if (j.is_object()) {
+    JsonT out = JsonT::object();
+    for (auto it = j.begin(); it != j.end(); ++it) out[MarkLiteral(tok, it.key())] = MarkStrings(tok, it.value());
+    return out;
+  }
+  return j;
+}
+
+// What the template renders of the client's: contents, earlier tool calls,
+// tool results and tool descriptions, with their special-token spellings
+// marked so they tokenize as text (invariant 7). The tools themselves stay
+// as sent: their schemas also build the grammar.
+void MarkClientText(const Tokenizer& tok, std::vector<ChatMessage>* messages, std::vector<ToolSpec>* tools) {
+  for (ChatMessage& m : *messages) {
+    m.content = MarkLiteral(tok, m.content);
+    m.tool_calls = MarkStrings(tok, m.tool_calls);
+    m.tool_call_id = MarkLiteral(tok, m.tool_call_id);
+  }
+  for (ToolSpec& t : *tools) {
+    t.name = MarkLiteral(tok, t.name);
+    t.description = MarkLiteral(tok, t.description);
+    t.parameters = MarkStrings(tok, t.parameters);
+    t.ordered_parameters = MarkStrings(tok, t.ordered_parameters);
+  }
+}
+
 MaybeError BuildChatPrompt(const Json& body, const nlohmann::ordered_json& ordered, const ModelInfo& model,
                            std::vector<int32_t>* tokens, bool* tools_enabled, ToolCallFormat* tool_format,
                            std::string* forced_constraint) {
@@ -314,6 +350,9 @@ MaybeError BuildChatPrompt(const Json& body, const nlohmann::ordered_json& order
   ToolChoice choice;
   TANDEM_RETURN_IF_API_ERROR(ReadTools(body, ordered, &tools));
   TANDEM_RETURN_IF_API_ERROR(ReadToolChoice(body, tools, &choice));
+  const Tokenizer& tok = *model.tokenizer;
+  std::vector<ToolSpec> rendered_tools = tools;
+  MarkClientText(tok, &messages, &rendered_tools);
   *tools_enabled = !tools.empty() && choice.mode != "none";
   TANDEM_CHECK_MSG(model.chat_format != nullptr, "ModelInfo without a chat format");
   const ChatFormat& format = *model.chat_format;
@@ -326,7 +365,7 @@ MaybeError BuildChatPrompt(const Json& body, const nlohmann::ordered_json& order
   if (format.native_tool_calls()) {
     if (*tools_enabled) {
       template_tools = jinja::Json::array();
-      for (const ToolSpec& t : tools) {
+      for (const ToolSpec& t : rendered_tools) {
         jinja::Json fn = {{"name", t.name}};
         if (!t.description.empty()) fn["description"] = t.description;
         fn["parameters"] = t.parameters.is_null() ? jinja::Json::object() : t.ordered_parameters;
@@ -336,7 +375,7 @@ MaybeError BuildChatPrompt(const Json& body, const nlohmann::ordered_json& order
     }
   } else {
     FlattenToolCalls(&messages);
-    if (*tools_enabled) system_text = ToolsSystemText(tools, choice);
+    if (*tools_enabled) system_text = ToolsSystemText(rendered_tools, choice);
   }
   if (!system_text.empty()) {
     if (messages.front().role == "system") {
@@ -345,7 +384,6 @@ MaybeError BuildChatPrompt(const Json& body, const nlohmann::ordered_json& order
       messages.insert(messages.begin(), ChatMessage{"system", system_text});
     }
   }
-  const Tokenizer& tok = *model.tokenizer;
   const std::string bos_text = tok.bos_id() >= 0 ? tok.TokenText(tok.bos_id()) : std::string();
   const std::string eos_text = tok.eos_id() >= 0 ? tok.TokenText(tok.eos_id()) : std::string();
   StatusOr<std::string> prompt =
@@ -355,9 +393,12 @@ MaybeError BuildChatPrompt(const Json& body, const nlohmann::ordered_json& order
     return BadRequest("messages", "the chat template refused the messages: " + prompt.status().message());
   }
   // Templates that spell BOS themselves get none added; special tokens are
-  // parsed so the template's markers become their control tokens.
-  TANDEM_RETURN_IF_API_ERROR(CheckPromptBytes(prompt->size(), model, "messages"));
-  *tokens = tok.Encode(*prompt, ChatFormat::NeedsBos(*prompt, tok.add_bos(), bos_text), /*parse_special=*/true);
+  // parsed so the template's markers become their control tokens, and only
+  // those: the client's spellings of them stay text.
+  const UnmarkedPrompt unmarked = UnmarkLiteral(tok, *prompt);
+  TANDEM_RETURN_IF_API_ERROR(CheckPromptBytes(unmarked.text.size(), model, "messages"));
+  *tokens = tok.Encode(unmarked.text, ChatFormat::NeedsBos(unmarked.text, tok.add_bos(), bos_text),
+                       /*parse_special=*/true, unmarked.literal);
   if (tokens->empty()) return BadRequest("messages", "the rendered prompt is empty");
   return std::nullopt;
 }
