@@ -3,19 +3,41 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 namespace tandem {
 namespace {
 
 constexpr int kMaxArrayDepth = 4;
 constexpr uint64_t kMaxStringBytes = 1ull << 30;
+// What a std::map node adds to its value (three links and a colour), charged
+// for every metadata entry and every tensor name in the index.
+constexpr uint64_t kMapNodeBytes = 32;
 
-// Reads little-endian values from untrusted bytes; every read is bounds-checked.
+// Reads little-endian values from untrusted bytes; every read is bounds-checked,
+// and every allocation a declared count or length asks for is first charged
+// against kGgufMaxDecodedBytes (Charge).
 class Cursor {
  public:
   explicit Cursor(std::span<const uint8_t> b) : b_(b) {}
   uint64_t pos() const { return pos_; }
   uint64_t remaining() const { return b_.size() - pos_; }
+
+  // Reserves `count` decoded items of `each` bytes for `field` before the
+  // caller allocates them. The bytes check alone is not enough: one byte of a
+  // uint8 array decodes into a whole GgufValue, so a count that a large (or
+  // sparse) file can hold may still ask for terabytes.
+  Status Charge(uint64_t count, uint64_t each, const std::string& field) {
+    const uint64_t left = kGgufMaxDecodedBytes - charged_;
+    if (count > left / each) {
+      return DataLoss("GGUF " + field + " declares " + std::to_string(count) + " items of " +
+                      std::to_string(each) + " bytes once decoded; only " + std::to_string(left) +
+                      " bytes remain of the " + std::to_string(kGgufMaxDecodedBytes) +
+                      "-byte limit on a file's metadata and tensor infos");
+    }
+    charged_ += count * each;
+    return Status::Ok();
+  }
 
   template <typename T>
   Status Read(T* out, const std::string& field) {
@@ -37,6 +59,7 @@ class Cursor {
                       std::to_string(pos_ - 8) + " exceeds the " +
                       std::to_string(remaining()) + " bytes that remain");
     }
+    TANDEM_RETURN_IF_ERROR(Charge(len, 1, field));
     out->assign(reinterpret_cast<const char*>(b_.data() + pos_), len);
     pos_ += len;
     return Status::Ok();
@@ -45,6 +68,7 @@ class Cursor {
  private:
   std::span<const uint8_t> b_;
   uint64_t pos_ = 0;
+  uint64_t charged_ = 0;  // bytes reserved so far; never above kGgufMaxDecodedBytes
 };
 
 // Smallest encoded size of one value of a type, used to bound array counts.
@@ -99,6 +123,7 @@ Status ReadValue(Cursor& c, GgufType type, GgufValue* v, const std::string& fiel
                         " elements but only " + std::to_string(c.remaining()) +
                         " bytes remain");
       }
+      TANDEM_RETURN_IF_ERROR(c.Charge(count, sizeof(GgufValue), field));
       v->array.resize(count);
       for (uint64_t k = 0; k < count; ++k) {
         TANDEM_RETURN_IF_ERROR(ReadValue(c, v->array_type, &v->array[k],
@@ -152,6 +177,14 @@ StatusOr<std::unique_ptr<GgufFile>> GgufFile::Parse(std::span<const uint8_t> byt
     return DataLoss("GGUF header tensor_count " + std::to_string(n_tensors) +
                     " cannot fit in a " + std::to_string(bytes.size()) + "-byte file");
   }
+  TANDEM_RETURN_IF_ERROR(c.Charge(n_kv,
+                                  sizeof(std::pair<const std::string, GgufValue>) + kMapNodeBytes,
+                                  "header metadata_kv_count"));
+  // A tensor info, its dims and its entry in the name index.
+  TANDEM_RETURN_IF_ERROR(c.Charge(n_tensors,
+                                  sizeof(TensorInfo) + kGgufMaxDims * sizeof(uint64_t) +
+                                      sizeof(std::pair<const std::string, size_t>) + kMapNodeBytes,
+                                  "header tensor_count"));
   for (uint64_t k = 0; k < n_kv; ++k) {
     std::string key;
     const std::string field = "metadata key #" + std::to_string(k);

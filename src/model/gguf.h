@@ -2,7 +2,9 @@
 //
 // The reader memory-maps the file and treats every byte as untrusted: each
 // count, length, offset and size is checked against the bytes that remain,
-// and a malformed file is rejected with a Status naming the offending field.
+// and what it would take in memory against kGgufMaxDecodedBytes, before
+// anything is allocated; a malformed file is rejected with a Status naming
+// the offending field.
 // Tensor data is never copied; TensorInfo::data points into the mapping and
 // is valid while the GgufFile lives.
 #pragma once
@@ -39,6 +41,11 @@ std::string SupportedTensorTypes();  // "F32, F16, ..."
 bool TensorTypeBlock(uint32_t type, uint64_t* block_elems, uint64_t* block_bytes);
 constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" little-endian
 constexpr uint64_t kGgufMaxDims = 4;
+// The most memory GgufFile::Parse spends on a file's decoded metadata and
+// tensor infos (tensor data stays in the mapping). A value takes 96 bytes, so
+// a 256k-token vocabulary with its scores, types and 300k merges takes about
+// 100 MB; a file that declares more is refused before anything is allocated.
+constexpr uint64_t kGgufMaxDecodedBytes = 1ull << 30;
 constexpr int kQ8Block = 32;        // Q8_0: 32 int8 weights share one fp16 scale
 constexpr int kQ8BlockBytes = 34;
 

@@ -46,8 +46,16 @@ class Model {
   ChatFormat chat_format_;
 };
 
-// Names the weights (model name + a hash of every tensor), not the file:
-// caches kept across restarts are only reused by the same weights.
+// Names everything in the file that decides the computation, so that a cache
+// (a peer's handoff, the disk tier across restarts) is only used with the
+// model that computed it. A keyed fingerprint (common/keyed_fingerprint.h),
+// so two identities that differ can name what differs: "tensor data" (every
+// tensor's name, type, shape and bytes), then "metadata <key>" for each key
+// in key order (its type and value). Descriptive keys (general.name, the
+// license, ...; model.cc says why each is left out) are not part of it, so a
+// renamed file keeps its identity and its caches. At most about 16 KiB: the
+// keys past that share one part, "other metadata".
 std::string WeightsIdentity(const Model& model);
+std::string WeightsIdentity(const GgufFile& file);
 
 }  // namespace tandem

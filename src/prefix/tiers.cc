@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "cache/page_copy.h"
+#include "common/keyed_fingerprint.h"
 #include "prefix/prefix_index.h"
 
 namespace tandem {
@@ -69,13 +70,15 @@ StatusOr<std::unique_ptr<TieredCache>> TieredCache::Create(PagePool& l1, const C
       return InvalidArgument("--disk-cache-size must hold at least one page (" + std::to_string(file_bytes) +
                              " bytes)");
     }
-    const std::string identity = model_identity + "|" + l1.layout().Fingerprint();
+    std::string identity = model_identity;
+    AppendFingerprintPart(&identity, "cache layout", l1.layout().Fingerprint());
     char name[32];
     std::snprintf(name, sizeof(name), "%016llx", (unsigned long long)XXH3_64bits(identity.data(), identity.size()));
     subdir = (fs::path(options.disk_dir) / name).string();
     std::error_code ec;
     fs::create_directories(subdir, ec);
     if (ec) return Unavailable("cannot create the disk cache directory " + subdir + ": " + ec.message());
+    TANDEM_RETURN_IF_ERROR(ClaimDiskDirectory(subdir, identity));
   }
   auto t = faulty ? std::unique_ptr<TieredCache>(new FaultyTieredCache(l1, registry, sized, subdir, ungated))
                   : std::unique_ptr<TieredCache>(new TieredCache(l1, registry, sized, subdir));

@@ -81,8 +81,11 @@ struct TierStats {
 
 class TieredCache {
  public:
-  // `l1` is the engine's pool; `model_identity` names the weights (L3 files
-  // of another model or layout are never read).
+  // `l1` is the engine's pool; `model_identity` is a keyed fingerprint
+  // (common/keyed_fingerprint.h) of everything that decides a page's bytes
+  // but the layout (the weights identity, the attention). L3 keeps one folder
+  // per identity and layout and refuses one that holds another's pages,
+  // naming the parts that differ.
   static StatusOr<std::unique_ptr<TieredCache>> Create(PagePool& l1, const CacheBufferRegistry& registry,
                                                        const TierOptions& options,
                                                        const std::string& model_identity);

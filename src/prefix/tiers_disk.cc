@@ -1,5 +1,6 @@
 // The disk tier (L3) of TieredCache: page files that survive restarts, each
 // checked (header, size, XXH3 of the payload) before it is read into L2.
+#include <unistd.h>
 #include <xxhash.h>
 
 #include <cstdio>
@@ -8,6 +9,7 @@
 #include <fstream>
 
 #include "cache/page_copy.h"
+#include "common/keyed_fingerprint.h"
 #include "prefix/tiers.h"
 #include "prefix/tiers_internal.h"
 
@@ -18,6 +20,37 @@ using Clock = std::chrono::steady_clock;
 using namespace tiers_detail;
 
 // ---------------------------------------------------------------- L3
+
+namespace tiers_detail {
+
+Status ClaimDiskDirectory(const std::string& subdir, const std::string& identity) {
+  constexpr size_t kMaxIdentityBytes = 1 << 20;  // ours is ~16 KiB; a larger file is someone else's
+  const fs::path path = fs::path(subdir) / "identity";
+  std::error_code ec;
+  if (!fs::exists(path, ec)) {
+    // A new folder. Two engines starting on it write the same bytes, each
+    // through its own file, and both read back what landed.
+    const std::string tmp = path.string() + "." + std::to_string(::getpid()) + ".tmp";
+    {
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      out.write(identity.data(), std::streamsize(identity.size()));
+    }
+    fs::rename(tmp, path, ec);
+    if (ec) fs::remove(tmp, ec);
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Unavailable("cannot write the disk cache identity " + path.string());
+  std::string stored(kMaxIdentityBytes + 1, '\0');
+  in.read(stored.data(), std::streamsize(stored.size()));
+  stored.resize(size_t(in.gcount()));
+  if (stored == identity) return Status::Ok();
+  return FailedPrecondition("the disk cache directory " + subdir +
+                            " holds pages of another model or cache layout (they differ in " +
+                            DescribeDifferingParts(identity, stored) +
+                            "); remove it, or give this engine its own --disk-cache-dir");
+}
+
+}  // namespace tiers_detail
 
 std::string TieredCache::PagePath(uint64_t key) const {
   char name[32];

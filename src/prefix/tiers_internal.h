@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <span>
+#include <string>
 
 #include "prefix/tiers.h"
 
@@ -21,5 +22,12 @@ struct DiskHeader {
   uint64_t payload_bytes = 0;
   uint64_t payload_xxh3 = 0;
 };
+
+// L3's folder for `identity` (its name is a 64-bit hash of it) keeps the
+// identity itself in a file, written before the first page: on every start
+// it must equal this engine's, so pages of other weights are never read even
+// when a folder was copied, renamed or shares a name, and the refusal names
+// what differs (FailedPrecondition).
+Status ClaimDiskDirectory(const std::string& subdir, const std::string& identity);
 
 }  // namespace tandem::tiers_detail

@@ -35,7 +35,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
   if (role.prefill && role.decode) return InvalidArgument("an engine cannot be both prefill and decode role");
   const bool tiers = options.tiers.host_pages > 0 || options.tiers.host_bytes > 0;
   // The tiers keep rows across restarts: only for the same weights and the same attention.
-  const std::string weights = tiers ? WeightsIdentity(model) + "|" + AttentionFingerprint(spec.attention) : "";
+  // Both are keyed fingerprints (common/keyed_fingerprint.h); AttentionFingerprint is one
+  // "attention=..." part.
+  const std::string weights =
+      tiers ? WeightsIdentity(model) + ";" + AttentionFingerprint(spec.attention) : "";
   auto engine = std::unique_ptr<Engine>(new Engine(model, options, std::move(spec), std::move(role)));
   if (tiers) {
     if (!engine->index_) return InvalidArgument("cache tiers need the prefix cache (drop --no-prefix-cache)");

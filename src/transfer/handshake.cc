@@ -4,6 +4,8 @@
 #include <sstream>
 #include <vector>
 
+#include "common/keyed_fingerprint.h"
+
 namespace tandem::transfer {
 namespace {
 
@@ -23,12 +25,16 @@ Status CheckHello(const Hello& mine, const Hello& theirs) {
   }
   if (mine.layout_fingerprint == theirs.layout_fingerprint) {
     if (mine.weights_identity == theirs.weights_identity) return Status::Ok();
-    return FailedPrecondition("model weights mismatch between " + mine.role + " engine " +
-                              std::to_string(mine.instance_id) + " (" + mine.weights_identity + ") and " +
-                              theirs.role + " engine " + std::to_string(theirs.instance_id) + " (" +
-                              theirs.weights_identity +
-                              "): a cache computed with one set of weights cannot be decoded with another "
-                              "(start both with the same model file)");
+    // The identities are keyed fingerprints (model/model.h): the message names
+    // what differs ("metadata llama.rope.freq_base", "tensor data") rather
+    // than printing two long strings.
+    return FailedPrecondition(
+        "model weights mismatch between " + mine.role + " engine " +
+        std::to_string(mine.instance_id) + " and " + theirs.role + " engine " +
+        std::to_string(theirs.instance_id) + ": their models differ in " +
+        DescribeDifferingParts(mine.weights_identity, theirs.weights_identity) +
+        "; a cache computed with one model cannot be decoded with another "
+        "(start both with the same model file)");
   }
   const auto a = Parts(mine.layout_fingerprint), b = Parts(theirs.layout_fingerprint);
   std::string diff;

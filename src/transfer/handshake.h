@@ -3,7 +3,8 @@
 // connection whose layouts differ (page size, or any registered buffer's
 // name, dtype or bytes per token — e.g. fp8 index-K on one side and bf16 on
 // the other) or whose weights differ (same shapes, other values: f16 and
-// q8_0 files of one model) is refused by both sides before a page moves.
+// q8_0 files of one model; or one metadata value, such as an edited
+// rope.freq_base) is refused by both sides before a page moves.
 #pragma once
 
 #include "transfer/messages.h"
@@ -11,7 +12,8 @@
 namespace tandem::transfer {
 
 // OK when `theirs` may exchange pages with `mine`; otherwise
-// FailedPrecondition saying exactly which part of the layout differs.
+// FailedPrecondition saying exactly which part of the layout, or which parts
+// of the weights identity, differ.
 Status CheckHello(const Hello& mine, const Hello& theirs);
 
 // A random, non-zero id for this engine process (a restarted engine is a new peer).

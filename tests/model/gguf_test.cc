@@ -2,11 +2,14 @@
 // test per kind of malformed file (clear error naming the field, no crash).
 #include "model/gguf.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
 
 #include "model/presets.h"
+#include "support/process.h"
 
 namespace tandem {
 namespace {
@@ -231,6 +234,65 @@ TEST(GgufMalformed, RandomByteFlipsNeverCrash) {
     rejected += !ParseStatus(copy).ok();  // must return either way, under ASan too
   }
   EXPECT_GT(rejected, 0);
+}
+
+// Writes `header` at the start of a sparse file of `size` bytes (the rest
+// reads as zeros and takes no disk); false if the filesystem refuses the size.
+bool WriteSparseFile(const std::string& path, const std::vector<uint8_t>& header, uint64_t size) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return false;
+  const bool ok = ::write(fd, header.data(), header.size()) == ssize_t(header.size()) &&
+                  ::ftruncate(fd, off_t(size)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// Issue 26, "hostile files": the reader checked each declared count against
+// the bytes that remain, but decoding inflates them (one byte of a uint8
+// array, or eight of an empty string, becomes a 96-byte GgufValue; 32 bytes
+// of a tensor info become a TensorInfo and an index entry), so a count that a
+// large file can hold still asked for terabytes and std::bad_alloc ended the
+// process. Here every header sits at the start of a 2 TiB sparse file, so the
+// bytes checks pass; the memory limit must refuse each one, naming the field
+// and its count, before anything is allocated.
+TEST(Gguf, HostileArrayCountIsRefusedBeforeMemoryIsSpent) {
+  constexpr uint64_t kFileBytes = 1ull << 41;
+  const std::string path = testing::MakeTempDir() + "/hostile.gguf";
+  if (!WriteSparseFile(path, Bytes().Header(0, 0).b, kFileBytes)) {
+    GTEST_SKIP() << "the filesystem under /tmp refuses a " << kFileBytes << "-byte sparse file";
+  }
+  auto expect_refused = [&](const std::vector<uint8_t>& header, const std::string& needle) {
+    ASSERT_TRUE(WriteSparseFile(path, header, kFileBytes));
+    auto g = GgufFile::Open(path);
+    ASSERT_FALSE(g.ok()) << "accepted: " << needle;
+    EXPECT_EQ(g.status().code(), StatusCode::kDataLoss) << g.status().ToString();
+    EXPECT_NE(g.status().message().find(needle), std::string::npos)
+        << "message '" << g.status().message() << "' should mention '" << needle << "'";
+  };
+  const uint64_t all_bytes = kFileBytes - 64;  // about what remains after the array's header
+  const uint32_t kArray = 9, kUint8 = 0, kString = 8;
+  // 2^41 uint8 elements: 192 TiB of GgufValues, more than the address space.
+  expect_refused(Bytes().Header(0, 1).Str("arr").Put(kArray).Put(kUint8).Put<uint64_t>(all_bytes).b,
+                 "metadata 'arr' declares " + std::to_string(all_bytes) + " items");
+  // 2^31 empty strings: 16 GiB on disk, 192 GiB in memory.
+  expect_refused(
+      Bytes().Header(0, 1).Str("strs").Put(kArray).Put(kString).Put<uint64_t>(1ull << 31).b,
+      "metadata 'strs' declares 2147483648 items");
+  // A string length past the end of even this file.
+  expect_refused(Bytes().Header(0, 1).Put<uint64_t>(1ull << 62).b,
+                 "metadata key #0 length 4611686018427387904");
+  // 2^35 tensor infos (32 bytes each on disk) and 2^37 metadata entries.
+  expect_refused(Bytes().Header(1ull << 35, 0).b, "header tensor_count declares 34359738368 items");
+  expect_refused(Bytes().Header(0, 1ull << 37).b,
+                 "header metadata_kv_count declares 137438953472 items");
+  // The limit is one for the whole file: 2^22 metadata entries fit it, and
+  // so would 2^22 tensor infos, or a 500 MiB key, but not both.
+  expect_refused(Bytes().Header(1ull << 22, 1ull << 22).b,
+                 "header tensor_count declares 4194304 items");
+  expect_refused(Bytes().Header(0, 1ull << 22).Put<uint64_t>(500ull << 20).b,
+                 "metadata key #0 declares 524288000 items");
+  // A well-formed file is nowhere near the limit.
+  EXPECT_TRUE(GgufFile::Parse(WriterWithEverything(3, 32).Serialize()).ok());
 }
 
 TEST(Gguf, OpenReportsMissingFile) {

@@ -4,6 +4,8 @@
 
 #include "cache/layout.h"
 #include "model/cache_spec.h"
+#include "model/model.h"
+#include "support/test_models.h"
 
 namespace tandem::transfer {
 namespace {
@@ -56,6 +58,40 @@ TEST(Handshake, SameShapesOtherWeightsAreRefused) {
     EXPECT_NE(st.message().find("model weights mismatch"), std::string::npos) << st.message();
     EXPECT_NE(st.message().find("tiny:111"), std::string::npos) << st.message();
   }
+}
+
+// Issue 26, "hostile files": the weights identity hashed tensors only, so an
+// engine on a file whose rope.freq_base was edited connected to one on the
+// original and decoded its caches: wrong tokens, no error. Both sides refuse
+// now, naming the key; a file that was only renamed still connects.
+TEST(Handshake, AnEditedRopeFreqBaseIsRefusedNamingTheKey) {
+  auto tiny = [](const std::function<void(GgufWriter&)>& tweak) {
+    return WeightsIdentity(
+        *testing::MakePresetModel("tiny", TensorType::kF32, 7, "llama", tweak)->model);
+  };
+  const std::string layout = Fingerprint(CacheDType::kBF16);
+  const Hello d{"decode", layout, tiny({}), 2, 0, {}, {}};
+  const Hello p{"prefill",
+                layout,
+                tiny([](GgufWriter& w) { w.SetFloat32("llama.rope.freq_base", 500000.0f); }),
+                1,
+                2,
+                {},
+                {}};
+  auto wire = Hello::Decode(p.Encode());
+  ASSERT_TRUE(wire.ok()) << wire.status().ToString();
+  for (const Status& st : {CheckHello(d, p), CheckHello(p, d), CheckHello(d, *wire)}) {
+    ASSERT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+    EXPECT_NE(st.message().find("model weights mismatch"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("their models differ in metadata llama.rope.freq_base;"),
+              std::string::npos)
+        << st.message();
+  }
+  const Hello renamed{
+      "prefill", layout, tiny([](GgufWriter& w) { w.SetString("general.name", "another name"); }),
+      1,         2,      {},
+      {}};
+  EXPECT_TRUE(CheckHello(d, renamed).ok());
 }
 
 TEST(Handshake, InstanceIdsAreRandomAndNeverZero) {
