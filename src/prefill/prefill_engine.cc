@@ -326,7 +326,9 @@ Status PrefillEngine::PutLayer(Handoff& h, int layer, int64_t first_token, int64
                                std::span<const int32_t> pages, PagePool& pool) {
   const Destination& d = h.destination;
   const CacheLayout& layout = pool.layout();
-  const transfer::RemoteKey key{d.remote_key, UINT64_MAX};
+  // Bounded by the decode pool the destination describes (its transport
+  // bounds by the region it announced too): never past it.
+  const transfer::RemoteKey key{d.remote_key, uint64_t(h.remote_layout->TotalBytes())};
   const int64_t skip_pages = d.skip_tokens / kPageTokens;
   const int64_t first_page = std::max(first_token / kPageTokens, skip_pages);
   const int64_t end_page = (end_token + kPageTokens - 1) / kPageTokens;

@@ -221,6 +221,7 @@ StatusOr<Region> UcxTransport::AllocateRegion(size_t bytes) {
   header.base = reinterpret_cast<uint64_t>(attr.address);
   header.shmid = SysvSegmentAt(attr.address);
   header.ipc_identity = IpcIdentity();
+  header.bytes = bytes;
   r.key.blob.resize(kKeyHeaderBytes + packed_size);
   std::memcpy(r.key.blob.data(), &header, kKeyHeaderBytes);
   std::memcpy(r.key.blob.data() + kKeyHeaderBytes, packed, packed_size);

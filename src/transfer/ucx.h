@@ -19,6 +19,7 @@ struct UcxKeyHeader {
   uint64_t base = 0;          // the region's address in the owner's process
   int64_t shmid = -1;         // SysV segment holding the region, or -1
   uint64_t ipc_identity = 0;  // which kernel and IPC namespace shmid lives in
+  uint64_t bytes = 0;         // the region's size: no put past it is posted, whatever the caller's key says
 };
 
 class UcxTransport : public Transport {

@@ -50,7 +50,7 @@ inline Status UcxError(const std::string& what, ucs_status_t st) {
 // holds its own attachment.
 using KeyHeader = UcxKeyHeader;
 constexpr size_t kKeyHeaderBytes = sizeof(KeyHeader);
-static_assert(kKeyHeaderBytes == 24);
+static_assert(kKeyHeaderBytes == 32);
 
 // Same kernel boot and same IPC namespace: SysV ids mean the same segments.
 inline uint64_t IpcIdentity() {
@@ -200,14 +200,17 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
     std::shared_lock<std::shared_mutex> lock(ops_mu_);
     if (!alive_ || closing_) return Unavailable("UCX connection " + std::to_string(id_) + " is closed");
     if (key.blob.size() <= kKeyHeaderBytes) return InvalidArgument("UCX remote key is too short");
-    for (const PutOp& op : ops) {
-      if (op.offset > key.size || op.bytes > key.size - op.offset) {
-        return OutOfRange("put of " + std::to_string(op.bytes) + " bytes at offset " + std::to_string(op.offset) +
-                          " exceeds the " + std::to_string(key.size) + "-byte remote region");
-      }
-    }
     KeyHeader header;
     std::memcpy(&header, key.blob.data(), kKeyHeaderBytes);
+    // The region's own size bounds every put, whatever size the caller's key
+    // claims (a peer's destination must not aim our copies past its region).
+    const uint64_t size = std::min(key.size, header.bytes);
+    for (const PutOp& op : ops) {
+      if (op.offset > size || op.bytes > size - op.offset) {
+        return OutOfRange("put of " + std::to_string(op.bytes) + " bytes at offset " + std::to_string(op.offset) +
+                          " exceeds the " + std::to_string(size) + "-byte remote region");
+      }
+    }
     TANDEM_ASSIGN_OR_RETURN(ucp_ep_h data_ep, DataEndpoint());
     TANDEM_ASSIGN_OR_RETURN(const RemoteKeyEntry entry, RemoteKeyFor(key, header));
     for (const PutOp& op : ops) {

@@ -50,6 +50,11 @@ TEST(Ucx, PutsFlushAndOrderedMessagesBetweenTwoWorkers) {
   EXPECT_EQ(0, std::memcmp(region->data + 4096, data.data(), data.size()));
   EXPECT_EQ(region->data[4095], 0);
   EXPECT_EQ((*conn)->Put(data.data(), 10, region->key, (1 << 20) - 5).code(), StatusCode::kOutOfRange);
+  // The prefill engine once used a key claiming UINT64_MAX bytes: the region's
+  // own size, carried in its key, still bounds the put (issue 26).
+  const RemoteKey unbounded{region->key.blob, UINT64_MAX};
+  EXPECT_EQ((*conn)->Put(data.data(), 10, unbounded, (1 << 20) - 5).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ((*conn)->Put(data.data(), 10, unbounded, uint64_t(1) << 40).code(), StatusCode::kOutOfRange);
   // Messages, small and large (rendezvous), in order.
   for (uint8_t i = 0; i < 10; ++i) ASSERT_TRUE((*conn)->Send({i}).ok());
   ASSERT_TRUE((*conn)->Send(std::vector<uint8_t>(1 << 20, 42)).ok());
