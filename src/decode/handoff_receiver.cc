@@ -18,7 +18,10 @@ void HandoffReceiver::Free(Entry& e) {
   if (e.gates) e.gates->WaitAll();  // nothing may land in a page after it is freed
   e.gates.reset();
   if (!e.cached_pages.empty()) pool_.Release(e.cached_pages);
-  if (!e.reserved_pages.empty()) pool_.CancelReservation(e.reserved_pages);
+  if (!e.reserved_pages.empty()) {
+    if (windows_) windows_->Close(e.peer, e.reserved_pages);  // nothing of the peer's lands in them any more
+    pool_.CancelReservation(e.reserved_pages);
+  }
   if (e.quarantined) stats_.quarantined_pages -= int64_t(e.reserved_pages.size());
   e.cached_pages.clear();
   e.reserved_pages.clear();
@@ -61,6 +64,7 @@ StatusOr<Destination> HandoffReceiver::Begin(uint64_t handoff_id, std::vector<in
     return reserved.status();  // the caller retries until the Bootstrapping deadline
   }
   e->reserved_pages = std::move(reserved).value();
+  if (windows_) windows_->Open(peer, e->reserved_pages);
   if (Status st = e->machine.Transition(HandoffState::kWaitingForInput, now); !st.ok()) {
     Free(*e);
     return st;
@@ -109,6 +113,7 @@ StatusOr<HandoffReceiver::Ready> HandoffReceiver::OnCommit(const Commit& c, uint
     return st;
   }
   TANDEM_RETURN_IF_ERROR(e.machine.Transition(HandoffState::kCommitted, now));
+  if (windows_) windows_->Close(e.peer, e.reserved_pages);  // committed: the peer's writes are done
   pool_.CommitReservation(e.reserved_pages);
   ++stats_.committed;
   if (stats_.committed_bytes.size() < c.digests.size()) stats_.committed_bytes.resize(c.digests.size());

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cache/page_pool.h"
+#include "decode/write_windows.h"
 #include "prefix/tiers.h"
 #include "prefix/prefix_index.h"
 #include "transfer/handoff_state.h"
@@ -50,6 +51,9 @@ class HandoffReceiver {
   // A host tier under the prefix index (may be null): Begin also loads the
   // prompt's prefix from L2, which shortens what the prefill side must send.
   void SetTiers(TieredCache* tiers) { tiers_ = tiers; }
+  // Where peers' puts are checked (decode/write_windows.h; may be null): the
+  // pages reserved for a peer are open to it until committed or freed.
+  void SetWriteWindows(WriteWindows* windows) { windows_ = windows; }
 
   struct Ready {
     uint64_t handoff_id = 0;
@@ -115,6 +119,7 @@ class HandoffReceiver {
   const RemoteKey region_key_;
   PrefixIndex* index_;
   TieredCache* tiers_ = nullptr;
+  WriteWindows* windows_ = nullptr;
   const ReceiverOptions options_;
   std::map<uint64_t, std::unique_ptr<Entry>> entries_;  // open, and quarantined, handoffs
   ReceiverStats stats_;

@@ -63,6 +63,9 @@ RemotePrefill::~RemotePrefill() {
 
 void RemotePrefill::Attach(PagePool& pool, PrefixIndex* index) {
   receiver_ = std::make_unique<transfer::HandoffReceiver>(pool, region_.key, index, options_.receiver);
+  windows_owner_ = std::make_unique<transfer::WriteWindows>(pool.layout());
+  receiver_->SetWriteWindows(windows_owner_.get());
+  windows_ = windows_owner_.get();
   const auto until = Clock::now() + options_.startup_wait;
   auto connecting = [&] {
     return std::any_of(links_.begin(), links_.end(), [](const Link& l) { return l.state == LinkState::kConnecting; });

@@ -29,6 +29,7 @@
 #pragma once
 
 #include <deque>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -154,6 +155,10 @@ class RemotePrefill : public RemotePrompts {
   transfer::Region region_;
   std::vector<Link> links_;
   std::unique_ptr<transfer::HandoffReceiver> receiver_;
+  // Checked by the transport's reader threads for every put (TCP): null until
+  // Attach knows the pool, so no put lands before then.
+  std::unique_ptr<transfer::WriteWindows> windows_owner_;
+  std::atomic<transfer::WriteWindows*> windows_{nullptr};
   std::map<uint64_t, size_t> handoff_link_;  // open handoffs -> the link serving them
   std::vector<Outcome> ended_;               // ended outside Poll (dead links), not yet reported
   std::map<uint64_t, size_t> failed_on_;     // retryable failed handoffs -> their link, until re-placed

@@ -24,6 +24,10 @@ void RemotePrefill::Reconnect(size_t i, Clock::time_point now) {
     }
     arrived_.notify_all();
   };
+  h.accept_put = [this](transfer::Connection& c, uint64_t offset, uint64_t bytes) {
+    const transfer::WriteWindows* windows = windows_.load();
+    return windows != nullptr && windows->Allows(c.id(), offset, bytes);
+  };
   h.on_close = [this, i](transfer::Connection& c, const Status& why) {
     {
       MutexLock lock(mu_);

@@ -394,6 +394,11 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
       case kPutFrame: {
         uint8_t* dst = t_->Target(f.a, f.b, f.length);
         if (!dst) return Fail("a put outside every region this engine announced"), false;
+        if (handlers_.accept_put && !handlers_.accept_put(*this, f.b, f.length)) {
+          return Fail("a put of " + std::to_string(f.length) + " bytes at offset " + std::to_string(f.b) +
+                      " outside the pages of this connection's open handoffs"),
+                 false;
+        }
         {
           std::lock_guard<std::mutex> lock(mu_);
           if (closed_) return false;  // the fence: nothing lands after Close (the writer ends the connection)

@@ -59,6 +59,11 @@ struct ConnectionHandlers {
   // alive); NotFound when it was never made (nothing listens there);
   // Unavailable when the peer closed it or died.
   std::function<void(Connection&, const Status&)> on_close;
+  // Where this side does the receiving (TCP): a put from the peer lands only
+  // if this says yes for its offset and length in the region it names (null:
+  // any put inside a region this transport allocated); otherwise the
+  // connection closes and nothing of the put lands. Called on the reader thread.
+  std::function<bool(Connection&, uint64_t offset, uint64_t bytes)> accept_put;
 };
 
 class Connection {
