@@ -156,6 +156,7 @@ int RunPrefill(PrefillArgs& a) {
     return h;
   });
   if (!st.ok()) return TLOG_ERROR("error: %s\n", st.ToString().c_str()), 1;
+  worker.SetListenAddress(a.host + ":" + std::to_string((*transport)->listen_port()));
   TLOG_INFO("tandem prefill: %s, handoffs at %s://%s:%d (%s kernels, %s attention, layout %s, instance %llu)\n",
                (*model)->config().name.c_str(), *lanes == transfer::TransportKind::kTcp ? "tcp" : "ucx",
                a.host.c_str(), (*transport)->listen_port(),

@@ -197,7 +197,16 @@ void RemotePrefill::Handle(const Arrival& a, std::vector<Outcome>& out) {
                     !a.timed_out && !a.by_us);
   }
   link.last_heard = Clock::now();
-  auto type = PeekType(a.bytes);
+  std::vector<uint8_t> bytes = a.bytes;
+  if (link.auth) {
+    // After the engine's Hello only its sealed messages count.
+    if (Status st = link.auth->Open(&bytes); !st.ok()) {
+      TLOG_WARN("tandem decode: closing the connection to prefill engine %s: %s\n", link.address.c_str(),
+                st.message().c_str());
+      return LinkDown(a.link, "a message failed authentication: " + st.message());
+    }
+  }
+  auto type = PeekType(bytes);
   if (!type.ok() && link.state == LinkState::kConnecting) {
     // Its first message is unreadable (another wire version, or not tandem): a refused handshake.
     const std::string why = "refusing the prefill engine: its handshake is unreadable: " + type.status().message();
@@ -210,7 +219,10 @@ void RemotePrefill::Handle(const Arrival& a, std::vector<Outcome>& out) {
                  type.status().ToString().c_str());
     return;
   }
-  if (*type == MessageType::kHello) return OnHello(a.link, a.bytes);
+  if (*type == MessageType::kHello) {
+    if (link.auth) return;  // one Hello per connection
+    return OnHello(a.link, bytes);
+  }
   if (link.state != LinkState::kUp) return;  // nothing counts before the handshake
   // A handoff's messages count only on the connection it was sent on.
   auto mine = [&](uint64_t id) {
@@ -218,7 +230,7 @@ void RemotePrefill::Handle(const Arrival& a, std::vector<Outcome>& out) {
     return it != handoff_link_.end() && it->second == a.link;
   };
   if (*type == MessageType::kCommit) {
-    auto commit = Commit::Decode(a.bytes);
+    auto commit = Commit::Decode(bytes);
     if (!commit.ok()) {
       TLOG_WARN("tandem decode: bad commit from %s: %s\n", link.address.c_str(),
                    commit.status().ToString().c_str());
@@ -257,7 +269,7 @@ void RemotePrefill::Handle(const Arrival& a, std::vector<Outcome>& out) {
   } else if (*type == MessageType::kAbort) {
     // The prefill side gave up or refused (it stopped writing and flushed
     // first): whether the handoff was open or already quarantined, its pages are free.
-    auto abort = Abort::Decode(a.bytes);
+    auto abort = Abort::Decode(bytes);
     if (!abort.ok()) return;
     const bool open = mine(abort->handoff_id);
     (void)receiver_->StartAbort(abort->handoff_id, abort->reason, Clock::now());
@@ -271,7 +283,7 @@ void RemotePrefill::Handle(const Arrival& a, std::vector<Outcome>& out) {
     o.retryable = true;
     out.push_back(std::move(o));
   } else if (*type == MessageType::kAbortAck) {
-    if (auto ack = AbortAck::Decode(a.bytes); ack.ok()) receiver_->OnAbortAck(ack->handoff_id, a.connection_id);
+    if (auto ack = AbortAck::Decode(bytes); ack.ok()) receiver_->OnAbortAck(ack->handoff_id, a.connection_id);
   }
 }
 

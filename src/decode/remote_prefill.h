@@ -39,6 +39,7 @@
 #include "common/placement.h"
 #include "model/cache_spec.h"
 #include "decode/handoff_receiver.h"
+#include "transfer/message_auth.h"
 #include "runtime/engine.h"
 #include "runtime/remote_prompts.h"
 #include "transfer/cluster_key.h"
@@ -123,6 +124,9 @@ class RemotePrefill : public RemotePrompts {
     std::chrono::milliseconds backoff{0};
     std::vector<uint8_t> nonce;          // ours, fresh per connection
     std::vector<uint8_t> prefill_nonce;  // the accepted Hello's: destinations prove the key over it
+    // From the accepted Hello on: the session that opens the engine's messages
+    // and seals ours (`connection` is then the sealed one).
+    std::shared_ptr<transfer::MessageAuth> auth;
   };
   struct Arrival {
     size_t link;

@@ -39,7 +39,9 @@ void RemotePrefill::Reconnect(size_t i, Clock::time_point now) {
   link.last_heard = now;
   auto conn = transport_->Connect(link.address, h);
   Hello hello = MyHello(0);
+  hello.target = link.address;  // covered by the proof: only the engine there takes it
   link.prefill_nonce.clear();
+  link.auth.reset();
   link.nonce = transfer::SignDecodeHello(options_.cluster_key, &hello);
   Status st = conn.ok() ? (*conn)->Send(hello.Encode()) : conn.status();
   if (!st.ok()) {
@@ -121,6 +123,14 @@ void RemotePrefill::OnHello(size_t i, const std::vector<uint8_t>& bytes) {
   }
   link.known_instance = link.prefill_instance = hello->instance_id;
   link.prefill_nonce = hello->nonce;
+  // From here on every message is sealed, both ways (transfer/message_auth.h).
+  link.auth = std::make_shared<transfer::MessageAuth>(options_.cluster_key, link.nonce, hello->nonce,
+                                                      /*decode_side=*/true);
+  link.connection = transfer::SealedConnection(link.connection, link.auth);
+  {
+    MutexLock lock(mu_);
+    if (beating_.count(i)) beating_[i] = link.connection;
+  }
   // Its answer promises that no handoff of an earlier connection of ours still
   // writes (a restarted engine cannot): the pages those held are free now.
   for (uint64_t old : link.suspended) receiver_->OnPeerClosed(old, Clock::now());

@@ -1,4 +1,6 @@
 #include "prefill/prefill_engine.h"
+
+#include "transfer/message_auth.h"
 #include "common/log.h"
 
 #include <cstdio>
@@ -80,7 +82,7 @@ Status PrefillEngine::CheckFirstMessage(std::span<const uint8_t> bytes, std::vec
   auto hello = Hello::Decode(message);
   Hello mine{"prefill", layout_fingerprint_, weights_identity_, instance_id_, hello.ok() ? hello->instance_id : 0, {}, {}};
   Status st = hello.ok() ? transfer::CheckHello(mine, *hello) : hello.status();
-  if (st.ok()) st = transfer::CheckDecodeHello(options_.cluster_key, *hello, /*seen=*/nullptr);
+  if (st.ok()) st = transfer::CheckDecodeHello(options_.cluster_key, *hello, /*seen=*/nullptr, ListenAddress());
   if (!st.ok()) *reply = mine.Encode();
   return st;
 }
@@ -92,7 +94,7 @@ void PrefillEngine::OnHello(Peer& peer, const std::vector<uint8_t>& bytes) {
   const uint64_t theirs = hello.ok() ? hello->instance_id : 0;
   Hello mine{"prefill", layout_fingerprint_, weights_identity_, instance_id_, theirs, {}, {}};
   Status st = hello.ok() ? transfer::CheckHello(mine, *hello) : hello.status();
-  if (st.ok()) st = transfer::CheckDecodeHello(options_.cluster_key, *hello, &seen_nonces_);
+  if (st.ok()) st = transfer::CheckDecodeHello(options_.cluster_key, *hello, &seen_nonces_, ListenAddress());
   if (!st.ok()) {
     TLOG_WARN("tandem prefill: refusing decode engine %llu: %s\n", (unsigned long long)theirs,
                  st.message().c_str());
@@ -104,6 +106,10 @@ void PrefillEngine::OnHello(Peer& peer, const std::vector<uint8_t>& bytes) {
   peer.hello_ok = true;
   peer.decode_instance = theirs;
   peer.nonce = transfer::SignPrefillHello(options_.cluster_key, *hello, &mine);
+  // Everything after the Hellos is sealed with this connection's session.
+  peer.auth = std::make_shared<transfer::MessageAuth>(options_.cluster_key, hello->nonce, peer.nonce,
+                                                      /*decode_side=*/false);
+  peer.sealed = transfer::SealedConnection(peer.connection, peer.auth);
   const uint64_t id = peer.connection->id();
   std::vector<uint64_t> stale;  // earlier connections of the same decode instance: dead to it
   for (auto& [other_id, other] : peers_) {
@@ -115,6 +121,7 @@ void PrefillEngine::OnHello(Peer& peer, const std::vector<uint8_t>& bytes) {
   auto conn = peers_.at(id).connection;
   if (MayAnswerLocked(theirs, id)) {
     (void)conn->Send(mine.Encode());
+    peers_.at(id).answered = true;
   } else {
     deferred_hellos_.push_back({conn, mine});
   }
@@ -127,6 +134,20 @@ void PrefillEngine::OnMessage(std::shared_ptr<transfer::Connection> connection, 
   if (it == peers_.end() || !connection->alive() || stopping_) return;  // dropped: its handoffs are already gone
   Peer& peer = it->second;
   peer.last_heard = Clock::now();
+  if (peer.hello_ok && !(peer.opened == 0 && transfer::IsUnsealedHeartbeat(bytes))) {
+    // After the Hellos only sealed messages count (a heartbeat the decode
+    // side sent before our answer reached it is the one exception).
+    std::vector<uint8_t> opened = bytes;
+    if (Status st = peer.auth->Open(&opened); !st.ok()) {
+      TLOG_WARN("tandem prefill: closing the connection of decode engine %llu: %s\n",
+                (unsigned long long)peer.decode_instance, st.message().c_str());
+      ++stats_.peers_closed;
+      DropPeerLocked(connection->id());
+      return;
+    }
+    ++peer.opened;
+    return OnAuthenticMessage(peer, opened);
+  }
   if (!type.ok() && !peer.hello_ok) {
     // A first message we cannot read (another wire version, or not tandem): a
     // refused handshake, said plainly (our Hello names our version), not a silent drop.
@@ -141,15 +162,39 @@ void PrefillEngine::OnMessage(std::shared_ptr<transfer::Connection> connection, 
     TLOG_WARN("tandem prefill: dropping a malformed message: %s\n", type.status().ToString().c_str());
     return;
   }
-  switch (*type) {
+  switch (*type) {  // before an accepted Hello
     case MessageType::kHello:
       return OnHello(peer, bytes);
+    case MessageType::kDestination:
+      return OnDestination(peer, connection, bytes);  // refused: no accepted Hello
+    case MessageType::kAbort:
+      return OnAbort(connection, bytes);  // nothing of it is ours: acknowledged
+    case MessageType::kHeartbeat:
+    case MessageType::kCommit:
+    case MessageType::kAbortAck:
+      return;
+  }
+}
+
+// A message the peer's session authenticated (or any after the Hello when
+// there is no cluster key).
+void PrefillEngine::OnAuthenticMessage(Peer& peer, const std::vector<uint8_t>& bytes) {
+  auto type = PeekType(bytes);
+  if (!type.ok()) {
+    TLOG_WARN("tandem prefill: dropping a malformed message: %s\n", type.status().ToString().c_str());
+    return;
+  }
+  switch (*type) {
+    case MessageType::kHello:
+      TLOG_WARN("tandem prefill: ignoring a second Hello from decode engine %llu\n",
+                (unsigned long long)peer.decode_instance);
+      return;
     case MessageType::kHeartbeat:
       return;  // last_heard is all a heartbeat is for
     case MessageType::kDestination:
-      return OnDestination(peer, connection, bytes);
+      return OnDestination(peer, peer.sealed, bytes);
     case MessageType::kAbort:
-      return OnAbort(connection, bytes);
+      return OnAbort(peer.sealed, bytes);
     case MessageType::kCommit:
     case MessageType::kAbortAck:
       return;  // decode engines send neither; ignored
@@ -281,6 +326,7 @@ void PrefillEngine::AnswerDeferredHellosLocked() {
     if (!d.first->alive()) return true;
     if (!MayAnswerLocked(d.second.peer_instance_id, d.first->id())) return false;
     (void)d.first->Send(d.second.Encode());
+    if (auto p = peers_.find(d.first->id()); p != peers_.end()) p->second.answered = true;
     return true;
   });
 }
@@ -296,7 +342,8 @@ void PrefillEngine::RunHeartbeats() {
       if (now - peer.last_heard > options_.peer_timeout || !peer.connection->alive()) {
         silent.push_back(peer.connection);
       } else {
-        (void)peer.connection->Send(Heartbeat{instance_id_}.Encode());
+        // Sealed once our Hello has gone out; plain before (it has no session yet).
+        (void)(peer.answered ? peer.sealed : peer.connection)->Send(Heartbeat{instance_id_}.Encode());
       }
     }
     for (auto& c : silent) {

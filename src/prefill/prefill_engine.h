@@ -47,6 +47,10 @@ struct PrefillOptions {
   transfer::ClusterKey cluster_key;                   // decode engines must prove it (transfer/cluster_key.h)
 };
 
+namespace transfer {
+class MessageAuth;
+}  // namespace transfer
+
 class PrefillEngine : public PrefillSink {
  public:
   static StatusOr<std::unique_ptr<PrefillEngine>> Create(const Model& model, PrefillOptions options);
@@ -68,6 +72,14 @@ class PrefillEngine : public PrefillSink {
   // engine takes it). Refused: `reply` is this engine's Hello, so the decode
   // side can say what differs.
   Status CheckFirstMessage(std::span<const uint8_t> bytes, std::vector<uint8_t>* reply) const;
+
+  // Where the transport listens ("host:port", the port it bound), so a decode
+  // Hello meant for another engine is refused (transfer::AddressIsMine).
+  // Until set: not checked.
+  void SetListenAddress(std::string address) EXCLUDES(address_mu_) {
+    MutexLock lock(address_mu_);
+    listen_address_ = std::move(address);
+  }
 
   std::string layout_fingerprint() const { return layout_fingerprint_; }
   uint64_t instance_id() const { return instance_id_; }
@@ -101,6 +113,13 @@ class PrefillEngine : public PrefillSink {
     uint64_t decode_instance = 0;
     std::vector<uint8_t> nonce;  // ours on this connection: its destinations prove the key over it
     transfer::Clock::time_point last_heard;
+    // From an accepted Hello: the session (transfer/message_auth.h) that opens
+    // the peer's messages, and `connection` sealing ours. Our Hello answer
+    // goes out plain; `answered` once it has.
+    std::shared_ptr<transfer::MessageAuth> auth;
+    std::shared_ptr<transfer::Connection> sealed;
+    bool answered = false;
+    int64_t opened = 0;  // sealed messages taken from the peer
   };
   // One Destination taken. Fields marked "loop" belong to the engine's loop
   // thread; the others are guarded by mu_.
@@ -128,6 +147,7 @@ class PrefillEngine : public PrefillSink {
                   std::span<const int32_t> pages, PagePool& pool);
   std::shared_ptr<Handoff> Find(uint64_t request) EXCLUDES(mu_);
   void OnHello(Peer& peer, const std::vector<uint8_t>& bytes) REQUIRES(mu_);
+  void OnAuthenticMessage(Peer& peer, const std::vector<uint8_t>& bytes) REQUIRES(mu_);
   void OnDestination(Peer& peer, const std::shared_ptr<transfer::Connection>& connection,
                      const std::vector<uint8_t>& bytes) REQUIRES(mu_);
   void OnAbort(const std::shared_ptr<transfer::Connection>& connection, const std::vector<uint8_t>& bytes)
@@ -142,6 +162,12 @@ class PrefillEngine : public PrefillSink {
   const uint64_t instance_id_;
   const std::string weights_identity_;
   std::string layout_fingerprint_;
+  mutable Mutex address_mu_;
+  std::string listen_address_ GUARDED_BY(address_mu_);
+  std::string ListenAddress() const EXCLUDES(address_mu_) {
+    MutexLock lock(address_mu_);
+    return listen_address_;
+  }
   std::unique_ptr<Engine> engine_;  // its loop thread calls the sink methods
   mutable Mutex mu_;
   std::condition_variable cv_;

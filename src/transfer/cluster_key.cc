@@ -85,19 +85,38 @@ bool NonceMemory::Remember(std::span<const uint8_t> nonce) {
   return true;
 }
 
+namespace {
+std::span<const uint8_t> Span(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+}  // namespace
+
 std::vector<uint8_t> SignDecodeHello(const ClusterKey& key, Hello* hello) {
   if (!key.enabled()) return {};
   hello->nonce = NewNonce();
-  hello->proof = key.Prove("decode hello", {hello->nonce});
+  hello->proof = key.Prove("decode hello", {hello->nonce, Span(hello->target)});
   return hello->nonce;
 }
 
-Status CheckDecodeHello(const ClusterKey& key, const Hello& theirs, NonceMemory* seen) {
+bool AddressIsMine(std::string_view target, std::string_view mine) {
+  if (mine.empty() || target == mine) return true;
+  const size_t t = target.rfind(':'), m = mine.rfind(':');
+  if (t == std::string_view::npos || m == std::string_view::npos) return false;
+  if (target.substr(t + 1) != mine.substr(m + 1)) return false;
+  const std::string_view host = mine.substr(0, m);
+  return host.empty() || host == "0.0.0.0" || host == target.substr(0, t);
+}
+
+Status CheckDecodeHello(const ClusterKey& key, const Hello& theirs, NonceMemory* seen, std::string_view my_address) {
   if (!key.enabled()) return Status::Ok();
-  if (!key.Verify("decode hello", {theirs.nonce}, theirs.proof)) {
+  if (!key.Verify("decode hello", {theirs.nonce, Span(theirs.target)}, theirs.proof)) {
     return FailedPrecondition(theirs.proof.empty()
                                   ? "it proves no cluster key (this engine has --cluster-key-file; give the decode engine the same)"
                                   : "it does not hold this engine's cluster key (--cluster-key-file differs)");
+  }
+  if (!AddressIsMine(theirs.target, my_address)) {
+    return FailedPrecondition("its Hello was meant for " + theirs.target.substr(0, 64) + ", not this engine (" +
+                              std::string(my_address) + "): a replay");
   }
   if (seen != nullptr && !seen->Remember(theirs.nonce)) {
     return FailedPrecondition("its Hello repeats one already seen (a replay)");

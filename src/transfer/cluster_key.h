@@ -67,11 +67,18 @@ class NonceMemory {
 
 // The handshake's steps, one per side and message (the scheme above). Without
 // a key each signs nothing and accepts everything.
-// Decode side: a fresh nonce and its proof on `hello`; returns the nonce.
+// Decode side: a fresh nonce and its proof (over the nonce and hello->target,
+// the address dialed) on `hello`; returns the nonce.
 std::vector<uint8_t> SignDecodeHello(const ClusterKey& key, Hello* hello);
-// Prefill side: the decode Hello proves the key, and is no replay (`seen`
-// null: the proof only, as the listener's gate checks it before the engine).
-Status CheckDecodeHello(const ClusterKey& key, const Hello& theirs, NonceMemory* seen);
+// Prefill side: the decode Hello proves the key over its nonce and target,
+// was meant for `my_address` (AddressIsMine; empty: not checked), and is no
+// replay (`seen` null: not checked, as the listener's gate runs before the
+// engine takes the Hello and remembers its nonce).
+Status CheckDecodeHello(const ClusterKey& key, const Hello& theirs, NonceMemory* seen, std::string_view my_address);
+// "host:port" the decode side dialed names the engine listening at `mine`:
+// the same port, and the same host unless that engine listens on every
+// address (0.0.0.0). Transports without ports compare whole names.
+bool AddressIsMine(std::string_view target, std::string_view mine);
 // Prefill side: a fresh nonce and the proof over both on `mine`; returns the nonce.
 std::vector<uint8_t> SignPrefillHello(const ClusterKey& key, const Hello& theirs, Hello* mine);
 // Decode side: the prefill Hello proves the key over our nonce.

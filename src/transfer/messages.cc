@@ -215,6 +215,7 @@ std::vector<uint8_t> Hello::Encode() const {
   w.Put(peer_instance_id);
   w.PutBytes(nonce);
   w.PutBytes(proof);
+  w.PutString(target);
   return std::move(w).Finish();
 }
 
@@ -228,7 +229,9 @@ StatusOr<Hello> Hello::Decode(std::span<const uint8_t> bytes) {
   m.peer_instance_id = r.Get<uint64_t>("peer_instance_id");
   m.nonce = r.Bytes("nonce");
   m.proof = r.Bytes("proof");
+  m.target = r.String("target");
   if (r.ok() && (m.nonce.size() > 64 || m.proof.size() > 64)) r.Fail("nonce", "a nonce or proof over 64 bytes");
+  if (r.ok() && m.target.size() > 256) r.Fail("target", "an address over 256 bytes");
   if (r.ok() && m.role != "prefill" && m.role != "decode") {
     r.Fail("role", "'" + m.role.substr(0, 64) + "' is neither \"prefill\" nor \"decode\"");
   }

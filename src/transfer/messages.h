@@ -24,7 +24,7 @@
 namespace tandem {
 
 constexpr uint32_t kHandoffMagic = 0x4F484454;  // bytes "TDHO" read as little-endian u32
-constexpr uint16_t kHandoffVersion = 4;
+constexpr uint16_t kHandoffVersion = 5;  // 5: authenticated messages (transfer/message_auth.h), Hello.target
 constexpr size_t kHandoffHeaderBytes = 12;
 
 // Decoding caps. A message beyond any of them is rejected before allocating.
@@ -73,6 +73,10 @@ struct Hello {
   // The cluster key's handshake (transfer/cluster_key.h): the sender's fresh
   // nonce and its proof; both empty without a key. At most 64 bytes each.
   std::vector<uint8_t> nonce, proof;
+  // The decode side's: the address it dialed, covered by its proof, so a Hello
+  // captured on its way to one prefill engine is refused by another. At most
+  // 256 bytes; empty from the prefill side.
+  std::string target;
 
   std::vector<uint8_t> Encode() const;
   static StatusOr<Hello> Decode(std::span<const uint8_t> bytes);

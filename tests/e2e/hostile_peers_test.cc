@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <future>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,12 @@
 #include "support/process.h"
 #include "support/server_process.h"
 #include "support/tiny_model.h"
+#include "fakes/connection_inbox.h"
+#include "transfer/cluster_key.h"
+#include "transfer/message_auth.h"
+#include "transfer/messages.h"
+#include "transfer/socket.h"
+#include "transfer/handshake.h"
 
 namespace tandem {
 namespace {
@@ -89,6 +96,139 @@ TEST(HostilePeers, AThousandUnauthenticatedConnectionsDeclaring256MiBCostThePref
   EXPECT_EQ(Complete(decode->port(), Prompt(5), 8), Complete(colocated->port(), Prompt(5), 8));
   EXPECT_EQ(decode->Terminate(), 0) << decode->Log();
   EXPECT_EQ(prefill->Terminate(), 0) << prefill->Log();
+}
+
+}  // namespace
+}  // namespace tandem
+
+namespace tandem {
+namespace {
+
+using transfer::ClusterKey;
+
+std::span<const uint8_t> Bytes(const std::string& s) { return {reinterpret_cast<const uint8_t*>(s.data()), s.size()}; }
+
+// The hostile-peer harness's side of one connection over the TCP transport:
+// connects (or is connected to), collects what arrives, bounded waits.
+struct HarnessPeer {
+  testing::ConnectionInbox inbox;
+  transfer::SocketTransport transport;
+  std::shared_ptr<transfer::Connection> conn;
+  std::optional<std::vector<uint8_t>> Next(std::chrono::seconds limit = std::chrono::seconds(20)) {
+    std::unique_lock<std::mutex> lock(inbox.mu);
+    if (!inbox.cv.wait_for(lock, limit, [&] { return !inbox.messages.empty() || inbox.closed; })) return std::nullopt;
+    if (inbox.messages.empty()) return std::nullopt;
+    auto m = std::move(inbox.messages.front());
+    inbox.messages.pop_front();
+    return m;
+  }
+};
+
+TEST(HostilePeers, AHelloMeantForAnotherPrefillEngineOrSentAgainIsRefusedAsAReplay) {
+  const std::string dir = testing::MakeTempDir();
+  std::ofstream(dir + "/key") << "this deployment's cluster secret\n";
+  auto key = ClusterKey::Load(dir + "/key");
+  ASSERT_TRUE(key.ok());
+  auto prefill = testing::StartPrefill(testing::TinyModelPath(), "bf16",
+                                       {"--transport", "tcp", "--cluster-key-file", dir + "/key"});
+  ASSERT_TRUE(prefill->ok()) << prefill->Log();
+  const std::string address = testing::Loopback(prefill->port());
+  // A refused Hello is answered with the engine's own: its layout and model.
+  Hello engine;
+  {
+    HarnessPeer probe;
+    auto c = probe.transport.Connect(address, probe.inbox.Handlers());
+    ASSERT_TRUE(c.ok());
+    ASSERT_TRUE((*c)->Send(Hello{"decode", "no layout", "no model", 1, 0, {}, {}, ""}.Encode()).ok());
+    auto m = probe.Next();
+    ASSERT_TRUE(m.has_value()) << prefill->Log();
+    engine = *Hello::Decode(*m);
+  }
+  auto hello_to = [&](const std::string& target) {
+    Hello h{"decode", engine.layout_fingerprint, engine.weights_identity, transfer::NewInstanceId(), 0, {}, {}, target};
+    transfer::SignDecodeHello(*key, &h);
+    return h;
+  };
+  auto send = [&](const Hello& h) {
+    auto peer = std::make_unique<HarnessPeer>();
+    auto c = peer->transport.Connect(address, peer->inbox.Handlers());
+    EXPECT_TRUE(c.ok());
+    EXPECT_TRUE((*c)->Send(h.Encode()).ok());
+    peer->conn = *c;
+    return peer;
+  };
+  // Captured on its way to another engine (another port): refused, and said why.
+  const Hello elsewhere = hello_to("127.0.0.1:" + std::to_string(prefill->port() + 1));
+  auto refused = send(elsewhere);
+  EXPECT_TRUE(refused->inbox.WaitClosed());
+  // Meant for this engine: answered with a proof of the key.
+  const Hello here = hello_to(address);
+  auto accepted = send(here);
+  auto answer = accepted->Next();
+  ASSERT_TRUE(answer.has_value());
+  auto theirs = Hello::Decode(*answer);
+  ASSERT_TRUE(theirs.ok());
+  EXPECT_TRUE(transfer::CheckPrefillHello(*key, here.nonce, *theirs).ok());
+  // The same Hello again: a replay.
+  auto again = send(here);
+  EXPECT_TRUE(again->inbox.WaitClosed());
+  EXPECT_FALSE(accepted->inbox.closed) << "the live connection is not dropped as stale";
+  const std::string log = prefill->Log();
+  EXPECT_NE(log.find("was meant for 127.0.0.1:" + std::to_string(prefill->port() + 1) + ", not this engine"),
+            std::string::npos) << log;
+  EXPECT_NE(log.find("its Hello repeats one already seen (a replay)"), std::string::npos) << log;
+  EXPECT_EQ(prefill->Terminate(), 0) << prefill->Log();
+}
+
+// A fake prefill engine that holds the key answers a real decode server's
+// Hello properly, then sends an AbortAck that is not sealed with the
+// connection's session (forged): the decode server closes the link and says why.
+TEST(HostilePeers, AForgedAbortAckIsRefusedAndTheLinkClosedWithTheReason) {
+  const std::string dir = testing::MakeTempDir();
+  std::ofstream(dir + "/key") << "this deployment's cluster secret\n";
+  auto key = ClusterKey::Load(dir + "/key");
+  ASSERT_TRUE(key.ok());
+  HarnessPeer fake;
+  std::mutex mu;
+  std::condition_variable cv;
+  ASSERT_TRUE(fake.transport.Listen("127.0.0.1:0", [&](std::shared_ptr<transfer::Connection> c) {
+    std::lock_guard<std::mutex> lock(mu);
+    fake.conn = c;
+    cv.notify_all();
+    return fake.inbox.Handlers();
+  }).ok());
+  // The decode server waits at start-up for its link: answer while it starts.
+  auto starting = std::async(std::launch::async, [&] {
+    return testing::StartServe(testing::TinyModelPath(), "bf16", testing::Loopback(fake.transport.listen_port()),
+                               {"--transport", "tcp", "--cluster-key-file", dir + "/key"});
+  });
+  auto m = fake.Next();
+  ASSERT_TRUE(m.has_value());
+  auto hello = Hello::Decode(*m);
+  ASSERT_TRUE(hello.ok());
+  ASSERT_TRUE(transfer::CheckDecodeHello(*key, *hello, nullptr, testing::Loopback(fake.transport.listen_port())).ok());
+  Hello mine{"prefill", hello->layout_fingerprint, hello->weights_identity, transfer::NewInstanceId(),
+             hello->instance_id, {}, {}, ""};
+  const std::vector<uint8_t> my_nonce = transfer::SignPrefillHello(*key, *hello, &mine);
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return fake.conn != nullptr; }));
+  }
+  ASSERT_TRUE(fake.conn->Send(mine.Encode()).ok());
+  auto decode = starting.get();
+  ASSERT_TRUE(decode->ok()) << decode->Log();
+  // A genuine sealed heartbeat first (the session works), then the forgery:
+  // an AbortAck sealed under a session derived from another key.
+  transfer::MessageAuth real(*key, hello->nonce, my_nonce, /*decode_side=*/false);
+  ASSERT_TRUE(real.SealAndSend(*fake.conn, Heartbeat{mine.instance_id}.Encode()).ok());
+  auto other = ClusterKey::FromSecret("not this deployment's secret");
+  transfer::MessageAuth forged(*other, hello->nonce, my_nonce, /*decode_side=*/false);
+  ASSERT_TRUE(forged.SealAndSend(*fake.conn, AbortAck{12345}.Encode()).ok());
+  EXPECT_TRUE(fake.inbox.WaitClosed()) << decode->Log();
+  const std::string log = decode->Log();
+  EXPECT_NE(log.find("closing the connection to prefill engine"), std::string::npos) << log;
+  EXPECT_NE(log.find("authentication does not verify"), std::string::npos) << log;
+  EXPECT_EQ(decode->Terminate(), 0) << decode->Log();
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "decode/handoff_receiver.h"
 #include "transfer/handshake.h"
 #include "transfer/loopback.h"
+#include "transfer/message_auth.h"
 
 namespace tandem {
 namespace {
@@ -68,6 +69,7 @@ class FakeDecode {
       while (!inbox_.empty()) {
         auto m = std::move(inbox_.front());
         inbox_.pop_front();
+        if (auth_ && !IsHello(m) && !auth_->Open(&m).ok()) continue;  // sealed after the Hellos
         if (PeekType(m).ok() && std::count(types.begin(), types.end(), *PeekType(m))) return m;
       }
       if (closed_ || !cv_.wait_until(lock, until, [&] { return !inbox_.empty() || closed_; })) {
@@ -93,6 +95,23 @@ class FakeDecode {
     if (auth) d->auth = auth(*d);
     return d->Encode();
   }
+  // From the accepted Hellos on, both ways sealed (transfer/message_auth.h).
+  void StartSession(const transfer::ClusterKey& key, const std::vector<uint8_t>& mine,
+                    const std::vector<uint8_t>& theirs) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auth_ = std::make_shared<transfer::MessageAuth>(key, mine, theirs, /*decode_side=*/true);
+  }
+  Status Send(Connection& c, std::vector<uint8_t> m) {
+    std::shared_ptr<transfer::MessageAuth> auth;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auth = auth_;
+    }
+    return auth ? auth->SealAndSend(c, std::move(m)) : c.Send(std::move(m));
+  }
+  static bool IsHello(const std::vector<uint8_t>& m) {
+    return PeekType(m).ok() && *PeekType(m) == MessageType::kHello;
+  }
   transfer::HandoffReceiver& receiver() { return receiver_; }
   PagePool& pool() { return pool_; }
 
@@ -106,6 +125,7 @@ class FakeDecode {
   std::condition_variable cv_;
   std::deque<std::vector<uint8_t>> inbox_;
   bool closed_ = false;
+  std::shared_ptr<transfer::MessageAuth> auth_;  // guarded by mu_
 };
 
 // On the tiny llama model and on dsa-tiny (deepseek32: kv_latent + index_k).
@@ -343,7 +363,7 @@ TEST_P(PrefillEngineTest, WithAClusterKeyOnlyDecodeEnginesThatProveItAreServed) 
     *nonce = transfer::NewNonce();
     if (proof_key) {
       hello.nonce = *nonce;
-      hello.proof = proof_key->Prove("decode hello", {*nonce});
+      hello.proof = proof_key->Prove("decode hello", {*nonce, std::span<const uint8_t>()});  // no target
     }
     EXPECT_TRUE((*conn)->Send(hello.Encode()).ok());
     auto m = d->Next(MessageType::kHello);
@@ -362,14 +382,15 @@ TEST_P(PrefillEngineTest, WithAClusterKeyOnlyDecodeEnginesThatProveItAreServed) 
 
   auto answer = hello_with(&*key, &d, &conn, &nonce);
   ASSERT_TRUE(answer.has_value()) << "the right key is accepted";
+  d->StartSession(*key, nonce, answer->nonce);
   EXPECT_TRUE(key->Verify("prefill hello", {nonce, answer->nonce}, answer->proof)) << "and the prefill engine proves it back";
   auto auth_under = [&](const transfer::ClusterKey& k, std::vector<uint8_t> over) {
     return [&k, over](const Destination& dest) { return k.Prove("destination", {over, dest.Encode()}); };
   };
   // Unauthenticated, under another key, or over another connection's nonce: refused, each said.
-  ASSERT_TRUE(conn->Send(d->DestinationFor(1, Prompt(1))).ok());
-  ASSERT_TRUE(conn->Send(d->DestinationFor(2, Prompt(2), auth_under(*wrong, answer->nonce))).ok());
-  ASSERT_TRUE(conn->Send(d->DestinationFor(3, Prompt(3), auth_under(*key, nonce))).ok());
+  ASSERT_TRUE(d->Send(*conn, d->DestinationFor(1, Prompt(1))).ok());
+  ASSERT_TRUE(d->Send(*conn, d->DestinationFor(2, Prompt(2), auth_under(*wrong, answer->nonce))).ok());
+  ASSERT_TRUE(d->Send(*conn, d->DestinationFor(3, Prompt(3), auth_under(*key, nonce))).ok());
   for (int i = 0; i < 3; ++i) {
     auto m = d->NextOf({MessageType::kCommit, MessageType::kAbort});
     ASSERT_TRUE(m.has_value());
@@ -379,7 +400,7 @@ TEST_P(PrefillEngineTest, WithAClusterKeyOnlyDecodeEnginesThatProveItAreServed) 
     EXPECT_NE(abort->reason.find("not authenticated by the cluster key"), std::string::npos) << abort->reason;
   }
   // Proven over this connection's nonce: served.
-  ASSERT_TRUE(conn->Send(d->DestinationFor(4, Prompt(4), auth_under(*key, answer->nonce))).ok());
+  ASSERT_TRUE(d->Send(*conn, d->DestinationFor(4, Prompt(4), auth_under(*key, answer->nonce))).ok());
   auto m = d->NextOf({MessageType::kCommit, MessageType::kAbort});
   ASSERT_TRUE(m.has_value());
   EXPECT_EQ(*PeekType(*m), MessageType::kCommit);
@@ -390,10 +411,15 @@ TEST_P(PrefillEngineTest, WithAClusterKeyOnlyDecodeEnginesThatProveItAreServed) 
   ASSERT_TRUE(replay);
   Hello again = d->MyHello(weights);
   again.nonce = nonce;
-  again.proof = key->Prove("decode hello", {nonce});
+  again.proof = key->Prove("decode hello", {nonce, std::span<const uint8_t>()});
   ASSERT_TRUE(replay->Send(again.Encode()).ok());
   EXPECT_TRUE(r->WaitClosed()) << "a replayed Hello is refused";
   EXPECT_FALSE(d->WaitClosed(100ms)) << "and the engine's live connection is not dropped as stale";
+  // After the Hellos every message is sealed: a Destination (or AbortAck,
+  // Abort...) that is not, though authenticated by its own MAC, closes the connection.
+  ASSERT_TRUE(conn->Send(d->DestinationFor(5, Prompt(5), auth_under(*key, answer->nonce))).ok());
+  EXPECT_TRUE(d->WaitClosed()) << "an unsealed message after the Hellos is refused";
+  EXPECT_EQ(worker_->stats().committed, 1);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, PrefillEngineTest, testing::kTestModels, testing::ModelInstanceName);
