@@ -40,12 +40,22 @@ struct PrefillArgs {
   int64_t max_queue = 256;
   int64_t peer_timeout_ms = 5000;
   std::string cluster_key_file;
+  bool insecure_no_cluster_key = false;
   std::string transport = "auto";
   TierFlags tiers;
 };
 
 int RunPrefill(PrefillArgs& a) {
   if (!StartLog("prefill", a.log_level)) return 2;
+  if (Status st = transfer::RequireClusterKey(a.cluster_key_file, a.insecure_no_cluster_key,
+                                              {a.host + ":" + std::to_string(a.port)}, "tandem prefill");
+      !st.ok()) {
+    return TLOG_ERROR("error: %s\n", st.message().c_str()), 2;
+  }
+  if (a.cluster_key_file.empty()) {
+    TLOG_WARN("WARNING: --insecure-no-cluster-key: any local process can connect to this prefill engine as a decode "
+              "engine and have cache pages written where it says (tests only)\n");
+  }
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
@@ -210,6 +220,8 @@ void RegisterPrefill(CLI::App& app) {
   cmd->add_option("--transport", a->transport, "How handoff bytes travel: auto (what UCX finds), shm or tcp");
   cmd->add_option("--cluster-key-file", a->cluster_key_file,
                   "A secret (16+ bytes) decode engines must prove before a destination is taken (transfer/cluster_key.h)");
+  cmd->add_flag("--insecure-no-cluster-key", a->insecure_no_cluster_key,
+                "INSECURE, tests only: run without --cluster-key-file (loopback addresses only)");
   cmd->add_option("--peer-timeout-ms", a->peer_timeout_ms,
                   "A decode engine silent this long is declared dead and its connection closed")
       ->check(CLI::Range(int64_t(100), int64_t(3600) * 1000));

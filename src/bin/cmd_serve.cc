@@ -45,7 +45,18 @@ struct ServeArgs {
   int64_t peer_timeout_ms = 5000;
   int64_t handoff_timeout_ms = 60000;
   std::string cluster_key_file;
+  bool insecure_no_cluster_key = false;  // with --prefill
 };
+
+std::vector<std::string> SplitCommas(const std::string& list) {
+  std::vector<std::string> out;
+  for (size_t at = 0; at <= list.size();) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    if (comma > at) out.push_back(list.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return out;
+}
 
 // Re-spells this command's options for the child processes of --disagg.
 DisaggLaunch LaunchFor(const ServeArgs& a) {
@@ -182,6 +193,16 @@ int RunServe(ServeArgs& a) {
   a.decode.transport = *lanes;
   a.decode.peer_timeout = std::chrono::milliseconds(a.peer_timeout_ms);
   a.decode.handoff_timeout = std::chrono::milliseconds(a.handoff_timeout_ms);
+  if (a.decode.prefill_addresses.empty()) {
+    // A colocated server: no engine plane.
+  } else if (Status st = transfer::RequireClusterKey(a.cluster_key_file, a.insecure_no_cluster_key,
+                                                     SplitCommas(a.decode.prefill_addresses), "tandem serve --prefill");
+             !st.ok()) {
+    return TLOG_ERROR("error: %s\n", st.message().c_str()), 2;
+  } else if (a.cluster_key_file.empty()) {
+    TLOG_WARN("WARNING: --insecure-no-cluster-key: this decode server sends destinations to whatever answers at its "
+              "prefill addresses, unauthenticated (tests only)\n");
+  }
   if (!a.cluster_key_file.empty()) {
     auto key = transfer::ClusterKey::Load(a.cluster_key_file);
     if (!key.ok()) return TLOG_ERROR("error: %s\n", key.status().message().c_str()), 2;
@@ -268,6 +289,8 @@ void RegisterServe(CLI::App& app) {
                   "(its request re-placed or failed)")
       ->check(CLI::Range(int64_t(10), int64_t(3600) * 1000));
   a->access.AddTo(cmd);
+  cmd->add_flag("--insecure-no-cluster-key", a->insecure_no_cluster_key,
+                "INSECURE, tests only: with --prefill, run without --cluster-key-file (loopback prefill addresses only)");
   cmd->add_option("--cluster-key-file", a->cluster_key_file,
                   "With --prefill: a secret (16+ bytes) the prefill engines must prove; with --disagg: the engines' "
                   "shared secret (default: a fresh random one)");

@@ -1,5 +1,9 @@
 #include "transfer/cluster_key.h"
 
+#include <arpa/inet.h>
+
+#include "transfer/address.h"
+
 #include <fcntl.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -164,6 +168,26 @@ Status WriteRandomClusterKey(const std::string& path) {
   const bool ok = ::write(fd, hex.data(), hex.size()) == ssize_t(hex.size());
   ::close(fd);
   return ok ? Status::Ok() : Unavailable("cannot write the cluster key file '" + path + "'");
+}
+
+Status RequireClusterKey(const std::string& key_file, bool insecure, const std::vector<std::string>& addresses,
+                         const std::string& who) {
+  if (!key_file.empty()) return Status::Ok();
+  if (!insecure) {
+    return FailedPrecondition(who + " needs --cluster-key-file: without it any process that can reach the engines "
+                              "could connect as one and have cache pages written where it says. Give every engine "
+                              "the same key file (16+ bytes, e.g. `head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n'`), or pass "
+                              "--insecure-no-cluster-key on a loopback address for a test");
+  }
+  for (const std::string& a : addresses) {
+    auto sa = ParseHostPort(a);
+    if (!sa.ok()) return sa.status();
+    if ((ntohl(sa->sin_addr.s_addr) >> 24) != 127) {
+      return FailedPrecondition(who + ": --insecure-no-cluster-key is refused on " + a +
+                                ", which is not a loopback address: engines across hosts prove a --cluster-key-file");
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace tandem::transfer

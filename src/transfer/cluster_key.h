@@ -88,6 +88,13 @@ void SignDestination(const ClusterKey& key, std::span<const uint8_t> prefill_non
 // Prefill side: false when the destination is not authenticated for this connection.
 bool DestinationAuthentic(const ClusterKey& key, std::span<const uint8_t> prefill_nonce, const Destination& d);
 
+// Engines are authenticated by default (invariant 7). OK when a key file is
+// given; without one only when `insecure` (--insecure-no-cluster-key) and
+// every address the engine listens on or dials is a loopback one (127.0.0.0/8):
+// otherwise FailedPrecondition saying what to do. `who`: "tandem prefill", ...
+Status RequireClusterKey(const std::string& key_file, bool insecure, const std::vector<std::string>& addresses,
+                         const std::string& who);
+
 // Writes a fresh random key (64 hex characters) to `path`, readable only by
 // its owner (serve --disagg's engines, when no key file is given).
 Status WriteRandomClusterKey(const std::string& path);

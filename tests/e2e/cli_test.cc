@@ -104,7 +104,7 @@ TEST_F(Cli, FaultFlagsAreRefusedWhereTheyCannotWork) {
   };
   for (const Case& c : {Case{"serve --debug-unsafe-early-commit --port 0", 2, "they need --disagg"},
                         Case{"serve --debug-ungated-index-k --port 0", 1, "--debug-ungated-index-k is a fault of the L2 tier"},
-                        Case{"prefill --debug-unsafe-early-commit --port 0", 1, "needs sparse attention"},
+                        Case{"prefill --debug-unsafe-early-commit --insecure-no-cluster-key --port 0", 1, "needs sparse attention"},
                         Case{"serve --debug-ungated-index-k --host-cache-size 64M --port 0", 1,
                              "is not in this cache's registry (is attention sparse?)"}}) {
     auto r = RunTandem(c.args);

@@ -233,3 +233,32 @@ TEST(HostilePeers, AForgedAbortAckIsRefusedAndTheLinkClosedWithTheReason) {
 
 }  // namespace
 }  // namespace tandem
+
+namespace tandem {
+namespace {
+
+// Authenticated by default: an engine without a key refuses to start unless
+// asked by name, and then only on loopback addresses.
+TEST(HostilePeers, EnginesWithoutAClusterKeyRefuseToStartUnlessInsecureByNameOnLoopback) {
+  const std::string model = " -m " + testing::TinyModelPath();
+  auto r = testing::RunTandem("prefill" + model + " --port 0", 60);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("tandem prefill needs --cluster-key-file"), std::string::npos) << r.output;
+  r = testing::RunTandem("prefill" + model + " --host 0.0.0.0 --port 0 --insecure-no-cluster-key", 60);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("refused on 0.0.0.0:0, which is not a loopback address"), std::string::npos) << r.output;
+  r = testing::RunTandem("serve" + model + " --port 0 --prefill 127.0.0.1:1", 60);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("tandem serve --prefill needs --cluster-key-file"), std::string::npos) << r.output;
+  // Never dialed: refused before any connection is made.
+  r = testing::RunTandem("serve" + model + " --port 0 --prefill 127.0.0.1:1,192.0.2.1:7000 --insecure-no-cluster-key", 60);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("refused on 192.0.2.1:7000"), std::string::npos) << r.output;
+  // On loopback, by name: it runs, and says loudly what it is.
+  auto insecure = testing::StartPrefill(testing::TinyModelPath(), "bf16", {"--insecure-no-cluster-key"});
+  ASSERT_TRUE(insecure->ok()) << insecure->Log();
+  EXPECT_NE(insecure->Log().find("WARNING: --insecure-no-cluster-key"), std::string::npos) << insecure->Log();
+}
+
+}  // namespace
+}  // namespace tandem

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -18,6 +19,13 @@ namespace tandem::testing {
 ServerProcess::ServerProcess(std::vector<std::string> args, int startup_timeout_s, std::string marker,
                              int fixed_port) {
   log_path_ = MakeTempDir() + "/server.log";
+  // Engines are authenticated by default; a test that gives no key runs its
+  // engines on 127.0.0.1 insecure, by name (tests of the key pass one).
+  auto has = [&](const char* flag) { return std::find(args.begin(), args.end(), flag) != args.end(); };
+  const bool engine = !args.empty() && (args[0] == "prefill" || (args[0] == "serve" && has("--prefill")));
+  if (engine && !has("--cluster-key-file") && !has("--insecure-no-cluster-key")) {
+    args.push_back("--insecure-no-cluster-key");
+  }
   args.push_back("--port");
   args.push_back(std::to_string(fixed_port));
   pid_ = fork();
