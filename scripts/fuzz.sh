@@ -1,16 +1,37 @@
 #!/usr/bin/env bash
-# Builds and runs the libFuzzer target for the handoff wire messages (clang,
-# with AddressSanitizer and UndefinedBehaviorSanitizer). Not part of CI: run
-# it by hand. Usage: scripts/fuzz.sh [RUNS] (default 10,000,000 executions).
-# Needs the Release build (scripts/build.sh) for the rest of the library.
+# Builds and runs the libFuzzer targets (clang, with AddressSanitizer and
+# UndefinedBehaviorSanitizer). Not part of CI: run it by hand.
+#   scripts/fuzz.sh messages [RUNS]   the handoff wire-message decoders (default 10,000,000 executions)
+#   scripts/fuzz.sh peer [SECONDS]    a hostile peer against a live prefill engine over TCP (default 600 s)
+# The peer target links the Release build's libraries (scripts/build.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-runs=${1:-10000000}
+target=${1:-messages}
 command -v clang++ > /dev/null || { echo "clang++ is needed (apt-get install clang)"; exit 1; }
-[ -f build/libtandem_core.a ] || bash scripts/build.sh build
-mkdir -p build-fuzz/corpus
+mkdir -p build-fuzz
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Isrc)
-clang++ "${flags[@]}" fuzz/handoff_messages_fuzzer.cc src/transfer/messages.cc src/common/status.cc \
-  build/libtandem_core.a -lxxhash -lpthread -o build-fuzz/handoff_messages_fuzzer
-./build-fuzz/handoff_messages_fuzzer -runs="$runs" -rss_limit_mb=512 -max_len=4096 \
-  -dict=fuzz/handoff_messages.dict -print_final_stats=1 build-fuzz/corpus
+case "$target" in
+  messages)
+    runs=${2:-10000000}
+    mkdir -p build-fuzz/corpus
+    clang++ "${flags[@]}" fuzz/handoff_messages_fuzzer.cc src/transfer/messages.cc src/common/status.cc \
+      src/common/sampling_params.cc -lxxhash -lpthread -o build-fuzz/handoff_messages_fuzzer
+    ./build-fuzz/handoff_messages_fuzzer -runs="$runs" -rss_limit_mb=512 -max_len=4096 \
+      -dict=fuzz/handoff_messages.dict -print_final_stats=1 build-fuzz/corpus
+    ;;
+  peer)
+    seconds=${2:-600}
+    [ -f build/libtandem_prefill.a ] || bash scripts/build.sh build
+    mkdir -p build-fuzz/peer-corpus
+    # Only the target is instrumented; the engine is the Release build (its
+    # allocations are still checked by ASan's allocator, its crashes caught).
+    libs=(build/libtandem_prefill.a build/libtandem_decode.a build/libtandem_transfer.a build/libtandem_runtime.a
+          build/libtandem_prefix.a build/libtandem_model.a build/libtandem_cache.a build/libtandem_kernels.a
+          build/libtandem_common.a)
+    clang++ "${flags[@]}" fuzz/hostile_peer_fuzzer.cc -Wl,--start-group "${libs[@]}" -Wl,--end-group \
+      $(pkg-config --libs ucx) -lprometheus-cpp-core -lssl -lcrypto -lspdlog -lfmt -lxxhash -lpthread -o build-fuzz/hostile_peer_fuzzer
+    ./build-fuzz/hostile_peer_fuzzer -max_total_time="$seconds" -rss_limit_mb=2048 -max_len=2048 -timeout=30 \
+      -print_final_stats=1 build-fuzz/peer-corpus
+    ;;
+  *) echo "usage: scripts/fuzz.sh messages [RUNS] | peer [SECONDS]"; exit 2 ;;
+esac
