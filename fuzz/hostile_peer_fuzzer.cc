@@ -20,6 +20,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -64,6 +65,18 @@ struct Inbox {
   bool WaitMessage(std::chrono::milliseconds limit) {
     std::unique_lock<std::mutex> lock(mu);
     return cv.wait_for(lock, limit, [&] { return !messages.empty() || closed; }) && !messages.empty();
+  }
+  // The first Hello to arrive (heartbeats may come before it), or nullopt.
+  std::optional<std::vector<uint8_t>> WaitHello(std::chrono::milliseconds limit) {
+    std::unique_lock<std::mutex> lock(mu);
+    std::optional<std::vector<uint8_t>> hello;
+    cv.wait_for(lock, limit, [&] {
+      for (const auto& m : messages) {
+        if (auto t = PeekType(m); t.ok() && *t == MessageType::kHello) return hello = m, true;
+      }
+      return closed;
+    });
+    return hello;
   }
 };
 
@@ -117,8 +130,9 @@ World& TheWorld() {
     transfer::SocketTransport probe;
     auto c = probe.Connect(w->address, in.Handlers());
     (void)(*c)->Send(Hello{"decode", "-", "-", 1, 0, {}, {}, ""}.Encode());
-    if (!in.WaitMessage(std::chrono::seconds(10))) std::abort();
-    w->engine_hello = *Hello::Decode(in.messages[0]);
+    auto first = in.WaitHello(std::chrono::seconds(10));
+    if (!first) std::abort();
+    w->engine_hello = *Hello::Decode(*first);
     return w;
   }();
   return *w;
@@ -136,13 +150,9 @@ std::optional<Session> Handshake(World& w, transfer::SocketTransport& t, Inbox& 
   const std::vector<uint8_t> nonce = transfer::SignDecodeHello(w.key, &h);
   auto c = t.Connect(w.address, in.Handlers());
   if (!c.ok() || !(*c)->Send(h.Encode()).ok()) return std::nullopt;
-  if (!in.WaitMessage(std::chrono::seconds(10))) return std::nullopt;
-  std::vector<uint8_t> first;
-  {
-    std::lock_guard<std::mutex> lock(in.mu);
-    first = in.messages.front();
-  }
-  auto theirs = Hello::Decode(first);
+  auto first = in.WaitHello(std::chrono::seconds(10));
+  if (!first) return std::nullopt;
+  auto theirs = Hello::Decode(*first);
   if (!theirs.ok() || !transfer::CheckPrefillHello(w.key, nonce, *theirs).ok()) return std::nullopt;
   return Session{*c, std::make_shared<transfer::MessageAuth>(w.key, nonce, theirs->nonce, true)};
 }
@@ -170,6 +180,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     conn = *c;
   }
   auto region = t.AllocateRegion(4096);  // a key shape the engine may be handed
+  // A put's source stays allocated until the connection is released (Put's REQUIRES).
+  std::vector<std::vector<uint8_t>> put_sources;
   for (size_t at = 1; at + 3 <= size;) {
     const uint8_t kind = data[at];
     const size_t len = std::min<size_t>(size - at - 3, size_t(data[at + 1]) | size_t(data[at + 2]) << 8);
@@ -192,11 +204,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     } else if (region.ok() && bytes.size() >= 8) {
       uint64_t offset = 0;
       std::memcpy(&offset, bytes.data(), 8);
-      (void)conn->Put(bytes.data(), bytes.size(), region->key, offset % 8192);
+      put_sources.push_back(std::move(bytes));
+      (void)conn->Put(put_sources.back().data(), put_sources.back().size(), region->key, offset % 8192);
     }
   }
   (void)conn->Flush(Clock::now() + std::chrono::milliseconds(200));
   conn->Close();
+  if (!conn->WaitReleased(Clock::now() + std::chrono::seconds(10))) std::abort();
   // Still serving: a real handshake is answered.
   Inbox check_in;
   transfer::SocketTransport check;

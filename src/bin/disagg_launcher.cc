@@ -4,6 +4,7 @@
 #include "transfer/cluster_key.h"
 #include "common/log.h"
 
+#include <fcntl.h>
 #include <filesystem>
 #include <signal.h>
 #include <sys/wait.h>
@@ -33,7 +34,9 @@ class Child {
   Child(std::string name, std::vector<std::string> args, std::string marker)
       : name_(std::move(name)), marker_(std::move(marker)) {
     int fds[2];
-    if (pipe(fds) != 0) return;
+    // Close-on-exec: another child forked meanwhile must not hold this one's
+    // pipe open (its reader would then never see this child's end).
+    if (pipe2(fds, O_CLOEXEC) != 0) return;
     pid_ = fork();
     if (pid_ == 0) {
       dup2(fds[1], 1);
@@ -299,12 +302,13 @@ int Supervise(Supervisor& supervisor, const sigset_t& signals, PrefillEngines& p
     return sigtimedwait(&signals, nullptr, &ts) < 0;
   };
   // Restarts one child; false: stop the launcher (a signal, or the budget).
-  auto restart = [&](const std::string& name, const std::string& how, const std::function<int()>& start) {
-    const auto backoff = supervisor.Down(name, how);
-    if (backoff.count() < 0 || !wait(backoff)) return false;
-    if (start() <= 0) {
-      TLOG_ERROR("tandem serve --disagg: the %s did not start again\n", name.c_str());
-      return false;
+  // A start that fails counts as another exit, against the same budget.
+  auto restart = [&](const std::string& name, std::string how, const std::function<int()>& start) {
+    for (;;) {
+      const auto backoff = supervisor.Down(name, how);
+      if (backoff.count() < 0 || !wait(backoff)) return false;
+      if (start() > 0) break;
+      how = "did not start again";
     }
     supervisor.Started(name);
     TLOG_INFO("tandem serve --disagg: the %s is back\n", name.c_str());

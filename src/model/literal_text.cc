@@ -20,7 +20,8 @@ std::string MarkLiteral(const Tokenizer& tokenizer, std::string_view text) {
     if (text.substr(pos).starts_with(kOpen)) {
       inner = kEscapedOpen;
       length = kOpen.size();
-    } else if (const int32_t id = tokenizer.MatchSpecialAt(text, pos); id >= 0) {
+    } else if (const int32_t id = tokenizer.MatchSpecialAt(text, pos);
+               id >= 0 && tokenizer.token_type(id) == TokenType::kControl) {
       inner = std::to_string(id);
       length = tokenizer.TokenText(id).size();
     }

@@ -3,12 +3,15 @@
 // turn markers, which must become control tokens) and the client's (message
 // contents, tool calls' arguments, tool results and tool descriptions, which
 // must stay text whatever they spell). The template sees only strings, so
-// each spelling of a special token in the client's text is marked before
+// each spelling of a control token in the client's text is marked before
 // rendering — replaced by a private-use marker no template alters (U+10FFFD,
 // the token's id, U+10FFFC) — and unmarked after, which gives back the
 // client's exact text and the byte ranges the tokenizer must keep as text
 // (Tokenizer::Encode with `literal` ranges). Text without such spellings is
 // untouched, so ordinary prompts render and tokenize exactly as before.
+// User-defined tokens (Qwen's <think>, <tool_call>: plain text that a
+// vocabulary keeps whole) are left as they are, as llama.cpp and Hugging Face
+// tokenize them, and templates that look for them in content still see them.
 //
 // Not covered: a template that cuts a string inside a marker (slicing), and a
 // special token spelled across the boundary of client text and template text.
@@ -22,7 +25,7 @@
 
 namespace tandem {
 
-// The client's text with every special token's spelling (and every U+10FFFD
+// The client's text with every control token's spelling (and every U+10FFFD
 // already in it) marked.
 std::string MarkLiteral(const Tokenizer& tokenizer, std::string_view client_text);
 

@@ -353,6 +353,8 @@ MaybeError BuildChatPrompt(const Json& body, const nlohmann::ordered_json& order
   const Tokenizer& tok = *model.tokenizer;
   std::vector<ToolSpec> rendered_tools = tools;
   MarkClientText(tok, &messages, &rendered_tools);
+  ToolChoice rendered_choice = choice;  // its forced name is the client's too
+  rendered_choice.forced_name = MarkLiteral(tok, choice.forced_name);
   *tools_enabled = !tools.empty() && choice.mode != "none";
   TANDEM_CHECK_MSG(model.chat_format != nullptr, "ModelInfo without a chat format");
   const ChatFormat& format = *model.chat_format;
@@ -371,11 +373,11 @@ MaybeError BuildChatPrompt(const Json& body, const nlohmann::ordered_json& order
         fn["parameters"] = t.parameters.is_null() ? jinja::Json::object() : t.ordered_parameters;
         template_tools.push_back({{"type", "function"}, {"function", std::move(fn)}});
       }
-      system_text = ToolChoiceText(choice, /*optional_text=*/false);
+      system_text = ToolChoiceText(rendered_choice, /*optional_text=*/false);
     }
   } else {
     FlattenToolCalls(&messages);
-    if (*tools_enabled) system_text = ToolsSystemText(rendered_tools, choice);
+    if (*tools_enabled) system_text = ToolsSystemText(rendered_tools, rendered_choice);
   }
   if (!system_text.empty()) {
     if (messages.front().role == "system") {

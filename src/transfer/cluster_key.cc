@@ -26,6 +26,13 @@ void AppendPart(std::vector<uint8_t>& out, std::span<const uint8_t> part) {
 
 }  // namespace
 
+ClusterKey ClusterKey::FromBytes(std::span<const uint8_t> bytes) {
+  TANDEM_CHECK_MSG(bytes.size() >= kMinSecretBytes, "a derived key shorter than a cluster key");
+  ClusterKey k;
+  k.secret_.assign(bytes.begin(), bytes.end());
+  return k;
+}
+
 StatusOr<ClusterKey> ClusterKey::FromSecret(std::string secret) {
   const size_t b = secret.find_first_not_of(" \t\r\n"), e = secret.find_last_not_of(" \t\r\n");
   secret = b == std::string::npos ? "" : secret.substr(b, e - b + 1);
@@ -89,31 +96,33 @@ bool NonceMemory::Remember(std::span<const uint8_t> nonce) {
   return true;
 }
 
-namespace {
-std::span<const uint8_t> Span(const std::string& s) {
-  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+// What a Hello's proof covers: the whole message but the proof itself (role,
+// layout, weights, instance ids, nonce, target).
+std::vector<uint8_t> HelloSigned(const Hello& hello) {
+  Hello copy = hello;
+  copy.proof.clear();
+  return copy.Encode();
 }
-}  // namespace
 
 std::vector<uint8_t> SignDecodeHello(const ClusterKey& key, Hello* hello) {
   if (!key.enabled()) return {};
   hello->nonce = NewNonce();
-  hello->proof = key.Prove("decode hello", {hello->nonce, Span(hello->target)});
+  hello->proof = key.Prove("decode hello", {HelloSigned(*hello)});
   return hello->nonce;
 }
 
 bool AddressIsMine(std::string_view target, std::string_view mine) {
   if (mine.empty() || target == mine) return true;
-  const size_t t = target.rfind(':'), m = mine.rfind(':');
-  if (t == std::string_view::npos || m == std::string_view::npos) return false;
-  if (target.substr(t + 1) != mine.substr(m + 1)) return false;
-  const std::string_view host = mine.substr(0, m);
-  return host.empty() || host == "0.0.0.0" || host == target.substr(0, t);
+  // As addresses, not text: "localhost:7000" is "127.0.0.1:7000".
+  auto t = ParseHostPort(std::string(target));
+  auto m = ParseHostPort(std::string(mine));
+  if (!t.ok() || !m.ok() || t->sin_port != m->sin_port) return false;
+  return m->sin_addr.s_addr == htonl(INADDR_ANY) || m->sin_addr.s_addr == t->sin_addr.s_addr;
 }
 
 Status CheckDecodeHello(const ClusterKey& key, const Hello& theirs, NonceMemory* seen, std::string_view my_address) {
   if (!key.enabled()) return Status::Ok();
-  if (!key.Verify("decode hello", {theirs.nonce, Span(theirs.target)}, theirs.proof)) {
+  if (!key.Verify("decode hello", {HelloSigned(theirs)}, theirs.proof)) {
     return FailedPrecondition(theirs.proof.empty()
                                   ? "it proves no cluster key (this engine has --cluster-key-file; give the decode engine the same)"
                                   : "it does not hold this engine's cluster key (--cluster-key-file differs)");
@@ -138,7 +147,9 @@ std::vector<uint8_t> SignPrefillHello(const ClusterKey& key, const Hello& theirs
 Status CheckPrefillHello(const ClusterKey& key, std::span<const uint8_t> my_nonce, const Hello& theirs) {
   if (!key.enabled() || key.Verify("prefill hello", {my_nonce, theirs.nonce}, theirs.proof)) return Status::Ok();
   return FailedPrecondition(theirs.proof.empty()
-                                ? "it proved no cluster key: it has another --cluster-key-file than this engine, or none"
+                                ? "it proved no cluster key: it has another --cluster-key-file than this engine, or "
+                                  "none, or it refused our Hello (meant for another address than the one it listens "
+                                  "on, say): its log says which"
                                 : "it does not hold this engine's cluster key (--cluster-key-file differs)");
 }
 

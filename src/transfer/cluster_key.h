@@ -4,7 +4,7 @@
 // remote key to write through.
 //
 // The handshake (transfer/messages.h, Hello and Destination):
-//   decode  -> prefill  Hello{nonce_d, proof = MAC("decode hello", nonce_d)}
+//   decode  -> prefill  Hello{nonce_d, target, proof = MAC("decode hello", the Hello without its proof)}
 //   prefill -> decode   Hello{nonce_p, proof = MAC("prefill hello", nonce_d, nonce_p)}
 //   decode  -> prefill  Destination{..., auth = MAC("destination", nonce_p, the destination without auth)}
 // Each side checks the other's proof at connect, so a wrong key is refused
@@ -38,6 +38,8 @@ class ClusterKey {
   // The file's bytes, surrounding whitespace removed; at least 16 bytes.
   static StatusOr<ClusterKey> Load(const std::string& path);
   static StatusOr<ClusterKey> FromSecret(std::string secret);
+  // Exactly these bytes (a derived key: nothing trimmed). REQUIRES: 16+ bytes.
+  static ClusterKey FromBytes(std::span<const uint8_t> bytes);
 
   bool enabled() const { return !secret_.empty(); }
   // HMAC-SHA256 over the label and each part, each length-prefixed.
@@ -67,17 +69,22 @@ class NonceMemory {
 
 // The handshake's steps, one per side and message (the scheme above). Without
 // a key each signs nothing and accepts everything.
-// Decode side: a fresh nonce and its proof (over the nonce and hello->target,
-// the address dialed) on `hello`; returns the nonce.
+// Decode side: a fresh nonce and its proof on `hello` (over the whole Hello
+// but the proof: nonce, target, instance ids, layout, weights); returns the
+// nonce. Set every other field first.
+std::vector<uint8_t> HelloSigned(const Hello& hello);  // the bytes a Hello's proof covers
 std::vector<uint8_t> SignDecodeHello(const ClusterKey& key, Hello* hello);
-// Prefill side: the decode Hello proves the key over its nonce and target,
+// Prefill side: the decode Hello proves the key over all of itself,
 // was meant for `my_address` (AddressIsMine; empty: not checked), and is no
 // replay (`seen` null: not checked, as the listener's gate runs before the
 // engine takes the Hello and remembers its nonce).
 Status CheckDecodeHello(const ClusterKey& key, const Hello& theirs, NonceMemory* seen, std::string_view my_address);
 // "host:port" the decode side dialed names the engine listening at `mine`:
 // the same port, and the same host unless that engine listens on every
-// address (0.0.0.0). Transports without ports compare whole names.
+// address (0.0.0.0), compared as IPv4 addresses. Names that are not
+// addresses (the loopback transport's) must be equal. Not supported: a port
+// mapped on the way (NAT, a container's published port): the decode side
+// must dial the port the engine listens on.
 bool AddressIsMine(std::string_view target, std::string_view mine);
 // Prefill side: a fresh nonce and the proof over both on `mine`; returns the nonce.
 std::vector<uint8_t> SignPrefillHello(const ClusterKey& key, const Hello& theirs, Hello* mine);

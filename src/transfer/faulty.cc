@@ -116,8 +116,10 @@ Status FaultyConnection::Flush(Clock::time_point deadline) {
 }
 
 Status FaultyConnection::Send(std::vector<uint8_t> message) {
-  const auto type = PeekType(message);
-  const bool commit = !plan_.unflushed_sources.empty() && type.ok() && *type == MessageType::kCommit;
+  // The header alone: a sealed message (transfer/message_auth.h) carries its
+  // trailer after the framed bytes.
+  const auto header = DecodeHeader(message);
+  const bool commit = !plan_.unflushed_sources.empty() && header.ok() && header->type == MessageType::kCommit;
   std::vector<std::vector<uint8_t>> out;
   {
     MutexLock lock(mu_);

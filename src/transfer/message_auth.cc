@@ -24,9 +24,7 @@ MessageAuth::MessageAuth(const ClusterKey& key, std::span<const uint8_t> decode_
                          std::span<const uint8_t> prefill_nonce, bool decode_side)
     : decode_side_(decode_side) {
   if (!key.enabled()) return;
-  const std::vector<uint8_t> derived = key.Prove("session", {decode_nonce, prefill_nonce});
-  auto session = ClusterKey::FromSecret(std::string(derived.begin(), derived.end()));
-  if (session.ok()) session_ = std::move(session).value();
+  session_ = ClusterKey::FromBytes(key.Prove("session", {decode_nonce, prefill_nonce}));
 }
 
 Status MessageAuth::SealAndSend(Connection& connection, std::vector<uint8_t> message) {

@@ -20,7 +20,14 @@ PendingPeers::~PendingPeers() {
 void PendingPeers::Add(int fd) {
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
   if (int(peers_.size()) >= gate_.max_pending) {
-    return Refuse(fd, "too many connections are waiting to authenticate (" + std::to_string(gate_.max_pending) + ")");
+    // Full: the one that has waited longest goes, not the newcomer, so silent
+    // connections held open cannot keep a real peer out.
+    auto oldest = std::min_element(peers_.begin(), peers_.end(),
+                                   [](const auto& a, const auto& b) { return a.second.deadline < b.second.deadline; });
+    const int old_fd = oldest->first;
+    peers_.erase(oldest);
+    Refuse(old_fd, "too many connections are waiting to authenticate (" + std::to_string(gate_.max_pending) +
+                       "): the longest waiting is closed");
   }
   Peer& p = peers_[fd];
   p.deadline = std::chrono::steady_clock::now() + gate_.deadline;

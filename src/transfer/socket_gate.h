@@ -2,9 +2,10 @@
 // accepted connections that have not yet sent a first message the gate
 // admits. They cost a socket and at most max_bytes of buffer each, no
 // thread: the acceptor thread polls them all. A peer that sends anything but
-// one message frame first, declares more than max_bytes, says nothing within
-// the deadline, or arrives while max_pending others wait, is refused and
-// closed; so is one whose message `check` refuses (after its reply).
+// one message frame first, declares more than max_bytes, or says nothing
+// within the deadline is refused and closed, and so is the longest waiting
+// one when another arrives while max_pending wait; so is one whose message
+// `check` refuses (after its reply).
 //
 // Thread safety: one thread (the acceptor) calls every method.
 #pragma once

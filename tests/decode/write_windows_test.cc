@@ -97,12 +97,18 @@ TEST(WriteWindows, APeerOnTheTcpTransportWritesNowhereOutsideItsOpenPages) {
   ASSERT_TRUE(theirs->Put(garbage.data(), stride, region->key, base + 5 * stride).ok());
   (void)theirs->Flush(Clock::now() + 5s);
   ASSERT_TRUE(at_decode.WaitClosed());
-  EXPECT_NE(at_decode.why.message().find("outside the pages of this connection's open handoffs"), std::string::npos)
-      << at_decode.why.ToString();
+  {
+    std::lock_guard<std::mutex> lock(at_decode.mu);
+    EXPECT_NE(at_decode.why.message().find("outside the pages of this connection's open handoffs"), std::string::npos)
+        << at_decode.why.ToString();
+  }
   for (size_t i = 0; i < region->size; ++i) ASSERT_EQ(region->data[i], 0) << i;
 
   // A window for page 5 on a new connection: that page lands, a put next to it does not.
-  at_decode.closed = false;
+  {
+    std::lock_guard<std::mutex> lock(at_decode.mu);
+    at_decode.closed = false;
+  }
   auto [mine2, theirs2] = connect();
   const std::vector<int32_t> five = {5};
   windows.Open(mine2->id(), five);

@@ -197,7 +197,7 @@ TEST_P(Disagg, APrefillEngineWithAnotherClusterKeyIsRefusedAtConnect) {
   EXPECT_NE(prefill->Log().find("does not hold this engine's cluster key"), std::string::npos) << prefill->Log();
   EXPECT_EQ(decode->Terminate(), 0) << decode->Log();
   // No key at all against a keyed prefill engine: refused too.
-  auto keyless = Serve("fp8", prefill->port());
+  auto keyless = Serve("fp8", prefill->port(), {"--insecure-no-cluster-key"});
   ASSERT_TRUE(keyless->ok()) << keyless->Log();
   Complete(keyless->port(), Prompt(1), 4, &request_status);
   EXPECT_NE(request_status, 200);

@@ -26,14 +26,16 @@ class HostileClients : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     serve_ = testing::StartServe(testing::TinyModelPath(), "bf16").release();
-    ASSERT_TRUE(serve_->ok()) << serve_->Log();
     router_ = new ServerProcess({"router", "--decode", testing::Loopback(serve_->port())});
-    ASSERT_TRUE(router_->ok()) << router_->Log();
   }
   static void TearDownTestSuite() {
     delete router_;
     delete serve_;
     router_ = serve_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_TRUE(serve_ != nullptr && serve_->ok() && router_ != nullptr && router_->ok())
+        << "the servers did not start";
   }
   static std::vector<std::pair<std::string, int>> Fronts() {
     return {{"serve", serve_->port()}, {"router", router_->port()}};

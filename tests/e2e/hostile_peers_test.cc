@@ -172,7 +172,14 @@ TEST(HostilePeers, AHelloMeantForAnotherPrefillEngineOrSentAgainIsRefusedAsARepl
   // The same Hello again: a replay.
   auto again = send(here);
   EXPECT_TRUE(again->inbox.WaitClosed());
-  EXPECT_FALSE(accepted->inbox.closed) << "the live connection is not dropped as stale";
+  {
+    std::lock_guard<std::mutex> lock(accepted->inbox.mu);
+    EXPECT_FALSE(accepted->inbox.closed) << "the live connection is not dropped as stale";
+  }
+  // And it still works: a sealed heartbeat is taken (a dropped one would close it).
+  transfer::MessageAuth session(*key, here.nonce, theirs->nonce, /*decode_side=*/true);
+  ASSERT_TRUE(session.SealAndSend(*accepted->conn, Heartbeat{here.instance_id}.Encode()).ok());
+  EXPECT_FALSE(accepted->inbox.WaitClosedFor(std::chrono::milliseconds(300)));
   const std::string log = prefill->Log();
   EXPECT_NE(log.find("was meant for 127.0.0.1:" + std::to_string(prefill->port() + 1) + ", not this engine"),
             std::string::npos) << log;

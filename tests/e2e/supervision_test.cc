@@ -22,6 +22,15 @@ using json = nlohmann::json;
 using testing::HttpGet;
 using testing::ServerProcess;
 
+// The promise: the front door answers again within 5 s of a kill -9.
+// Under the sanitizers every process starts several times slower on these
+// two cores, so the bound there is 15 s.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr auto kFrontDoorBackWithin = std::chrono::seconds(15);
+#else
+constexpr auto kFrontDoorBackWithin = std::chrono::seconds(5);
+#endif
+
 // The pid the launcher logged for its latest child of that name.
 pid_t ChildPid(const ServerProcess& launcher, const std::string& name) {
   const std::string log = launcher.Log();
@@ -59,7 +68,7 @@ TEST(Supervision, ARouterKilledUnderServeDisaggAnswersAgainWithin5s) {
   ASSERT_EQ(kill(router, SIGKILL), 0);
   const auto back = TimeUntilHealthy(launcher->port(), std::chrono::seconds(20));
   ASSERT_TRUE(back.has_value()) << launcher->Log();
-  EXPECT_LT(*back, std::chrono::seconds(5)) << launcher->Log();
+  EXPECT_LT(*back, kFrontDoorBackWithin) << launcher->Log();
   std::printf("the front door answered again %lld ms after kill -9 of the router\n", static_cast<long long>(back->count()));
   EXPECT_NE(ChildPid(*launcher, "router"), router);
   EXPECT_EQ(testing::Complete(launcher->port(), testing::Prompt(1), 8, &status), before);

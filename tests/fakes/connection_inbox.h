@@ -40,9 +40,10 @@ struct ConnectionInbox {
     std::unique_lock<std::mutex> lock(mu);
     return cv.wait_for(lock, std::chrono::seconds(20), [&] { return messages.size() >= n; });
   }
-  bool WaitClosed() {
+  bool WaitClosed() { return WaitClosedFor(std::chrono::seconds(20)); }
+  bool WaitClosedFor(std::chrono::milliseconds limit) {
     std::unique_lock<std::mutex> lock(mu);
-    return cv.wait_for(lock, std::chrono::seconds(20), [&] { return closed; });
+    return cv.wait_for(lock, limit, [&] { return closed; });
   }
 };
 

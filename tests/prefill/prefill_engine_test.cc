@@ -363,7 +363,7 @@ TEST_P(PrefillEngineTest, WithAClusterKeyOnlyDecodeEnginesThatProveItAreServed) 
     *nonce = transfer::NewNonce();
     if (proof_key) {
       hello.nonce = *nonce;
-      hello.proof = proof_key->Prove("decode hello", {*nonce, std::span<const uint8_t>()});  // no target
+      hello.proof = proof_key->Prove("decode hello", {transfer::HelloSigned(hello)});
     }
     EXPECT_TRUE((*conn)->Send(hello.Encode()).ok());
     auto m = d->Next(MessageType::kHello);
@@ -411,7 +411,7 @@ TEST_P(PrefillEngineTest, WithAClusterKeyOnlyDecodeEnginesThatProveItAreServed) 
   ASSERT_TRUE(replay);
   Hello again = d->MyHello(weights);
   again.nonce = nonce;
-  again.proof = key->Prove("decode hello", {nonce, std::span<const uint8_t>()});
+  again.proof = key->Prove("decode hello", {transfer::HelloSigned(again)});
   ASSERT_TRUE(replay->Send(again.Encode()).ok());
   EXPECT_TRUE(r->WaitClosed()) << "a replayed Hello is refused";
   EXPECT_FALSE(d->WaitClosed(100ms)) << "and the engine's live connection is not dropped as stale";

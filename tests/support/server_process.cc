@@ -19,12 +19,19 @@ namespace tandem::testing {
 ServerProcess::ServerProcess(std::vector<std::string> args, int startup_timeout_s, std::string marker,
                              int fixed_port) {
   log_path_ = MakeTempDir() + "/server.log";
-  // Engines are authenticated by default; a test that gives no key runs its
-  // engines on 127.0.0.1 insecure, by name (tests of the key pass one).
+  // Engines are authenticated by default: a test that gives no key (nor asks
+  // for none by name) runs its engines with this test process's shared key,
+  // so the sealed protocol is what every end-to-end test speaks.
   auto has = [&](const char* flag) { return std::find(args.begin(), args.end(), flag) != args.end(); };
   const bool engine = !args.empty() && (args[0] == "prefill" || (args[0] == "serve" && has("--prefill")));
   if (engine && !has("--cluster-key-file") && !has("--insecure-no-cluster-key")) {
-    args.push_back("--insecure-no-cluster-key");
+    static const std::string key = [] {
+      const std::string path = MakeTempDir() + "/cluster.key";
+      std::ofstream(path) << "the end-to-end tests' shared cluster key\n";
+      return path;
+    }();
+    args.push_back("--cluster-key-file");
+    args.push_back(key);
   }
   args.push_back("--port");
   args.push_back(std::to_string(fixed_port));

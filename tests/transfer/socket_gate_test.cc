@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fakes/connection_inbox.h"
@@ -175,18 +176,21 @@ TEST_F(SocketGate, ARefusedFirstMessageGetsItsReplyThenTheConnectionCloses) {
   EXPECT_EQ(accepted(), 0);
 }
 
-TEST_F(SocketGate, PeersPastThePendingCapAreRefusedAtOnce) {
+TEST_F(SocketGate, PastThePendingCapTheLongestWaitingGoesAndARealPeerStillGetsIn) {
   FirstMessageGate g = HelloGate();
   g.max_pending = 4;
   g.deadline = 30s;
   Listen(std::move(g));
-  std::vector<int> waiting;
-  for (int i = 0; i < 4; ++i) waiting.push_back(RawConnect(server_.listen_port()));
-  // The fifth is closed at once, while the four still wait.
-  const int fifth = RawConnect(server_.listen_port());
-  EXPECT_TRUE(ReadUntilClosed(fifth, 10s).has_value());
-  close(fifth);
-  for (int fd : waiting) close(fd);
+  std::vector<int> silent;
+  for (int i = 0; i < 4; ++i) silent.push_back(RawConnect(server_.listen_port()));
+  // A fifth arrives: the first silent one is closed, not the newcomer.
+  auto c = client_.Connect("127.0.0.1:" + std::to_string(server_.listen_port()), at_client_.Handlers());
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(ReadUntilClosed(silent[0], 10s).has_value());
+  ASSERT_TRUE((*c)->Send({'h', 'e', 'l', 'l', 'o'}).ok());
+  ASSERT_TRUE(at_server_.WaitMessages(1));
+  EXPECT_EQ(accepted(), 1);
+  for (int fd : silent) close(fd);
 }
 
 }  // namespace
