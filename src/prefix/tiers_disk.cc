@@ -28,8 +28,7 @@ Status ClaimDiskDirectory(const std::string& subdir, const std::string& identity
   const fs::path path = fs::path(subdir) / "identity";
   std::error_code ec;
   if (!fs::exists(path, ec)) {
-    // A new folder. Two engines starting on it write the same bytes, each
-    // through its own file, and both read back what landed.
+    // A new folder, ours alone (the caller holds its lock, prefix/disk_folder.h).
     const std::string tmp = path.string() + "." + std::to_string(::getpid()) + ".tmp";
     {
       std::ofstream out(tmp, std::ios::binary | std::ios::trunc);

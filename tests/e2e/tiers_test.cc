@@ -8,7 +8,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "support/http_client.h"
@@ -232,6 +234,45 @@ TEST_P(TiersE2E, TheUngatedIndexKFaultReachesTheDisaggregatedEnginesAndIsCaught)
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, TiersE2E, testing::kTestModels, testing::ModelInstanceName);
+
+// The pid in an L3 folder's lock file: the process that holds the folder.
+std::string LockHolder(const std::filesystem::path& folder) {
+  std::ifstream in(folder / "lock");
+  std::string pid;
+  std::getline(in, pid);
+  return pid;
+}
+
+// The identity folders under `dir` (one per model and layout).
+std::vector<std::filesystem::path> Folders(const std::filesystem::path& dir) {
+  std::vector<std::filesystem::path> out;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->is_directory()) out.push_back(it->path());
+  }
+  return out;
+}
+
+// Issue 26: a second process given a folder another one holds was accepted;
+// its start-up scan deleted the first's in-flight writes. Now it is refused,
+// naming the folder and the holder.
+TEST(DiskTierE2E, ASecondProcessOnTheSameFolderIsRefused) {
+  const std::string& model = testing::PresetModelPath("tiny");
+  const std::string dir = testing::MakeTempDir();
+  ServerProcess first({"serve", "-m", model, "--host-cache-size", "64M", "--disk-cache-dir", dir});
+  ASSERT_TRUE(first.ok()) << first.Log();
+  const auto second =
+      RunTandem("serve -m " + model + " --port 0 --host-cache-size 64M --disk-cache-dir " + dir, 60);
+  EXPECT_EQ(second.exit_code, 1) << second.output;
+  const auto folders = Folders(dir);
+  ASSERT_EQ(folders.size(), 1u);
+  EXPECT_EQ(LockHolder(folders[0]), std::to_string(first.pid())) << "the lock file names its holder";
+  EXPECT_NE(second.output.find("the disk cache folder " + folders[0].string() + " is in use by another process (pid " +
+                               std::to_string(first.pid()) + ")"),
+            std::string::npos)
+      << second.output;
+  EXPECT_EQ(first.Terminate(), 0);
+}
 
 }  // namespace
 }  // namespace tandem
