@@ -274,5 +274,33 @@ TEST(DiskTierE2E, ASecondProcessOnTheSameFolderIsRefused) {
   EXPECT_EQ(first.Terminate(), 0);
 }
 
+// Issue 26: `serve --disagg --prefill-engines 2` gave both prefill engines one
+// disk folder (each budgeting it alone). Now each has its own, named after
+// it and held by it, and --disk-cache-size is split between them.
+TEST(DiskTierE2E, TwoPrefillEnginesUnderServeDisaggUseDifferentFolders) {
+  const std::string& model = testing::PresetModelPath("tiny");
+  const std::string dir = testing::MakeTempDir();
+  ServerProcess server({"serve", "--disagg", "-m", model, "--prefill-engines", "2", "--host-cache-size", "64M",
+                        "--disk-cache-dir", dir, "--disk-cache-size", "1G"},
+                       120, "router at http://127.0.0.1:");
+  ASSERT_TRUE(server.ok()) << server.Log();
+  const std::string log = server.Log();
+  std::set<std::string> holders;
+  for (const std::string engine : {"prefill", "prefill1", "decode"}) {
+    const auto folders = Folders(std::filesystem::path(dir) / engine);
+    ASSERT_EQ(folders.size(), 1u) << engine << " has no disk folder of its own under " << dir;
+    const std::string pid = LockHolder(folders[0]);
+    EXPECT_NE(log.find(engine + " started (pid " + pid + ")"), std::string::npos)
+        << engine << "'s folder is held by pid '" << pid << "'\n" << log;
+    holders.insert(pid);
+    const std::string budget = engine == "decode" ? "1073741824" : "536870912";
+    EXPECT_NE(log.find("[" + engine + "] "), std::string::npos) << log;
+    EXPECT_NE(log.find("disk cache " + folders[0].string() + ": " + budget + " bytes"), std::string::npos)
+        << engine << " should have " << budget << " bytes\n" << log;
+  }
+  EXPECT_EQ(holders.size(), 3u);
+  EXPECT_EQ(server.Terminate(), 0);
+}
+
 }  // namespace
 }  // namespace tandem
