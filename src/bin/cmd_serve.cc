@@ -102,12 +102,21 @@ DisaggLaunch LaunchFor(const ServeArgs& a) {
     side->insert(side->end(), {"--transport", a.transport, "--peer-timeout-ms", std::to_string(a.peer_timeout_ms)});
   }
   if (a.unsafe_early_commit) l.prefill_args.push_back("--debug-unsafe-early-commit");
-  // Tiers on both sides: the prefill engine's save computing a prompt's
-  // cached prefix, the decode server's save sending it. Separate L3 folders.
-  for (const char* side : {"prefill", "decode"}) {
+  // Tiers on both sides: the prefill engines' save computing a prompt's
+  // cached prefix, the decode server's save sending it. An L3 folder is held
+  // by one process (prefix/disk_folder.h), so each engine has its own, named
+  // after it; the decode server's is --disk-cache-size, and the prefill
+  // engines share another --disk-cache-size equally.
+  TierFlags decode_tiers = a.tiers;
+  if (!decode_tiers.disk_cache_dir.empty()) decode_tiers.disk_cache_dir += "/decode";
+  for (const std::string& arg : decode_tiers.Args()) l.decode_args.push_back(arg);
+  for (int i = 0; i < a.prefill_engines; ++i) {
     TierFlags t = a.tiers;
-    if (!t.disk_cache_dir.empty()) t.disk_cache_dir += std::string("/") + side;
-    for (const std::string& arg : t.Args()) (side[0] == 'p' ? l.prefill_args : l.decode_args).push_back(arg);
+    if (!t.disk_cache_dir.empty()) {
+      t.disk_cache_dir += "/" + PrefillEngineName(i);
+      t.disk_cache_size = std::to_string(a.engine.tiers.disk_bytes / a.prefill_engines);
+    }
+    l.prefill_engine_args.push_back(t.Args());
   }
   if (a.debug_put_delay_us > 0) {
     l.prefill_args.insert(l.prefill_args.end(), {"--debug-put-delay-us", std::to_string(a.debug_put_delay_us)});
@@ -159,7 +168,13 @@ int RunServe(ServeArgs& a) {
   }
   a.server.access = std::move(access).value();
   a.server.http = a.http.Limits();
-  if (a.disagg) return RunDisagg(LaunchFor(a));
+  if (a.disagg) {
+    if (Status st = ApplyTierFlags(a); !st.ok()) {  // checked here once; LaunchFor splits the disk budget
+      TLOG_ERROR("error: %s\n", st.ToString().c_str());
+      return 1;
+    }
+    return RunDisagg(LaunchFor(a));
+  }
   // Block the signals in every thread; the main thread takes them with sigwait.
   sigset_t set;
   sigemptyset(&set);

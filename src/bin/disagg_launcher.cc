@@ -241,13 +241,17 @@ class PrefillEngines {
   std::shared_ptr<Child> Spawn(int i, int port, const std::vector<std::string>& extra) {
     if (int(slots_.size()) <= i) slots_.resize(size_t(i) + 1);
     const std::string loop = l_.host;
-    auto args = Concat(Concat(Concat(Concat({"prefill", "--host", loop, "--port", std::to_string(port)}, l_.model_args),
-                                     l_.attention_args),
-                              l_.prefill_args),
+    const std::vector<std::string> own =
+        size_t(i) < l_.prefill_engine_args.size() ? l_.prefill_engine_args[size_t(i)] : std::vector<std::string>{};
+    auto args = Concat(Concat(Concat(Concat(Concat({"prefill", "--host", loop, "--port", std::to_string(port)},
+                                                   l_.model_args),
+                                            l_.attention_args),
+                                     l_.prefill_args),
+                              own),
                        extra);
     Slot& s = slots_[size_t(i)];
     if (s.child) s.child->Stop();
-    s.child = std::make_shared<Child>(i == 0 ? "prefill" : "prefill" + std::to_string(i), std::move(args),
+    s.child = std::make_shared<Child>(PrefillEngineName(i), std::move(args),
                                       "handoffs at " + std::string(l_.transport_tcp ? "tcp" : "ucx") + "://" + loop + ":");
     return s.child;
   }
@@ -337,6 +341,8 @@ int Supervise(Supervisor& supervisor, const sigset_t& signals, PrefillEngines& p
 }
 
 }  // namespace
+
+std::string PrefillEngineName(int i) { return i == 0 ? "prefill" : "prefill" + std::to_string(i); }
 
 int RunDisagg(const DisaggLaunch& given) {
   DisaggLaunch l = given;

@@ -18,6 +18,9 @@ struct DisaggLaunch {
   std::vector<std::string> attention_args;  // --attention, --topk, --index-k-dtype (both engines)
   std::vector<std::string> decode_args;     // engine options for the decode server
   std::vector<std::string> prefill_args;    // --chunk-size, --debug-unsafe-early-commit ...
+  // Engine i's own arguments after prefill_args (its L3 folder and share);
+  // none when shorter than prefill_engines.
+  std::vector<std::vector<std::string>> prefill_engine_args;
   std::vector<std::string> router_args;     // --log-level
   bool transport_tcp = false;               // --transport tcp (the prefill engine's address says tcp://)
   int prefill_engines = 1;                  // the decode server balances them (--prefill a,b,...)
@@ -25,6 +28,9 @@ struct DisaggLaunch {
   std::string cluster_key_file;             // the engines' shared secret; empty: a fresh random one
   int restart_budget = 5;                   // restarts of one child within a minute (bin/supervisor.h)
 };
+
+// Prefill engine i's name: its log prefix, and its L3 folder's under --disk-cache-dir.
+std::string PrefillEngineName(int i);
 
 // Runs until SIGTERM/SIGINT, restarting children that exit by themselves
 // (bin/supervisor.h); returns 0, or 1 when a child's restart budget is spent.

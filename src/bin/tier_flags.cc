@@ -30,7 +30,9 @@ void TierFlags::AddTo(CLI::App* cmd) {
   cmd->add_option("--host-cache-size", host_cache_size,
                   "L2: a host-memory tier under the prefix cache, e.g. 2G (default: none)");
   cmd->add_option("--disk-cache-dir", disk_cache_dir, "L3: page files here survive restarts (needs --host-cache-size)");
-  cmd->add_option("--disk-cache-size", disk_cache_size, "L3 size limit, e.g. 20G");
+  cmd->add_option("--disk-cache-size", disk_cache_size,
+                  "L3 size limit, e.g. 20G (serve --disagg: the decode server's; its prefill engines share another "
+                  "of this size equally, each in a folder of its own)");
   cmd->add_option("--cache-write-policy", write_policy, "L1 -> L2: write-through, write-through-selective or write-back");
   cmd->add_option("--cache-selective-hits", selective_hits, "write-through-selective: L1 hits before a page is copied")
       ->check(CLI::Range(1, 1000000));

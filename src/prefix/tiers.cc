@@ -3,6 +3,7 @@
 #include "prefix/faulty_tiers.h"
 #include "prefix/tiers_internal.h"
 
+#include <unistd.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -14,6 +15,8 @@
 
 #include "cache/page_copy.h"
 #include "common/keyed_fingerprint.h"
+#include "common/log.h"
+#include "prefix/disk_folder.h"
 #include "prefix/prefix_index.h"
 
 namespace tandem {
@@ -64,6 +67,7 @@ StatusOr<std::unique_ptr<TieredCache>> TieredCache::Create(PagePool& l1, const C
   }
   const bool faulty = options.debug_copy_delay.count() > 0 || ungated >= 0;  // TESTS ONLY: prefix/faulty_tiers.h
   std::string subdir;
+  std::unique_ptr<DiskFolder> folder;
   if (!options.disk_dir.empty()) {
     const int64_t file_bytes = int64_t(sizeof(DiskHeader)) + l1.layout().BytesPerPage();
     if (options.disk_bytes < file_bytes) {
@@ -74,14 +78,16 @@ StatusOr<std::unique_ptr<TieredCache>> TieredCache::Create(PagePool& l1, const C
     AppendFingerprintPart(&identity, "cache layout", l1.layout().Fingerprint());
     char name[32];
     std::snprintf(name, sizeof(name), "%016llx", (unsigned long long)XXH3_64bits(identity.data(), identity.size()));
-    subdir = (fs::path(options.disk_dir) / name).string();
-    std::error_code ec;
-    fs::create_directories(subdir, ec);
-    if (ec) return Unavailable("cannot create the disk cache directory " + subdir + ": " + ec.message());
+    // Held from before the identity is claimed until the tier is gone.
+    TANDEM_ASSIGN_OR_RETURN(folder, DiskFolder::Own(options.disk_dir, name));
+    subdir = folder->path();
     TANDEM_RETURN_IF_ERROR(ClaimDiskDirectory(subdir, identity));
+    TLOG_INFO("disk cache %s: %lld bytes, held by pid %d\n", subdir.c_str(), (long long)options.disk_bytes,
+              int(::getpid()));
   }
   auto t = faulty ? std::unique_ptr<TieredCache>(new FaultyTieredCache(l1, registry, sized, subdir, ungated))
                   : std::unique_ptr<TieredCache>(new TieredCache(l1, registry, sized, subdir));
+  t->disk_folder_ = std::move(folder);
   if (!subdir.empty()) TANDEM_RETURN_IF_ERROR(t->ScanDisk());
   return t;
 }

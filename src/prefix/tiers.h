@@ -1,6 +1,7 @@
 // The hierarchical prefix cache under an engine's page pool (L1):
 //   L2  a larger host pool of its own (same registry-derived layout),
-//   L3  one file per page in a directory that survives restarts,
+//   L3  one file per page in a directory that survives restarts, held by
+//       this process alone (prefix/disk_folder.h),
 // and a copy engine: one thread that moves pages between tiers.
 //
 // Pages are named by the prefix index's chain keys (prefix_index.h): page i of
@@ -78,6 +79,8 @@ struct TierStats {
   int64_t loads = 0, prefetches = 0, prefetch_misses = 0, disk_errors = 0;
   double load_seconds = 0, gate_wait_seconds = 0;
 };
+
+class DiskFolder;
 
 class TieredCache {
  public:
@@ -188,6 +191,7 @@ class TieredCache {
   PagePool& l1_;
   const TierOptions options_;
   const std::string disk_subdir_;
+  std::unique_ptr<DiskFolder> disk_folder_;  // L3's folder, locked while the tier lives (set by Create)
 
   mutable Mutex host_mu_;
   // L2 pages: allocation under host_mu_; their bytes are read and written by

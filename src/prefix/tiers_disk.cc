@@ -1,5 +1,6 @@
 // The disk tier (L3) of TieredCache: page files that survive restarts, each
-// checked (header, size, XXH3 of the payload) before it is read into L2.
+// checked (header, size, XXH3 of header and payload, the key's parent and
+// tokens) before it is read into L2.
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -10,6 +11,7 @@
 
 #include "cache/page_copy.h"
 #include "common/keyed_fingerprint.h"
+#include "common/log.h"
 #include "prefix/tiers.h"
 #include "prefix/tiers_internal.h"
 
@@ -23,13 +25,19 @@ using namespace tiers_detail;
 
 namespace tiers_detail {
 
+uint64_t PageChecksum(const DiskHeader& header, std::span<const uint8_t> payload) {
+  DiskHeader h = header;
+  h.page_xxh3 = 0;
+  // The header's hash seeds the payload's: one value that changes with either.
+  return XXH3_64bits_withSeed(payload.data(), payload.size(), XXH3_64bits(&h, sizeof(h)));
+}
+
 Status ClaimDiskDirectory(const std::string& subdir, const std::string& identity) {
   constexpr size_t kMaxIdentityBytes = 1 << 20;  // ours is ~16 KiB; a larger file is someone else's
   const fs::path path = fs::path(subdir) / "identity";
   std::error_code ec;
   if (!fs::exists(path, ec)) {
-    // A new folder. Two engines starting on it write the same bytes, each
-    // through its own file, and both read back what landed.
+    // A new folder, ours alone (the caller holds its lock, prefix/disk_folder.h).
     const std::string tmp = path.string() + "." + std::to_string(::getpid()) + ".tmp";
     {
       std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
@@ -80,7 +88,7 @@ Status TieredCache::WriteDisk(uint64_t key) {
     if (disk_index_.count(key)) return Status::Ok();
   }
   h.payload_bytes = payload.size();
-  h.payload_xxh3 = XXH3_64bits(payload.data(), payload.size());
+  h.page_xxh3 = PageChecksum(h, payload);
   const std::string path = PagePath(key), tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
@@ -138,6 +146,7 @@ Status TieredCache::ReadDisk(uint64_t key) {
   const CacheLayout& layout = l1_.layout();
   DiskHeader h;
   std::vector<uint8_t> payload(size_t(layout.BytesPerPage()));
+  // A miss: the file goes, the error is counted and logged, the tokens are recomputed.
   auto bad = [&](const std::string& why) {
     std::error_code ec;
     fs::remove(PagePath(key), ec);
@@ -150,8 +159,11 @@ Status TieredCache::ReadDisk(uint64_t key) {
         disk_index_.erase(it);
       }
     }
-    MutexLock lock(stats_mu_);
-    ++stats_.disk_errors;
+    {
+      MutexLock lock(stats_mu_);
+      ++stats_.disk_errors;
+    }
+    TLOG_WARN("disk cache page %s dropped: %s\n", PagePath(key).c_str(), why.c_str());
     return DataLoss("disk cache page " + PagePath(key) + " dropped: " + why);
   };
   {
@@ -160,7 +172,18 @@ Status TieredCache::ReadDisk(uint64_t key) {
     if (h.key != key || h.payload_bytes != payload.size()) return bad("header does not match");
     if (!in.read(reinterpret_cast<char*>(payload.data()), std::streamsize(payload.size()))) return bad("short payload");
   }
-  if (XXH3_64bits(payload.data(), payload.size()) != h.payload_xxh3) return bad("checksum mismatch");
+  if (PageChecksum(h, payload) != h.page_xxh3) return bad("checksum mismatch (bytes, key, parent or tokens)");
+  bool indexed_as_read = true;
+  {
+    // What the lookup matched (from the start-up scan, or our own write) is
+    // what the file holds, or the file changed under us.
+    MutexLock lock(disk_mu_);
+    auto it = disk_index_.find(key);
+    indexed_as_read = it == disk_index_.end() ||
+                      (it->second.parent == h.parent &&
+                       SameTokens(it->second.tokens, std::span<const int32_t>(h.tokens, kPageTokens)));
+  }
+  if (!indexed_as_read) return bad("its parent or tokens are not the ones it was indexed under");
   int32_t host_page = -1;
   {
     MutexLock lock(host_mu_);
@@ -207,7 +230,7 @@ Status TieredCache::ScanDisk() {
   for (const auto& [time, path] : files) {
     DiskHeader h;
     std::ifstream in(path, std::ios::binary);
-    const bool ok = in.read(reinterpret_cast<char*>(&h), sizeof(h)) && std::memcmp(h.magic, "TDMPAGE1", 8) == 0 &&
+    const bool ok = in.read(reinterpret_cast<char*>(&h), sizeof(h)) && std::memcmp(h.magic, DiskHeader{}.magic, sizeof(h.magic)) == 0 &&
                     int64_t(fs::file_size(path, ec)) == expect && PagePath(h.key) == path.string();
     if (!ok) {
       fs::remove(path, ec);

@@ -8,7 +8,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "support/http_client.h"
@@ -232,6 +234,73 @@ TEST_P(TiersE2E, TheUngatedIndexKFaultReachesTheDisaggregatedEnginesAndIsCaught)
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, TiersE2E, testing::kTestModels, testing::ModelInstanceName);
+
+// The pid in an L3 folder's lock file: the process that holds the folder.
+std::string LockHolder(const std::filesystem::path& folder) {
+  std::ifstream in(folder / "lock");
+  std::string pid;
+  std::getline(in, pid);
+  return pid;
+}
+
+// The identity folders under `dir` (one per model and layout).
+std::vector<std::filesystem::path> Folders(const std::filesystem::path& dir) {
+  std::vector<std::filesystem::path> out;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->is_directory()) out.push_back(it->path());
+  }
+  return out;
+}
+
+// Issue 26: a second process given a folder another one holds was accepted;
+// its start-up scan deleted the first's in-flight writes. Now it is refused,
+// naming the folder and the holder.
+TEST(DiskTierE2E, ASecondProcessOnTheSameFolderIsRefused) {
+  const std::string& model = testing::PresetModelPath("tiny");
+  const std::string dir = testing::MakeTempDir();
+  ServerProcess first({"serve", "-m", model, "--host-cache-size", "64M", "--disk-cache-dir", dir});
+  ASSERT_TRUE(first.ok()) << first.Log();
+  const auto second =
+      RunTandem("serve -m " + model + " --port 0 --host-cache-size 64M --disk-cache-dir " + dir, 60);
+  EXPECT_EQ(second.exit_code, 1) << second.output;
+  const auto folders = Folders(dir);
+  ASSERT_EQ(folders.size(), 1u);
+  EXPECT_EQ(LockHolder(folders[0]), std::to_string(first.pid())) << "the lock file names its holder";
+  EXPECT_NE(second.output.find("the disk cache folder " + folders[0].string() + " is in use by another process (pid " +
+                               std::to_string(first.pid()) + ")"),
+            std::string::npos)
+      << second.output;
+  EXPECT_EQ(first.Terminate(), 0);
+}
+
+// Issue 26: `serve --disagg --prefill-engines 2` gave both prefill engines one
+// disk folder (each budgeting it alone). Now each has its own, named after
+// it and held by it, and --disk-cache-size is split between them.
+TEST(DiskTierE2E, TwoPrefillEnginesUnderServeDisaggUseDifferentFolders) {
+  const std::string& model = testing::PresetModelPath("tiny");
+  const std::string dir = testing::MakeTempDir();
+  ServerProcess server({"serve", "--disagg", "-m", model, "--prefill-engines", "2", "--host-cache-size", "64M",
+                        "--disk-cache-dir", dir, "--disk-cache-size", "1G"},
+                       120, "router at http://127.0.0.1:");
+  ASSERT_TRUE(server.ok()) << server.Log();
+  const std::string log = server.Log();
+  std::set<std::string> holders;
+  for (const std::string engine : {"prefill", "prefill1", "decode"}) {
+    const auto folders = Folders(std::filesystem::path(dir) / engine);
+    ASSERT_EQ(folders.size(), 1u) << engine << " has no disk folder of its own under " << dir;
+    const std::string pid = LockHolder(folders[0]);
+    EXPECT_NE(log.find(engine + " started (pid " + pid + ")"), std::string::npos)
+        << engine << "'s folder is held by pid '" << pid << "'\n" << log;
+    holders.insert(pid);
+    const std::string budget = engine == "decode" ? "1073741824" : "536870912";
+    EXPECT_NE(log.find("[" + engine + "] "), std::string::npos) << log;
+    EXPECT_NE(log.find("disk cache " + folders[0].string() + ": " + budget + " bytes"), std::string::npos)
+        << engine << " should have " << budget << " bytes\n" << log;
+  }
+  EXPECT_EQ(holders.size(), 3u);
+  EXPECT_EQ(server.Terminate(), 0);
+}
 
 }  // namespace
 }  // namespace tandem
