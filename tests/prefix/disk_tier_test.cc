@@ -18,6 +18,7 @@
 #include "prefix/tiers.h"
 #include "prefix/tiers_internal.h"
 #include "runtime/engine.h"
+#include "support/engine_ask.h"
 #include "support/process.h"
 #include "support/test_models.h"
 
@@ -28,25 +29,7 @@ namespace fs = std::filesystem;
 using testing::MakePresetModel;
 using testing::PseudoRandomTokens;
 
-std::vector<int32_t> Ask(Engine& e, const std::vector<int32_t>& prompt) {
-  RequestSpec spec;
-  spec.prompt = prompt;
-  spec.max_tokens = 6;
-  spec.ignore_eos = true;
-  auto h = e.Submit(spec);
-  EXPECT_TRUE(h.ok()) << h.status().ToString();
-  std::vector<int32_t> out;
-  StreamEvent ev;
-  while (h.ok() && (*h)->Next(&ev, std::chrono::seconds(60))) {
-    if (ev.kind != StreamEvent::Kind::kText) {
-      EXPECT_EQ(ev.kind, StreamEvent::Kind::kFinish) << ev.error.ToString();
-      return out;
-    }
-    out.insert(out.end(), ev.tokens.begin(), ev.tokens.end());
-  }
-  ADD_FAILURE() << "no answer in time";
-  return out;
-}
+std::vector<int32_t> Ask(Engine& e, const std::vector<int32_t>& prompt) { return testing::AskEngine(e, prompt, 6); }
 
 EngineOptions WithDiskTier(const std::string& dir) {
   EngineOptions opt;

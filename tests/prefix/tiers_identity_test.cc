@@ -10,6 +10,7 @@
 #include "model/model.h"
 #include "prefix/tiers.h"
 #include "runtime/engine.h"
+#include "support/engine_ask.h"
 #include "support/process.h"
 #include "support/test_models.h"
 
@@ -19,25 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 using testing::MakePresetModel;
 
-std::vector<int32_t> Ask(Engine& e, const std::vector<int32_t>& prompt) {
-  RequestSpec spec;
-  spec.prompt = prompt;
-  spec.max_tokens = 4;
-  spec.ignore_eos = true;
-  auto h = e.Submit(spec);
-  EXPECT_TRUE(h.ok()) << h.status().ToString();
-  std::vector<int32_t> out;
-  StreamEvent ev;
-  while (h.ok() && (*h)->Next(&ev, std::chrono::seconds(60))) {
-    if (ev.kind != StreamEvent::Kind::kText) {
-      EXPECT_EQ(ev.kind, StreamEvent::Kind::kFinish) << ev.error.ToString();
-      return out;
-    }
-    out.insert(out.end(), ev.tokens.begin(), ev.tokens.end());
-  }
-  ADD_FAILURE() << "no answer in time";
-  return out;
-}
+std::vector<int32_t> Ask(Engine& e, const std::vector<int32_t>& prompt) { return testing::AskEngine(e, prompt, 4); }
 
 // Issue 26, "hostile files": the identity that names L3's folder hashed the
 // tensors only, so a copy of a model whose rope.freq_base was edited read the

@@ -1,0 +1,15 @@
+// Runs one request on an in-process engine and collects its tokens (bounded:
+// 60 s for each event); a failure to finish fails the test.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "runtime/engine.h"
+
+namespace tandem::testing {
+
+// Up to `max_tokens` tokens of `prompt` (EOS ignored).
+std::vector<int32_t> AskEngine(Engine& engine, const std::vector<int32_t>& prompt, int64_t max_tokens);
+
+}  // namespace tandem::testing
