@@ -86,6 +86,7 @@ int RunPrefill(PrefillArgs& a) {
     if (!key.ok()) return TLOG_ERROR("error: %s\n", key.status().message().c_str()), 2;
     po.cluster_key = *key;
   }
+  a.tiers.WarnOfFaults();
   auto tiers = a.tiers.Resolve();
   if (!tiers.ok()) return TLOG_ERROR("error: %s\n", tiers.status().ToString().c_str()), 1;
   po.engine.tiers = *tiers;

@@ -193,6 +193,7 @@ int RunServe(ServeArgs& a) {
     return 1;
   }
   a.engine.attention = *attention;
+  a.tiers.WarnOfFaults();
   if (Status st = ApplyTierFlags(a); !st.ok()) {
     TLOG_ERROR("error: %s\n", st.ToString().c_str());
     return 1;

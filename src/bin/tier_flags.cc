@@ -49,12 +49,15 @@ void TierFlags::AddTo(CLI::App* cmd) {
                 "so a read before its data lands gives garbage (caught by verification), never stale bytes");
 }
 
-StatusOr<TierOptions> TierFlags::Resolve() const {
-  TierOptions t;
+void TierFlags::WarnOfFaults() const {
   if (debug_poison_pages) {
     TLOG_WARN("WARNING: --debug-poison-pages: every freed or reserved cache page is overwritten with a poison "
               "pattern (debug; costs a page-sized memset per free)\n");
   }
+}
+
+StatusOr<TierOptions> TierFlags::Resolve() const {
+  TierOptions t;
   if (host_cache_size.empty()) {
     if (!disk_cache_dir.empty()) return InvalidArgument("--disk-cache-dir needs --host-cache-size (L3 pages pass through L2)");
     if (debug_ungated_index_k) return InvalidArgument("--debug-ungated-index-k is a fault of the L2 tier: it needs --host-cache-size");

@@ -22,6 +22,8 @@ struct TierFlags {
 
   void AddTo(CLI::App* cmd);
   bool enabled() const { return !host_cache_size.empty(); }
+  // The loud warning of a debug flag, once per engine process (not by a launcher).
+  void WarnOfFaults() const;
   // Validated options (host_bytes 0 when no --host-cache-size).
   StatusOr<TierOptions> Resolve() const;
   std::vector<std::string> Args() const;
