@@ -15,9 +15,10 @@
 // and the budget only: the same request samples the same bits anywhere.
 //
 // Work: a mask is a walk of the trie that advances the grammar state byte by
-// byte; the walk can stop between bytes and resume, so an engine can spend a
-// bounded amount of grammar work per step on all its requests' masks and
-// finish a mask that needs more in later steps, with the same bits.
+// byte; the walk can stop between bytes and resume, so an engine spends a
+// bounded amount of grammar work per step on all its requests' masks
+// (runtime/grammar_budget.h) and a mask that needs more is finished in later
+// steps, with the same bits.
 //
 // Thread safety: none; an engine's loop thread owns its cache and the
 // sequences' constraints.
