@@ -30,6 +30,7 @@ struct PrefillArgs {
   int32_t chunk_size = 512;
   int32_t max_batch_tokens = 2048;
   int32_t max_running = 32;
+  int64_t grammar_work_per_step = EngineOptions{}.grammar_work_per_step;
   std::string prefill_order = "arrival";
   std::string log_level = "info";
   bool unsafe_early_commit = false;
@@ -72,6 +73,7 @@ int RunPrefill(PrefillArgs& a) {
   po.engine.chunk_size = a.chunk_size;
   po.engine.max_batch_tokens = a.max_batch_tokens;
   po.engine.max_running = a.max_running;
+  po.engine.grammar_work_per_step = a.grammar_work_per_step;
   auto order = ParsePrefillOrder(a.prefill_order);
   if (!order.ok()) return TLOG_ERROR("error: %s\n", order.status().message().c_str()), 1;
   po.engine.prefill_order = *order;
@@ -211,6 +213,10 @@ void RegisterPrefill(CLI::App& app) {
                   "remaining: a lower median time to first token, a longer tail)");
   cmd->add_option("--max-running", a->max_running, "Prompts scheduled together (each holds its pages until handed off)")
       ->check(CLI::Range(1, 4096));
+  cmd->add_option("--grammar-work-per-step", a->grammar_work_per_step,
+                  "Structured outputs: grammar work (about a nanosecond a unit) all token masks of one step may take; a mask "
+                  "that needs more finishes in later steps")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
   cmd->add_flag("--debug-unsafe-early-commit", a->unsafe_early_commit,
                 "UNSAFE, tests only: commit before the index-K writes are flushed");
   cmd->add_option("--debug-put-delay-us", a->debug_put_delay_us, "Tests only: delay every page write")->check(CLI::NonNegativeNumber);

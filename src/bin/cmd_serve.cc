@@ -89,6 +89,9 @@ DisaggLaunch LaunchFor(const ServeArgs& a) {
     }
   }
   l.decode_args.insert(l.decode_args.end(), {"--handoff-timeout-ms", std::to_string(a.handoff_timeout_ms)});
+  for (auto* side : {&l.decode_args, &l.prefill_args}) {  // the prefill engine draws each first token
+    side->insert(side->end(), {"--grammar-work-per-step", std::to_string(a.engine.grammar_work_per_step)});
+  }
   l.transport_tcp = a.transport == "tcp";
   l.prefill_engines = a.prefill_engines;
   l.fault_control = a.fault_control;
@@ -285,6 +288,10 @@ void RegisterServe(CLI::App& app) {
                   "Which prompts' chunks a step serves first: arrival (default; bounds the tail) or shortest "
                   "(the oldest, then shortest remaining); with --disagg, the prefill engine's");
   cmd->add_option("--max-batch-tokens", a->engine.max_batch_tokens, "Tokens per step")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--grammar-work-per-step", a->engine.grammar_work_per_step,
+                  "Structured outputs: grammar work (about a nanosecond a unit) all token masks of one step may take; a mask "
+                  "that needs more finishes in later steps")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
   cmd->add_option("--request-timeout", a->request_timeout_s, "Seconds before a request is failed")->check(CLI::PositiveNumber);
   cmd->add_option("--shutdown-timeout", a->shutdown_timeout_s, "Seconds to drain on SIGTERM")->check(CLI::NonNegativeNumber);
   cmd->add_option("--attention", a->attention, "dense or sparse");

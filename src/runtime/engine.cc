@@ -21,8 +21,9 @@ StatusOr<PrefillOrder> ParsePrefillOrder(const std::string& name) {
 
 StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineOptions& options, Role role) {
   if (options.max_running < 1 || options.max_waiting < 0 || options.chunk_size < 1 ||
-      options.max_batch_tokens < 1 || options.cache_tokens < kPageTokens) {
-    return InvalidArgument("engine options out of range (max-running, chunk-size, max-batch-tokens >= 1; cache >= one page)");
+      options.max_batch_tokens < 1 || options.cache_tokens < kPageTokens || options.grammar_work_per_step < 1) {
+    return InvalidArgument("engine options out of range (max-running, chunk-size, max-batch-tokens, "
+                           "grammar-work-per-step >= 1; cache >= one page)");
   }
   TANDEM_ASSIGN_OR_RETURN(CacheSpec spec, MakeCacheSpec(model.config(), options.attention));
   if (const ModelConfig& c = model.config();
@@ -71,6 +72,7 @@ Engine::Engine(const Model& model, const EngineOptions& options, CacheSpec spec,
       index_(options.prefix_cache ? std::make_unique<PrefixIndex>(*pool_) : nullptr),
       forward_(model, spec_, threads_),
       constraints_(model.tokenizer()),
+      grammar_budget_(options.grammar_work_per_step),
       scheduler_(options_, *pool_, index_.get(), metrics_, counters_,
                  Scheduler::Hooks{[this](Sequence& s, Status st) { Fail(s, std::move(st)); },
                                   [this](Sequence& s, const std::string& why) { Finish(s, why); },
@@ -258,7 +260,23 @@ void Engine::DropCancelledAndExpired() {
 void Engine::Step() {
   std::vector<SequenceChunk> batch;
   std::vector<Sequence*> members = scheduler_.Schedule(&batch);
-  if (members.empty()) return;
+  std::vector<Draw> draws;
+  // Sequences whose token waited for its mask: their logits were kept (a
+  // preempted one computes them again, and is not here until it has).
+  for (const auto& s : scheduler_.running()) {
+    if (!s->done && !s->mask_row.empty() && s->computed == int64_t(s->tokens.size())) {
+      draws.push_back({s.get(), s->mask_row});
+    }
+  }
+  if (!members.empty()) RunBatch(members, batch, &draws);
+  DrawTokens(draws);
+  std::erase_if(scheduler_.running(), [](const auto& s) { return s->done; });
+}
+
+// Runs the forward pass over the batch and queues, for every member whose
+// prompt is done, the draw of its next token.
+void Engine::RunBatch(const std::vector<Sequence*>& members, const std::vector<SequenceChunk>& batch,
+                      std::vector<Draw>* draws) {
   std::vector<PrefilledChunk> streamed;
   if (sink_) {
     for (size_t b = 0; b < members.size(); ++b) {
@@ -273,7 +291,6 @@ void Engine::Step() {
   if (sink_) forward_.SetLayerHook(nullptr);
   if (!st.ok()) {
     for (Sequence* s : members) Fail(*s, st);
-    std::erase_if(scheduler_.running(), [](const auto& s) { return s->done; });
     return;
   }
   const size_t vocab = size_t(model_.config().vocab_size);
@@ -300,42 +317,9 @@ void Engine::Step() {
       continue;
     }
     if (s.generated == 0) IndexPrompt(s);
-    const int64_t pos = int64_t(s.tokens.size());
-    const std::span<const float> row = row_at(n_rows - 1);
-    const std::vector<uint64_t>* allowed = nullptr;
-    if (!s.spec.sampling.constraint.empty()) {
-      Status st = StartConstraint(s);
-      if (st.ok()) {
-        // The answer's own budget only (the server clamps max_tokens to the
-        // context), so the prefill engine draws the first token from the mask
-        // the colocated engine would.
-        const int64_t budget = int64_t(s.spec.sampling.answer_budget) - s.generated;
-        allowed = &s.constraint->Allowed(budget);
-        if (!s.constraint->status().ok()) {
-          st = s.constraint->status();
-        } else if (std::all_of(allowed->begin(), allowed->end(), [](uint64_t w) { return w == 0; })) {
-          st = InvalidArgument("the response format cannot be completed in the " + std::to_string(budget) +
-                               " tokens left (it needs " + std::to_string(s.constraint->min_tokens()) + ")");
-        }
-      }
-      if (!st.ok()) {
-        Fail(s, st);
-        continue;
-      }
-    }
-    const int32_t token = sampler_.Sample(row, s.spec.sampling, s.tokens, pos, s.prompt_len, allowed);
-    if (sink_) {
-      HandOff(s, token);
-      continue;
-    }
-    if (s.spec.logprobs >= 0) {
-      const PositionLogprobs lp = ComputeLogprobs(row, token, s.spec.logprobs);
-      Emit(s, token, &lp);
-    } else {
-      Emit(s, token);
-    }
+    s.mask_row.clear();  // fresh logits (this member was preempted while its mask was made)
+    draws->push_back({&s, row_at(n_rows - 1)});
   }
-  std::erase_if(scheduler_.running(), [](const auto& s) { return s->done; });
 }
 
 // A prompt's full pages go to the prefix index as soon as they are computed

@@ -31,6 +31,7 @@
 #include "prefix/tiers.h"
 #include "runtime/engine_metrics.h"
 #include "runtime/engine_options.h"
+#include "runtime/grammar_budget.h"
 #include "runtime/prefill_sink.h"
 #include "runtime/remote_prompts.h"
 #include "runtime/request.h"
@@ -89,6 +90,14 @@ class Engine {
   void TakeNewRequests();
   void DropCancelledAndExpired();
   void Step();
+  // A sequence whose next token is drawn this step, from these logits.
+  struct Draw {
+    Sequence* seq;
+    std::span<const float> row;
+  };
+  void RunBatch(const std::vector<Sequence*>& members, const std::vector<SequenceChunk>& batch,
+                std::vector<Draw>* draws);
+  void DrawTokens(std::vector<Draw>& draws);
   void Emit(Sequence& seq, int32_t token, const PositionLogprobs* logprobs = nullptr);
   Status StartConstraint(Sequence& seq);
   void IndexPrompt(Sequence& seq);
@@ -113,6 +122,7 @@ class Engine {
   ForwardPass forward_;
   Sampler sampler_;
   ConstraintCache constraints_;
+  GrammarBudget grammar_budget_;  // loop thread
   EngineMetrics metrics_;
 
   // Loop thread only.

@@ -44,6 +44,11 @@ EngineMetrics::EngineMetrics()
       prefix_hit_tokens(Counter(*registry_, "tandem_prefix_cache_hit_tokens_total",
                                 "Prompt tokens served from the prefix cache")),
       preemptions(Counter(*registry_, "tandem_preemptions_total", "Sequences preempted for pages")),
+      grammar_work(Counter(*registry_, "tandem_grammar_work_total",
+                           "Structured outputs: grammar work on token masks (about a nanosecond a unit)")),
+      grammar_mask_waits(Counter(*registry_, "tandem_grammar_mask_waits_total",
+                                 "Structured outputs: tokens that waited a step for their mask (the step's grammar "
+                                 "budget was spent)")),
       finished(Counter(*registry_, "tandem_requests_total", "Requests by outcome", {{"outcome", "finished"}})),
       cancelled(Counter(*registry_, "tandem_requests_total", "Requests by outcome", {{"outcome", "cancelled"}})),
       failed(Counter(*registry_, "tandem_requests_total", "Requests by outcome", {{"outcome", "failed"}})),

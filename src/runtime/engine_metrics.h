@@ -42,6 +42,8 @@ class EngineMetrics {
   prometheus::Counter& generated_tokens;
   prometheus::Counter& prefix_hit_tokens;
   prometheus::Counter& preemptions;
+  prometheus::Counter& grammar_work;        // structured outputs: work on token masks
+  prometheus::Counter& grammar_mask_waits;  // draws that waited a step for their mask
   prometheus::Counter& finished;
   prometheus::Counter& cancelled;
   prometheus::Counter& failed;

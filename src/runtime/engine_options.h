@@ -39,6 +39,10 @@ struct EngineOptions {
   int32_t max_placements = 3;
   // Decode role: how long a request may wait for pages to begin its remote prefill.
   std::chrono::milliseconds page_wait{30'000};
+  // Structured outputs: the grammar work (Grammar::Advance's units, about a
+  // nanosecond each) the token masks of one step may take together; a mask
+  // that needs more is finished in later steps (runtime/grammar_budget.h).
+  int64_t grammar_work_per_step = int64_t(1) << 22;
   // Host (L2) and disk (L3) tiers under the prefix cache; off when host_pages is 0.
   TierOptions tiers;
   // DEBUG (--debug-poison-pages): scribble every freed or reserved page, in
@@ -52,6 +56,9 @@ struct EngineStats {
   int64_t cached_pages = 0;
   int64_t prompt_tokens = 0, generated_tokens = 0, prefix_hit_tokens = 0;
   int64_t preemptions = 0, requests_finished = 0, requests_cancelled = 0, requests_failed = 0;
+  // Structured outputs: grammar work on token masks, in all and in the
+  // busiest step, and draws that waited a step for their mask.
+  int64_t grammar_work = 0, grammar_work_max_step = 0, grammar_mask_waits = 0;
   bool healthy = false;
 };
 

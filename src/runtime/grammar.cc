@@ -1,6 +1,7 @@
 #include "runtime/grammar.h"
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 #include <string>
 
@@ -184,8 +185,28 @@ bool Grammar::Advance(const State& s, uint8_t c, State* out, int64_t* work) cons
     ++next.back();
     Expand(next, &out->stacks);
   }
+  if (work != nullptr) {
+    // Making the new state: its entries, copied while expanding and
+    // compared while sorting (about log2 of its stacks times each).
+    int64_t entries = 0;
+    for (const std::vector<int32_t>& stack : out->stacks) entries += int64_t(stack.size());
+    *work += entries * int64_t(1 + std::bit_width(out->stacks.size()));
+  }
   Normalize(&out->stacks);
   return !out->stacks.empty();
+}
+
+int64_t Grammar::StateSize(const State& s) {
+  int64_t size = int64_t(s.stacks.size());
+  for (const std::vector<int32_t>& stack : s.stacks) size += int64_t(stack.size());
+  return size;
+}
+
+int64_t Grammar::MaxStateSize() { return int64_t(kMaxStacks) * int64_t(kMaxStackDepth + 1); }
+
+int64_t Grammar::MaxAdvanceWork() {
+  const int64_t entries = int64_t(kMaxStacks) * int64_t(kMaxStackDepth);
+  return int64_t(kMaxStacks) + entries + entries * int64_t(1 + std::bit_width(kMaxStacks));
 }
 
 bool Grammar::Accepting(const State& s) const {

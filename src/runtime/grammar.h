@@ -45,8 +45,16 @@ class Grammar {
 
   State Start() const;
   // The state after byte c; false (and *out empty) if c cannot come next.
-  // *work, when given, grows by the stacks looked at and the entries copied.
+  // *work, when given, grows by what it cost: the stacks looked at, the
+  // entries copied, and the new state's entries times log2 of its stacks
+  // (expanding and sorting it), so work follows time.
   bool Advance(const State& s, uint8_t c, State* out, int64_t* work = nullptr) const;
+  // What reading s costs (MinBytesToAccept, AppendKey): its stacks and entries.
+  static int64_t StateSize(const State& s);
+  // The most work one Advance can count, and the largest StateSize (a state's
+  // stacks and their depth are capped).
+  static int64_t MaxAdvanceWork();
+  static int64_t MaxStateSize();
   // The whole input so far is a sentence of the grammar.
   bool Accepting(const State& s) const;
   // Accepting, and no byte can follow.

@@ -14,6 +14,12 @@
 // always ends in a complete answer. The mask depends on the tokens so far
 // and the budget only: the same request samples the same bits anywhere.
 //
+// Work: a mask is a walk of the trie that advances the grammar state byte by
+// byte; the walk can stop between bytes and resume, so an engine spends a
+// bounded amount of grammar work per step on all its requests' masks
+// (runtime/grammar_budget.h) and a mask that needs more is finished in later
+// steps, with the same bits.
+//
 // Thread safety: none; an engine's loop thread owns its cache and the
 // sequences' constraints.
 #pragma once
@@ -62,27 +68,51 @@ class ConstraintCache;
 
 class TokenConstraint {
  public:
+  ~TokenConstraint();
+
   // The tokens that may come next with `budget` tokens left (this one
-  // included); empty when none can (the answer cannot be finished in time)
-  // or when computing it passed its work bound (then status() says so).
+  // included), spending at most `max_work` more units of grammar work
+  // (Grammar::Advance's count, added to *work; the one advance that crosses
+  // max_work finishes) on walking the vocab trie. nullptr when
+  // the walk needs more: call again with the same budget and it resumes where
+  // it stopped, so the mask is the same however its work was sliced. nullptr
+  // also when it failed: status() says why. Empty when no token can finish
+  // the answer in time. The mask stays valid until this constraint's next
+  // Allowed or Accept (the cache may drop its entry meanwhile).
+  //
+  // A walk fails when one mask takes more than its bound (MaxWorkPerToken), a
+  // function of the state alone: a request fails or not the same way however
+  // its work was sliced and whatever the cache holds.
+  const TokenMask* Allowed(int64_t budget, int64_t max_work, int64_t* work);
+  // The same, with no bound on the slice (it runs to its end or fails).
   const TokenMask& Allowed(int64_t budget);
   const Status& status() const { return status_; }
   // Moves past a sampled token. End-of-generation tokens move nowhere.
+  // REQUIRES: no walk under way (the mask for this position was finished).
   void Accept(int32_t token);
   // Nothing may follow: the answer is complete.
   bool finished() const;
   // The fewest tokens a complete answer still needs.
   int64_t min_tokens() const;
+  // The most grammar work one token's mask may take.
+  int64_t MaxWorkPerToken() const;
 
  private:
   friend class ConstraintCache;
   struct Compiled;
+  struct Walk;
   TokenConstraint(std::shared_ptr<Compiled> compiled, const VocabTrie& trie);
+  // Runs walk_ on until it ends, fails or the slice is spent.
+  enum class WalkResult { kDone, kPaused, kTooCostly };
+  WalkResult Continue(int64_t max_work, int64_t* work);
+  const TokenMask* TooCostly();
 
   std::shared_ptr<Compiled> compiled_;
   const VocabTrie& trie_;
   Grammar::State state_;
-  TokenMask tight_;  // scratch: a mask that had to respect the budget
+  std::unique_ptr<Walk> walk_;  // the mask under way, if any
+  TokenMask allowed_;  // the last mask handed out from the cache
+  TokenMask tight_;    // a mask that had to respect the budget
   struct MaskEntry {
     TokenMask mask;
     int64_t max_next = 0;  // the most bytes any allowed token leaves to finish

@@ -1,0 +1,55 @@
+// One engine step's budget for structured-output work.
+//
+// A constrained request's token mask is a walk of the vocab trie
+// (runtime/token_constraint.h) that takes from nothing (its state's mask is
+// cached) to a fraction of a second (many long parses alive in a new state).
+// Masks are made on the engine's loop thread, so without a bound one
+// request's schema (n=16 choices, each in a new state every token) adds its
+// work to every other request's inter-token latency. A step now spends at
+// most `per_step` units of grammar work (Grammar::Advance's count, about a
+// nanosecond each) on masks, plus the one advance that crosses it, split
+// among the sequences that need a mask: each in turn takes an equal share of
+// what is left (the sequence that goes first rotates), and a second round
+// gives what the first left over to those still walking.
+//
+// A mask that is not finished is finished in later steps, with the same
+// bits (its walk resumes where it stopped), and its sequence draws its token
+// then: the budget decides only *when* a token comes, never *which*
+// (invariant 5). What ends a request is its own mask passing its bound
+// (TokenConstraint::MaxWorkPerToken), a function of its grammar state alone.
+//
+// Loop thread only.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "runtime/token_constraint.h"
+
+namespace tandem {
+
+class GrammarBudget {
+ public:
+  explicit GrammarBudget(int64_t per_step) : per_step_(per_step) {}
+
+  struct Ask {
+    TokenConstraint* constraint = nullptr;
+    int64_t answer_budget = 0;        // tokens left for the answer, this one included
+    const TokenMask* mask = nullptr;  // out: the mask (valid until the constraint's next
+                                      // Allowed or Accept), or null: not finished, or the
+                                      // request failed (constraint->status())
+  };
+  // Spends this step's budget on the asks; returns the work done, at most
+  // per_step + MaxOvershoot().
+  int64_t Run(std::span<Ask> asks);
+
+  // The most one walk step can add past its share: one advance and reading
+  // the state it reached.
+  static int64_t MaxOvershoot();
+
+ private:
+  const int64_t per_step_;
+  uint64_t turn_ = 0;  // rotates who goes first, so every walk progresses
+};
+
+}  // namespace tandem
