@@ -86,6 +86,7 @@ struct SocketTransport::Impl {
   std::atomic<bool> stop{false};
   std::thread acceptor;
   std::optional<FirstMessageGate> gate;  // set before Listen; then read by the acceptor only
+  RefusalCounter refusals{"tcp"};
 
   ~Impl() {
     for (auto& [id, r] : regions) munmap(r.first, r.second);
@@ -529,7 +530,7 @@ Status SocketTransport::Listen(const std::string& address,
     // With a gate, connections wait in `pending` (no thread of their own)
     // until their first message is admitted.
     std::optional<PendingPeers> pending;
-    if (t->gate) pending.emplace(*t->gate);
+    if (t->gate) pending.emplace(*t->gate, &t->refusals);
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);  // accept until the queue is empty, never blocking
     std::vector<pollfd> fds;
     while (!t->stop) {
@@ -553,6 +554,8 @@ Status SocketTransport::Listen(const std::string& address,
   });
   return Status::Ok();
 }
+
+std::map<std::string, int64_t> SocketTransport::refusals() const { return impl_->refusals.counts(); }
 
 Status SocketTransport::SetFirstMessageGate(FirstMessageGate gate) {
   if (impl_->listen_fd >= 0) return FailedPrecondition("the gate is set before Listen");

@@ -44,6 +44,7 @@ class SocketTransport : public Transport {
   // Connections wait for their first message in the acceptor thread's poll
   // loop (transfer/socket_gate.h), with no thread of their own.
   Status SetFirstMessageGate(FirstMessageGate gate) override;
+  std::map<std::string, int64_t> refusals() const override;
   bool close_fences_peer_writes() const override { return true; }
 
   struct Impl;

@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cstring>
 
-#include "common/log.h"
 #include "transfer/socket_frame.h"
 
 namespace tandem::transfer::socket_internal {
@@ -116,13 +115,7 @@ void PendingPeers::Refuse(int fd, const std::string& why, const std::vector<uint
     }
   }
   close(fd);
-  // The reason without its numbers, so a flood of one kind counts as one.
-  const std::string kind = why.substr(0, why.find_first_of("0123456789"));
-  const int64_t n = ++refused_[kind];
-  if ((n & (n - 1)) == 0) {
-    TLOG_WARN("tcp transport: refused an unauthenticated connection: %s (%lld refused so far for this reason)\n",
-              why.c_str(), static_cast<long long>(n));
-  }
+  refusals_->Count(why);
 }
 
 }  // namespace tandem::transfer::socket_internal

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "transfer/refusal_counter.h"
 #include "transfer/transport.h"
 
 namespace tandem::transfer::socket_internal {
@@ -28,7 +29,8 @@ class PendingPeers {
     std::vector<uint8_t> first_message;
   };
 
-  explicit PendingPeers(FirstMessageGate gate) : gate_(std::move(gate)) {}
+  // Counts its refusals in `refusals`, which outlives it.
+  PendingPeers(FirstMessageGate gate, RefusalCounter* refusals) : gate_(std::move(gate)), refusals_(refusals) {}
   ~PendingPeers();
   PendingPeers(const PendingPeers&) = delete;
   PendingPeers& operator=(const PendingPeers&) = delete;
@@ -40,8 +42,6 @@ class PendingPeers {
   // Reads what arrived on `ready` (their revents set by poll), ends the ones
   // past a limit, and returns those admitted.
   std::vector<Admitted> Service(const pollfd* ready, size_t n);
-  // Refusals so far, by reason.
-  const std::map<std::string, int64_t>& refused() const { return refused_; }
 
  private:
   struct Peer {
@@ -56,7 +56,7 @@ class PendingPeers {
 
   FirstMessageGate gate_;
   std::map<int, Peer> peers_;  // by socket
-  std::map<std::string, int64_t> refused_;
+  RefusalCounter* refusals_;
 };
 
 }  // namespace tandem::transfer::socket_internal

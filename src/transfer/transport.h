@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -129,11 +130,14 @@ class Transport {
   // transport without ports.
   virtual int listen_port() const = 0;
   // Before Listen: gate every accepted connection's first message. Transports
-  // that cannot (loopback: in-process; UCX: its listener creates the endpoint)
-  // return FailedPrecondition, and the caller says so.
+  // that cannot (loopback: in-process) return FailedPrecondition, and the
+  // caller says so.
   virtual Status SetFirstMessageGate(FirstMessageGate gate) {
     return FailedPrecondition("the " + name() + " transport does not gate unauthenticated peers");
   }
+  // Peers the gate refused so far, by kind of reason (the reason without
+  // its numbers); empty without a gate.
+  virtual std::map<std::string, int64_t> refusals() const { return {}; }
   // True when closing a connection is a fence on this side: once Close()
   // returns, nothing the peer sent can land in our regions (we do the
   // receiving). False when the peer writes into our memory itself (shared

@@ -37,15 +37,76 @@ void UcxTransport::Impl::RunProgress() {
   }
 }
 
+void UcxTransport::Impl::Refuse(const std::shared_ptr<UcxConnection>& c, const std::string& why,
+                                std::vector<uint8_t> reply) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    pending.erase(c->id());
+  }
+  if (!reply.empty()) (void)c->SendAm(kAmId, std::move(reply));  // best effort: the close may cut it
+  c->CloseWith(/*force=*/true);
+  refusals.Count(why);
+}
+
+std::vector<std::shared_ptr<UcxConnection>> UcxTransport::Impl::TakeLatePendingLocked(Clock::time_point now) {
+  std::vector<std::shared_ptr<UcxConnection>> late;
+  for (auto it = pending.begin(); it != pending.end();) {
+    if (it->second->gate_deadline_ > now) {
+      ++it;
+      continue;
+    }
+    late.push_back(std::move(it->second));
+    it = pending.erase(it);
+  }
+  return late;
+}
+
+void UcxTransport::Impl::Admit(Event& e) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (pending.erase(e.conn->id()) == 0) return;  // refused meanwhile: its messages go nowhere
+  }
+  if (!e.conn->alive()) return;
+  std::vector<uint8_t> reply;
+  if (gate->check) {
+    if (Status st = gate->check(e.message, &reply); !st.ok()) {
+      Refuse(e.conn, "its first message was refused: " + st.message(), std::move(reply));
+      return;
+    }
+  }
+  e.conn->gated_ = false;
+  e.conn->handlers_ = on_accept(e.conn);
+  (void)e.conn->SendAm(kAddressAmId, worker_address);
+  if (e.conn->handlers_.on_message) e.conn->handlers_.on_message(*e.conn, std::move(e.message));
+}
+
 void UcxTransport::Impl::RunDelivery() {
   std::unique_lock<std::mutex> lock(mu);
   for (;;) {
-    cv.wait(lock, [&] { return stop || !events.empty(); });
-    if (events.empty()) return;
+    const auto ready = [&] { return stop || !events.empty(); };
+    if (pending.empty()) {
+      cv.wait(lock, ready);
+    } else {
+      Clock::time_point first = Clock::time_point::max();
+      for (const auto& [id, c] : pending) first = std::min(first, c->gate_deadline_);
+      cv.wait_until(lock, first, ready);
+    }
+    if (auto late = TakeLatePendingLocked(Clock::now()); !late.empty()) {
+      lock.unlock();
+      for (auto& c : late) Refuse(c, "no first message within " + std::to_string(gate->deadline.count()) + " ms");
+      lock.lock();
+      continue;
+    }
+    if (events.empty()) {
+      if (stop) return;
+      continue;
+    }
     Event e = std::move(events.front());
     events.pop_front();
     lock.unlock();
-    if (e.accepted) {
+    if (e.conn->gated_ && !e.accepted && !e.peer_address && !e.close) {
+      Admit(e);
+    } else if (e.accepted) {
       e.conn->handlers_ = on_accept(e.conn);
       (void)e.conn->SendAm(kAddressAmId, worker_address);
     } else if (e.peer_address) {
@@ -63,11 +124,32 @@ namespace {
 
 void OnError(void* arg, ucp_ep_h, ucs_status_t st) { static_cast<UcxConnection*>(arg)->Died(st); }
 
+// A pending connection (the listener's gate holds it) may send only small
+// messages, and few: what it declares past that is refused before a byte is
+// kept. Returns the status the AM callback gives back when it is refused.
+std::optional<ucs_status_t> Screen(UcxTransport::Impl* t, const std::shared_ptr<UcxConnection>& conn, size_t length,
+                                   const ucp_am_recv_param_t* param) {
+  if (!conn->gated_) return std::nullopt;
+  const bool rndv = param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV;
+  if (rndv || length > t->gate->max_bytes) {
+    t->Refuse(conn, "its first message declares " + std::to_string(length) +
+                        " bytes (the limit before authentication is " + std::to_string(t->gate->max_bytes) + ")");
+    return rndv ? UCS_ERR_REJECTED : UCS_OK;  // a rendezvous is dropped, its data never fetched
+  }
+  if (++conn->early_messages_ > UcxTransport::Impl::kMaxEarlyMessages) {
+    t->Refuse(conn, "more than " + std::to_string(UcxTransport::Impl::kMaxEarlyMessages) +
+                        " messages before its first was admitted");
+    return UCS_OK;
+  }
+  return std::nullopt;
+}
+
 ucs_status_t OnAddress(void* arg, const void*, size_t, void* data, size_t length, const ucp_am_recv_param_t* param) {
   auto* t = static_cast<UcxTransport::Impl*>(arg);
-  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) return UCS_OK;  // addresses are small
   auto conn = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? t->Find(param->reply_ep) : nullptr;
   if (!conn) return UCS_OK;
+  if (auto refused = Screen(t, conn, length, param)) return *refused;
+  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) return UCS_OK;  // addresses are small
   const uint8_t* p = static_cast<const uint8_t*>(data);
   auto e = UcxTransport::Impl::Event::Message(conn, std::vector<uint8_t>(p, p + length));
   e.peer_address = true;
@@ -80,6 +162,7 @@ ucs_status_t OnMessage(void* arg, const void*, size_t, void* data, size_t length
   if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) return UCS_OK;
   auto conn = t->Find(param->reply_ep);
   if (!conn) return UCS_OK;
+  if (auto refused = Screen(t, conn, length, param)) return *refused;
   if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
     const uint8_t* p = static_cast<const uint8_t*>(data);
     t->Post(UcxTransport::Impl::Event::Message(conn, std::vector<uint8_t>(p, p + length)));
@@ -177,6 +260,7 @@ UcxTransport::~UcxTransport() {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     conns.swap(impl_->connections);
+    impl_->pending.clear();
   }
   for (auto& [ep, c] : conns) c->Close();
   {
@@ -243,10 +327,20 @@ Status UcxTransport::Listen(const std::string& address,
   lp.conn_handler.arg = impl_.get();
   lp.conn_handler.cb = [](ucp_conn_request_h request, void* arg) {
     auto* t = static_cast<Impl*>(arg);
-    std::shared_ptr<UcxConnection> conn;
+    std::shared_ptr<UcxConnection> conn, oldest;
     {
       std::lock_guard<std::mutex> lock(t->mu);
       conn = std::make_shared<UcxConnection>(t, t->next_id++);
+      // Full: the one that has waited longest goes, not the newcomer, so
+      // silent connections held open cannot keep a real peer out.
+      if (t->gate && int(t->pending.size()) >= t->gate->max_pending) {
+        oldest = std::move(t->pending.begin()->second);
+        t->pending.erase(t->pending.begin());
+      }
+    }
+    if (oldest) {
+      t->Refuse(oldest, "too many connections are waiting to authenticate (" + std::to_string(t->gate->max_pending) +
+                            "): the longest waiting is closed");
     }
     ucp_ep_params_t ep{};
     ep.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLER |
@@ -256,9 +350,18 @@ Status UcxTransport::Listen(const std::string& address,
     ep.err_handler.cb = &OnError;
     ep.err_handler.arg = conn.get();
     if (ucp_ep_create(t->worker, &ep, &conn->ep_) != UCS_OK) return;
+    if (t->gate) {
+      conn->gated_ = true;
+      conn->gate_deadline_ = Clock::now() + t->gate->deadline;
+    }
     {
       std::lock_guard<std::mutex> lock(t->mu);
       t->connections[conn->ep_] = conn;
+      if (t->gate) t->pending[conn->id()] = conn;
+    }
+    if (t->gate) {
+      t->cv.notify_all();  // the delivery thread watches its deadline
+      return;
     }
     // The owner's on_accept runs on the delivery thread, never inside a
     // progress call (a Flush progresses the worker while holding its locks).
@@ -270,6 +373,14 @@ Status UcxTransport::Listen(const std::string& address,
   if (st != UCS_OK) return UcxError("cannot listen on " + address + " (ucp_listener_create)", st);
   return Status::Ok();
 }
+
+Status UcxTransport::SetFirstMessageGate(FirstMessageGate gate) {
+  if (impl_->listener) return FailedPrecondition("the gate is set before Listen");
+  impl_->gate = std::move(gate);
+  return Status::Ok();
+}
+
+std::map<std::string, int64_t> UcxTransport::refusals() const { return impl_->refusals.counts(); }
 
 int UcxTransport::listen_port() const {
   if (!impl_->listener) return -1;

@@ -6,7 +6,9 @@
 // Messages are delivered on a dedicated thread, one at a time, in order.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <string>
 
 #include "transfer/transport.h"
 
@@ -37,6 +39,12 @@ class UcxTransport : public Transport {
   StatusOr<std::shared_ptr<Connection>> Connect(const std::string& address,
                                                 ConnectionHandlers handlers) override;
   int listen_port() const override;
+  // Pending connections cost an endpoint and at most a few max_bytes
+  // messages each, no thread: the delivery thread admits or refuses them.
+  // Its refused peers do not learn it from UCX at once (a forced close
+  // sends nothing): they see no answer, as from a dead peer.
+  Status SetFirstMessageGate(FirstMessageGate gate) override;
+  std::map<std::string, int64_t> refusals() const override;
   bool close_fences_peer_writes() const override { return false; }
 
   struct Impl;

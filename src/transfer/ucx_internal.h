@@ -11,6 +11,8 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "transfer/refusal_counter.h"
+
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
@@ -147,6 +149,24 @@ struct UcxTransport::Impl {
   uint64_t next_id = 1;
   std::vector<uint8_t> worker_address;
 
+  // The listener's gate (SetFirstMessageGate; set before Listen, then read
+  // only): an accepted connection is pending — no on_accept, no handlers, no
+  // endpoint made from an address it sent, messages of at most max_bytes and
+  // at most kMaxEarlyMessages of them — until the delivery thread admits it
+  // on its first message, or refuses it (that message refused, the deadline
+  // passed, or the longest waiting when another arrives while max_pending wait).
+  std::optional<FirstMessageGate> gate;
+  std::map<uint64_t, std::shared_ptr<UcxConnection>> pending;  // by id; guarded by mu
+  RefusalCounter refusals{"ucx"};
+  static constexpr int kMaxEarlyMessages = 4;
+  // Any thread: closes `c` (forced: nothing of ours is in flight to a peer
+  // that never authenticated), after sending `reply` when there is one.
+  void Refuse(const std::shared_ptr<UcxConnection>& c, const std::string& why, std::vector<uint8_t> reply = {});
+  // Delivery thread: a pending connection's first message.
+  void Admit(Event& e);
+  // Delivery thread, mu held: the pending connections past their deadline, taken out.
+  std::vector<std::shared_ptr<UcxConnection>> TakeLatePendingLocked(Clock::time_point now);
+
   void Post(Event e) {
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -262,7 +282,9 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   // Also after the peer died. Returns at once: no new operation starts, the
   // ones in progress give up, and the transport's closer thread releases the
   // endpoints (a flushing close can take seconds; nobody waits for it).
-  void Close() override {
+  void Close() override { CloseWith(/*force=*/false); }
+  // force: release the endpoints without flushing them to the peer.
+  void CloseWith(bool force) {
     if (closed_.exchange(true)) return;
     closing_ = true;
     const bool was_alive = alive_.exchange(false);
@@ -271,7 +293,7 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
       data_cv_.notify_all();  // a Put waiting for the data endpoint gives up
     }
     t_->Forget(ep_);
-    t_->CloseLater(shared_from_this(), /*force=*/!was_alive);
+    t_->CloseLater(shared_from_this(), /*force=*/force || !was_alive);
     if (was_alive) t_->Post({shared_from_this(), {}, true, Status(StatusCode::kAborted, "connection closed by this side")});
   }
 
@@ -302,34 +324,43 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
     t_->Post({shared_from_this(), {}, true, std::move(why)});
   }
 
-  // Delivery thread: the peer's worker address arrived; make the data endpoint.
-  void SetPeerAddress(const std::vector<uint8_t>& address) {
+  // Delivery thread: the peer's worker address arrived (the first one
+  // counts). The data endpoint is made from it at the first put, so a peer
+  // that never authenticates gets no endpoint from what it sent.
+  void SetPeerAddress(std::vector<uint8_t> address) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!peer_address_.empty() || !alive_) return;
+    peer_address_ = std::move(address);
+    data_cv_.notify_all();
+  }
+
+  ucp_ep_h ep_ = nullptr;
+  ConnectionHandlers handlers_;  // delivery thread
+  // The listener's gate holds it (UcxTransport::Impl::gate).
+  std::atomic<bool> gated_{false};
+  Clock::time_point gate_deadline_;  // set before it is pending, then read only
+  std::atomic<int> early_messages_{0};  // messages seen while gated
+
+ private:
+  // The endpoint puts travel on, made at the first put from the peer's
+  // worker address (waiting briefly for it at connection start).
+  StatusOr<ucp_ep_h> DataEndpoint() {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!data_cv_.wait_for(lock, std::chrono::seconds(10), [&] { return data_ep_ || !peer_address_.empty() || !alive_; })) {
+      return Unavailable("the peer never sent its worker address");
+    }
+    if (!alive_) return Unavailable("UCX connection " + std::to_string(id_) + " is closed");
+    if (data_ep_) return data_ep_;
     // No peer error-handling mode here: UCX 1.13 drops the shared-memory
     // transports from endpoints that ask for it. Peer failure is detected on
     // the sockaddr endpoint, and every Flush has a deadline.
     ucp_ep_params_t ep{};
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
-    ep.address = reinterpret_cast<const ucp_address_t*>(address.data());
-    std::lock_guard<std::mutex> lock(mu_);
-    if (data_ep_ || !alive_) return;
-    data_status_ = ucp_ep_create(t_->worker, &ep, &data_ep_) == UCS_OK
-                       ? Status::Ok()
-                       : Unavailable("cannot create the data endpoint to the peer's worker");
-    data_cv_.notify_all();
-  }
-
-  ucp_ep_h ep_ = nullptr;
-  ConnectionHandlers handlers_;
-
- private:
-  // Waits (briefly, at connection start) for the endpoint puts travel on.
-  StatusOr<ucp_ep_h> DataEndpoint() {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!data_cv_.wait_for(lock, std::chrono::seconds(10), [&] { return data_ep_ || !data_status_.ok() || !alive_; })) {
-      return Unavailable("the peer never sent its worker address");
+    ep.address = reinterpret_cast<const ucp_address_t*>(peer_address_.data());
+    if (ucp_ep_create(t_->worker, &ep, &data_ep_) != UCS_OK) {
+      data_ep_ = nullptr;
+      return Unavailable("cannot create the data endpoint to the peer's worker");
     }
-    if (!alive_) return Unavailable("UCX connection " + std::to_string(id_) + " is closed");
-    if (!data_ep_) return data_status_;
     return data_ep_;
   }
 
@@ -441,8 +472,8 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   std::map<std::vector<uint8_t>, RemoteKeyEntry> rkeys_;
   std::map<std::vector<uint8_t>, RemoteKeyEntry>::iterator last_rkey_;  // valid while rkeys_ is not empty
   std::vector<std::pair<void*, std::unique_ptr<std::vector<uint8_t>>>> pending_sends_;
-  ucp_ep_h data_ep_ = nullptr;  // guarded by mu_
-  Status data_status_;          // guarded by mu_
+  ucp_ep_h data_ep_ = nullptr;         // guarded by mu_
+  std::vector<uint8_t> peer_address_;  // guarded by mu_
   std::condition_variable data_cv_;
 };
 

@@ -1,11 +1,13 @@
-// Issue 26, hostile peers, as real processes on 127.0.0.1 over the TCP
-// transport: a flood of connections that never authenticate costs a prefill
+// Issue 26, hostile peers, as real processes on 127.0.0.1 over both
+// transports: a flood of connections that never authenticate costs a prefill
 // engine no thread and little memory, while a real decode server connected
 // beside them keeps serving answers equal to colocated.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <ucp/api/ucp.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -57,14 +59,20 @@ int ConnectAndDeclare(int port, uint64_t declared) {
   return fd;
 }
 
-TEST(HostilePeers, AThousandUnauthenticatedConnectionsDeclaring256MiBCostThePrefillEngineUnder64MiB) {
+// A flood of unauthenticated peers beside a real decode server: `flood`
+// opens them (and returns what must stay alive while they are open), against
+// a prefill engine on `transport` with a cluster key. Measures the engine's
+// resident memory and threads with the flood open, and checks the decode
+// server's answers against colocated throughout.
+template <typename Flood>
+void FloodBesideARealDecodeServer(const std::string& transport, Flood flood, const std::string& expected_log) {
   const std::string dir = testing::MakeTempDir();
   std::ofstream(dir + "/key") << "this deployment's cluster secret\n";
-  const std::vector<std::string> tcp = {"--transport", "tcp", "--cluster-key-file", dir + "/key"};
+  const std::vector<std::string> args = {"--transport", transport, "--cluster-key-file", dir + "/key"};
   const std::string& model = testing::TinyModelPath();
-  auto prefill = testing::StartPrefill(model, "bf16", tcp);
+  auto prefill = testing::StartPrefill(model, "bf16", args);
   ASSERT_TRUE(prefill->ok()) << prefill->Log();
-  auto decode = testing::StartServe(model, "bf16", testing::Loopback(prefill->port()), tcp);
+  auto decode = testing::StartServe(model, "bf16", testing::Loopback(prefill->port()), args);
   ASSERT_TRUE(decode->ok()) << decode->Log();
   auto colocated = testing::StartServe(model, "bf16");
   ASSERT_TRUE(colocated->ok()) << colocated->Log();
@@ -74,28 +82,149 @@ TEST(HostilePeers, AThousandUnauthenticatedConnectionsDeclaring256MiBCostThePref
 
   const long rss_before = ProcStatus(prefill->pid(), "VmRSS");
   const long threads_before = ProcStatus(prefill->pid(), "Threads");
-  std::vector<int> peers;
-  for (int i = 0; i < 1000; ++i) {
-    const int fd = ConnectAndDeclare(prefill->port(), uint64_t(256) << 20);
-    if (fd >= 0) peers.push_back(fd);
+  {
+    auto open = flood(prefill->port());
+    ASSERT_EQ(open.connections, 1000) << prefill->Log();
+    // While they are open: the real decode server is served exactly.
+    for (int i = 1; i <= 4; ++i) {
+      EXPECT_EQ(Complete(decode->port(), Prompt(i), 8), Complete(colocated->port(), Prompt(i), 8)) << i;
+    }
+    const long rss_after = ProcStatus(prefill->pid(), "VmRSS");
+    const long threads_after = ProcStatus(prefill->pid(), "Threads");
+    std::printf("prefill engine (%s) under 1,000 hostile connections: resident %ld -> %ld KiB (%+ld), threads %ld -> "
+                "%ld\n",
+                transport.c_str(), rss_before, rss_after, rss_after - rss_before, threads_before, threads_after);
+    EXPECT_LT(rss_after - rss_before, 64 * 1024);
+    EXPECT_LE(threads_after, threads_before);
   }
-  // While they are open: the real decode server is served exactly.
-  for (int i = 1; i <= 4; ++i) {
-    EXPECT_EQ(Complete(decode->port(), Prompt(i), 8), Complete(colocated->port(), Prompt(i), 8)) << i;
-  }
-  const long rss_after = ProcStatus(prefill->pid(), "VmRSS");
-  const long threads_after = ProcStatus(prefill->pid(), "Threads");
-  for (int fd : peers) close(fd);
-  std::printf("prefill engine under 1,000 hostile connections: resident %ld -> %ld KiB (%+ld), threads %ld -> %ld\n",
-              rss_before, rss_after, rss_after - rss_before, threads_before, threads_after);
-  EXPECT_EQ(peers.size(), 1000u);
-  EXPECT_LT(rss_after - rss_before, 64 * 1024);
-  EXPECT_LE(threads_after, threads_before);
-  EXPECT_NE(prefill->Log().find("refused an unauthenticated connection: its first message declares 268435456 bytes"),
-            std::string::npos) << prefill->Log();
+  EXPECT_NE(prefill->Log().find(expected_log), std::string::npos) << prefill->Log();
   EXPECT_EQ(Complete(decode->port(), Prompt(5), 8), Complete(colocated->port(), Prompt(5), 8));
   EXPECT_EQ(decode->Terminate(), 0) << decode->Log();
   EXPECT_EQ(prefill->Terminate(), 0) << prefill->Log();
+}
+
+// Raw sockets, each declaring 256 MiB in a TCP-transport frame header.
+struct SocketFlood {
+  int connections = 0;
+  std::vector<int> fds;
+  ~SocketFlood() {
+    for (int fd : fds) close(fd);
+  }
+};
+
+TEST(HostilePeers, AThousandUnauthenticatedConnectionsDeclaring256MiBCostThePrefillEngineUnder64MiB) {
+  FloodBesideARealDecodeServer(
+      "tcp",
+      [](int port) {
+        SocketFlood f;
+        for (int i = 0; i < 1000; ++i) {
+          const int fd = ConnectAndDeclare(port, uint64_t(256) << 20);
+          if (fd >= 0) f.fds.push_back(fd);
+        }
+        f.connections = int(f.fds.size());
+        return f;
+      },
+      "refused an unauthenticated connection: its first message declares 268435456 bytes");
+}
+
+// A UCX worker of its own (the hostile peer's), with one endpoint per
+// connection, each sending tandem's message id one active message that
+// declares `declared` bytes by rendezvous: the engine sees the size before
+// any byte, and would fetch it into a buffer of that size.
+class UcxFlood {
+ public:
+  UcxFlood(int port, int n, size_t declared) : declared_(declared) {
+    ucp_config_t* config = nullptr;
+    if (ucp_config_read(nullptr, nullptr, &config) != UCS_OK) return;
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    params.features = UCP_FEATURE_AM;
+    const bool ok = ucp_init(&params, config, &context_) == UCS_OK;
+    ucp_config_release(config);
+    if (!ok) return;
+    ucp_worker_params_t wp{};
+    if (ucp_worker_create(context_, &wp, &worker_) != UCS_OK) return;
+    // Never touched: the pages are only reserved.
+    buffer_ = mmap(nullptr, declared, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (buffer_ == MAP_FAILED) return;
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(uint16_t(port));
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    for (int i = 0; i < n; ++i) {
+      ucp_ep_params_t ep{};
+      ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_ERR_HANDLER |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+      ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+      ep.sockaddr.addr = reinterpret_cast<const sockaddr*>(&sa);
+      ep.sockaddr.addrlen = sizeof(sa);
+      ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+      ep.err_handler.cb = [](void*, ucp_ep_h, ucs_status_t) {};  // refused: expected
+      ucp_ep_h h = nullptr;
+      if (ucp_ep_create(worker_, &ep, &h) != UCS_OK) continue;
+      eps_.push_back(h);
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_RNDV;
+      ucs_status_ptr_t r = ucp_am_send_nbx(h, 7, nullptr, 0, buffer_, declared_, &p);
+      if (UCS_PTR_IS_PTR(r)) sends_.push_back(r);
+      ucp_worker_progress(worker_);
+    }
+    connections = int(eps_.size());
+    // Until every declaration has been answered (refused) or 20 s.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::chrono::steady_clock::now() < until) {
+      ucp_worker_progress(worker_);
+      std::erase_if(sends_, [](void* r) {
+        if (ucp_request_check_status(r) == UCS_INPROGRESS) return false;
+        ucp_request_free(r);
+        return true;
+      });
+      if (sends_.empty()) break;
+    }
+  }
+  UcxFlood(UcxFlood&& o) noexcept
+      : connections(o.connections),
+        declared_(o.declared_),
+        context_(std::exchange(o.context_, nullptr)),
+        worker_(std::exchange(o.worker_, nullptr)),
+        buffer_(std::exchange(o.buffer_, MAP_FAILED)),
+        eps_(std::move(o.eps_)),
+        sends_(std::move(o.sends_)) {}
+  ~UcxFlood() {
+    for (void* r : sends_) {
+      ucp_request_cancel(worker_, r);
+      ucp_request_free(r);
+    }
+    for (ucp_ep_h h : eps_) {
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      ucs_status_ptr_t r = ucp_ep_close_nbx(h, &p);
+      if (UCS_PTR_IS_PTR(r)) {
+        while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(worker_);
+        ucp_request_free(r);
+      }
+    }
+    if (buffer_ != MAP_FAILED) munmap(buffer_, declared_);
+    if (worker_) ucp_worker_destroy(worker_);
+    if (context_) ucp_cleanup(context_);
+  }
+  int connections = 0;
+
+ private:
+  size_t declared_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  void* buffer_ = MAP_FAILED;
+  std::vector<ucp_ep_h> eps_;
+  std::vector<void*> sends_;
+};
+
+TEST(HostilePeers, AThousandUnauthenticatedUcxConnectionsDeclaring256MiBCostThePrefillEngineUnder64MiB) {
+  FloodBesideARealDecodeServer(
+      "shm", [](int port) { return UcxFlood(port, 1000, size_t(256) << 20); },
+      "refused an unauthenticated connection: its first message declares 268435456 bytes");
 }
 
 }  // namespace

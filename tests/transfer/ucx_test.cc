@@ -9,6 +9,8 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <map>
+#include <string>
 #include <thread>
 
 #include "fakes/connection_inbox.h"
@@ -165,6 +167,120 @@ TEST(Ucx, PutIntoARegionWhoseOwnerExitedIsRefusedWithoutCrashing) {
   ASSERT_TRUE((*conn)->Put(data.data(), data.size(), live->key, 0).ok());
   ASSERT_TRUE((*conn)->Flush(Clock::now() + 20s).ok());
   EXPECT_EQ(0, std::memcmp(live->data, data.data(), data.size()));
+}
+
+// Issue 26: behind the listener's gate a peer is a pending endpoint and
+// nothing more until its first message is admitted — no on_accept, no
+// endpoint made from the worker address it sent, nothing fetched that it
+// declares past the limit. An admitted peer works as any other, both ways.
+TEST(Ucx, TheGateAdmitsOnlyAnAcceptedFirstMessageAndRefusesEveryOtherPeer) {
+  Inbox at_server, good, big, huge, bad, silent;  // before the transports
+  std::atomic<int> accepted{0};
+  std::shared_ptr<Connection> admitted;
+  auto server = UcxTransport::Create();
+  auto client = UcxTransport::Create();
+  ASSERT_TRUE(server.ok() && client.ok());
+  FirstMessageGate gate;
+  gate.max_bytes = 1024;
+  gate.deadline = 500ms;
+  gate.check = [](std::span<const uint8_t> m, std::vector<uint8_t>* reply) {
+    if (std::string(m.begin(), m.end()) == "hello") return Status::Ok();
+    *reply = {'n', 'o'};
+    return InvalidArgument("not a hello");
+  };
+  ASSERT_TRUE((*server)->SetFirstMessageGate(gate).ok());
+  ASSERT_TRUE((*server)
+                  ->Listen("127.0.0.1:0",
+                           [&](std::shared_ptr<Connection> c) {
+                             ++accepted;
+                             admitted = c;
+                             return at_server.Handlers();
+                           })
+                  .ok());
+  EXPECT_EQ((*server)->SetFirstMessageGate(gate).code(), StatusCode::kFailedPrecondition);
+  const std::string address = "127.0.0.1:" + std::to_string((*server)->listen_port());
+  auto dial = [&](Inbox& inbox) {
+    auto c = (*client)->Connect(address, inbox.Handlers());
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return c.ok() ? *c : nullptr;
+  };
+
+  auto c_big = dial(big);    // a first message past the limit
+  auto c_huge = dial(huge);  // one declared by rendezvous: never fetched
+  auto c_bad = dial(bad);    // a first message the check refuses
+  auto c_silent = dial(silent);
+  ASSERT_TRUE(c_big && c_huge && c_bad && c_silent);
+  ASSERT_TRUE(c_big->Send(std::vector<uint8_t>(2048, 1)).ok());
+  ASSERT_TRUE(c_huge->Send(std::vector<uint8_t>(4 << 20, 2)).ok());
+  ASSERT_TRUE(c_bad->Send({'h', 'i'}).ok());
+  // Each refused, once, for its reason (UCX tells a peer nothing when its
+  // endpoint is dropped; a real decode server sees no answer and retries).
+  const std::map<std::string, int64_t> want = {
+      {"its first message declares ", 2},  // 2048 bytes, and 4 MiB by rendezvous
+      {"its first message was refused: not a hello", 1},
+      {"no first message within ", 1}};
+  const auto until = Clock::now() + 20s;
+  while ((*server)->refusals() != want && Clock::now() < until) silent.WaitClosedFor(20ms);
+  EXPECT_EQ((*server)->refusals(), want);
+  EXPECT_EQ(accepted.load(), 0);
+
+  auto c_good = dial(good);
+  ASSERT_TRUE(c_good);
+  ASSERT_TRUE(c_good->Send({'h', 'e', 'l', 'l', 'o'}).ok());
+  ASSERT_TRUE(at_server.WaitMessages(1));  // admitted (what comes before is held to the limit)
+  ASSERT_TRUE(c_good->Send(std::vector<uint8_t>(1 << 20, 3)).ok());
+  ASSERT_TRUE(at_server.WaitMessages(2));
+  EXPECT_EQ(accepted.load(), 1);
+  EXPECT_EQ(at_server.messages[0], (std::vector<uint8_t>{'h', 'e', 'l', 'l', 'o'}));
+  EXPECT_EQ(at_server.messages[1].size(), size_t(1) << 20);
+  // Puts both ways: the data endpoints are made at the first put.
+  auto at_server_region = (*server)->AllocateRegion(1 << 16);
+  auto at_client_region = (*client)->AllocateRegion(1 << 16);
+  ASSERT_TRUE(at_server_region.ok() && at_client_region.ok());
+  std::vector<uint8_t> data(4096, 0x5a);
+  ASSERT_TRUE(c_good->Put(data.data(), data.size(), at_server_region->key, 0).ok());
+  ASSERT_TRUE(c_good->Flush(Clock::now() + 20s).ok());
+  EXPECT_EQ(0, std::memcmp(at_server_region->data, data.data(), data.size()));
+  ASSERT_NE(admitted, nullptr);
+  ASSERT_TRUE(admitted->Put(data.data(), data.size(), at_client_region->key, 512).ok());
+  ASSERT_TRUE(admitted->Flush(Clock::now() + 20s).ok());
+  EXPECT_EQ(0, std::memcmp(at_client_region->data + 512, data.data(), data.size()));
+  EXPECT_FALSE(good.closed);
+  EXPECT_EQ((*server)->refusals(), want);  // nothing more
+}
+
+// Past max_pending waiting peers, the one that has waited longest is closed,
+// not the newcomer: silent connections cannot keep a real peer out.
+TEST(Ucx, AFullGateClosesTheLongestWaitingPeer) {
+  Inbox first, second, third, real, at_server;
+  auto server = UcxTransport::Create();
+  auto client = UcxTransport::Create();
+  ASSERT_TRUE(server.ok() && client.ok());
+  FirstMessageGate gate;
+  gate.max_pending = 2;
+  gate.deadline = 60s;  // only the cap closes anyone here
+  ASSERT_TRUE((*server)->SetFirstMessageGate(gate).ok());
+  ASSERT_TRUE((*server)->Listen("127.0.0.1:0", [&](std::shared_ptr<Connection>) { return at_server.Handlers(); }).ok());
+  const std::string address = "127.0.0.1:" + std::to_string((*server)->listen_port());
+  std::vector<std::shared_ptr<Connection>> held;
+  for (Inbox* in : {&first, &second, &third}) {
+    auto c = (*client)->Connect(address, in->Handlers());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    held.push_back(*c);
+  }
+  // Three waited where two may: one was closed.
+  const std::map<std::string, int64_t> one = {
+      {"too many connections are waiting to authenticate (", 1}};
+  const auto until = Clock::now() + 20s;
+  while ((*server)->refusals().empty() && Clock::now() < until) first.WaitClosedFor(20ms);
+  EXPECT_EQ((*server)->refusals(), one);
+  // A real peer still gets in (and closes another waiting one).
+  auto c = (*client)->Connect(address, real.Handlers());
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE((*c)->Send({7}).ok());
+  ASSERT_TRUE(at_server.WaitMessages(1));
+  EXPECT_EQ(at_server.messages[0], std::vector<uint8_t>{7});
+  EXPECT_EQ((*server)->refusals().begin()->second, 2);
 }
 
 }  // namespace
