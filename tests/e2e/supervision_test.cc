@@ -73,7 +73,16 @@ TEST(Supervision, ARouterKilledUnderServeDisaggAnswersAgainWithin5s) {
   EXPECT_NE(ChildPid(*launcher, "router"), router);
   EXPECT_EQ(testing::Complete(launcher->port(), testing::Prompt(1), 8, &status), before);
   EXPECT_EQ(status, 200);
-  const json health = json::parse(HttpGet(launcher->port(), "/health").body);
+  // The new router can answer a moment before the launcher has seen it
+  // start and written so (bounded poll of the state it reports).
+  json health;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  do {
+    health = json::parse(HttpGet(launcher->port(), "/health").body, nullptr, false);
+    if (health.is_object() && health["supervisor"]["children"]["router"]["up"] == true) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  } while (std::chrono::steady_clock::now() < until);
+  EXPECT_EQ(health["supervisor"]["children"]["router"]["up"], true) << health.dump();
   EXPECT_EQ(health["supervisor"]["children"]["router"]["restarts"], 1) << health.dump();
   EXPECT_EQ(health["supervisor"]["children"]["router"]["last_exit"], "killed by signal 9") << health.dump();
   const auto metrics = testing::ParseMetrics(HttpGet(launcher->port(), "/metrics").body);
