@@ -31,6 +31,7 @@ struct PrefillArgs {
   int32_t max_batch_tokens = 2048;
   int32_t max_running = 32;
   int64_t grammar_work_per_step = EngineOptions{}.grammar_work_per_step;
+  double grammar_time_share = EngineOptions{}.grammar_time_share;
   std::string prefill_order = "arrival";
   std::string log_level = "info";
   bool unsafe_early_commit = false;
@@ -74,6 +75,7 @@ int RunPrefill(PrefillArgs& a) {
   po.engine.max_batch_tokens = a.max_batch_tokens;
   po.engine.max_running = a.max_running;
   po.engine.grammar_work_per_step = a.grammar_work_per_step;
+  po.engine.grammar_time_share = a.grammar_time_share;
   auto order = ParsePrefillOrder(a.prefill_order);
   if (!order.ok()) return TLOG_ERROR("error: %s\n", order.status().message().c_str()), 1;
   po.engine.prefill_order = *order;
@@ -217,6 +219,10 @@ void RegisterPrefill(CLI::App& app) {
                   "Structured outputs: grammar work (about a nanosecond a unit) all token masks of one step may take; a mask "
                   "that needs more finishes in later steps")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
+  cmd->add_option("--grammar-time-share", a->grammar_time_share,
+                  "Structured outputs: and at most this fraction of a step's model time, when other requests "
+                  "computed in it (what one request's masks may add to everyone's inter-token latency)")
+      ->check(CLI::Range(0.001, 100.0));
   cmd->add_flag("--debug-unsafe-early-commit", a->unsafe_early_commit,
                 "UNSAFE, tests only: commit before the index-K writes are flushed");
   cmd->add_option("--debug-put-delay-us", a->debug_put_delay_us, "Tests only: delay every page write")->check(CLI::NonNegativeNumber);

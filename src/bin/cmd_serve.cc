@@ -91,6 +91,7 @@ DisaggLaunch LaunchFor(const ServeArgs& a) {
   l.decode_args.insert(l.decode_args.end(), {"--handoff-timeout-ms", std::to_string(a.handoff_timeout_ms)});
   for (auto* side : {&l.decode_args, &l.prefill_args}) {  // the prefill engine draws each first token
     side->insert(side->end(), {"--grammar-work-per-step", std::to_string(a.engine.grammar_work_per_step)});
+    side->insert(side->end(), {"--grammar-time-share", std::to_string(a.engine.grammar_time_share)});
   }
   l.transport_tcp = a.transport == "tcp";
   l.prefill_engines = a.prefill_engines;
@@ -292,6 +293,10 @@ void RegisterServe(CLI::App& app) {
                   "Structured outputs: grammar work (about a nanosecond a unit) all token masks of one step may take; a mask "
                   "that needs more finishes in later steps")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
+  cmd->add_option("--grammar-time-share", a->engine.grammar_time_share,
+                  "Structured outputs: and at most this fraction of a step's model time, when other requests "
+                  "computed in it (what one request's masks may add to everyone's inter-token latency)")
+      ->check(CLI::Range(0.001, 100.0));
   cmd->add_option("--request-timeout", a->request_timeout_s, "Seconds before a request is failed")->check(CLI::PositiveNumber);
   cmd->add_option("--shutdown-timeout", a->shutdown_timeout_s, "Seconds to drain on SIGTERM")->check(CLI::NonNegativeNumber);
   cmd->add_option("--attention", a->attention, "dense or sparse");

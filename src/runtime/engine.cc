@@ -21,9 +21,10 @@ StatusOr<PrefillOrder> ParsePrefillOrder(const std::string& name) {
 
 StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineOptions& options, Role role) {
   if (options.max_running < 1 || options.max_waiting < 0 || options.chunk_size < 1 ||
-      options.max_batch_tokens < 1 || options.cache_tokens < kPageTokens || options.grammar_work_per_step < 1) {
+      options.max_batch_tokens < 1 || options.cache_tokens < kPageTokens || options.grammar_work_per_step < 1 ||
+      !(options.grammar_time_share > 0 && options.grammar_time_share <= 100)) {
     return InvalidArgument("engine options out of range (max-running, chunk-size, max-batch-tokens, "
-                           "grammar-work-per-step >= 1; cache >= one page)");
+                           "grammar-work-per-step >= 1; grammar-time-share in (0, 100]; cache >= one page)");
   }
   TANDEM_ASSIGN_OR_RETURN(CacheSpec spec, MakeCacheSpec(model.config(), options.attention));
   if (const ModelConfig& c = model.config();
@@ -268,8 +269,17 @@ void Engine::Step() {
       draws.push_back({s.get(), s->mask_row});
     }
   }
-  if (!members.empty()) RunBatch(members, batch, &draws);
-  DrawTokens(draws);
+  // Masks may add a share of the model's time to the step, when others
+  // computed in it (runtime/grammar_budget.h); alone, only the work bound.
+  auto until = std::chrono::steady_clock::time_point::max();
+  if (!members.empty()) {
+    const auto began = std::chrono::steady_clock::now();
+    RunBatch(members, batch, &draws);
+    const auto now = std::chrono::steady_clock::now();
+    until = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                      (now - began) * options_.grammar_time_share);
+  }
+  DrawTokens(draws, until);
   std::erase_if(scheduler_.running(), [](const auto& s) { return s->done; });
 }
 

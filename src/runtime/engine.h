@@ -97,7 +97,8 @@ class Engine {
   };
   void RunBatch(const std::vector<Sequence*>& members, const std::vector<SequenceChunk>& batch,
                 std::vector<Draw>* draws);
-  void DrawTokens(std::vector<Draw>& draws);
+  // Masks under the grammar budget, stopping at grammar_until, then every draw.
+  void DrawTokens(std::vector<Draw>& draws, std::chrono::steady_clock::time_point grammar_until);
   void Emit(Sequence& seq, int32_t token, const PositionLogprobs* logprobs = nullptr);
   Status StartConstraint(Sequence& seq);
   void IndexPrompt(Sequence& seq);

@@ -8,7 +8,7 @@
 
 namespace tandem {
 
-void Engine::DrawTokens(std::vector<Draw>& draws) {
+void Engine::DrawTokens(std::vector<Draw>& draws, std::chrono::steady_clock::time_point grammar_until) {
   std::vector<GrammarBudget::Ask> asks;
   std::vector<int64_t> ask_of(draws.size(), -1);
   for (size_t i = 0; i < draws.size(); ++i) {
@@ -24,7 +24,7 @@ void Engine::DrawTokens(std::vector<Draw>& draws) {
     ask_of[i] = int64_t(asks.size());
     asks.push_back({s.constraint.get(), int64_t(s.spec.sampling.answer_budget) - s.generated});
   }
-  const int64_t work = grammar_budget_.Run(asks);
+  const int64_t work = grammar_budget_.Run(asks, grammar_until);
   counters_.grammar_work += work;
   counters_.grammar_work_max_step = std::max(counters_.grammar_work_max_step, work);
   metrics_.grammar_work.Increment(double(work));

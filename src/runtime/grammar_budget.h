@@ -5,12 +5,15 @@
 // cached) to a fraction of a second (many long parses alive in a new state).
 // Masks are made on the engine's loop thread, so without a bound one
 // request's schema (n=16 choices, each in a new state every token) adds its
-// work to every other request's inter-token latency. A step now spends at
-// most `per_step` units of grammar work (Grammar::Advance's count, about a
-// nanosecond each) on masks, plus the one advance that crosses it, split
-// among the sequences that need a mask: each in turn takes an equal share of
-// what is left (the sequence that goes first rotates), and a second round
-// gives what the first left over to those still walking.
+// work to every other request's inter-token latency. A step now spends on
+// masks at most
+//   - `per_step` units of grammar work (Grammar::Advance's count, about a
+//     nanosecond each), plus the one advance that crosses it, and
+//   - when other sequences computed in the step, a share of the step's model
+//     time (EngineOptions::grammar_time_share): the step's grammar work may
+//     add that fraction to everyone's inter-token latency and no more,
+// handed out round robin in slices of kSlice units among the sequences that
+// need a mask (the one that goes first rotates, so every walk progresses).
 //
 // A mask that is not finished is finished in later steps, with the same
 // bits (its walk resumes where it stopped), and its sequence draws its token
@@ -21,6 +24,7 @@
 // Loop thread only.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <span>
 
@@ -39,9 +43,14 @@ class GrammarBudget {
                                       // Allowed or Accept), or null: not finished, or the
                                       // request failed (constraint->status())
   };
-  // Spends this step's budget on the asks; returns the work done, at most
-  // per_step + MaxOvershoot().
-  int64_t Run(std::span<Ask> asks);
+  // Spends this step's budget on the asks, stopping at `until` (a slice
+  // begun before it is finished); returns the work done, at most per_step +
+  // MaxOvershoot().
+  int64_t Run(std::span<Ask> asks,
+              std::chrono::steady_clock::time_point until = std::chrono::steady_clock::time_point::max());
+
+  // The most one ask walks at a time before the next one's turn (and the clock is read).
+  static constexpr int64_t kSlice = int64_t(1) << 15;
 
   // The most one walk step can add past its share: one advance and reading
   // the state it reached.

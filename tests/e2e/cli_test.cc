@@ -61,6 +61,23 @@ TEST_F(Cli, BenchStructuredReportsEveryFormatAndCompleteAnswers) {
   EXPECT_EQ(complete, 2u) << "every constrained answer parses, in both constrained formats:\n" << r.output;
 }
 
+// The grammar budget's measurement (issue 26): three rows, their ratios, and
+// the worst case ending with the per-token work error.
+TEST_F(Cli, BenchStructuredIsolationReportsOrdinaryLatencyBesideTheWorstCase) {
+  const std::string model = dir_ + "/tiny.gguf";
+  ASSERT_EQ(RunTandem("mkmodel --preset tiny --out " + model).exit_code, 0);
+  auto r = RunTandem("bench structured --isolation -m " + model +
+                         " --rounds 1 --ordinary 2 --beside 4 --max-tokens 64 --grammar-time-share 0.1",
+                     300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* row : {"\nnothing ", "\nfree text ", "\nworst-case grammar "}) {
+    EXPECT_NE(r.output.find(row), std::string::npos) << row << "\n" << r.output;
+  }
+  EXPECT_NE(r.output.find("worst-case choices failed: 4 of 4, with: the structured-output grammar exceeded"),
+            std::string::npos)
+      << r.output;
+}
+
 TEST_F(Cli, BadInputsGiveClearErrors) {
   auto missing = RunTandem("generate -m " + dir_ + "/nope.gguf -p x");
   EXPECT_EQ(missing.exit_code, 1);

@@ -19,6 +19,7 @@
 #include <optional>
 #include <random>
 
+#include "loadgen/grammar_load.h"
 #include "runtime/engine.h"
 #include "runtime/json_schema.h"
 #include "runtime/sampler.h"
@@ -68,56 +69,8 @@ Answer Drain(RequestHandle& h, const std::vector<std::chrono::steady_clock::time
   return a;
 }
 
-// Arrays nested through a $ref, each level ambiguous between 60 lengths, or a
-// string: every '[' keeps up to 256 parses alive, one level deeper.
-std::string RecursiveSchema() {
-  nlohmann::ordered_json any = nlohmann::ordered_json::array();
-  for (int k = 1; k <= 60; ++k) {
-    any.push_back({{"type", "array"}, {"items", {{"$ref", "#/$defs/n"}}}, {"maxItems", k}});
-  }
-  any.push_back({{"type", "string"}});
-  // An array at the root: with ']' banned the answer never closes.
-  return nlohmann::ordered_json{
-      {"$defs", {{"n", {{"anyOf", any}}}}}, {"type", "array"}, {"items", {{"$ref", "#/$defs/n"}}}}
-      .dump();
-}
-
-// The worst case: choice `seed` of an n=16 request whose logit_bias favours
-// '[' and bans every token that closes an array, so the answer keeps going
-// deeper, every token into a state never seen.
-RequestSpec WorstCase(const Tokenizer& tok, uint64_t seed) {
-  RequestSpec s;
-  s.prompt = tok.Encode("Nest as deep as you can.", tok.add_bos(), false);
-  s.max_tokens = 3000;
-  s.sampling.temperature = 1.0f;
-  s.sampling.seed = seed;
-  s.sampling.constraint = "json_schema " + RecursiveSchema();
-  s.sampling.answer_budget = s.max_tokens;
-  s.sampling.logit_bias.push_back({*tok.FindToken("["), 4.0f});
-  for (int32_t t = 0; t < tok.vocab_size(); ++t) {
-    if (tok.TokenBytes(t).find(']') != std::string::npos)
-      s.sampling.logit_bias.push_back({t, -30.0f});
-  }
-  return s;
-}
-
-// Ordinary requests: free text, and a small schema.
-RequestSpec Ordinary(const Tokenizer& tok, int i) {
-  RequestSpec s;
-  s.prompt = tok.Encode("Ordinary request " + std::to_string(i) + ", please answer.", tok.add_bos(),
-                        false);
-  s.max_tokens = 48;
-  s.sampling.temperature = 0.8f;
-  s.sampling.seed = uint64_t(100 + i);
-  if (i % 4 == 3) {
-    s.sampling.constraint =
-        R"(json_schema {"type":"object","properties":{"name":{"type":"string","maxLength":20},"n":{"type":"integer"}},"required":["name","n"]})";
-    s.sampling.answer_budget = s.max_tokens;
-  } else {
-    s.ignore_eos = true;
-  }
-  return s;
-}
+RequestSpec WorstCase(const Tokenizer& tok, uint64_t seed) { return loadgen::GrammarWorstCase(tok, seed); }
+RequestSpec Ordinary(const Tokenizer& tok, int i) { return loadgen::OrdinaryRequest(tok, i); }
 
 std::unique_ptr<Engine> MakeEngine(const Model& model, int64_t grammar_work_per_step) {
   EngineOptions opt;
@@ -264,6 +217,82 @@ TEST(TokenConstraint, ASlicedMaskIsTheSameMask) {
   EXPECT_NE((*sliced)->status().message().find("exceeded its per-step work budget"),
             std::string::npos)
       << "after " << positions << " tokens: " << (*sliced)->status().message();
+}
+
+}  // namespace
+}  // namespace tandem
+
+namespace tandem {
+namespace {
+
+// The step's share of the model's time: once it has passed, a step does at
+// most one slice (the walk that crosses it) and the rest wait; the masks
+// that come out over the following steps are the masks made in one go.
+TEST(GrammarBudget, PastItsTimeAStepDoesOneSliceAndLaterStepsFinishTheSameMasks) {
+  auto m = MakePresetModel("tiny", TensorType::kF32);
+  const Tokenizer& tok = m->model->tokenizer();
+  const RequestSpec spec = WorstCase(tok, 3);
+  ConstraintCache cache(tok), reference_cache(tok);
+  std::vector<std::unique_ptr<TokenConstraint>> walks;
+  for (int i = 0; i < 4; ++i) {
+    auto c = cache.Start(spec.sampling.constraint);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    walks.push_back(std::move(c).value());
+  }
+  auto reference = reference_cache.Start(spec.sampling.constraint);
+  ASSERT_TRUE(reference.ok());
+  // Deeper, '[' after '[', until a mask takes many slices (each walk in the
+  // same state, its mask not yet made in their cache).
+  const int32_t open = *tok.FindToken("[");
+  const int64_t unlimited = std::numeric_limits<int64_t>::max();
+  int64_t ref_work = 0;
+  const TokenMask* want = nullptr;
+  int depth = 0;
+  for (; depth < 60; ++depth) {
+    ref_work = 0;
+    want = (*reference)->Allowed(3000 - depth, unlimited, &ref_work);
+    ASSERT_NE(want, nullptr) << (*reference)->status().ToString();
+    if (ref_work > 4 * GrammarBudget::kSlice) break;
+    (*reference)->Accept(open);
+    for (auto& w : walks) {
+      int64_t work = 0;
+      ASSERT_NE(w->Allowed(3000 - depth, unlimited, &work), nullptr);
+      w->Accept(open);
+    }
+  }
+  ASSERT_GT(ref_work, 4 * GrammarBudget::kSlice) << "the mask should take more than a few slices";
+
+  GrammarBudget budget(int64_t(1) << 30);
+  std::vector<GrammarBudget::Ask> asks;
+  for (auto& w : walks) asks.push_back({w.get(), 3000 - depth});
+  std::vector<std::optional<TokenMask>> got(asks.size());
+  auto step = [&] {
+    std::vector<GrammarBudget::Ask> open_asks;
+    std::vector<size_t> which;
+    for (size_t i = 0; i < asks.size(); ++i) {
+      if (got[i]) continue;
+      open_asks.push_back(asks[i]);
+      which.push_back(i);
+    }
+    const int64_t work = budget.Run(open_asks, std::chrono::steady_clock::now() - std::chrono::seconds(1));
+    for (size_t j = 0; j < which.size(); ++j) {
+      if (open_asks[j].mask != nullptr) got[which[j]] = *open_asks[j].mask;
+    }
+    return work;
+  };
+  const int64_t late = step();
+  EXPECT_GT(late, 0);
+  EXPECT_LE(late, GrammarBudget::kSlice + GrammarBudget::MaxOvershoot());
+  int steps = 1;
+  auto pending = [&] { return std::any_of(got.begin(), got.end(), [](const auto& g) { return !g.has_value(); }); };
+  while (pending() && steps < 100000) {
+    EXPECT_LE(step(), GrammarBudget::kSlice + GrammarBudget::MaxOvershoot());
+    ++steps;
+  }
+  ASSERT_FALSE(pending());
+  for (const auto& g : got) EXPECT_EQ(*g, *want);
+  std::cout << "[ budget ] " << ref_work << " units for the mask at depth " << depth << ": " << steps
+            << " steps past their time (one slice each)\n";
 }
 
 }  // namespace
