@@ -43,8 +43,15 @@ void UcxTransport::Impl::Refuse(const std::shared_ptr<UcxConnection>& c, const s
     std::lock_guard<std::mutex> lock(mu);
     pending.erase(c->id());
   }
-  if (!reply.empty()) (void)c->SendAm(kAmId, std::move(reply));  // best effort: the close may cut it
-  c->CloseWith(/*force=*/true);
+  // With a reply, a flushing close delivers it (a peer refused for its
+  // layout or weights learns why) while the closer has little queued; past
+  // that, and without one, a forced close: nothing of ours is in flight.
+  bool flush = false;
+  if (!reply.empty() && c->SendAm(kAmId, std::move(reply)).ok()) {
+    std::lock_guard<std::mutex> lock(closer_mu);
+    flush = to_close.size() < kMaxFlushingRefusals;
+  }
+  c->CloseWith(/*force=*/!flush);
   refusals.Count(why);
 }
 

@@ -159,8 +159,8 @@ struct UcxTransport::Impl {
   std::map<uint64_t, std::shared_ptr<UcxConnection>> pending;  // by id; guarded by mu
   RefusalCounter refusals{"ucx"};
   static constexpr int kMaxEarlyMessages = 4;
-  // Any thread: closes `c` (forced: nothing of ours is in flight to a peer
-  // that never authenticated), after sending `reply` when there is one.
+  static constexpr size_t kMaxFlushingRefusals = 16;  // queued closes past which a refusal's reply is not waited for
+  // Any thread: closes `c`, after sending `reply` when there is one.
   void Refuse(const std::shared_ptr<UcxConnection>& c, const std::string& why, std::vector<uint8_t> reply = {});
   // Delivery thread: a pending connection's first message.
   void Admit(Event& e);
