@@ -23,6 +23,7 @@ enum class StatusCode {
   kDeadlineExceeded,
   kAborted,
   kInternal,
+  kPermissionDenied,  // a peer did what it is not allowed to (the connection is closed)
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -55,6 +56,7 @@ inline Status FailedPrecondition(std::string m) {
 }
 inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+inline Status PermissionDenied(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
 
 template <typename T>
 class [[nodiscard]] StatusOr {

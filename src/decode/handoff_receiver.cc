@@ -19,7 +19,7 @@ void HandoffReceiver::Free(Entry& e) {
   e.gates.reset();
   if (!e.cached_pages.empty()) pool_.Release(e.cached_pages);
   if (!e.reserved_pages.empty()) {
-    if (windows_) windows_->Close(e.peer, e.reserved_pages);  // nothing of the peer's lands in them any more
+    if (windows_) windows_->Close(e.peer, e.id);  // nothing of the peer's lands in them any more
     pool_.CancelReservation(e.reserved_pages);
   }
   if (e.quarantined) stats_.quarantined_pages -= int64_t(e.reserved_pages.size());
@@ -31,7 +31,7 @@ StatusOr<Destination> HandoffReceiver::Begin(uint64_t handoff_id, std::vector<in
                                              uint64_t peer, Clock::time_point now) {
   if (prompt.empty()) return InvalidArgument("handoff of an empty prompt");
   if (entries_.count(handoff_id)) return InvalidArgument("handoff " + std::to_string(handoff_id) + " already exists");
-  auto e = std::make_unique<Entry>(Entry{peer, std::move(prompt), {}, {}, 0,
+  auto e = std::make_unique<Entry>(Entry{handoff_id, peer, std::move(prompt), {}, {}, 0,
                                          HandoffStateMachine(HandoffSide::kDecode, options_.deadlines, now), false,
                                          nullptr, 0, {}});
   if (index_) {
@@ -64,11 +64,11 @@ StatusOr<Destination> HandoffReceiver::Begin(uint64_t handoff_id, std::vector<in
     return reserved.status();  // the caller retries until the Bootstrapping deadline
   }
   e->reserved_pages = std::move(reserved).value();
-  if (windows_) windows_->Open(peer, e->reserved_pages);
   if (Status st = e->machine.Transition(HandoffState::kWaitingForInput, now); !st.ok()) {
     Free(*e);
     return st;
   }
+  if (windows_) windows_->Open(peer, handoff_id, e->reserved_pages);  // from here on it may be told
   Destination d;
   d.handoff_id = handoff_id;
   d.skip_tokens = e->skip_tokens;
@@ -81,7 +81,17 @@ StatusOr<Destination> HandoffReceiver::Begin(uint64_t handoff_id, std::vector<in
   return d;
 }
 
-StatusOr<HandoffReceiver::Ready> HandoffReceiver::OnCommit(const Commit& c, uint64_t peer, Clock::time_point now) {
+bool HandoffReceiver::EndWindow(const Entry& e, std::optional<uint64_t> message) {
+  if (!windows_) return true;
+  if (!message) {
+    windows_->Close(e.peer, e.id);
+    return true;
+  }
+  return windows_->CloseIfQuiet(e.peer, e.id, *message);
+}
+
+StatusOr<HandoffReceiver::Ready> HandoffReceiver::OnCommit(const Commit& c, uint64_t peer, Clock::time_point now,
+                                                           std::optional<uint64_t> message) {
   auto it = entries_.find(c.handoff_id);
   if (it != entries_.end() && it->second->peer != peer) {
     return FailedPrecondition("commit for handoff " + std::to_string(c.handoff_id) + " from another peer");
@@ -90,6 +100,10 @@ StatusOr<HandoffReceiver::Ready> HandoffReceiver::OnCommit(const Commit& c, uint
     // We aborted it, but the sender committed first. A Commit follows the
     // sender's flush, so nothing of it is still in flight: it acknowledges
     // the abort as well as an AbortAck would.
+    if (!EndWindow(*it->second, message)) {
+      return PermissionDenied("a put into handoff " + std::to_string(c.handoff_id) +
+                              "'s pages came after its Commit: its pages stay quarantined until the connection closes");
+    }
     Free(*it->second);
     entries_.erase(it);
     return FailedPrecondition("commit for handoff " + std::to_string(c.handoff_id) + " which was already aborted");
@@ -99,6 +113,16 @@ StatusOr<HandoffReceiver::Ready> HandoffReceiver::OnCommit(const Commit& c, uint
                               " which is not waiting for input");
   }
   Entry& e = *it->second;
+  if (!EndWindow(e, message)) {
+    // Bytes sent after the Commit may still be landing: nothing is
+    // published or freed until the connection's fence.
+    (void)e.machine.Transition(HandoffState::kFailed, now);
+    ++stats_.failed;
+    Quarantine(e, now);
+    return PermissionDenied("a put into handoff " + std::to_string(c.handoff_id) +
+                            "'s pages came after its Commit: the handoff fails, its pages quarantined until the "
+                            "connection closes");
+  }
   if (e.gates) e.gates->WaitAll();  // long done by now: it started with the handoff
   std::vector<int32_t> pages = e.cached_pages;
   pages.insert(pages.end(), e.reserved_pages.begin(), e.reserved_pages.end());
@@ -113,7 +137,6 @@ StatusOr<HandoffReceiver::Ready> HandoffReceiver::OnCommit(const Commit& c, uint
     return st;
   }
   TANDEM_RETURN_IF_ERROR(e.machine.Transition(HandoffState::kCommitted, now));
-  if (windows_) windows_->Close(e.peer, e.reserved_pages);  // committed: the peer's writes are done
   pool_.CommitReservation(e.reserved_pages);
   ++stats_.committed;
   if (stats_.committed_bytes.size() < c.digests.size()) stats_.committed_bytes.resize(c.digests.size());
@@ -174,11 +197,13 @@ void HandoffReceiver::Quarantine(Entry& e, Clock::time_point now) {
   stats_.quarantined_pages += int64_t(e.reserved_pages.size());
 }
 
-void HandoffReceiver::OnAbortAck(uint64_t handoff_id, uint64_t peer) {
+bool HandoffReceiver::OnAbortAck(uint64_t handoff_id, uint64_t peer, std::optional<uint64_t> message) {
   auto it = entries_.find(handoff_id);
-  if (it == entries_.end() || !it->second->quarantined || it->second->peer != peer) return;  // duplicate, unknown, or not its peer
+  if (it == entries_.end() || !it->second->quarantined || it->second->peer != peer) return true;  // duplicate, unknown, or not its peer
+  if (!EndWindow(*it->second, message)) return false;  // quarantined until the connection's fence
   Free(*it->second);
   entries_.erase(it);
+  return true;
 }
 
 void HandoffReceiver::OnPeerClosed(uint64_t peer, Clock::time_point now) {
@@ -195,6 +220,7 @@ void HandoffReceiver::OnPeerClosed(uint64_t peer, Clock::time_point now) {
     Free(e);
     it = entries_.erase(it);
   }
+  if (windows_) windows_->Forget(peer);
 }
 
 void HandoffReceiver::OnPeerSuspended(uint64_t peer, Clock::time_point now) {

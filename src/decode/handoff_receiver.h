@@ -11,6 +11,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <memory>
 #include <vector>
 
@@ -70,13 +71,23 @@ class HandoffReceiver {
   // nothing. On any other error the handoff has failed and its pages are
   // free again: a Commit is only sent after the sender's flush, so nothing is
   // still in flight.
-  StatusOr<Ready> OnCommit(const Commit& commit, uint64_t peer, Clock::time_point now);
+  //
+  // `message`: the connection's number of the message that carried it
+  // (WriteWindows::MessageArrived), where write windows are kept. A put into
+  // the handoff's pages allowed after it (the peer wrote after saying it was
+  // done; those bytes may still be landing) fails the handoff with
+  // PermissionDenied and keeps its pages quarantined: the caller closes the
+  // connection, whose fence frees them (OnPeerClosed).
+  StatusOr<Ready> OnCommit(const Commit& commit, uint64_t peer, Clock::time_point now,
+                           std::optional<uint64_t> message = std::nullopt);
 
   // Ends a handoff that has not committed; returns the Abort to send to its peer.
   StatusOr<Abort> StartAbort(uint64_t handoff_id, std::string reason, Clock::time_point now);
   // The peer stopped writing and flushed: a quarantined handoff's pages are free.
   // Ignored unless it comes from the handoff's own peer.
-  void OnAbortAck(uint64_t handoff_id, uint64_t peer);
+  // `message` as for OnCommit: false when a put into its pages came after it
+  // (the pages stay quarantined; the caller closes the connection).
+  bool OnAbortAck(uint64_t handoff_id, uint64_t peer, std::optional<uint64_t> message = std::nullopt);
   // The connection to `peer` is closed: no write of it can land any more, so
   // its quarantined pages are freed and its open handoffs fail.
   void OnPeerClosed(uint64_t peer, Clock::time_point now);
@@ -98,6 +109,7 @@ class HandoffReceiver {
 
  private:
   struct Entry {
+    uint64_t id = 0;
     uint64_t peer = 0;
     std::vector<int32_t> prompt;
     std::vector<int32_t> cached_pages;    // prefix hit: referenced, already valid
@@ -112,6 +124,8 @@ class HandoffReceiver {
   // The checks of OnCommit that change nothing.
   Status Validate(const Commit& c, const Entry& e, const std::vector<int32_t>& pages, bool verify);
   void Free(Entry& e);
+  // Ends e's write window; false when the peer put into its pages after `message`.
+  bool EndWindow(const Entry& e, std::optional<uint64_t> message);
   // Holds the peer-written pages (until ack or fence) and releases the cached ones.
   void Quarantine(Entry& e, Clock::time_point now);
 

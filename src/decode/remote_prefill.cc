@@ -229,6 +229,15 @@ void RemotePrefill::Handle(const Arrival& a, std::vector<Outcome>& out) {
     auto it = handoff_link_.find(id);
     return it != handoff_link_.end() && it->second == a.link;
   };
+  // Where write windows are kept, the message's number on its connection:
+  // a put into a handoff's pages read after the message that ended it is
+  // refused (decode/write_windows.h), and the connection closed.
+  const std::optional<uint64_t> number =
+      windows_.load() != nullptr ? std::optional<uint64_t>(a.message) : std::nullopt;
+  auto wrote_after = [&](const std::string& why) {
+    TLOG_WARN("tandem decode: closing the connection to prefill engine %s: %s\n", link.address.c_str(), why.c_str());
+    LinkDown(a.link, why);
+  };
   if (*type == MessageType::kCommit) {
     auto commit = Commit::Decode(bytes);
     if (!commit.ok()) {
@@ -239,12 +248,13 @@ void RemotePrefill::Handle(const Arrival& a, std::vector<Outcome>& out) {
     if (!mine(commit->handoff_id)) {
       // Ours but already aborted (quarantined): the commit follows the
       // sender's flush, so it releases the quarantine like an AbortAck.
-      (void)receiver_->OnCommit(*commit, a.connection_id, Clock::now());
+      auto late = receiver_->OnCommit(*commit, a.connection_id, Clock::now(), number);
+      if (late.status().code() == StatusCode::kPermissionDenied) wrote_after(late.status().message());
       return;
     }
     handoff_link_.erase(commit->handoff_id);
     const int64_t mismatches_before = receiver_->stats().digest_mismatches;
-    auto ready = receiver_->OnCommit(*commit, a.connection_id, Clock::now());
+    auto ready = receiver_->OnCommit(*commit, a.connection_id, Clock::now(), number);
     Outcome o;
     o.id = commit->handoff_id;
     if (ready.ok()) {
@@ -265,7 +275,9 @@ void RemotePrefill::Handle(const Arrival& a, std::vector<Outcome>& out) {
         failed_on_[commit->handoff_id] = a.link;
       }
     }
+    const bool wrote_late = ready.status().code() == StatusCode::kPermissionDenied;
     out.push_back(std::move(o));
+    if (wrote_late) wrote_after(ready.status().message());
   } else if (*type == MessageType::kAbort) {
     // The prefill side gave up or refused (it stopped writing and flushed
     // first): whether the handoff was open or already quarantined, its pages are free.
@@ -273,17 +285,22 @@ void RemotePrefill::Handle(const Arrival& a, std::vector<Outcome>& out) {
     if (!abort.ok()) return;
     const bool open = mine(abort->handoff_id);
     (void)receiver_->StartAbort(abort->handoff_id, abort->reason, Clock::now());
-    receiver_->OnAbortAck(abort->handoff_id, a.connection_id);
-    if (!open) return;
-    handoff_link_.erase(abort->handoff_id);
-    failed_on_[abort->handoff_id] = a.link;
-    Outcome o;
-    o.id = abort->handoff_id;
-    o.status = Status(StatusCode::kAborted, "the prefill engine " + link.address + " failed the handoff: " + abort->reason);
-    o.retryable = true;
-    out.push_back(std::move(o));
+    const bool quiet = receiver_->OnAbortAck(abort->handoff_id, a.connection_id, number);
+    if (open) {
+      handoff_link_.erase(abort->handoff_id);
+      failed_on_[abort->handoff_id] = a.link;
+      Outcome o;
+      o.id = abort->handoff_id;
+      o.status = Status(StatusCode::kAborted, "the prefill engine " + link.address + " failed the handoff: " + abort->reason);
+      o.retryable = true;
+      out.push_back(std::move(o));
+    }
+    if (!quiet) wrote_after("a put into handoff " + std::to_string(abort->handoff_id) + "'s pages came after its Abort");
   } else if (*type == MessageType::kAbortAck) {
-    if (auto ack = AbortAck::Decode(bytes); ack.ok()) receiver_->OnAbortAck(ack->handoff_id, a.connection_id);
+    auto ack = AbortAck::Decode(bytes);
+    if (ack.ok() && !receiver_->OnAbortAck(ack->handoff_id, a.connection_id, number)) {
+      wrote_after("a put into handoff " + std::to_string(ack->handoff_id) + "'s pages came after its AbortAck");
+    }
   }
 }
 

@@ -137,6 +137,7 @@ class RemotePrefill : public RemotePrompts {
     bool refused = false;        // the connection was never made: nothing listens there
     bool by_us = false;          // closed by this side: proves nothing about the peer
     std::string why;             // the transport's reason
+    uint64_t message = 0;        // its number on the connection (WriteWindows::MessageArrived), or 0
   };
   explicit RemotePrefill(RemotePrefillOptions options);
   void Reconnect(size_t link, transfer::Clock::time_point now);

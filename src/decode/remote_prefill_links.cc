@@ -14,18 +14,23 @@ void RemotePrefill::Reconnect(size_t i, Clock::time_point now) {
   Link& link = links_[i];
   transfer::ConnectionHandlers h;
   h.on_message = [this, i](transfer::Connection& c, std::vector<uint8_t> m) {
+    // Counted before it is queued, on the reader thread: a put read after
+    // it is tagged after it (decode/write_windows.h).
+    transfer::WriteWindows* windows = windows_.load();
+    const uint64_t number = windows != nullptr ? windows->MessageArrived(c.id()) : 0;
     {
       MutexLock lock(mu_);
       Arrival a;
       a.link = i;
       a.connection_id = c.id();
+      a.message = number;
       a.bytes = std::move(m);
       inbox_.push_back(std::move(a));
     }
     arrived_.notify_all();
   };
   h.accept_put = [this](transfer::Connection& c, uint64_t offset, uint64_t bytes) {
-    const transfer::WriteWindows* windows = windows_.load();
+    transfer::WriteWindows* windows = windows_.load();
     return windows != nullptr && windows->Allows(c.id(), offset, bytes);
   };
   h.on_close = [this, i](transfer::Connection& c, const Status& why) {

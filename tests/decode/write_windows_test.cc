@@ -33,7 +33,7 @@ TEST(WriteWindows, OnlyTheOpenPagesOfTheirOwnConnectionInWholeSegments) {
   const uint64_t base = uint64_t(layout.SegmentBase(1, 1)), stride = uint64_t(layout.page_stride(1));
   EXPECT_FALSE(w.Allows(7, base + 2 * stride, stride)) << "nothing is open before a destination";
   const std::vector<int32_t> pages = {2, 3};
-  w.Open(7, pages);
+  w.Open(7, /*handoff=*/1, pages);
   EXPECT_TRUE(w.Allows(7, base + 2 * stride, stride));
   EXPECT_TRUE(w.Allows(7, base + 2 * stride, 2 * stride)) << "adjacent pages coalesced into one put";
   EXPECT_FALSE(w.Allows(7, base + 2 * stride, 3 * stride)) << "page 4 is not open";
@@ -49,12 +49,41 @@ TEST(WriteWindows, OnlyTheOpenPagesOfTheirOwnConnectionInWholeSegments) {
   }
   // Two handoffs holding page 3: open until both let go.
   const std::vector<int32_t> three = {3};
-  w.Open(7, three);
-  w.Close(7, pages);
+  w.Open(7, 2, three);
+  w.Close(7, 1);
+  w.Close(7, 1);  // again: nothing
   EXPECT_FALSE(w.Allows(7, base + 2 * stride, stride));
   EXPECT_TRUE(w.Allows(7, base + 3 * stride, stride));
-  w.Close(7, three);
+  w.Close(7, 2);
   EXPECT_FALSE(w.Allows(7, base + 3 * stride, stride));
+}
+
+// A handoff's window ends with the message that ends it (its Commit, its
+// AbortAck): a put into its pages read after that message was sent after the
+// peer said it was done, and may still be landing while the engine acts on
+// the message; CloseIfQuiet says so. Puts before it, and puts into another
+// open handoff's pages after it (the next handoff, pipelined), do not count.
+TEST(WriteWindows, APutAfterTheMessageThatEndsAHandoffIsCaught) {
+  const CacheLayout layout = TwoBufferLayout();
+  WriteWindows w(layout);
+  const uint64_t base = uint64_t(layout.SegmentBase(0, 0)), stride = uint64_t(layout.page_stride(0));
+  const std::vector<int32_t> first = {1, 2}, second = {4};
+  w.Open(7, 10, first);
+  w.Open(7, 11, second);
+  EXPECT_EQ(w.MessageArrived(7), 1u);  // the Destination's answer, say
+  EXPECT_TRUE(w.Allows(7, base + 1 * stride, 2 * stride));  // handoff 10's bytes
+  const uint64_t commit_10 = w.MessageArrived(7);
+  EXPECT_TRUE(w.Allows(7, base + 4 * stride, stride));  // handoff 11's, pipelined after it
+  EXPECT_TRUE(w.CloseIfQuiet(7, 10, commit_10));
+  EXPECT_FALSE(w.Allows(7, base + 2 * stride, stride)) << "closed: refused";
+  // Handoff 11: a put into its pages after its Commit.
+  const uint64_t commit_11 = w.MessageArrived(7);
+  EXPECT_TRUE(w.Allows(7, base + 4 * stride, stride)) << "the window was still open when it was read";
+  EXPECT_FALSE(w.CloseIfQuiet(7, 11, commit_11));
+  EXPECT_FALSE(w.Allows(7, base + 4 * stride, stride));
+  // A connection forgotten keeps nothing; its count starts again.
+  w.Forget(7);
+  EXPECT_EQ(w.MessageArrived(7), 1u);
 }
 
 // Over real TCP: the decode side connects out (as to a prefill engine); a peer
@@ -111,7 +140,7 @@ TEST(WriteWindows, APeerOnTheTcpTransportWritesNowhereOutsideItsOpenPages) {
   }
   auto [mine2, theirs2] = connect();
   const std::vector<int32_t> five = {5};
-  windows.Open(mine2->id(), five);
+  windows.Open(mine2->id(), /*handoff=*/1, five);
   ASSERT_TRUE(theirs2->Put(garbage.data(), stride, region->key, base + 5 * stride).ok());
   ASSERT_TRUE(theirs2->Flush(Clock::now() + 10s).ok());
   EXPECT_EQ(region->data[base + 5 * stride], 0xAB);
