@@ -19,8 +19,10 @@ class RefusalCounter {
   // One refusal; `why` says what the peer did (its numbers are dropped to
   // make the reason's kind, so a flood of one kind counts as one).
   void Count(const std::string& why);
-  // Refusals so far, by kind.
+  // Refusals so far, by kind (at most kMaxKinds, then "other").
   std::map<std::string, int64_t> counts() const;
+
+ static constexpr size_t kMaxKinds = 64;
 
  private:
   const std::string transport_;

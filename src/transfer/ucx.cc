@@ -39,19 +39,23 @@ void UcxTransport::Impl::RunProgress() {
 
 void UcxTransport::Impl::Refuse(const std::shared_ptr<UcxConnection>& c, const std::string& why,
                                 std::vector<uint8_t> reply) {
+  if (c->refused_.exchange(true)) return;  // refused already (a sweep and a screen may race)
   {
+    // Its queued messages go too: what it sent is not kept past its refusal.
     std::lock_guard<std::mutex> lock(mu);
     pending.erase(c->id());
+    std::erase_if(events, [&](const Event& e) { return e.conn == c && !e.close; });
   }
-  // With a reply, a flushing close delivers it (a peer refused for its
+  // With a reply, a short flushing close delivers it (a peer refused for its
   // layout or weights learns why) while the closer has little queued; past
   // that, and without one, a forced close: nothing of ours is in flight.
+  // Either way the closer spends at most kRefusalFlush on it.
   bool flush = false;
   if (!reply.empty() && c->SendAm(kAmId, std::move(reply)).ok()) {
     std::lock_guard<std::mutex> lock(closer_mu);
     flush = to_close.size() < kMaxFlushingRefusals;
   }
-  c->CloseWith(/*force=*/!flush);
+  c->CloseWith(/*force=*/!flush, kRefusalFlush);
   refusals.Count(why);
 }
 
@@ -81,6 +85,7 @@ void UcxTransport::Impl::Admit(Event& e) {
       return;
     }
   }
+  if (e.conn->refused_) return;
   e.conn->gated_ = false;
   e.conn->handlers_ = on_accept(e.conn);
   (void)e.conn->SendAm(kAddressAmId, worker_address);
@@ -129,7 +134,11 @@ void UcxTransport::Impl::RunDelivery() {
 
 namespace {
 
-void OnError(void* arg, ucp_ep_h, ucs_status_t st) { static_cast<UcxConnection*>(arg)->Died(st); }
+// By endpoint, not by a pointer to the connection: UCX may report an error
+// for an endpoint whose connection this side has long closed and dropped.
+void OnError(void* arg, ucp_ep_h ep, ucs_status_t st) {
+  if (auto conn = static_cast<UcxTransport::Impl*>(arg)->Find(ep)) conn->Died(st);
+}
 
 // A pending connection (the listener's gate holds it) may send only small
 // messages, and few: what it declares past that is refused before a byte is
@@ -270,17 +279,20 @@ UcxTransport::~UcxTransport() {
     impl_->pending.clear();
   }
   for (auto& [ep, c] : conns) c->Close();
+  // The threads that may still refuse or close a connection go first, then
+  // the closer, which releases everything queued (progressing the worker
+  // itself) before it ends: nothing is released after the worker is gone.
+  impl_->stop = true;
+  ucp_worker_signal(impl_->worker);
+  impl_->progress.join();
+  impl_->cv.notify_all();
+  impl_->delivery.join();
   {
     std::lock_guard<std::mutex> lock(impl_->closer_mu);
     impl_->closer_stop = true;  // it releases what is queued first
   }
   impl_->closer_cv.notify_all();
   impl_->closer.join();
-  impl_->stop = true;
-  ucp_worker_signal(impl_->worker);
-  impl_->progress.join();
-  impl_->cv.notify_all();
-  impl_->delivery.join();
   conns.clear();
   impl_->events.clear();
   impl_->closed.clear();
@@ -355,7 +367,7 @@ Status UcxTransport::Listen(const std::string& address,
     ep.conn_request = request;
     ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     ep.err_handler.cb = &OnError;
-    ep.err_handler.arg = conn.get();
+    ep.err_handler.arg = t;
     if (ucp_ep_create(t->worker, &ep, &conn->ep_) != UCS_OK) return;
     if (t->gate) {
       conn->gated_ = true;
@@ -414,7 +426,7 @@ StatusOr<std::shared_ptr<Connection>> UcxTransport::Connect(const std::string& a
   ep.sockaddr.addrlen = sizeof(sa);
   ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   ep.err_handler.cb = &OnError;
-  ep.err_handler.arg = conn.get();
+  ep.err_handler.arg = impl_.get();
   const ucs_status_t st = ucp_ep_create(impl_->worker, &ep, &conn->ep_);
   if (st != UCS_OK) return UcxError("cannot connect to " + address, st);
   {

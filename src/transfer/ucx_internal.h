@@ -160,6 +160,7 @@ struct UcxTransport::Impl {
   RefusalCounter refusals{"ucx"};
   static constexpr int kMaxEarlyMessages = 4;
   static constexpr size_t kMaxFlushingRefusals = 16;  // queued closes past which a refusal's reply is not waited for
+  static constexpr std::chrono::milliseconds kRefusalFlush{200};
   // Any thread: closes `c`, after sending `reply` when there is one.
   void Refuse(const std::shared_ptr<UcxConnection>& c, const std::string& why, std::vector<uint8_t> reply = {});
   // Delivery thread: a pending connection's first message.
@@ -283,9 +284,11 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   // ones in progress give up, and the transport's closer thread releases the
   // endpoints (a flushing close can take seconds; nobody waits for it).
   void Close() override { CloseWith(/*force=*/false); }
-  // force: release the endpoints without flushing them to the peer.
-  void CloseWith(bool force) {
+  // force: release the endpoints without flushing them to the peer;
+  // otherwise the flush may take up to `flush_limit`, then it is cancelled.
+  void CloseWith(bool force, std::chrono::milliseconds flush_limit = std::chrono::seconds(2)) {
     if (closed_.exchange(true)) return;
+    flush_limit_ms_ = flush_limit.count();
     closing_ = true;
     const bool was_alive = alive_.exchange(false);
     {
@@ -338,6 +341,7 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   ConnectionHandlers handlers_;  // delivery thread
   // The listener's gate holds it (UcxTransport::Impl::gate).
   std::atomic<bool> gated_{false};
+  std::atomic<bool> refused_{false};  // the gate refused it (once: the first refusal counts)
   Clock::time_point gate_deadline_;  // set before it is pending, then read only
   std::atomic<int> early_messages_{0};  // messages seen while gated
 
@@ -418,6 +422,7 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   // force: the peer is gone, so do not try to flush to it (a flush to a dead
   // TCP peer only times out, and UCX logs an error for it).
   void CloseEndpoint(ucp_ep_h ep, bool force) {
+    const auto limit = std::chrono::milliseconds(flush_limit_ms_.load());
     ucp_request_param_t p{};
     if (force) {
       p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -425,7 +430,7 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
     }
     ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
     if (r == nullptr || UCS_PTR_IS_ERR(r)) return;
-    const auto until = Clock::now() + std::chrono::seconds(2);
+    const auto until = Clock::now() + limit;
     while (ucp_request_check_status(r) == UCS_INPROGRESS && Clock::now() < until) ucp_worker_progress(t_->worker);
     if (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_request_cancel(t_->worker, r);
     ucp_request_free(r);
@@ -467,6 +472,7 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   std::atomic<bool> closed_{false};
   std::atomic<bool> closing_{false};
   std::atomic<bool> released_{false};  // set under t_->closer_mu
+  std::atomic<int64_t> flush_limit_ms_{2000};
   std::shared_mutex ops_mu_;
   std::mutex mu_;
   std::map<std::vector<uint8_t>, RemoteKeyEntry> rkeys_;
