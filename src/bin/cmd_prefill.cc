@@ -220,7 +220,7 @@ void RegisterPrefill(CLI::App& app) {
                   "that needs more finishes in later steps")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
   cmd->add_option("--grammar-time-share", a->grammar_time_share,
-                  "Structured outputs: and at most this fraction of a step's model time, when other requests "
+                  "Structured outputs: and at most this fraction of a step's model time, when sequences "
                   "computed in it (what one request's masks may add to everyone's inter-token latency)")
       ->check(CLI::Range(0.001, 100.0));
   cmd->add_flag("--debug-unsafe-early-commit", a->unsafe_early_commit,

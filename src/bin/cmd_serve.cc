@@ -294,7 +294,7 @@ void RegisterServe(CLI::App& app) {
                   "that needs more finishes in later steps")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
   cmd->add_option("--grammar-time-share", a->engine.grammar_time_share,
-                  "Structured outputs: and at most this fraction of a step's model time, when other requests "
+                  "Structured outputs: and at most this fraction of a step's model time, when sequences "
                   "computed in it (what one request's masks may add to everyone's inter-token latency)")
       ->check(CLI::Range(0.001, 100.0));
   cmd->add_option("--request-timeout", a->request_timeout_s, "Seconds before a request is failed")->check(CLI::PositiveNumber);

@@ -269,8 +269,9 @@ void Engine::Step() {
       draws.push_back({s.get(), s->mask_row});
     }
   }
-  // Masks may add a share of the model's time to the step, when others
-  // computed in it (runtime/grammar_budget.h); alone, only the work bound.
+  // Masks may add a share of the model's time to the step when any sequence
+  // computed in it (runtime/grammar_budget.h); when none did (only masks are
+  // waiting), only the work bound.
   auto until = std::chrono::steady_clock::time_point::max();
   if (!members.empty()) {
     const auto began = std::chrono::steady_clock::now();

@@ -43,7 +43,7 @@ struct EngineOptions {
   // nanosecond each) the token masks of one step may take together; a mask
   // that needs more is finished in later steps (runtime/grammar_budget.h).
   int64_t grammar_work_per_step = int64_t(1) << 22;
-  // And, when other sequences computed in the step, at most this fraction of
+  // And, when sequences computed in the step, at most this fraction of
   // the step's model time: what one request's masks may add to everyone's
   // inter-token latency.
   double grammar_time_share = 0.1;

@@ -9,9 +9,9 @@
 // masks at most
 //   - `per_step` units of grammar work (Grammar::Advance's count, about a
 //     nanosecond each), plus the one advance that crosses it, and
-//   - when other sequences computed in the step, a share of the step's model
-//     time (EngineOptions::grammar_time_share): the step's grammar work may
-//     add that fraction to everyone's inter-token latency and no more,
+//   - when sequences computed in the step, a share of the step's model time
+//     (EngineOptions::grammar_time_share): the step's grammar work may add
+//     that fraction to everyone's inter-token latency and no more,
 // handed out round robin in slices of kSlice units among the sequences that
 // need a mask (the one that goes first rotates, so every walk progresses).
 //
