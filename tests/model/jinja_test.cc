@@ -223,6 +223,11 @@ TEST(Jinja, EveryBoundEndsTheRenderWithAnError) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.source.substr(0, 80));
+#if defined(__SANITIZE_ADDRESS__)
+    // 2^22 interpreter steps take 90 s under the sanitizers (4 s in Release,
+    // which runs this case); every other bound is checked in both.
+    if (std::string(c.message) == "2^22 steps") continue;
+#endif
     auto t = Template::Parse(c.source);
     const Status st = t.ok() ? t->Render(Json::object()).status() : t.status();
     ASSERT_FALSE(st.ok());
