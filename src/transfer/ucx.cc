@@ -86,7 +86,7 @@ void UcxTransport::Impl::Admit(Event& e) {
     }
   }
   if (e.conn->refused_) return;
-  e.conn->gated_ = false;
+  e.conn->Admitted();
   e.conn->handlers_ = on_accept(e.conn);
   (void)e.conn->SendAm(kAddressAmId, worker_address);
   if (e.conn->handlers_.on_message) e.conn->handlers_.on_message(*e.conn, std::move(e.message));
@@ -350,6 +350,7 @@ Status UcxTransport::Listen(const std::string& address,
     {
       std::lock_guard<std::mutex> lock(t->mu);
       conn = std::make_shared<UcxConnection>(t, t->next_id++);
+      conn->accepted_ = true;
       // Full: the one that has waited longest goes, not the newcomer, so
       // silent connections held open cannot keep a real peer out.
       if (t->gate && int(t->pending.size()) >= t->gate->max_pending) {

@@ -328,33 +328,43 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   }
 
   // Delivery thread: the peer's worker address arrived (the first one
-  // counts). The data endpoint is made from it at the first put, so a peer
-  // that never authenticates gets no endpoint from what it sent.
+  // counts). An accepted connection makes its data endpoint from it once the
+  // listener's gate has admitted it (at once without a gate): while the peer
+  // is surely there, and never for a peer that did not authenticate. A
+  // connection we made does so at its first put (a decode server never puts).
   void SetPeerAddress(std::vector<uint8_t> address) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!peer_address_.empty() || !alive_) return;
-    peer_address_ = std::move(address);
-    data_cv_.notify_all();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!peer_address_.empty() || !alive_) return;
+      peer_address_ = std::move(address);
+      data_cv_.notify_all();
+    }
+    if (accepted_ && !gated_) MakeDataEndpoint();
+  }
+  // Delivery thread: admitted by the gate.
+  void Admitted() {
+    gated_ = false;
+    MakeDataEndpoint();
   }
 
   ucp_ep_h ep_ = nullptr;
   ConnectionHandlers handlers_;  // delivery thread
   // The listener's gate holds it (UcxTransport::Impl::gate).
   std::atomic<bool> gated_{false};
+  bool accepted_ = false;  // a peer made it (set before it is shared)
   std::atomic<bool> refused_{false};  // the gate refused it (once: the first refusal counts)
   Clock::time_point gate_deadline_;  // set before it is pending, then read only
   std::atomic<int> early_messages_{0};  // messages seen while gated
 
  private:
-  // The endpoint puts travel on, made at the first put from the peer's
-  // worker address (waiting briefly for it at connection start).
-  StatusOr<ucp_ep_h> DataEndpoint() {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!data_cv_.wait_for(lock, std::chrono::seconds(10), [&] { return data_ep_ || !peer_address_.empty() || !alive_; })) {
-      return Unavailable("the peer never sent its worker address");
-    }
-    if (!alive_) return Unavailable("UCX connection " + std::to_string(id_) + " is closed");
-    if (data_ep_) return data_ep_;
+  // Makes the data endpoint from the peer's address, once (a failure is
+  // kept: UCX leaks a little on every failed attempt).
+  void MakeDataEndpoint() {
+    std::lock_guard<std::mutex> lock(mu_);
+    MakeDataEndpointLocked();
+  }
+  void MakeDataEndpointLocked() {
+    if (data_ep_ || !data_status_.ok() || peer_address_.empty() || !alive_) return;
     // No peer error-handling mode here: UCX 1.13 drops the shared-memory
     // transports from endpoints that ask for it. Peer failure is detected on
     // the sockaddr endpoint, and every Flush has a deadline.
@@ -363,8 +373,21 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
     ep.address = reinterpret_cast<const ucp_address_t*>(peer_address_.data());
     if (ucp_ep_create(t_->worker, &ep, &data_ep_) != UCS_OK) {
       data_ep_ = nullptr;
-      return Unavailable("cannot create the data endpoint to the peer's worker");
+      data_status_ = Unavailable("cannot create the data endpoint to the peer's worker");
     }
+    data_cv_.notify_all();
+  }
+
+  // The endpoint puts travel on (waiting briefly for the peer's address at
+  // connection start; made here at the first put on a connection we made).
+  StatusOr<ucp_ep_h> DataEndpoint() {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!data_cv_.wait_for(lock, std::chrono::seconds(10), [&] { return data_ep_ || !peer_address_.empty() || !alive_; })) {
+      return Unavailable("the peer never sent its worker address");
+    }
+    if (!alive_) return Unavailable("UCX connection " + std::to_string(id_) + " is closed");
+    MakeDataEndpointLocked();
+    if (!data_ep_) return data_status_;
     return data_ep_;
   }
 
@@ -479,6 +502,7 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   std::map<std::vector<uint8_t>, RemoteKeyEntry>::iterator last_rkey_;  // valid while rkeys_ is not empty
   std::vector<std::pair<void*, std::unique_ptr<std::vector<uint8_t>>>> pending_sends_;
   ucp_ep_h data_ep_ = nullptr;         // guarded by mu_
+  Status data_status_;                 // guarded by mu_: why it could not be made
   std::vector<uint8_t> peer_address_;  // guarded by mu_
   std::condition_variable data_cv_;
 };

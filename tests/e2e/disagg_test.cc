@@ -364,7 +364,7 @@ TEST_P(Disagg, DecodeKilledMidHandoffThePrefillEngineReleasesEverything) {
   for (auto& c : clients) c.get();
   // The sender's puts fail or its flush deadline passes; either way it lets go.
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  EXPECT_EQ(prefill->Terminate(), 0);
+  EXPECT_EQ(prefill->Terminate(), 0) << prefill->Log();
   const std::string log = prefill->Log();
   EXPECT_NE(log.find(" 0 pages in use,"), std::string::npos) << log;
 }

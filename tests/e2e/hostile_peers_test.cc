@@ -94,7 +94,11 @@ void FloodBesideARealDecodeServer(const std::string& transport, Flood flood, con
     std::printf("prefill engine (%s) under 1,000 hostile connections: resident %ld -> %ld KiB (%+ld), threads %ld -> "
                 "%ld\n",
                 transport.c_str(), rss_before, rss_after, rss_after - rss_before, threads_before, threads_after);
+#if !defined(__SANITIZE_ADDRESS__)
+    // (Under the sanitizers, freed memory waits in ASan's quarantine and
+    // shadow memory grows with it: the bound is the Release run's to check.)
     EXPECT_LT(rss_after - rss_before, 64 * 1024);
+#endif
     EXPECT_LE(threads_after, threads_before);
   }
   EXPECT_NE(prefill->Log().find(expected_log), std::string::npos) << prefill->Log();
