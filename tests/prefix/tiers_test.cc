@@ -17,6 +17,7 @@
 #include "runtime/generator.h"
 #include "support/process.h"
 #include "support/test_models.h"
+#include "support/engine_ask.h"
 #include "support/tiny_model.h"
 
 namespace tandem {
@@ -26,26 +27,7 @@ using testing::MakePresetModel;
 using testing::PseudoRandomTokens;
 
 std::vector<int32_t> Ask(Engine& e, const std::vector<int32_t>& prompt, int max_tokens, int64_t* cached = nullptr) {
-  RequestSpec spec;
-  spec.prompt = prompt;
-  spec.max_tokens = max_tokens;
-  spec.ignore_eos = true;
-  auto h = e.Submit(spec);
-  EXPECT_TRUE(h.ok()) << h.status().ToString();
-  if (!h.ok()) return {};
-  std::vector<int32_t> out;
-  StreamEvent ev;
-  while ((*h)->Next(&ev, std::chrono::seconds(60))) {
-    if (ev.kind == StreamEvent::Kind::kText) {
-      out.insert(out.end(), ev.tokens.begin(), ev.tokens.end());
-    } else {
-      EXPECT_EQ(ev.kind, StreamEvent::Kind::kFinish) << ev.error.ToString();
-      if (cached) *cached = ev.cached_prompt_tokens;
-      return out;
-    }
-  }
-  ADD_FAILURE() << "no answer in time";
-  return out;
+  return testing::AskEngine(e, prompt, max_tokens, cached);
 }
 
 std::vector<int32_t> Reference(const Model& m, const AttentionOptions& a, const std::vector<int32_t>& prompt,

@@ -4,7 +4,8 @@
 
 namespace tandem::testing {
 
-std::vector<int32_t> AskEngine(Engine& engine, const std::vector<int32_t>& prompt, int64_t max_tokens) {
+std::vector<int32_t> AskEngine(Engine& engine, const std::vector<int32_t>& prompt, int64_t max_tokens,
+                               int64_t* cached) {
   RequestSpec spec;
   spec.prompt = prompt;
   spec.max_tokens = max_tokens;
@@ -16,6 +17,7 @@ std::vector<int32_t> AskEngine(Engine& engine, const std::vector<int32_t>& promp
   while (h.ok() && (*h)->Next(&ev, std::chrono::seconds(60))) {
     if (ev.kind != StreamEvent::Kind::kText) {
       EXPECT_EQ(ev.kind, StreamEvent::Kind::kFinish) << ev.error.ToString();
+      if (cached) *cached = ev.cached_prompt_tokens;
       return out;
     }
     out.insert(out.end(), ev.tokens.begin(), ev.tokens.end());

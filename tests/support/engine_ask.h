@@ -9,7 +9,9 @@
 
 namespace tandem::testing {
 
-// Up to `max_tokens` tokens of `prompt` (EOS ignored).
-std::vector<int32_t> AskEngine(Engine& engine, const std::vector<int32_t>& prompt, int64_t max_tokens);
+// Up to `max_tokens` tokens of `prompt` (EOS ignored); `cached`, when given,
+// gets the prompt tokens the engine found cached.
+std::vector<int32_t> AskEngine(Engine& engine, const std::vector<int32_t>& prompt, int64_t max_tokens,
+                               int64_t* cached = nullptr);
 
 }  // namespace tandem::testing
