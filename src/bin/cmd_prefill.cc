@@ -126,7 +126,7 @@ int RunPrefill(PrefillArgs& a) {
   std::map<transfer::Connection*, std::shared_ptr<transfer::Connection>> wrapped;  // guarded by wrapped_mu
   auto lanes = transfer::ParseTransportKind(a.transport);
   if (!lanes.ok()) return TLOG_ERROR("error: %s\n", lanes.status().message().c_str()), 1;
-  auto transport = transfer::MakeTransport(*lanes);
+  auto transport = transfer::MakeTransport(*lanes, po.cluster_key.Knock());
   if (!transport.ok()) return TLOG_ERROR("error: %s\n", transport.status().ToString().c_str()), 1;
   // Nothing is spent on a peer before its Hello proves the key (no thread, a
   // 64 KiB message at most, 5 s to say it, 128 waiting at once).

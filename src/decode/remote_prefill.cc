@@ -21,7 +21,7 @@ RemotePrefill::RemotePrefill(RemotePrefillOptions options)
 StatusOr<std::unique_ptr<RemotePrefill>> RemotePrefill::Connect(RemotePrefillOptions options) {
   if (options.addresses.empty()) return InvalidArgument("no prefill engine address");
   auto r = std::unique_ptr<RemotePrefill>(new RemotePrefill(std::move(options)));
-  TANDEM_ASSIGN_OR_RETURN(r->transport_, transfer::MakeTransport(r->options_.transport));
+  TANDEM_ASSIGN_OR_RETURN(r->transport_, transfer::MakeTransport(r->options_.transport, r->options_.cluster_key.Knock()));
   TANDEM_ASSIGN_OR_RETURN(r->region_, r->transport_->AllocateRegion(r->options_.pool_bytes));
   const auto now = Clock::now();
   for (const std::string& address : r->options_.addresses) {

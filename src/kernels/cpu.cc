@@ -1,9 +1,17 @@
 #include "kernels/cpu.h"
 
+#include <cpuid.h>
+
 #include "common/status.h"
 
 namespace tandem::kernels {
 namespace {
+
+// CPUID.1:ECX bit 29. (Clang's __builtin_cpu_supports does not know "f16c".)
+bool HasF16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+}
 
 const KernelTable* TableFor(Isa isa) {
   switch (isa) {
@@ -46,8 +54,7 @@ bool IsaSupported(Isa isa) {
   switch (isa) {
     case Isa::kScalar: return true;
     case Isa::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && HasF16c();
     case Isa::kAvx512:
       return IsaSupported(Isa::kAvx2) && __builtin_cpu_supports("avx512f") &&
              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&

@@ -2,6 +2,8 @@
 
 #include <arpa/inet.h>
 
+#include <cstring>
+
 #include "transfer/address.h"
 
 #include <fcntl.h>
@@ -53,6 +55,14 @@ StatusOr<ClusterKey> ClusterKey::Load(const std::string& path) {
   auto key = FromSecret(std::move(secret));
   if (!key.ok()) return InvalidArgument("--cluster-key-file '" + path + "': " + key.status().message());
   return key;
+}
+
+uint64_t ClusterKey::Knock() const {
+  if (!enabled()) return 0;
+  const std::vector<uint8_t> mac = Prove("ucx connection knock", {});
+  uint64_t knock = 0;
+  std::memcpy(&knock, mac.data(), sizeof(knock));
+  return knock == 0 ? 1 : knock;
 }
 
 std::vector<uint8_t> ClusterKey::Prove(std::string_view label,

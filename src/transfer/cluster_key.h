@@ -42,6 +42,12 @@ class ClusterKey {
   static ClusterKey FromBytes(std::span<const uint8_t> bytes);
 
   bool enabled() const { return !secret_.empty(); }
+  // 64 bits derived from the key (never 0), 0 without one. The UCX transport
+  // sends it with each connection request and its listener refuses a request
+  // without it before any endpoint exists (transfer/ucx.h). It is the same
+  // for every connection, so it keeps out whoever lacks the key, not whoever
+  // can read the wire: the Hello still proves the key.
+  uint64_t Knock() const;
   // HMAC-SHA256 over the label and each part, each length-prefixed.
   std::vector<uint8_t> Prove(std::string_view label, std::initializer_list<std::span<const uint8_t>> parts) const;
   // In constant time; false when no key is set.

@@ -21,9 +21,9 @@ const char* TransportKindName(TransportKind kind) {
   return "?";
 }
 
-StatusOr<std::unique_ptr<Transport>> MakeTransport(TransportKind kind) {
+StatusOr<std::unique_ptr<Transport>> MakeTransport(TransportKind kind, uint64_t knock) {
   if (kind == TransportKind::kTcp) return std::unique_ptr<Transport>(std::make_unique<SocketTransport>());
-  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<UcxTransport> ucx, UcxTransport::Create(kind == TransportKind::kShm));
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<UcxTransport> ucx, UcxTransport::Create(kind == TransportKind::kShm, knock));
   return std::unique_ptr<Transport>(std::move(ucx));
 }
 

@@ -212,8 +212,9 @@ ucs_status_t OnMessage(void* arg, const void*, size_t, void* data, size_t length
 
 }  // namespace
 
-StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(bool shm_only) {
+StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(bool shm_only, uint64_t knock) {
   auto impl = std::make_unique<Impl>();
+  impl->knock = knock;
   // A prefill engine restarted on its port must be able to listen there at
   // once, even while connections of its previous life sit in TIME_WAIT.
   setenv("UCX_CM_REUSEADDR", "y", /*overwrite=*/0);
@@ -237,6 +238,10 @@ StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(bool shm_only) {
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   wp.thread_mode = UCS_THREAD_MODE_MULTI;
+  if (knock != 0) {
+    wp.field_mask |= UCP_WORKER_PARAM_FIELD_CLIENT_ID;
+    wp.client_id = knock;
+  }
   st = ucp_worker_create(impl->context, &wp, &impl->worker);
   if (st != UCS_OK) {
     ucp_cleanup(impl->context);
@@ -346,6 +351,17 @@ Status UcxTransport::Listen(const std::string& address,
   lp.conn_handler.arg = impl_.get();
   lp.conn_handler.cb = [](ucp_conn_request_h request, void* arg) {
     auto* t = static_cast<Impl*>(arg);
+    if (t->knock != 0) {
+      ucp_conn_request_attr_t attr{};
+      attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ID;
+      const bool knocked = ucp_conn_request_query(request, &attr) == UCS_OK && attr.client_id == t->knock;
+      if (!knocked) {
+        // Nothing of this peer is kept: no endpoint, no connection, no buffer.
+        ucp_listener_reject(t->listener, request);
+        t->refusals.Count("its connection request does not carry the cluster key's knock");
+        return;
+      }
+    }
     std::shared_ptr<UcxConnection> conn, oldest;
     {
       std::lock_guard<std::mutex> lock(t->mu);
@@ -423,6 +439,7 @@ StatusOr<std::shared_ptr<Connection>> UcxTransport::Connect(const std::string& a
   ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
                   UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
   ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+  if (impl_->knock != 0) ep.flags |= UCP_EP_PARAMS_FLAGS_SEND_CLIENT_ID;
   ep.sockaddr.addr = reinterpret_cast<const sockaddr*>(&sa);
   ep.sockaddr.addrlen = sizeof(sa);
   ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;

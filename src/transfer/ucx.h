@@ -28,7 +28,12 @@ class UcxTransport : public Transport {
  public:
   // shm_only: shared memory for the puts, TCP only to set connections up
   // (one host); otherwise whatever UCX finds (UCX_TLS is honoured).
-  static StatusOr<std::unique_ptr<UcxTransport>> Create(bool shm_only = false);
+  // knock (ClusterKey::Knock(); 0: none): sent as the worker's client id with
+  // every connection request, and required of every request the listener
+  // gets: one without it is rejected before an endpoint exists, so it can
+  // make the worker hold nothing (UCX reassembles a multi-fragment eager
+  // message before any screen sees it). Counted in refusals().
+  static StatusOr<std::unique_ptr<UcxTransport>> Create(bool shm_only = false, uint64_t knock = 0);
   ~UcxTransport() override;
 
   std::string name() const override { return "ucx"; }

@@ -56,6 +56,7 @@ struct UcxTransport::Impl {
   std::vector<ucp_mem_h> mems;
   uint64_t next_id = 1;
   std::vector<uint8_t> worker_address;
+  uint64_t knock = 0;  // UcxTransport::Create's; read only
 
   // The listener's gate (SetFirstMessageGate; set before Listen, then read
   // only): an accepted connection is pending — no on_accept, no handlers, no

@@ -10,9 +10,12 @@
 #include <ucp/api/ucp.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <fstream>
 #include <future>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/disagg_client.h"
@@ -64,10 +67,13 @@ int ConnectAndDeclare(int port, uint64_t declared) {
 // a prefill engine on `transport` with a cluster key. Measures the engine's
 // resident memory and threads with the flood open, and checks the decode
 // server's answers against colocated throughout.
+constexpr char kClusterSecret[] = "this deployment's cluster secret";
+
 template <typename Flood>
-void FloodBesideARealDecodeServer(const std::string& transport, Flood flood, const std::string& expected_log) {
+void FloodBesideARealDecodeServer(const std::string& transport, Flood flood,
+                                  const std::vector<std::string>& expected_logs) {
   const std::string dir = testing::MakeTempDir();
-  std::ofstream(dir + "/key") << "this deployment's cluster secret\n";
+  std::ofstream(dir + "/key") << kClusterSecret << "\n";
   const std::vector<std::string> args = {"--transport", transport, "--cluster-key-file", dir + "/key"};
   const std::string& model = testing::TinyModelPath();
   auto prefill = testing::StartPrefill(model, "bf16", args);
@@ -82,8 +88,20 @@ void FloodBesideARealDecodeServer(const std::string& transport, Flood flood, con
 
   const long rss_before = ProcStatus(prefill->pid(), "VmRSS");
   const long threads_before = ProcStatus(prefill->pid(), "Threads");
+  // The peak while the flood is sent, not only what stays: an eager message
+  // is reassembled, refused and freed within the flood.
+  std::atomic<bool> flooding{true};
+  std::atomic<long> rss_peak{rss_before};
+  std::thread sampler([&] {
+    while (flooding.load()) {
+      rss_peak.store(std::max(rss_peak.load(), ProcStatus(prefill->pid(), "VmRSS")));
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));  // a sampling period, not a synchronization
+    }
+  });
   {
     auto open = flood(prefill->port());
+    flooding.store(false);
+    sampler.join();
     ASSERT_EQ(open.connections, 1000) << prefill->Log();
     // While they are open: the real decode server is served exactly.
     for (int i = 1; i <= 4; ++i) {
@@ -91,17 +109,21 @@ void FloodBesideARealDecodeServer(const std::string& transport, Flood flood, con
     }
     const long rss_after = ProcStatus(prefill->pid(), "VmRSS");
     const long threads_after = ProcStatus(prefill->pid(), "Threads");
-    std::printf("prefill engine (%s) under 1,000 hostile connections: resident %ld -> %ld KiB (%+ld), threads %ld -> "
-                "%ld\n",
-                transport.c_str(), rss_before, rss_after, rss_after - rss_before, threads_before, threads_after);
+    std::printf("prefill engine (%s) under 1,000 hostile connections: resident %ld -> %ld KiB (%+ld; peak %+ld while "
+                "they were opened), threads %ld -> %ld\n",
+                transport.c_str(), rss_before, rss_after, rss_after - rss_before, rss_peak.load() - rss_before,
+                threads_before, threads_after);
 #if !defined(__SANITIZE_ADDRESS__)
     // (Under the sanitizers, freed memory waits in ASan's quarantine and
     // shadow memory grows with it: the bound is the Release run's to check.)
     EXPECT_LT(rss_after - rss_before, 64 * 1024);
+    EXPECT_LT(rss_peak.load() - rss_before, 64 * 1024);
 #endif
     EXPECT_LE(threads_after, threads_before);
   }
-  EXPECT_NE(prefill->Log().find(expected_log), std::string::npos) << prefill->Log();
+  for (const std::string& expected_log : expected_logs) {
+    EXPECT_NE(prefill->Log().find(expected_log), std::string::npos) << expected_log << "\n" << prefill->Log();
+  }
   EXPECT_EQ(Complete(decode->port(), Prompt(5), 8), Complete(colocated->port(), Prompt(5), 8));
   EXPECT_EQ(decode->Terminate(), 0) << decode->Log();
   EXPECT_EQ(prefill->Terminate(), 0) << prefill->Log();
@@ -128,16 +150,18 @@ TEST(HostilePeers, AThousandUnauthenticatedConnectionsDeclaring256MiBCostThePref
         f.connections = int(f.fds.size());
         return f;
       },
-      "refused an unauthenticated connection: its first message declares 268435456 bytes");
+      {"refused an unauthenticated connection: its first message declares 268435456 bytes"});
 }
 
 // A UCX worker of its own (the hostile peer's), with one endpoint per
-// connection, each sending tandem's message id one active message that
-// declares `declared` bytes by rendezvous: the engine sees the size before
-// any byte, and would fetch it into a buffer of that size.
+// connection, each sending tandem's message id one active message of
+// `declared` bytes: by rendezvous (the engine sees the size before any byte,
+// and would fetch it into a buffer of that size), or eagerly (every byte
+// sent: UCX reassembles the fragments before any screen sees them). `knock`:
+// the worker's client id, sent with each connection request (0: none).
 class UcxFlood {
  public:
-  UcxFlood(int port, int n, size_t declared) : declared_(declared) {
+  UcxFlood(int port, int n, size_t declared, uint64_t knock, bool eager) : declared_(declared) {
     ucp_config_t* config = nullptr;
     if (ucp_config_read(nullptr, nullptr, &config) != UCS_OK) return;
     ucp_params_t params{};
@@ -147,6 +171,10 @@ class UcxFlood {
     ucp_config_release(config);
     if (!ok) return;
     ucp_worker_params_t wp{};
+    if (knock != 0) {
+      wp.field_mask = UCP_WORKER_PARAM_FIELD_CLIENT_ID;
+      wp.client_id = knock;
+    }
     if (ucp_worker_create(context_, &wp, &worker_) != UCS_OK) return;
     // Never touched: the pages are only reserved.
     buffer_ = mmap(nullptr, declared, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -159,7 +187,7 @@ class UcxFlood {
       ucp_ep_params_t ep{};
       ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_ERR_HANDLER |
                       UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-      ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+      ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER | (knock != 0 ? UCP_EP_PARAMS_FLAGS_SEND_CLIENT_ID : 0);
       ep.sockaddr.addr = reinterpret_cast<const sockaddr*>(&sa);
       ep.sockaddr.addrlen = sizeof(sa);
       ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
@@ -169,7 +197,7 @@ class UcxFlood {
       eps_.push_back(h);
       ucp_request_param_t p{};
       p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_RNDV;
+      p.flags = UCP_AM_SEND_FLAG_REPLY | (eager ? UCP_AM_SEND_FLAG_EAGER : UCP_AM_SEND_FLAG_RNDV);
       ucs_status_ptr_t r = ucp_am_send_nbx(h, 7, nullptr, 0, buffer_, declared_, &p);
       if (UCS_PTR_IS_PTR(r)) sends_.push_back(r);
       ucp_worker_progress(worker_);
@@ -225,10 +253,28 @@ class UcxFlood {
   std::vector<void*> sends_;
 };
 
+// Two floods at once. 1,000 connections that carry the cluster key's knock
+// (read off the wire, say) and declare 256 MiB by rendezvous: the listener's
+// gate refuses each declaration unfetched. And 8 without the knock, each
+// sending 64 MiB eagerly: UCX would reassemble each whole before the gate saw
+// it (+432 MiB measured before the knock), but their connection requests are
+// rejected before an endpoint exists.
 TEST(HostilePeers, AThousandUnauthenticatedUcxConnectionsDeclaring256MiBCostThePrefillEngineUnder64MiB) {
+  const uint64_t knock = transfer::ClusterKey::FromSecret(kClusterSecret).value().Knock();
+  struct Floods {
+    UcxFlood knocked, unknocked;
+    int connections;
+  };
   FloodBesideARealDecodeServer(
-      "shm", [](int port) { return UcxFlood(port, 1000, size_t(256) << 20); },
-      "refused an unauthenticated connection: its first message declares 268435456 bytes");
+      "shm",
+      [knock](int port) {
+        UcxFlood knocked(port, 1000, size_t(256) << 20, knock, /*eager=*/false);
+        UcxFlood unknocked(port, 8, size_t(64) << 20, 0, /*eager=*/true);
+        const int n = knocked.connections;
+        return Floods{std::move(knocked), std::move(unknocked), n};
+      },
+      {"refused an unauthenticated connection: its first message declares 268435456 bytes",
+       "refused an unauthenticated connection: its connection request does not carry the cluster key's knock"});
 }
 
 }  // namespace

@@ -285,3 +285,59 @@ TEST(Ucx, AFullGateClosesTheLongestWaitingPeer) {
 
 }  // namespace
 }  // namespace tandem::transfer
+
+namespace tandem::transfer {
+namespace {
+
+// Issue 26: with a cluster key, a connection request must carry the key's
+// knock (UcxTransport::Create); one without it, or with another key's, is
+// rejected inside UCX's connection manager, before an endpoint exists, so
+// the peer can make the listener hold nothing (not even a multi-fragment
+// eager message, which UCX reassembles before any screen sees it).
+TEST(Ucx, AConnectionRequestWithoutTheClusterKnockIsRejectedBeforeAnEndpointExists) {
+  Inbox none, other, right, at_server;
+  std::atomic<int> accepted{0};
+  const uint64_t knock = 0x5eed5eed5eed5eedull;
+  auto server = UcxTransport::Create(false, knock);
+  auto no_knock = UcxTransport::Create();
+  auto wrong_knock = UcxTransport::Create(false, knock ^ 1);
+  auto same_key = UcxTransport::Create(false, knock);
+  ASSERT_TRUE(server.ok() && no_knock.ok() && wrong_knock.ok() && same_key.ok());
+  FirstMessageGate gate;
+  gate.check = [](std::span<const uint8_t>, std::vector<uint8_t>*) { return Status::Ok(); };
+  ASSERT_TRUE((*server)->SetFirstMessageGate(gate).ok());
+  ASSERT_TRUE((*server)
+                  ->Listen("127.0.0.1:0",
+                           [&](std::shared_ptr<Connection>) {
+                             ++accepted;
+                             return at_server.Handlers();
+                           })
+                  .ok());
+  const std::string address = "127.0.0.1:" + std::to_string((*server)->listen_port());
+  auto c_none = (*no_knock)->Connect(address, none.Handlers());
+  auto c_other = (*wrong_knock)->Connect(address, other.Handlers());
+  ASSERT_TRUE(c_none.ok() && c_other.ok());
+  (void)(*c_none)->Send({1});
+  (void)(*c_other)->Send({2});
+  // Each rejected: the peer's endpoint fails (UCX says "rejected"), the
+  // listener counts it, and no connection is ever made or accepted.
+  EXPECT_TRUE(none.WaitClosed());
+  EXPECT_TRUE(other.WaitClosed());
+  const std::map<std::string, int64_t> want = {{"its connection request does not carry the cluster key's knock", 2}};
+  const auto until = Clock::now() + 20s;
+  while ((*server)->refusals() != want && Clock::now() < until) right.WaitClosedFor(20ms);  // not yet dialed: a 20 ms pause
+  EXPECT_EQ((*server)->refusals(), want);
+  EXPECT_EQ(accepted.load(), 0);
+
+  auto c_right = (*same_key)->Connect(address, right.Handlers());
+  ASSERT_TRUE(c_right.ok());
+  ASSERT_TRUE((*c_right)->Send({'h', 'i'}).ok());
+  ASSERT_TRUE(at_server.WaitMessages(1));
+  EXPECT_EQ(at_server.messages[0], (std::vector<uint8_t>{'h', 'i'}));
+  EXPECT_EQ(accepted.load(), 1);
+  EXPECT_FALSE(right.closed);
+  EXPECT_EQ((*server)->refusals(), want);
+}
+
+}  // namespace
+}  // namespace tandem::transfer
