@@ -63,15 +63,22 @@ class Child {
     if (reader_.joinable()) reader_.join();
   }
 
-  // The announced port, or 0 if the child died or said nothing in time.
-  int WaitPort(int timeout_s) {
+  // The announced port, or 0 if the child died or said nothing in time, or
+  // kSignalled when one of `signals` came meanwhile (taken: only the thread
+  // that waits for the launcher's signals passes them).
+  static constexpr int kSignalled = -1;
+  int WaitPort(int timeout_s, const sigset_t* signals = nullptr) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
     while (std::chrono::steady_clock::now() < until) {
       {
         std::lock_guard<std::mutex> lock(mu_);
         if (port_ > 0 || eof_) return port_;
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (signals == nullptr) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      } else if (const timespec ts{0, 10'000'000}; sigtimedwait(signals, nullptr, &ts) >= 0) {
+        return kSignalled;
+      }
     }
     return 0;
   }
@@ -159,15 +166,17 @@ class PrefillEngines {
  public:
   explicit PrefillEngines(const DisaggLaunch& l) : l_(l) {}
 
-  // Starts engine i on `port` (0: any) with `extra` arguments; its port, or 0.
-  int Start(int i, int port, const std::vector<std::string>& extra) {
+  // Starts engine i on `port` (0: any) with `extra` arguments; its port, or 0,
+  // or Child::kSignalled (Child::WaitPort).
+  int Start(int i, int port, const std::vector<std::string>& extra, const sigset_t* signals = nullptr) {
     std::shared_ptr<Child> child;  // alive while we wait, whatever happens to the slot
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) return 0;
       child = Spawn(i, port, extra);
     }
-    const int got = child->WaitPort(120);  // returns at once when the child is stopped or dies
+    const int got = child->WaitPort(120, signals);  // returns at once when the child is stopped or dies
+    if (got == Child::kSignalled) return got;
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_ || size_t(i) >= slots_.size() || slots_[size_t(i)].child != child) return 0;
     if (got > 0) slots_[size_t(i)].port = got;
@@ -294,8 +303,9 @@ std::unique_ptr<httplib::Server> StartFaultControl(PrefillEngines& engines, int*
 std::string PrefillName(int i) { return i == 0 ? "prefill engine" : "prefill engine " + std::to_string(i); }
 
 // Waits for SIGTERM/SIGINT while restarting children that exit by themselves
-// (supervisor.h). Returns the launcher's exit code: 0 on a signal, 1 when a
-// child's restart budget is spent or it does not come back.
+// (supervisor.h). Returns the launcher's exit code: 0 on a signal (also one
+// that comes during a backoff or while a restarted child loads), 1 when a
+// child's restart budget is spent.
 template <typename StartDecode, typename StartRouter>
 int Supervise(Supervisor& supervisor, const sigset_t& signals, PrefillEngines& prefill, std::unique_ptr<Child>& decode,
               int decode_port, const StartDecode& start_decode, std::unique_ptr<Child>& router, int router_port,
@@ -305,36 +315,51 @@ int Supervise(Supervisor& supervisor, const sigset_t& signals, PrefillEngines& p
     const timespec ts{time_t(ms.count() / 1000), long(ms.count() % 1000) * 1'000'000};
     return sigtimedwait(&signals, nullptr, &ts) < 0;
   };
-  // Restarts one child; false: stop the launcher (a signal, or the budget).
-  // A start that fails counts as another exit, against the same budget.
+  // Restarts one child: 0 when it is back, else the launcher's exit code. A
+  // start that fails counts as another exit, against the same budget.
   auto restart = [&](const std::string& name, std::string how, const std::function<int()>& start) {
     for (;;) {
       const auto backoff = supervisor.Down(name, how);
-      if (backoff.count() < 0 || !wait(backoff)) return false;
-      if (start() > 0) break;
+      if (backoff.count() < 0) return 1;
+      if (!wait(backoff)) return 0;
+      const int port = start();
+      if (port == Child::kSignalled) return 0;
+      if (port > 0) break;
       how = "did not start again";
     }
     supervisor.Started(name);
     TLOG_INFO("tandem serve --disagg: the %s is back\n", name.c_str());
-    return true;
+    return -1;
   };
   const timespec tick{0, 100'000'000};  // how often children are looked at
   while (sigtimedwait(&signals, nullptr, &tick) < 0) {
     std::string how;
-    if (decode->Exited(&how) && !restart("decode server", how, [&] {
-          decode = start_decode(decode_port);
-          return decode->WaitPort(120);
-        })) {
-      return 1;
+    if (decode->Exited(&how)) {
+      if (const int code = restart("decode server", how,
+                                   [&] {
+                                     decode = start_decode(decode_port);
+                                     return decode->WaitPort(120, &signals);
+                                   });
+          code >= 0) {
+        return code;
+      }
     }
-    if (router->Exited(&how) && !restart("router", how, [&] {
-          router = start_router(decode_port);
-          return router->WaitPort(60);
-        })) {
-      return 1;
+    if (router->Exited(&how)) {
+      if (const int code = restart("router", how,
+                                   [&] {
+                                     router = start_router(decode_port);
+                                     return router->WaitPort(60, &signals);
+                                   });
+          code >= 0) {
+        return code;
+      }
     }
     for (const auto& [i, exit] : prefill.Reap()) {
-      if (!restart(PrefillName(i), exit, [&, i = i] { return prefill.Start(i, prefill.port(i), {}); })) return 1;
+      if (const int code = restart(PrefillName(i), exit,
+                                   [&, i = i] { return prefill.Start(i, prefill.port(i), {}, &signals); });
+          code >= 0) {
+        return code;
+      }
     }
   }
   return 0;
@@ -374,8 +399,11 @@ int RunDisagg(const DisaggLaunch& given) {
   const std::string loop = l.host;
   PrefillEngines prefill(l);
   std::string addresses;
+  // A signal during start-up ends it: what started is stopped on the way out.
+  auto signalled = [] { return TLOG_INFO("tandem serve --disagg: stopped by a signal while starting\n"), 0; };
   for (int i = 0; i < l.prefill_engines; ++i) {
-    const int port = prefill.Start(i, 0, {});
+    const int port = prefill.Start(i, 0, {}, &set);
+    if (port == Child::kSignalled) return signalled();
     if (port <= 0) return TLOG_ERROR("tandem serve --disagg: prefill engine %d did not start\n", i), 1;
     supervisor.Started(PrefillName(i));
     addresses += (addresses.empty() ? "" : ",") + loop + ":" + std::to_string(port);
@@ -401,11 +429,13 @@ int RunDisagg(const DisaggLaunch& given) {
         "http://" + l.host + ":");
   };
   auto decode = start_decode(0);
-  decode_port = decode->WaitPort(120);
+  decode_port = decode->WaitPort(120, &set);
+  if (decode_port == Child::kSignalled) return signalled();
   if (decode_port <= 0) return TLOG_ERROR("tandem serve --disagg: the decode server did not start\n"), 1;
   supervisor.Started("decode");
   auto router = start_router(decode_port);
-  router_port = router->WaitPort(60);
+  router_port = router->WaitPort(60, &set);
+  if (router_port == Child::kSignalled) return signalled();
   if (router_port <= 0) return TLOG_ERROR("tandem serve --disagg: the router did not start\n"), 1;
   supervisor.Started("router");
   std::unique_ptr<httplib::Server> control;

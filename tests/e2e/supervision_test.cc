@@ -118,6 +118,39 @@ TEST(Supervision, AKilledDecodeServerAndPrefillEngineAreRestartedAndServeAgain) 
   EXPECT_EQ(launcher->Terminate(), 0) << launcher->Log();
 }
 
+// A SIGTERM that comes while a restarted child loads (here: the new decode
+// server is stopped with SIGSTOP before it can announce its port) ends the
+// launcher at once, with 0, and takes the stopped child with it. (It used
+// to wait out the child's 120 s start-up limit, and a signal during a
+// backoff exited 1.)
+TEST(Supervision, ASigtermWhileAChildRestartsEndsTheLauncherAtOnce) {
+  auto launcher = Launch();
+  ASSERT_TRUE(launcher->ok()) << launcher->Log();
+  const pid_t decode = ChildPid(*launcher, "decode");
+  ASSERT_GT(decode, 0) << launcher->Log();
+  ASSERT_EQ(kill(decode, SIGKILL), 0);
+  // The new decode server's pid, as soon as the launcher logs it (a 1 ms
+  // bounded poll: it then loads the model before it announces its port).
+  pid_t again = -1;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while ((again = ChildPid(*launcher, "decode")) == decode && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_NE(again, decode) << launcher->Log();
+  ASSERT_EQ(kill(again, SIGSTOP), 0);
+  const bool in_the_window = launcher->Log().find("the decode server is back") == std::string::npos;
+  std::printf("SIGSTOP reached the restarted decode server %s it announced its port\n",
+              in_the_window ? "before" : "after");
+  const auto t0 = std::chrono::steady_clock::now();
+  launcher->SendSigterm();
+  EXPECT_EQ(launcher->WaitExit(20), 0) << launcher->Log();
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_LT(took, std::chrono::seconds(10)) << launcher->Log();
+  std::printf("the launcher exited %lld ms after SIGTERM\n",
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
+  EXPECT_NE(kill(again, 0), 0) << "the stopped decode server outlived the launcher";
+}
+
 TEST(Supervision, AChildThatKeepsDyingSpendsTheBudgetAndTheLauncherExits1) {
   auto launcher = Launch({"--restart-budget", "0"});
   ASSERT_TRUE(launcher->ok()) << launcher->Log();
