@@ -230,8 +230,13 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
     const bool timeout = st == UCS_ERR_ENDPOINT_TIMEOUT || st == UCS_ERR_TIMED_OUT;
     // Never connected (nothing listens there) is NotFound.
     const bool refused = st == UCS_ERR_NOT_CONNECTED || st == UCS_ERR_UNREACHABLE || st == UCS_ERR_REJECTED;
+    // A listener rejects a request outright only for its knock (UcxTransport::Create).
+    const std::string knock = st == UCS_ERR_REJECTED ? " (a listener with a cluster key takes only connection "
+                                                       "requests that carry its knock: is --cluster-key-file the "
+                                                       "same on both sides?)"
+                                                     : "";
     Status why = timeout ? Status(StatusCode::kDeadlineExceeded, std::string("peer timed out: ") + ucs_status_string(st))
-                 : refused ? Status(StatusCode::kNotFound, std::string("could not connect: ") + ucs_status_string(st))
+                 : refused ? Status(StatusCode::kNotFound, std::string("could not connect: ") + ucs_status_string(st) + knock)
                            : UcxError("peer connection failed", st);
     t_->Post({shared_from_this(), {}, true, std::move(why)});
   }

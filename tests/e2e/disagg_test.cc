@@ -180,36 +180,46 @@ TEST_P(Disagg, AnotherTopKIsRefusedAtConnect) {
 // Engines prove a shared cluster key to each other at connect: a prefill
 // engine with another key is refused before any destination (and so any
 // remote key) reaches it, and the decode side's log says why.
+// Over TCP the prefill engine reads the decode's Hello and refuses its proof;
+// over UCX a request without the key's knock is rejected before any Hello
+// (transfer/ucx.h). Either way both logs say why.
 TEST_P(Disagg, APrefillEngineWithAnotherClusterKeyIsRefusedAtConnect) {
   const std::string dir = testing::MakeTempDir();
   std::ofstream(dir + "/a") << "the first cluster's secret\n";
   std::ofstream(dir + "/b") << "the second cluster's secret\n";
-  auto prefill = Prefill("fp8", {"--cluster-key-file", dir + "/b"});
-  ASSERT_TRUE(prefill->ok()) << prefill->Log();
-  auto decode = Serve("fp8", prefill->port(), {"--cluster-key-file", dir + "/a"});
-  ASSERT_TRUE(decode->ok()) << decode->Log();
-  int request_status = 0;
-  Complete(decode->port(), Prompt(1), 4, &request_status);
-  EXPECT_NE(request_status, 200);
-  EXPECT_EQ(HttpGet(decode->port(), "/health").status, 503);
-  EXPECT_NE(decode->Log().find("refusing the prefill engine"), std::string::npos) << decode->Log();
-  EXPECT_NE(decode->Log().find("cluster-key-file"), std::string::npos) << decode->Log();
-  EXPECT_NE(prefill->Log().find("does not hold this engine's cluster key"), std::string::npos) << prefill->Log();
-  EXPECT_EQ(decode->Terminate(), 0) << decode->Log();
-  // No key at all against a keyed prefill engine: refused too.
-  auto keyless = Serve("fp8", prefill->port(), {"--insecure-no-cluster-key"});
-  ASSERT_TRUE(keyless->ok()) << keyless->Log();
-  Complete(keyless->port(), Prompt(1), 4, &request_status);
-  EXPECT_NE(request_status, 200);
-  EXPECT_NE(prefill->Log().find("proves no cluster key"), std::string::npos) << prefill->Log();
-  EXPECT_EQ(keyless->Terminate(), 0) << keyless->Log();
-  // The same key: served.
-  auto same = Serve("fp8", prefill->port(), {"--cluster-key-file", dir + "/b"});
-  ASSERT_TRUE(same->ok()) << same->Log();
-  Complete(same->port(), Prompt(1), 4, &request_status);
-  EXPECT_EQ(request_status, 200) << same->Log();
-  EXPECT_EQ(same->Terminate(), 0) << same->Log();
-  EXPECT_EQ(prefill->Terminate(), 0) << prefill->Log();
+  for (const std::string transport : {"tcp", "auto"}) {
+    SCOPED_TRACE(transport);
+    const bool ucx = transport != "tcp";
+    auto prefill = Prefill("fp8", {"--transport", transport, "--cluster-key-file", dir + "/b"});
+    ASSERT_TRUE(prefill->ok()) << prefill->Log();
+    auto decode = Serve("fp8", prefill->port(), {"--transport", transport, "--cluster-key-file", dir + "/a"});
+    ASSERT_TRUE(decode->ok()) << decode->Log();
+    int request_status = 0;
+    Complete(decode->port(), Prompt(1), 4, &request_status);
+    EXPECT_NE(request_status, 200);
+    EXPECT_EQ(HttpGet(decode->port(), "/health").status, 503);
+    EXPECT_NE(decode->Log().find(ucx ? "rejected by remote peer" : "refusing the prefill engine"), std::string::npos)
+        << decode->Log();
+    EXPECT_NE(decode->Log().find("cluster-key-file"), std::string::npos) << decode->Log();
+    const std::string refused = ucx ? "its connection request does not carry the cluster key's knock"
+                                    : "does not hold this engine's cluster key";
+    EXPECT_NE(prefill->Log().find(refused), std::string::npos) << prefill->Log();
+    EXPECT_EQ(decode->Terminate(), 0) << decode->Log();
+    // No key at all against a keyed prefill engine: refused too.
+    auto keyless = Serve("fp8", prefill->port(), {"--transport", transport, "--insecure-no-cluster-key"});
+    ASSERT_TRUE(keyless->ok()) << keyless->Log();
+    Complete(keyless->port(), Prompt(1), 4, &request_status);
+    EXPECT_NE(request_status, 200);
+    if (!ucx) EXPECT_NE(prefill->Log().find("proves no cluster key"), std::string::npos) << prefill->Log();
+    EXPECT_EQ(keyless->Terminate(), 0) << keyless->Log();
+    // The same key: served.
+    auto same = Serve("fp8", prefill->port(), {"--transport", transport, "--cluster-key-file", dir + "/b"});
+    ASSERT_TRUE(same->ok()) << same->Log();
+    Complete(same->port(), Prompt(1), 4, &request_status);
+    EXPECT_EQ(request_status, 200) << same->Log();
+    EXPECT_EQ(same->Terminate(), 0) << same->Log();
+    EXPECT_EQ(prefill->Terminate(), 0) << prefill->Log();
+  }
 }
 
 TEST_P(Disagg, PrefillDeathFailsRequestsFastAndHealthTurns503) {
