@@ -3,7 +3,8 @@
 # UndefinedBehaviorSanitizer). Not part of CI: run it by hand.
 #   scripts/fuzz.sh messages [RUNS]   the handoff wire-message decoders (default 10,000,000 executions)
 #   scripts/fuzz.sh peer [SECONDS]    a hostile peer against a live prefill engine over TCP (default 600 s)
-# The peer target links the Release build's libraries (scripts/build.sh).
+#   scripts/fuzz.sh prefill [SECONDS] a hostile prefill engine against a live decode engine over TCP (default 600 s)
+# The peer and prefill targets link the Release build's libraries (scripts/build.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=${1:-messages}
@@ -19,19 +20,21 @@ case "$target" in
     ./build-fuzz/handoff_messages_fuzzer -runs="$runs" -rss_limit_mb=512 -max_len=4096 \
       -dict=fuzz/handoff_messages.dict -print_final_stats=1 build-fuzz/corpus
     ;;
-  peer)
+  peer|prefill)
     seconds=${2:-600}
     [ -f build/libtandem_prefill.a ] || bash scripts/build.sh build
-    mkdir -p build-fuzz/peer-corpus
+    name=$([ "$target" = peer ] && echo hostile_peer || echo hostile_prefill)
+    mkdir -p "build-fuzz/$target-corpus"
     # Only the target is instrumented; the engine is the Release build (its
     # allocations are still checked by ASan's allocator, its crashes caught).
     libs=(build/libtandem_prefill.a build/libtandem_decode.a build/libtandem_transfer.a build/libtandem_runtime.a
           build/libtandem_prefix.a build/libtandem_model.a build/libtandem_cache.a build/libtandem_kernels.a
           build/libtandem_common.a)
-    clang++ "${flags[@]}" fuzz/hostile_peer_fuzzer.cc -Wl,--start-group "${libs[@]}" -Wl,--end-group \
-      $(pkg-config --libs ucx) -lprometheus-cpp-core -lssl -lcrypto -lspdlog -lfmt -lxxhash -lpthread -o build-fuzz/hostile_peer_fuzzer
-    ./build-fuzz/hostile_peer_fuzzer -max_total_time="$seconds" -rss_limit_mb=2048 -max_len=2048 -timeout=30 \
-      -print_final_stats=1 build-fuzz/peer-corpus
+    clang++ "${flags[@]}" "fuzz/${name}_fuzzer.cc" -Wl,--start-group "${libs[@]}" -Wl,--end-group \
+      $(pkg-config --libs ucx) -lprometheus-cpp-core -lssl -lcrypto -lspdlog -lfmt -lxxhash -lpthread \
+      -o "build-fuzz/${name}_fuzzer"
+    "./build-fuzz/${name}_fuzzer" -max_total_time="$seconds" -rss_limit_mb=2048 -max_len=2048 -timeout=60 \
+      -print_final_stats=1 "build-fuzz/$target-corpus"
     ;;
-  *) echo "usage: scripts/fuzz.sh messages [RUNS] | peer [SECONDS]"; exit 2 ;;
+  *) echo "usage: scripts/fuzz.sh messages [RUNS] | peer [SECONDS] | prefill [SECONDS]"; exit 2 ;;
 esac
