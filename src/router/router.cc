@@ -168,7 +168,7 @@ void Router::Forward(HttpRequest& req, const std::shared_ptr<HttpReply>& reply) 
     return true;
   };
   const std::string name = b->host + ":" + std::to_string(b->port);
-  events.on_done = [this, relay, reply, b, name, max_answer](const std::string& error) {
+  events.on_done = [relay, reply, b, name, max_answer](const std::string& error) {
     --*b->in_flight;
     if (reply->gone()) return;  // the client hung up (and so cancelled the call): says nothing of the backend
     if (relay->status != 0) ++b->forwarded;

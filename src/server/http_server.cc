@@ -339,7 +339,7 @@ class HttpServer::Exchange : public std::enable_shared_from_this<Exchange> {
 };
 
 HttpServer::HttpServer(Engine& engine, const Model& model, ServerOptions options)
-    : engine_(engine), model_(model), options_(std::move(options)) {
+    : engine_(engine), options_(std::move(options)) {
   info_.id = options_.model_id.empty() ? model.config().name : options_.model_id;
   info_.context_length = engine.context_tokens();
   info_.tokenizer = &model.tokenizer();

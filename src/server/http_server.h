@@ -51,7 +51,6 @@ class HttpServer {
   void Forget(Exchange* exchange);
 
   Engine& engine_;
-  const Model& model_;
   ServerOptions options_;
   ModelInfo info_;
   std::unique_ptr<HttpCore> core_;

@@ -32,7 +32,7 @@ const std::vector<std::string> kLimits = {"--header-timeout", "2", "--body-timeo
 // How long /health may take while 2,000 streams run. Under the sanitizers (CI
 // runs this there too, beside another test on two cores) the server is several
 // times slower: one probe in 1,611 once took the whole 2 s there.
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(TANDEM_SANITIZED)
 constexpr int kHealthLimitS = 6;
 #else
 constexpr int kHealthLimitS = 2;

@@ -113,7 +113,7 @@ void FloodBesideARealDecodeServer(const std::string& transport, Flood flood,
                 "they were opened), threads %ld -> %ld\n",
                 transport.c_str(), rss_before, rss_after, rss_after - rss_before, rss_peak.load() - rss_before,
                 threads_before, threads_after);
-#if !defined(__SANITIZE_ADDRESS__)
+#if !defined(TANDEM_SANITIZED)
     // (Under the sanitizers, freed memory waits in ASan's quarantine and
     // shadow memory grows with it: the bound is the Release run's to check.)
     EXPECT_LT(rss_after - rss_before, 64 * 1024);
@@ -284,8 +284,6 @@ namespace tandem {
 namespace {
 
 using transfer::ClusterKey;
-
-std::span<const uint8_t> Bytes(const std::string& s) { return {reinterpret_cast<const uint8_t*>(s.data()), s.size()}; }
 
 // The hostile-peer harness's side of one connection over the TCP transport:
 // connects (or is connected to), collects what arrives, bounded waits.

@@ -25,7 +25,7 @@ using testing::ServerProcess;
 // The promise: the front door answers again within 5 s of a kill -9.
 // Under the sanitizers every process starts several times slower on these
 // two cores, so the bound there is 15 s.
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(TANDEM_SANITIZED)
 constexpr auto kFrontDoorBackWithin = std::chrono::seconds(15);
 #else
 constexpr auto kFrontDoorBackWithin = std::chrono::seconds(5);

@@ -166,7 +166,7 @@ TEST(Attention, CloseToFloat64SoftmaxOverTheStoredValues) {
       for (int h = 0; h < pb.heads; ++h) {
         const float* qh = q.data() + i * width + h * pb.hd;
         const int off = (h / group) * pb.hd;
-        std::vector<double> s(size_t(entries[size_t(i)]));
+        std::vector<double> s(static_cast<size_t>(entries[size_t(i)]));
         double mx = -1e300, sum = 0;
         for (size_t p = 0; p < s.size(); ++p) {
           double d = 0;

@@ -166,8 +166,10 @@ TEST(DsaModel, MalformedFilesAreRefusedNamingTheField) {
     EXPECT_NE(m.status().message().find(want), std::string::npos) << m.status().message();
   }
   // RoPE scaling: DeepSeek's YaRN (yarn_log_multiplier 0.1) only.
-  for (const auto& [type, multiplier, ok] : {std::tuple{"yarn", 0.1f, true}, std::tuple{"yarn", 0.0707f, false},
-                                              std::tuple{"linear", 0.1f, false}}) {
+  for (const auto& [type_, multiplier_, ok] : {std::tuple{"yarn", 0.1f, true}, std::tuple{"yarn", 0.0707f, false},
+                                                std::tuple{"linear", 0.1f, false}}) {
+    const char* type = type_;  // clang 14 does not let a lambda capture a structured binding
+    const float multiplier = multiplier_;
     auto scaled = Build("dsa-tiny", "f32", [&](GgufWriter& w) {
       w.SetString(a + "rope.scaling.type", type);
       w.SetFloat32(a + "rope.scaling.factor", 40.0f);
