@@ -1,23 +1,28 @@
 #!/usr/bin/env bash
-# Installs, builds and runs every test: the Release build under CTest, then the
-# unit tests again built with AddressSanitizer and UndefinedBehaviorSanitizer.
+# Installs, builds and runs every test: the Release build (GCC) under CTest,
+# then the unit tests again built with Clang, AddressSanitizer and
+# UndefinedBehaviorSanitizer. Clang builds twice as fast as GCC under the
+# sanitizers here (455 s against 908 s), and with Clang every file is
+# compiled with its thread-safety analysis as an error (CMakeLists.txt), so
+# the Release run skips the test that runs that analysis on its own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 start=$(date +%s)
 bash scripts/build.sh build
 echo "== ctest (Release), built in $(( $(date +%s) - start )) s"
-ctest --test-dir build --output-on-failure -j 2 --timeout 900
+ctest --test-dir build --output-on-failure -j 2 --timeout 900 -E '^ThreadSafety[.]'
 echo "== unit tests under AddressSanitizer + UndefinedBehaviorSanitizer, at $(( $(date +%s) - start )) s"
-bash scripts/build.sh build-asan -DTANDEM_SANITIZE=ON -DTANDEM_BUILD_BENCH=OFF
+bash scripts/build.sh build-asan -DTANDEM_SANITIZE=ON -DTANDEM_BUILD_BENCH=OFF \
+  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++
 echo "== built with the sanitizers at $(( $(date +%s) - start )) s"
 # No test runs twice for nothing. Under the sanitizers run the unit and
 # in-process tests, and one or two end-to-end tests of each server path (the
 # disaggregated demo over UCX and over TCP, supervision, the front door's
 # edges, hostile clients and peers); the Release run above runs the rest:
 # - the 100m reference and 16k-context checks run the same code as smaller
-#   tests, too slowly under ASan; the Spin model and Clang's thread-safety
-#   proof do not run tandem's code at all;
+#   tests, too slowly under ASan; the Spin model does not run tandem's code,
+#   and Clang's thread-safety proof was made by this very build;
 # - the end-to-end suites' load, soak, fault and oracle tests (Disagg's 64
 #   conversations, Heal's storms and kills, TiersE2E, Agentic, Oracle, the
 #   front door's thousands of streams) run the same servers, transports and
