@@ -33,7 +33,7 @@ case "$target" in
     clang++ "${flags[@]}" "fuzz/${name}_fuzzer.cc" -Wl,--start-group "${libs[@]}" -Wl,--end-group \
       $(pkg-config --libs ucx) -lprometheus-cpp-core -lssl -lcrypto -lspdlog -lfmt -lxxhash -lpthread \
       -o "build-fuzz/${name}_fuzzer"
-    "./build-fuzz/${name}_fuzzer" -max_total_time="$seconds" -rss_limit_mb=2048 -max_len=2048 -timeout=60 \
+    "./build-fuzz/${name}_fuzzer" -max_total_time="$seconds" -rss_limit_mb=2048 -max_len=2048 -timeout=150 \
       -print_final_stats=1 "build-fuzz/$target-corpus"
     ;;
   *) echo "usage: scripts/fuzz.sh messages [RUNS] | peer [SECONDS] | prefill [SECONDS]"; exit 2 ;;

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <filesystem>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -37,8 +38,20 @@ class Child {
     // Close-on-exec: another child forked meanwhile must not hold this one's
     // pipe open (its reader would then never see this child's end).
     if (pipe2(fds, O_CLOEXEC) != 0) return;
+    // Everything the child needs is built before fork: between fork and exec
+    // only async-signal-safe calls (another thread may hold malloc's lock).
+    std::string argv0 = "tandem";
+    std::vector<char*> argv;
+    argv.push_back(argv0.data());
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const pid_t launcher = getpid();
     pid_ = fork();
     if (pid_ == 0) {
+      // The launcher gone (even by SIGKILL), its children follow: no
+      // orphaned server keeps a port the next launcher wants.
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (getppid() != launcher) _exit(1);  // it died before the line above
       dup2(fds[1], 1);
       dup2(fds[1], 2);
       close(fds[0]);
@@ -46,12 +59,7 @@ class Child {
       sigset_t none;
       sigemptyset(&none);
       pthread_sigmask(SIG_SETMASK, &none, nullptr);
-      std::vector<char*> argv;
-      std::string self = "/proc/self/exe", argv0 = "tandem";
-      argv.push_back(argv0.data());
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(self.c_str(), argv.data());
+      execv("/proc/self/exe", argv.data());
       _exit(127);
     }
     close(fds[1]);

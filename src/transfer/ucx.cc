@@ -275,8 +275,10 @@ StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(bool shm_only, uint
 UcxTransport::UcxTransport(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 UcxTransport::~UcxTransport() {
-  if (impl_->listener) ucp_listener_destroy(impl_->listener);  // no connection arrives after this
-  impl_->listener = nullptr;
+  // From here every connection request is rejected (a request's handler may
+  // run on any thread that progresses the worker, the closer's included), so
+  // the listener stays until the last of them is joined.
+  impl_->closing = true;
   std::map<ucp_ep_h, std::shared_ptr<UcxConnection>> conns;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
@@ -298,6 +300,8 @@ UcxTransport::~UcxTransport() {
   }
   impl_->closer_cv.notify_all();
   impl_->closer.join();
+  if (impl_->listener) ucp_listener_destroy(impl_->listener);  // nothing progresses the worker now
+  impl_->listener = nullptr;
   conns.clear();
   impl_->events.clear();
   impl_->closed.clear();
@@ -351,6 +355,10 @@ Status UcxTransport::Listen(const std::string& address,
   lp.conn_handler.arg = impl_.get();
   lp.conn_handler.cb = [](ucp_conn_request_h request, void* arg) {
     auto* t = static_cast<Impl*>(arg);
+    if (t->closing) {
+      ucp_listener_reject(t->listener, request);
+      return;
+    }
     if (t->knock != 0) {
       ucp_conn_request_attr_t attr{};
       attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ID;

@@ -30,9 +30,13 @@ class UcxTransport : public Transport {
   // (one host); otherwise whatever UCX finds (UCX_TLS is honoured).
   // knock (ClusterKey::Knock(); 0: none): sent as the worker's client id with
   // every connection request, and required of every request the listener
-  // gets: one without it is rejected before an endpoint exists, so it can
-  // make the worker hold nothing (UCX reassembles a multi-fragment eager
-  // message before any screen sees it). Counted in refusals().
+  // gets: one without it is rejected before an endpoint exists, so through
+  // the listener it can make the worker hold nothing (UCX reassembles a
+  // multi-fragment eager message before any screen sees it). Counted in
+  // refusals(). Not covered: a peer that reaches one of the worker's own
+  // transport interfaces directly (UCX's TCP interface listens on a port of
+  // its own) with a worker address it built; UCX wires such a peer up without
+  // asking the listener (docs/handoff-wire-format.md).
   static StatusOr<std::unique_ptr<UcxTransport>> Create(bool shm_only = false, uint64_t knock = 0);
   ~UcxTransport() override;
 

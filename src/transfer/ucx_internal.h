@@ -33,6 +33,7 @@ struct UcxTransport::Impl {
   ucp_worker_h worker = nullptr;
   ucp_listener_h listener = nullptr;
   std::atomic<bool> stop{false};
+  std::atomic<bool> closing{false};  // the transport is being destroyed: connection requests are rejected
   std::thread progress, delivery;
   std::function<ConnectionHandlers(std::shared_ptr<Connection>)> on_accept;
   std::mutex mu;  // guards connections, events, mems
@@ -230,10 +231,12 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
     const bool timeout = st == UCS_ERR_ENDPOINT_TIMEOUT || st == UCS_ERR_TIMED_OUT;
     // Never connected (nothing listens there) is NotFound.
     const bool refused = st == UCS_ERR_NOT_CONNECTED || st == UCS_ERR_UNREACHABLE || st == UCS_ERR_REJECTED;
-    // A listener rejects a request outright only for its knock (UcxTransport::Create).
+    // Rejected: most often for its knock (UcxTransport::Create), also by a
+    // listener that is shutting down.
     const std::string knock = st == UCS_ERR_REJECTED ? " (a listener with a cluster key takes only connection "
-                                                       "requests that carry its knock: is --cluster-key-file the "
-                                                       "same on both sides?)"
+                                                       "requests that carry its knock: this may mean "
+                                                       "--cluster-key-file differs between the two sides, or "
+                                                       "that the peer is a tandem older than the knock)"
                                                      : "";
     Status why = timeout ? Status(StatusCode::kDeadlineExceeded, std::string("peer timed out: ") + ucs_status_string(st))
                  : refused ? Status(StatusCode::kNotFound, std::string("could not connect: ") + ucs_status_string(st) + knock)

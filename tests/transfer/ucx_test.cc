@@ -333,9 +333,12 @@ TEST(Ucx, AConnectionRequestWithoutTheClusterKnockIsRejectedBeforeAnEndpointExis
   ASSERT_TRUE(c_right.ok());
   ASSERT_TRUE((*c_right)->Send({'h', 'i'}).ok());
   ASSERT_TRUE(at_server.WaitMessages(1));
-  EXPECT_EQ(at_server.messages[0], (std::vector<uint8_t>{'h', 'i'}));
+  {
+    std::lock_guard<std::mutex> lock(at_server.mu);
+    EXPECT_EQ(at_server.messages[0], (std::vector<uint8_t>{'h', 'i'}));
+  }
   EXPECT_EQ(accepted.load(), 1);
-  EXPECT_FALSE(right.closed);
+  EXPECT_FALSE(right.WaitClosedFor(0ms));
   EXPECT_EQ((*server)->refusals(), want);
 }
 
