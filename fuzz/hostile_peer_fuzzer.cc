@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "fuzz_support.h"
 #include "model/gguf.h"
 #include "model/model.h"
 #include "model/presets.h"
@@ -81,8 +82,7 @@ struct Inbox {
 };
 
 struct World {
-  std::vector<uint8_t> model_bytes;
-  std::unique_ptr<Model> model;
+  fuzz::MicroModel micro;
   transfer::ClusterKey key;
   std::unique_ptr<transfer::SocketTransport> prefill_transport;
   std::unique_ptr<PrefillEngine> prefill;
@@ -94,16 +94,13 @@ World& TheWorld() {
   static World* w = [] {
     auto* w = new World;
     log::SetLevel(log::Level::kError);  // the refusals are expected: thousands of them
-    auto preset = FindPreset("micro");
-    auto writer = BuildRandomModel(*preset, TensorType::kF32, 7);
-    w->model_bytes = writer->Serialize();
-    w->model = std::move(Model::FromGguf(std::move(GgufFile::Parse(w->model_bytes)).value())).value();
+    fuzz::BuildMicroModel(&w->micro);
     w->key = *transfer::ClusterKey::FromSecret("the fuzzer's cluster secret");
     PrefillOptions o;
     o.cluster_key = w->key;
     o.engine.threads = 1;
     o.engine.cache_tokens = 16 * kPageTokens;
-    w->prefill = std::move(PrefillEngine::Create(*w->model, o)).value();
+    w->prefill = std::move(PrefillEngine::Create(*w->micro.model, o)).value();
     w->prefill_transport = std::make_unique<transfer::SocketTransport>();
     PrefillEngine* engine = w->prefill.get();
     transfer::FirstMessageGate gate;
@@ -189,16 +186,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     at += 3 + len;
     if ((kind & 1) == 0) {
       if (kind & 2) {  // wrapped in a valid header of a chosen type
-        std::vector<uint8_t> framed(kHandoffHeaderBytes);
-        const uint32_t magic = kHandoffMagic;
-        std::memcpy(framed.data(), &magic, 4);
-        const uint16_t version = kHandoffVersion, type = uint16_t(1 + (kind >> 2) % 6);
-        std::memcpy(framed.data() + 4, &version, 2);
-        std::memcpy(framed.data() + 6, &type, 2);
-        const uint32_t n = uint32_t(bytes.size());
-        std::memcpy(framed.data() + 8, &n, 4);
-        framed.insert(framed.end(), bytes.begin(), bytes.end());
-        bytes = std::move(framed);
+        bytes = fuzz::WithHeader(uint16_t(1 + (kind >> 2) % 6), bytes);
       }
       (void)(seal ? seal->SealAndSend(*conn, std::move(bytes)) : conn->Send(std::move(bytes)));
     } else if (region.ok() && bytes.size() >= 8) {

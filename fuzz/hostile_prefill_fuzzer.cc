@@ -40,6 +40,7 @@
 
 #include "cache/layout.h"
 #include "common/log.h"
+#include "fuzz_support.h"
 #include "decode/remote_prefill.h"
 #include "model/cache_spec.h"
 #include "model/gguf.h"
@@ -117,8 +118,7 @@ struct Harness {
 };
 
 struct World {
-  std::vector<uint8_t> model_bytes;  // the model reads its tensors in place
-  std::unique_ptr<Model> model;
+  fuzz::MicroModel micro;
   transfer::ClusterKey key;
   std::unique_ptr<Harness> harness;
   std::unique_ptr<Engine> decode;
@@ -131,11 +131,8 @@ World& TheWorld() {
   static World* w = [] {
     auto* w = new World;
     log::SetLevel(log::Level::kError);  // the refusals are expected: thousands of them
-    auto preset = FindPreset("micro");
-    auto writer = BuildRandomModel(*preset, TensorType::kF32, 7);
-    w->model_bytes = writer->Serialize();
-    w->model = std::move(Model::FromGguf(std::move(GgufFile::Parse(w->model_bytes)).value())).value();
-    w->vocab = w->model->config().vocab_size;
+    fuzz::BuildMicroModel(&w->micro);
+    w->vocab = w->micro.model->config().vocab_size;
     w->key = *transfer::ClusterKey::FromSecret("the fuzzer's cluster secret");
     w->harness = std::make_unique<Harness>();
     Harness* h = w->harness.get();
@@ -147,15 +144,15 @@ World& TheWorld() {
     eo.threads = 1;
     eo.cache_tokens = 16 * kPageTokens;
     eo.request_timeout = 10s;  // a request no prefill engine finishes ends here
-    auto spec = MakeCacheSpec(w->model->config(), eo.attention);
-    w->layout = std::make_unique<CacheLayout>(spec->registry, int(w->model->config().n_layers),
+    auto spec = MakeCacheSpec(w->micro.model->config(), eo.attention);
+    w->layout = std::make_unique<CacheLayout>(spec->registry, int(w->micro.model->config().n_layers),
                                               (eo.cache_tokens + kPageTokens - 1) / kPageTokens);
     const CacheLayout& layout = *w->layout;
     RemotePrefillOptions ro;
     ro.addresses = {w->address};
     ro.pool_bytes = size_t(layout.TotalBytes());
     ro.layout_fingerprint = layout.Fingerprint() + ";" + AttentionFingerprint(spec->attention);
-    ro.weights_identity = WeightsIdentity(*w->model);
+    ro.weights_identity = WeightsIdentity(*w->micro.model);
     ro.transport = transfer::TransportKind::kTcp;
     ro.peer_timeout = 2s;
     ro.heartbeat_interval = 400ms;
@@ -169,7 +166,7 @@ World& TheWorld() {
     if (!remote.ok()) std::abort();
     Engine::Role role;
     role.decode = std::move(remote).value();
-    w->decode = std::move(Engine::Create(*w->model, eo, std::move(role))).value();
+    w->decode = std::move(Engine::Create(*w->micro.model, eo, std::move(role))).value();
     return w;
   }();
   return *w;
@@ -263,16 +260,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     switch (kind & 7) {
       case 0: send(std::move(bytes)); break;
       case 2: {
-        std::vector<uint8_t> framed(kHandoffHeaderBytes);
-        const uint32_t magic = kHandoffMagic;
-        const uint16_t version = kHandoffVersion, type = uint16_t(1 + (kind >> 3) % 6);
-        const uint32_t n = uint32_t(bytes.size());
-        std::memcpy(framed.data(), &magic, 4);
-        std::memcpy(framed.data() + 4, &version, 2);
-        std::memcpy(framed.data() + 6, &type, 2);
-        std::memcpy(framed.data() + 8, &n, 4);
-        framed.insert(framed.end(), bytes.begin(), bytes.end());
-        send(std::move(framed));
+        send(fuzz::WithHeader(uint16_t(1 + (kind >> 3) % 6), bytes));
         break;
       }
       case 4: {
