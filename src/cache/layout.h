@@ -25,8 +25,6 @@ class CacheLayout {
   int64_t n_pages() const { return n_pages_; }
   int32_t n_buffers() const { return int32_t(specs_.size()); }
   const CacheBufferSpec& spec(CacheBufferId b) const { return specs_[size_t(b)]; }
-  // Number of (buffer) segments that make up one layer of one page.
-  int32_t NumSegments(int /*layer*/) const { return n_buffers(); }
 
   int64_t row_bytes(CacheBufferId b) const { return row_bytes_[size_t(b)]; }
   int64_t page_stride(CacheBufferId b) const { return page_stride_[size_t(b)]; }

@@ -92,16 +92,10 @@ class RemotePrefill : public RemotePrompts {
   // True while at least one prefill engine link is up.
   bool healthy() const override;
   Counters counters() const override;
-  std::string problem() const;
-  const transfer::ReceiverStats& stats() const { return receiver_->stats(); }
-  // Handoffs begun and not yet committed, failed or acknowledged as aborted.
-  size_t open_handoffs() const { return receiver_->open_handoffs(); }
-  int64_t links_up() const;
-  int64_t reconnects() const { return reconnects_; }
-  int64_t affinity_hits() const { return affinity_hits_; }
-  int64_t peers_declared_dead() const { return peers_declared_dead_; }
 
  private:
+  std::string problem() const;
+  int64_t links_up() const;
   enum class LinkState { kConnecting, kUp, kDown };
   static constexpr int kAckWaitPeerTimeouts = 8;
   struct Link {

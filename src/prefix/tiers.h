@@ -186,7 +186,6 @@ class TieredCache {
   Status ReadDisk(uint64_t key);   // file -> new L2 entry
   Status ScanDisk();
   void EvictDiskLocked() REQUIRES(disk_mu_);
-  bool DiskHas(uint64_t key, uint64_t parent, std::span<const int32_t> tokens) const;
 
   PagePool& l1_;
   const TierOptions options_;

@@ -12,15 +12,6 @@ StatusOr<TransportKind> ParseTransportKind(const std::string& name) {
   return InvalidArgument("--transport must be auto, shm or tcp, not '" + name + "'");
 }
 
-const char* TransportKindName(TransportKind kind) {
-  switch (kind) {
-    case TransportKind::kAuto: return "auto";
-    case TransportKind::kShm: return "shm";
-    case TransportKind::kTcp: return "tcp";
-  }
-  return "?";
-}
-
 StatusOr<std::unique_ptr<Transport>> MakeTransport(TransportKind kind, uint64_t knock) {
   if (kind == TransportKind::kTcp) return std::unique_ptr<Transport>(std::make_unique<SocketTransport>());
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<UcxTransport> ucx, UcxTransport::Create(kind == TransportKind::kShm, knock));

@@ -17,7 +17,6 @@ namespace tandem::transfer {
 enum class TransportKind { kAuto, kShm, kTcp };
 
 StatusOr<TransportKind> ParseTransportKind(const std::string& name);  // "auto" | "shm" | "tcp"
-const char* TransportKindName(TransportKind kind);
 // knock: ClusterKey::Knock() (0: none), for the UCX kinds (transfer/ucx.h).
 StatusOr<std::unique_ptr<Transport>> MakeTransport(TransportKind kind, uint64_t knock = 0);
 
