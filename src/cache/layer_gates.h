@@ -11,12 +11,14 @@
 #include <mutex>
 #include <vector>
 
+#include "common/mutex.h"
+
 namespace tandem {
 
 // One gate per layer of one load. Thread-safe.
 class LayerGates {
  public:
-  explicit LayerGates(int n_layers) : open_(size_t(n_layers), 0) {}
+  explicit LayerGates(int n_layers) : n_layers_(size_t(n_layers)), open_(size_t(n_layers), 0) {}
   void Open(int layer);
   void OpenAll();
   // Returns once `layer` is open; adds the time it waited to waited_ns.
@@ -26,10 +28,11 @@ class LayerGates {
   int64_t waited_ns() const { return waited_ns_.load(); }
 
  private:
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   mutable std::condition_variable cv_;
-  std::vector<char> open_;  // guarded by mu_
-  int opened_ = 0;          // guarded by mu_
+  const size_t n_layers_;
+  std::vector<char> open_ GUARDED_BY(mu_);
+  int opened_ GUARDED_BY(mu_) = 0;
   mutable std::atomic<int64_t> waited_ns_{0};
 };
 
