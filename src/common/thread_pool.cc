@@ -10,7 +10,7 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads
 
 ThreadPool::~ThreadPool() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stop_ = true;
   }
   wake_.notify_all();
@@ -42,7 +42,7 @@ void ThreadPool::ParallelFor(int n_tasks, const std::function<void(int)>& fn) {
   r.n_tasks.store(n_tasks, std::memory_order_relaxed);
   done_.store(0, std::memory_order_relaxed);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);  // a worker between its check and its wait cannot miss the new round
     claim_.store(round << kIndexBits, std::memory_order_release);
   }
   wake_.notify_all();
@@ -73,8 +73,8 @@ void ThreadPool::WorkerLoop() {
       }
     }
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] { return stop_ || (claim_.load() >> kIndexBits) != seen; });
+      UniqueLock lock(mu_);
+      wake_.wait(lock.native(), [&]() REQUIRES(mu_) { return stop_ || (claim_.load() >> kIndexBits) != seen; });
       if (stop_) return;
       seen = claim_.load() >> kIndexBits;
     }

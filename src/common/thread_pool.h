@@ -15,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
+
 namespace tandem {
 
 class ThreadPool {
@@ -47,9 +49,9 @@ class ThreadPool {
   // High bits: round number; low 32 bits: next task index of that round.
   std::atomic<uint64_t> claim_{0};
   std::atomic<int> done_{0};
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable wake_;
-  bool stop_ = false;  // guarded by mu_
+  bool stop_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace tandem
