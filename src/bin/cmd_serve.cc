@@ -12,7 +12,7 @@
 #include "bin/disagg_launcher.h"
 #include "bin/model_options.h"
 #include "kernels/cpu.h"
-#include "decode/remote_prefill.h"
+#include "decode/decode_role.h"
 #include "bin/access_flags.h"
 #include "bin/http_flags.h"
 #include "server/http_server.h"
@@ -26,7 +26,7 @@ struct ServeArgs {
   AccessFlags access;
   HttpFlags http;
   EngineOptions engine;
-  DecodeOptions decode;  // the decode role, with --prefill
+  decode::DecodeOptions decode;  // the decode role, with --prefill
   std::string prefill_order;  // empty: the default, arrival (on the prefill engine too)
   std::string log_level = "info";
   std::string attention = "dense", index_k_dtype = "fp8", kv_dtype = "f16";
@@ -238,15 +238,15 @@ int RunServe(ServeArgs& a) {
     TLOG_ERROR("error: --verify-handoff must be off, sample or all, not '%s'\n", a.verify.c_str());
     return 1;
   }
-  Engine::Role role;
+  // Colocated, or the decode role: prompts are computed by the prefill engines and handed off.
+  std::unique_ptr<EngineRole> role = std::make_unique<EngineRole>();
   if (!a.decode.prefill_addresses.empty()) {
-    // The decode role: prompts are computed by the prefill engines and handed off.
-    auto remote = ConnectPrefillEngines(**model, a.engine, a.decode);
-    if (!remote.ok()) {
-      TLOG_ERROR("error: %s\n", remote.status().ToString().c_str());
+    auto decode = decode::DecodeRole::Connect(**model, a.engine, a.decode);
+    if (!decode.ok()) {
+      TLOG_ERROR("error: %s\n", decode.status().ToString().c_str());
       return 1;
     }
-    role.decode = std::move(remote).value();
+    role = std::move(decode).value();
   }
   auto engine = Engine::Create(**model, a.engine, std::move(role));
   if (!engine.ok()) {

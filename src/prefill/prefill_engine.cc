@@ -34,7 +34,7 @@ StatusOr<std::unique_ptr<PrefillEngine>> PrefillEngine::Create(const Model& mode
   if (options.max_queue < 1) return InvalidArgument("the prefill queue must hold at least one handoff");
   options.engine.max_waiting = int32_t(std::min<size_t>(options.max_queue, 1 << 30));
   auto p = std::unique_ptr<PrefillEngine>(new PrefillEngine(model, options));
-  TANDEM_ASSIGN_OR_RETURN(p->engine_, Engine::Create(model, p->options_.engine, Engine::Role{p.get(), nullptr}));
+  TANDEM_ASSIGN_OR_RETURN(p->engine_, Engine::Create(model, p->options_.engine, static_cast<EngineRole&>(*p)));
   const CacheSpec& spec = p->engine_->cache_spec();
   p->layout_fingerprint_ = CacheLayout(spec.registry, int(model.config().n_layers),
                                        (p->options_.engine.cache_tokens + kPageTokens - 1) / kPageTokens)
@@ -396,9 +396,18 @@ Status PrefillEngine::PutLayer(Handoff& h, int layer, int64_t first_token, int64
   return Status::Ok();
 }
 
-void PrefillEngine::OnLayer(int layer, std::span<const PrefilledChunk> chunks, PagePool& pool) {
+void PrefillEngine::BeforeForward(std::span<Sequence* const> members, std::span<const SequenceChunk> batch) {
+  step_.clear();
+  for (size_t b = 0; b < members.size(); ++b) {
+    step_.push_back({members[b]->handle->id(), batch[b].start_pos, batch[b].start_pos + int64_t(batch[b].tokens.size()),
+                     members[b]->pages, members[b]->gates.get()});
+  }
+}
+
+void PrefillEngine::OnLayer(int layer) {
+  PagePool& pool = host_->pool();
   const int last_layer = int(model_.config().n_layers) - 1;
-  for (const PrefilledChunk& c : chunks) {
+  for (const PrefilledChunk& c : step_) {
     std::shared_ptr<Handoff> h = Find(c.request);
     if (!h || !h->error.ok()) continue;
     if (layer == 0) {
@@ -424,8 +433,14 @@ void PrefillEngine::OnLayer(int layer, std::span<const PrefilledChunk> chunks, P
   }
 }
 
-bool PrefillEngine::OnPrefilled(uint64_t request, std::span<const int32_t> prompt, std::span<const int32_t> pages,
-                                int32_t first_token, PagePool& pool) {
+std::optional<FinishReason> PrefillEngine::TakeToken(Sequence& s, int32_t first_token) {
+  const auto prompt = std::span<const int32_t>(s.tokens).first(size_t(s.prompt_len));
+  return SendCommit(s.handle->id(), prompt, s.pages, first_token) ? FinishReason::kHandedOff : FinishReason::kCancelled;
+}
+
+bool PrefillEngine::SendCommit(uint64_t request, std::span<const int32_t> prompt, std::span<const int32_t> pages,
+                               int32_t first_token) {
+  PagePool& pool = host_->pool();
   std::shared_ptr<Handoff> h = Find(request);
   if (!h || !h->error.ok() || h->handle->cancelled()) return false;
   const Destination& d = h->destination;
@@ -436,6 +451,7 @@ bool PrefillEngine::OnPrefilled(uint64_t request, std::span<const int32_t> promp
   if (flush_end > h->deadline) {
     h->error = Status(StatusCode::kDeadlineExceeded, "its time budget ran out at the prefill engine (" +
                                                          std::to_string(d.time_budget_ms) + " ms)");
+    h->out_of_budget = true;
     return false;
   }
   Commit commit;
@@ -466,8 +482,8 @@ Status PrefillEngine::FlushWrites(Handoff& h) {
   return flushed;
 }
 
-void PrefillEngine::BeforeRelease(uint64_t request) {
-  std::shared_ptr<Handoff> h = Find(request);
+void PrefillEngine::BeforeRelease(const Sequence& s) {
+  std::shared_ptr<Handoff> h = Find(s.handle->id());
   if (!h || !h->posted) return;
   // Pages about to be freed (or recomputed) may not be read by a write in
   // flight: flush first. When the flush fails, the transport may still read
@@ -478,7 +494,18 @@ void PrefillEngine::BeforeRelease(uint64_t request) {
   if (!FlushWrites(*h).ok()) h->handle->Cancel();
 }
 
-void PrefillEngine::OnEnd(uint64_t request, const Status& status) {
+void PrefillEngine::OnEnd(const Sequence& s, FinishReason reason, const Status& error) {
+  switch (reason) {
+    case FinishReason::kHandedOff: return EndHandoff(s.handle->id(), Status::Ok());
+    case FinishReason::kCancelled: return EndHandoff(s.handle->id(), Status(StatusCode::kAborted, "cancelled"));
+    case FinishReason::kError: return EndHandoff(s.handle->id(), error);
+    case FinishReason::kStop:
+    case FinishReason::kLength:
+      return EndHandoff(s.handle->id(), ResourceExhausted("the prompt does not fit in the prefill engine's cache"));
+  }
+}
+
+void PrefillEngine::EndHandoff(uint64_t request, const Status& status) {
   MutexLock lock(mu_);
   auto it = handoffs_.find(request);
   if (it == handoffs_.end()) return;
@@ -504,7 +531,7 @@ void PrefillEngine::OnEnd(uint64_t request, const Status& status) {
     (void)h->connection->Send(AbortAck{id}.Encode());
   } else {
     std::string reason = why.message();
-    if (why.code() == StatusCode::kDeadlineExceeded && reason.find("time budget") == std::string::npos) {
+    if (why.code() == StatusCode::kDeadlineExceeded && !h->out_of_budget) {
       reason = "its time budget ran out at the prefill engine (" + std::to_string(h->destination.time_budget_ms) +
                " ms): " + why.message();
     } else if (why.code() == StatusCode::kAborted) {

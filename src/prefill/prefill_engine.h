@@ -19,7 +19,7 @@
 // the connection instead (the fence: a closed endpoint delivers no more writes).
 //
 // Threads: transport threads call OnAccept/OnMessage/OnClose; the engine's
-// loop thread calls the PrefillSink methods; one heartbeat thread. mu_ guards
+// loop thread calls the EngineRole methods; one heartbeat thread. mu_ guards
 // the links and the handoff table (GUARDED_BY, checked by clang's
 // -Wthread-safety); page writes and flushes run outside it.
 #pragma once
@@ -31,6 +31,7 @@
 
 #include "common/mutex.h"
 #include "runtime/engine.h"
+#include "runtime/engine_role.h"
 #include "transfer/messages.h"
 #include "transfer/cluster_key.h"
 #include "transfer/transport.h"
@@ -51,7 +52,16 @@ namespace transfer {
 class MessageAuth;
 }  // namespace transfer
 
-class PrefillEngine : public PrefillSink {
+// One request's chunk of a step, as the layer writes see it.
+struct PrefilledChunk {
+  uint64_t request = 0;               // RequestHandle::id()
+  int64_t begin = 0, end = 0;         // tokens computed in this step: [begin, end)
+  std::span<const int32_t> pages;     // the request's page table, covering [0, end)
+  const LayerGates* gates = nullptr;  // a load still landing in its cached prefix, or null
+};
+
+// The prefill role (runtime/engine_role.h) and its endpoint's handlers.
+class PrefillEngine : public EngineRole {
  public:
   static StatusOr<std::unique_ptr<PrefillEngine>> Create(const Model& model, PrefillOptions options);
   ~PrefillEngine() override;  // Stop()
@@ -99,12 +109,19 @@ class PrefillEngine : public PrefillSink {
   // The engine's counts as of its last step (exact when idle).
   Stats stats() const EXCLUDES(mu_);
 
-  // PrefillSink: the engine's loop thread.
-  void OnLayer(int layer, std::span<const PrefilledChunk> chunks, PagePool& pool) override EXCLUDES(mu_);
-  bool OnPrefilled(uint64_t request, std::span<const int32_t> prompt, std::span<const int32_t> pages,
-                   int32_t first_token, PagePool& pool) override EXCLUDES(mu_);
-  void BeforeRelease(uint64_t request) override EXCLUDES(mu_);
-  void OnEnd(uint64_t request, const Status& status) override EXCLUDES(mu_);
+  // EngineRole: the engine's loop thread. Every registered buffer of each
+  // layer of a step goes to its request's destination as soon as it is
+  // written; a request ends when its prompt is done, with a Commit (or an
+  // Abort saying why).
+  void Attach(RoleHost& host) override { host_ = &host; }
+  bool WatchesLayers() const override { return true; }
+  void BeforeForward(std::span<Sequence* const> members, std::span<const SequenceChunk> batch) override;
+  void OnLayer(int layer) override EXCLUDES(mu_);
+  void AfterForward() override { step_.clear(); }
+  bool SharesPromptEarly() const override { return false; }
+  std::optional<FinishReason> TakeToken(Sequence& seq, int32_t first_token) override EXCLUDES(mu_);
+  void BeforeRelease(const Sequence& seq) override EXCLUDES(mu_);
+  void OnEnd(const Sequence& seq, FinishReason reason, const Status& error) override EXCLUDES(mu_);
 
  private:
   struct Peer {
@@ -135,6 +152,7 @@ class PrefillEngine : public PrefillSink {
     int64_t step_from = 0;       // loop: first token the current step's layers write
     bool posted = false;         // loop: puts posted since the last flush
     bool fenced = true;          // loop: every put posted is known to have landed
+    bool out_of_budget = false;  // loop: `error` says its time budget ran out
     Status error;                // loop: a write or flush failed
     transfer::Clock::time_point compute_start{};  // loop: its first layer written
   };
@@ -146,6 +164,11 @@ class PrefillEngine : public PrefillSink {
   Status PutLayer(Handoff& h, int layer, int64_t first_token, int64_t end_token,
                   std::span<const int32_t> pages, PagePool& pool);
   std::shared_ptr<Handoff> Find(uint64_t request) EXCLUDES(mu_);
+  // The prompt is computed and its first token sampled: flush, then Commit.
+  // False: the handoff is cancelled instead (its peer asked meanwhile, or it failed).
+  bool SendCommit(uint64_t request, std::span<const int32_t> prompt, std::span<const int32_t> pages,
+                  int32_t first_token) EXCLUDES(mu_);
+  void EndHandoff(uint64_t request, const Status& status) EXCLUDES(mu_);
   void OnHello(Peer& peer, const std::vector<uint8_t>& bytes) REQUIRES(mu_);
   void OnAuthenticMessage(Peer& peer, const std::vector<uint8_t>& bytes) REQUIRES(mu_);
   void OnDestination(Peer& peer, const std::shared_ptr<transfer::Connection>& connection,
@@ -168,7 +191,9 @@ class PrefillEngine : public PrefillSink {
     MutexLock lock(address_mu_);
     return listen_address_;
   }
-  std::unique_ptr<Engine> engine_;  // its loop thread calls the sink methods
+  RoleHost* host_ = nullptr;                // the engine, from Attach
+  std::vector<PrefilledChunk> step_;        // loop: the current step's chunks
+  std::unique_ptr<Engine> engine_;  // its loop thread calls the role's methods
   mutable Mutex mu_;
   std::condition_variable cv_;
   std::map<uint64_t, Peer> peers_ GUARDED_BY(mu_);                           // by connection id

@@ -19,7 +19,9 @@ StatusOr<PrefillOrder> ParsePrefillOrder(const std::string& name) {
   return InvalidArgument("--prefill-order must be arrival or shortest, not '" + name + "'");
 }
 
-StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineOptions& options, Role role) {
+namespace {
+
+StatusOr<CacheSpec> CheckOptions(const Model& model, const EngineOptions& options) {
   if (options.max_running < 1 || options.max_waiting < 0 || options.chunk_size < 1 ||
       options.max_batch_tokens < 1 || options.cache_tokens < kPageTokens || options.grammar_work_per_step < 1 ||
       !(options.grammar_time_share > 0 && options.grammar_time_share <= 100)) {
@@ -34,14 +36,37 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
               c.name.c_str(), (long long)c.dsa.index_top_k, AttentionFingerprint(spec.attention).c_str(),
               (long long)c.dsa.index_top_k);
   }
-  if (role.prefill && role.decode) return InvalidArgument("an engine cannot be both prefill and decode role");
+  return spec;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineOptions& options) {
+  return Create(model, options, std::make_unique<EngineRole>());
+}
+
+StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineOptions& options,
+                                                 std::unique_ptr<EngineRole> role) {
+  TANDEM_ASSIGN_OR_RETURN(CacheSpec spec, CheckOptions(model, options));
+  EngineRole* r = role.get();
+  return Start(std::unique_ptr<Engine>(new Engine(model, options, std::move(spec), std::move(role), r)));
+}
+
+StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineOptions& options, EngineRole& role) {
+  TANDEM_ASSIGN_OR_RETURN(CacheSpec spec, CheckOptions(model, options));
+  return Start(std::unique_ptr<Engine>(new Engine(model, options, std::move(spec), nullptr, &role)));
+}
+
+// Tiers, then the role's attachment, then the loop.
+StatusOr<std::unique_ptr<Engine>> Engine::Start(std::unique_ptr<Engine> engine) {
+  const EngineOptions& options = engine->options_;
+  const Model& model = engine->model_;
   const bool tiers = options.tiers.host_pages > 0 || options.tiers.host_bytes > 0;
   // The tiers keep rows across restarts: only for the same weights and the same attention.
   // Both are keyed fingerprints (common/keyed_fingerprint.h); AttentionFingerprint is one
   // "attention=..." part.
   const std::string weights =
-      tiers ? WeightsIdentity(model) + ";" + AttentionFingerprint(spec.attention) : "";
-  auto engine = std::unique_ptr<Engine>(new Engine(model, options, std::move(spec), std::move(role)));
+      tiers ? WeightsIdentity(model) + ";" + AttentionFingerprint(engine->spec_.attention) : "";
   if (tiers) {
     if (!engine->index_) return InvalidArgument("cache tiers need the prefix cache (drop --no-prefix-cache)");
     TANDEM_ASSIGN_OR_RETURN(engine->tiers_, TieredCache::Create(*engine->pool_, engine->spec_.registry, options.tiers,
@@ -51,42 +76,37 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
       t->OnL1Evict(key, parent, tokens, page);
     });
     engine->scheduler_.SetTiers(engine->tiers_.get());
-    if (engine->remote_) engine->remote_->SetTiers(engine->tiers_.get());
   }
+  engine->role_->Attach(*engine);
+  engine->role_healthy_ = engine->role_->Healthy();  // the decode role: not healthy until a link is up
   engine->loop_ = std::thread([e = engine.get()] { e->Loop(); });
   return engine;
 }
 
-Engine::Engine(const Model& model, const EngineOptions& options, CacheSpec spec, Role role)
+Engine::Engine(const Model& model, const EngineOptions& options, CacheSpec spec, std::unique_ptr<EngineRole> owned,
+               EngineRole* role)
     : model_(model),
       options_(options),
       spec_(std::move(spec)),
       context_tokens_(options.context_tokens > 0 ? options.context_tokens : model.config().context_length),
       threads_(options.threads),
-      remote_(std::move(role.decode)),
-      sink_(role.prefill),
-      pool_(remote_ ? std::make_unique<PagePool>(spec_.registry, int(model.config().n_layers),
-                                                 (options.cache_tokens + kPageTokens - 1) / kPageTokens,
-                                                 remote_->PoolMemory())
-                    : std::make_unique<PagePool>(spec_.registry, int(model.config().n_layers),
-                                                 (options.cache_tokens + kPageTokens - 1) / kPageTokens)),
+      owned_role_(std::move(owned)),
+      role_(role),
+      pool_(role_->PoolMemory() != nullptr
+                ? std::make_unique<PagePool>(spec_.registry, int(model.config().n_layers),
+                                             (options.cache_tokens + kPageTokens - 1) / kPageTokens,
+                                             role_->PoolMemory())
+                : std::make_unique<PagePool>(spec_.registry, int(model.config().n_layers),
+                                             (options.cache_tokens + kPageTokens - 1) / kPageTokens)),
       index_(options.prefix_cache ? std::make_unique<PrefixIndex>(*pool_) : nullptr),
       forward_(model, spec_, threads_),
       constraints_(model.tokenizer()),
       grammar_budget_(options.grammar_work_per_step),
-      scheduler_(options_, *pool_, index_.get(), metrics_, counters_,
+      scheduler_(options_, *pool_, index_.get(), metrics_, counters_, *role_,
                  Scheduler::Hooks{[this](Sequence& s, Status st) { Fail(s, std::move(st)); },
-                                  [this](Sequence& s, const std::string& why) { Finish(s, why); },
-                                  [this](Sequence& s) { Retire(s); },
-                                  remote_ ? std::function<Status(Sequence&)>([this](Sequence& s) {
-                                    return remote_->Start(s.handoff, s.tokens, s.spec.sampling, s.replaces);
-                                  })
-                                          : nullptr}) {
+                                  [this](Sequence& s, FinishReason why) { Finish(s, why); },
+                                  [this](Sequence& s) { Retire(s); }}) {
   pool_->set_debug_poison(options.debug_poison_pages);
-  if (remote_) {
-    remote_->Attach(*pool_, index_.get());
-    link_healthy_ = remote_->healthy();  // not "healthy" until a link is up (the loop keeps it current)
-  }
   loop_alive_ = true;
 }
 
@@ -98,8 +118,8 @@ Engine::~Engine() {
   }
   if (index_) index_->SetEvictHook(nullptr);
   tiers_.reset();
-  index_.reset();   // releases cached pages while the pool lives
-  remote_.reset();  // the receiver's pages, then the connection; the pool's memory goes last
+  index_.reset();        // releases cached pages while the pool lives
+  owned_role_.reset();   // the role's pages and links; memory it lent the pool goes with it
 }
 
 std::vector<std::pair<const uint8_t*, size_t>> Engine::BufferMemory(CacheBufferId b) const {
@@ -139,18 +159,11 @@ StatusOr<std::shared_ptr<RequestHandle>> Engine::Submit(RequestSpec spec) {
     spec.sampling.answer_budget = spec.max_tokens;  // travels to a prefill engine, which samples with max_tokens 1
   }
   if (spec.max_tokens < 0) return InvalidArgument("max_tokens must not be negative");
-  if (spec.max_tokens == 0 && remote_) {
-    return InvalidArgument("max_tokens 0 is not supported by a disaggregated decode server (its prefill engine samples a first token)");
-  }
   if (spec.prompt_logprobs && spec.logprobs < 0) return InvalidArgument("prompt logprobs need logprobs >= 0");
   if (spec.logprobs > kMaxTopLogprobs) {
     return InvalidArgument("at most " + std::to_string(kMaxTopLogprobs) + " top logprobs per token");
   }
-  if (spec.logprobs >= 0 && remote_) {
-    return InvalidArgument(
-        "logprobs are not supported by a disaggregated decode server yet: its first token is sampled at the prefill "
-        "engine, where that position's logits are");
-  }
+  TANDEM_RETURN_IF_ERROR(role_->Validate(spec));
   auto seq = std::make_unique<Sequence>();
   seq->arrival = Clock::now();
   seq->deadline = seq->arrival + options_.request_timeout;
@@ -183,6 +196,8 @@ EngineStats Engine::Stats() const {
   return s;
 }
 
+// nano-vllm's shape: take what arrived, drop what ended, let the role and
+// the tiers deliver, admit, then one step (schedule, run, post-process).
 void Engine::Loop() {
   for (;;) {
     TakeNewRequests();
@@ -191,41 +206,33 @@ void Engine::Loop() {
       MutexLock lock(mu_);
       drain_over = stopping_ && Clock::now() >= drain_deadline_;
     }
-    if (drain_over) {
-      for (auto& s : scheduler_.running()) s->handle->Cancel();
-      for (auto& s : scheduler_.waiting()) s->handle->Cancel();
-      for (auto& s : scheduler_.prefetching()) s->handle->Cancel();
-    }
+    if (drain_over) scheduler_.ForEach([](Sequence& s) { s.handle->Cancel(); });
     DropCancelledAndExpired();
-    if (stopping_ && scheduler_.running().empty() && scheduler_.waiting().empty() && scheduler_.prefetching().empty()) {
+    if (stopping_ && scheduler_.empty()) {
       MutexLock lock(mu_);  // a Submit that raced Shutdown is in incoming_: it ends too
       if (incoming_.empty()) break;
       continue;
     }
-    if (remote_) PollRemote();
+    role_->Poll();
+    scheduler_.EraseEnded();  // what the role failed
     if (tiers_) {
       tiers_->Poll();
-      // Prefetched (or out of time): back to the head of the queue.
-      for (auto it = scheduler_.prefetching().rbegin(); it != scheduler_.prefetching().rend(); ++it) {
-        if ((*it)->prefetch->Ready()) scheduler_.waiting().push_front(std::move(*it));
-      }
-      std::erase_if(scheduler_.prefetching(), [](const auto& s) { return s == nullptr; });
+      scheduler_.TakePrefetched();
     }
     scheduler_.Admit();
-    if (scheduler_.running().empty()) {
+    if (scheduler_.computing()) {
+      Step();
       PublishStats();
-      UniqueLock lock(mu_);
-      wake_.wait_for(lock.native(), scheduler_.prefetching().empty() ? std::chrono::milliseconds(50) : std::chrono::milliseconds(1),
-                     [&]() REQUIRES(mu_) { return !incoming_.empty() || stopping_; });
       continue;
     }
-    Step();
     PublishStats();
-    if (remote_ && std::all_of(scheduler_.running().begin(), scheduler_.running().end(), [](const auto& s) { return s->awaiting; })) {
-      // Only handoffs in flight: nothing to compute until a commit arrives.
-      UniqueLock lock(mu_);
-      wake_.wait_for(lock.native(), std::chrono::microseconds(200));
-    }
+    // Nothing to compute: wait for a request, or briefly for what the role
+    // brings (a handoff's commit) or a prefetch.
+    const auto wait = scheduler_.holding()       ? std::chrono::microseconds(200)
+                      : scheduler_.prefetching() ? std::chrono::microseconds(1000)
+                                                 : std::chrono::microseconds(50'000);
+    UniqueLock lock(mu_);
+    wake_.wait_for(lock.native(), wait, [&]() REQUIRES(mu_) { return !incoming_.empty() || stopping_; });
   }
   PublishStats();
   loop_alive_ = false;
@@ -234,28 +241,24 @@ void Engine::Loop() {
 void Engine::TakeNewRequests() {
   MutexLock lock(mu_);
   while (!incoming_.empty()) {
-    scheduler_.waiting().push_back(std::move(incoming_.front()));
+    scheduler_.Enqueue(std::move(incoming_.front()));
     incoming_.pop_front();
   }
 }
 
 void Engine::DropCancelledAndExpired() {
   const auto now = Clock::now();
-  auto check = [&](Sequence& s) {
+  scheduler_.ForEach([&](Sequence& s) {
+    if (s.done) return;
     if (s.handle->cancelled()) {
-      Finish(s, "cancelled");
+      Finish(s, FinishReason::kCancelled);
     } else if (now > s.deadline) {
       const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(s.deadline - s.arrival).count();
       Fail(s, Status(StatusCode::kDeadlineExceeded,
                      "the request exceeded its deadline of " + std::to_string(ms) + " ms"));
     }
-  };
-  for (auto& s : scheduler_.running()) check(*s);
-  for (auto& s : scheduler_.waiting()) check(*s);
-  for (auto& s : scheduler_.prefetching()) check(*s);
-  std::erase_if(scheduler_.running(), [](const auto& s) { return s->done; });
-  std::erase_if(scheduler_.waiting(), [](const auto& s) { return s->done; });
-  std::erase_if(scheduler_.prefetching(), [](const auto& s) { return s->done; });
+  });
+  scheduler_.EraseEnded();
 }
 
 void Engine::Step() {
@@ -264,11 +267,9 @@ void Engine::Step() {
   std::vector<Draw> draws;
   // Sequences whose token waited for its mask: their logits were kept (a
   // preempted one computes them again, and is not here until it has).
-  for (const auto& s : scheduler_.running()) {
-    if (!s->done && !s->mask_row.empty() && s->computed == int64_t(s->tokens.size())) {
-      draws.push_back({s.get(), s->mask_row});
-    }
-  }
+  scheduler_.ForEachRunning([&](Sequence& s) {
+    if (!s.done && !s.mask_row.empty() && s.computed == int64_t(s.tokens.size())) draws.push_back({&s, s.mask_row});
+  });
   // Masks may add a share of the model's time to the step when any sequence
   // computed in it (runtime/grammar_budget.h); when none did (only masks are
   // waiting), only the work bound.
@@ -281,25 +282,24 @@ void Engine::Step() {
                       (now - began) * options_.grammar_time_share);
   }
   DrawTokens(draws, until);
-  std::erase_if(scheduler_.running(), [](const auto& s) { return s->done; });
+  scheduler_.EraseEnded();
 }
 
 // Runs the forward pass over the batch and queues, for every member whose
 // prompt is done, the draw of its next token.
 void Engine::RunBatch(const std::vector<Sequence*>& members, const std::vector<SequenceChunk>& batch,
                       std::vector<Draw>* draws) {
-  std::vector<PrefilledChunk> streamed;
-  if (sink_) {
-    for (size_t b = 0; b < members.size(); ++b) {
-      streamed.push_back({members[b]->handle->id(), batch[b].start_pos,
-                          batch[b].start_pos + int64_t(batch[b].tokens.size()), members[b]->pages,
-                          members[b]->gates.get()});
-    }
-    forward_.SetLayerHook([&](int layer) { sink_->OnLayer(layer, streamed, *pool_); });
+  const bool watched = role_->WatchesLayers();
+  if (watched) {
+    role_->BeforeForward(members, batch);
+    forward_.SetLayerHook([this](int layer) { role_->OnLayer(layer); });
   }
   logits_.clear();
   Status st = forward_.Run(batch, *pool_, &logits_);
-  if (sink_) forward_.SetLayerHook(nullptr);
+  if (watched) {
+    forward_.SetLayerHook(nullptr);
+    role_->AfterForward();
+  }
   if (!st.ok()) {
     for (Sequence* s : members) Fail(*s, st);
     return;
@@ -324,7 +324,7 @@ void Engine::RunBatch(const std::vector<Sequence*>& members, const std::vector<S
       s.handle->Push(std::move(ev));
     }
     if (s.spec.max_tokens == 0) {  // the prompt alone was asked for (echo)
-      Finish(s, "length");
+      Finish(s, FinishReason::kLength);
       continue;
     }
     if (s.generated == 0) IndexPrompt(s);
@@ -339,15 +339,15 @@ void Engine::RunBatch(const std::vector<Sequence*>& members, const std::vector<S
 // computing it again. Not while a host-tier load may still be landing in
 // them (Retire indexes those, after waiting).
 void Engine::IndexPrompt(Sequence& s) {
-  if (!index_ || s.gates || sink_) return;
+  if (!index_ || s.gates || !role_->SharesPromptEarly()) return;
   index_->Insert(std::span<const int32_t>(s.tokens).first(size_t(s.prompt_len)), s.pages);
 }
 
 void Engine::PublishStats() {
-  if (remote_) link_healthy_ = remote_->healthy();  // also after Admit found a link dead
+  role_healthy_ = role_->Healthy();  // also after Admit found a link dead
   EngineStats s = counters_;
-  s.running = int64_t(scheduler_.running().size());
-  s.waiting = int64_t(scheduler_.waiting().size());
+  s.running = scheduler_.running_count();
+  s.waiting = scheduler_.waiting_count();
   s.pages = pool_->accounting();
   s.cached_pages = index_ ? index_->cached_pages() : 0;
   metrics_.running.Set(double(s.running));

@@ -9,6 +9,11 @@
 // freed, the most recently admitted other sequence is preempted and later
 // recomputed; determinism (invariant 5) makes that invisible in its output.
 //
+// A role (runtime/engine_role.h) plugs into the loop's seams: the prefill
+// role streams each layer to a decode engine and ends requests at their first
+// token; the decode role has prompts computed elsewhere. The engine itself
+// has no role branches.
+//
 // Thread safety: Submit, Stats, Healthy, BeginShutdown are called from any
 // thread; everything else belongs to the loop thread.
 #pragma once
@@ -32,28 +37,21 @@
 #include "runtime/engine_metrics.h"
 #include "runtime/engine_options.h"
 #include "runtime/grammar_budget.h"
-#include "runtime/prefill_sink.h"
-#include "runtime/remote_prompts.h"
+#include "runtime/engine_role.h"
 #include "runtime/request.h"
 #include "runtime/scheduler.h"
 
 namespace tandem {
 
-class Engine {
+class Engine : private RoleHost {
  public:
-  // The role, at most one of: a sink (prefill role: each request's prompt is
-  // computed, batched with others, streamed to the sink layer by layer, and
-  // ends with its first token; runtime/prefill_sink.h) or remote prompts
-  // (decode role: each prompt is computed elsewhere and its cache lands in
-  // this engine's pool; runtime/remote_prompts.h). Neither: colocated.
-  struct Role {
-    PrefillSink* prefill = nullptr;
-    std::unique_ptr<RemotePrompts> decode;
-  };
-  static StatusOr<std::unique_ptr<Engine>> Create(const Model& model, const EngineOptions& options, Role role);
-  static StatusOr<std::unique_ptr<Engine>> Create(const Model& model, const EngineOptions& options) {
-    return Create(model, options, Role{});
-  }
+  // A colocated engine: it computes every request's prompt and tokens.
+  static StatusOr<std::unique_ptr<Engine>> Create(const Model& model, const EngineOptions& options);
+  // An engine in `role` (runtime/engine_role.h), which it owns (the decode
+  // role) or borrows (the prefill role owns its engine; it must outlive it).
+  static StatusOr<std::unique_ptr<Engine>> Create(const Model& model, const EngineOptions& options,
+                                                  std::unique_ptr<EngineRole> role);
+  static StatusOr<std::unique_ptr<Engine>> Create(const Model& model, const EngineOptions& options, EngineRole& role);
   ~Engine();  // stops the loop, cancelling whatever is left
 
   // Queues a request. Fails with ResourceExhausted when the waiting queue is
@@ -61,12 +59,12 @@ class Engine {
   StatusOr<std::shared_ptr<RequestHandle>> Submit(RequestSpec spec);
 
   EngineStats Stats() const;
-  bool Healthy() const { return !stopping_.load() && loop_alive_.load() && link_healthy_.load(); }
+  bool Healthy() const { return !stopping_.load() && loop_alive_.load() && role_healthy_.load(); }
   const EngineOptions& options() const { return options_; }
   int64_t context_tokens() const { return context_tokens_; }
-  const CacheSpec& cache_spec() const { return spec_; }
-  // Decode role: prompts are computed by remote prefill engines.
-  bool remote_prefill() const { return remote_ != nullptr; }
+  const CacheSpec& cache_spec() const override { return spec_; }
+  // Whether the engine serves `spec` (its role's limits included). Thread-safe.
+  Status CheckRole(const RequestSpec& spec) const { return role_->Validate(spec); }
   EngineMetrics& metrics() { return metrics_; }
   // Tier counters and occupancy (zeros without tiers). Thread-safe.
   TierStats tier_stats() const { return tiers_ ? tiers_->stats() : TierStats{}; }
@@ -84,8 +82,9 @@ class Engine {
   void Shutdown(std::chrono::milliseconds drain);
 
  private:
-  Engine(const Model& model, const EngineOptions& options, CacheSpec spec, Role role);
-  void PollRemote();
+  Engine(const Model& model, const EngineOptions& options, CacheSpec spec, std::unique_ptr<EngineRole> owned,
+         EngineRole* role);
+  static StatusOr<std::unique_ptr<Engine>> Start(std::unique_ptr<Engine> engine);
   void Loop();
   void TakeNewRequests();
   void DropCancelledAndExpired();
@@ -104,19 +103,26 @@ class Engine {
   void IndexPrompt(Sequence& seq);
   void CollectPromptLogprobs(Sequence& s, int64_t start, size_t n,
                              const std::function<std::span<const float>(size_t)>& row_at);
-  void HandOff(Sequence& seq, int32_t first_token);  // prefill role
-  void Finish(Sequence& seq, const std::string& reason);
-  void Fail(Sequence& seq, Status error);
+  void Finish(Sequence& seq, FinishReason reason);
+  void Fail(Sequence& seq, Status error) override;
   void Retire(Sequence& seq);
   void PublishStats();
+
+  // RoleHost: what the role is lent.
+  PagePool& pool() override { return *pool_; }
+  PrefixIndex* index() override { return index_.get(); }
+  TieredCache* tiers() override { return tiers_.get(); }
+  prometheus::Registry& metrics_registry() override { return *metrics_.registry(); }
+  void Resume(Sequence& seq, std::vector<int32_t> pages, int32_t first_token, int64_t cached_tokens) override;
+  void Requeue(std::span<Sequence* const> seqs) override { scheduler_.Requeue(seqs); }
 
   const Model& model_;
   const EngineOptions options_;
   const CacheSpec spec_;
   const int64_t context_tokens_;
   ThreadPool threads_;
-  std::unique_ptr<RemotePrompts> remote_;  // decode role only; owns the pool memory
-  PrefillSink* const sink_;                      // prefill role only
+  std::unique_ptr<EngineRole> owned_role_;  // may own the pool's memory: declared before the pool
+  EngineRole* const role_;                  // owned_role_, or a role that owns this engine
   std::unique_ptr<PagePool> pool_;
   std::unique_ptr<PrefixIndex> index_;
   std::unique_ptr<TieredCache> tiers_;  // after index_ (it holds L1 references)
@@ -139,9 +145,7 @@ class Engine {
   std::chrono::steady_clock::time_point drain_deadline_ GUARDED_BY(mu_);
 
   std::atomic<bool> stopping_{false};
-  std::atomic<bool> link_healthy_{true};
-  RemotePrompts::Counters seen_;  // loop thread: decode-role counters already exported
-  double handoff_seconds_total_ = 0, request_seconds_total_ = 0;  // loop thread
+  std::atomic<bool> role_healthy_{true};
   std::atomic<bool> loop_alive_{false};
   std::thread loop_;
 };

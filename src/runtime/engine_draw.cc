@@ -56,8 +56,9 @@ void Engine::DrawTokens(std::vector<Draw>& draws, std::chrono::steady_clock::tim
     const int64_t pos = int64_t(s.tokens.size());
     const int32_t token =
         sampler_.Sample(row, s.spec.sampling, s.tokens, pos, s.prompt_len, allowed);
-    if (sink_) {
-      HandOff(s, token);
+    if (std::optional<FinishReason> taken = role_->TakeToken(s, token)) {
+      metrics_.ttft.Observe(SecondsBetween(s.arrival, std::chrono::steady_clock::now()));
+      Finish(s, *taken);
     } else if (s.spec.logprobs >= 0) {
       const PositionLogprobs lp = ComputeLogprobs(row, token, s.spec.logprobs);
       Emit(s, token, &lp);

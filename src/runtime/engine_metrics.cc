@@ -8,25 +8,35 @@
 #include "prefix/tiers.h"
 
 namespace tandem {
-namespace {
-
-std::shared_ptr<prometheus::Registry> NewRegistry() { return std::make_shared<prometheus::Registry>(); }
-
-prometheus::Gauge& Gauge(prometheus::Registry& r, const std::string& name, const std::string& help,
-                         const prometheus::Labels& labels = {}) {
+prometheus::Gauge& MetricGauge(prometheus::Registry& r, const std::string& name, const std::string& help,
+                               const prometheus::Labels& labels) {
   return prometheus::BuildGauge().Name(name).Help(help).Register(r).Add(labels);
 }
 
-prometheus::Counter& Counter(prometheus::Registry& r, const std::string& name,
-                             const std::string& help, const prometheus::Labels& labels = {}) {
+prometheus::Counter& MetricCounter(prometheus::Registry& r, const std::string& name, const std::string& help,
+                                   const prometheus::Labels& labels) {
   return prometheus::BuildCounter().Name(name).Help(help).Register(r).Add(labels);
 }
 
-prometheus::Histogram& Seconds(prometheus::Registry& r, const std::string& name,
-                               const std::string& help) {
+prometheus::Histogram& MetricSeconds(prometheus::Registry& r, const std::string& name, const std::string& help) {
   return prometheus::BuildHistogram().Name(name).Help(help).Register(r).Add(
       {}, prometheus::Histogram::BucketBoundaries{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                                                   0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120});
+}
+
+namespace {
+
+std::shared_ptr<prometheus::Registry> NewRegistry() { return std::make_shared<prometheus::Registry>(); }
+prometheus::Gauge& Gauge(prometheus::Registry& r, const std::string& name, const std::string& help,
+                         const prometheus::Labels& labels = {}) {
+  return MetricGauge(r, name, help, labels);
+}
+prometheus::Counter& Counter(prometheus::Registry& r, const std::string& name, const std::string& help,
+                             const prometheus::Labels& labels = {}) {
+  return MetricCounter(r, name, help, labels);
+}
+prometheus::Histogram& Seconds(prometheus::Registry& r, const std::string& name, const std::string& help) {
+  return MetricSeconds(r, name, help);
 }
 
 }  // namespace
@@ -54,42 +64,7 @@ EngineMetrics::EngineMetrics()
       failed(Counter(*registry_, "tandem_requests_total", "Requests by outcome", {{"outcome", "failed"}})),
       ttft(Seconds(*registry_, "tandem_time_to_first_token_seconds", "Arrival to first token")),
       inter_token(Seconds(*registry_, "tandem_inter_token_latency_seconds", "Between streamed tokens")),
-      e2e(Seconds(*registry_, "tandem_request_duration_seconds", "Arrival to last token")),
-      handoffs_committed(Counter(*registry_, "tandem_handoffs_total", "Handoffs by outcome", {{"outcome", "committed"}})),
-      handoffs_failed(Counter(*registry_, "tandem_handoffs_total", "Handoffs by outcome", {{"outcome", "failed"}})),
-      handoffs_aborted(Counter(*registry_, "tandem_handoffs_total", "Handoffs by outcome", {{"outcome", "aborted"}})),
-      handoffs_verified(Counter(*registry_, "tandem_handoffs_verified_total", "Commits whose digests were checked")),
-      handoff_digest_mismatches(Counter(*registry_, "tandem_handoff_digest_mismatches_total",
-                                        "Commits refused because a buffer digest did not match")),
-      handoffs_in_flight(Gauge(*registry_, "tandem_handoffs_in_flight",
-                               "Handoffs begun and not yet committed, failed or acknowledged as aborted")),
-      handoff_quarantined_pages(Gauge(*registry_, "tandem_handoff_quarantined_pages",
-                                      "Pages of aborted handoffs waiting for the sender's acknowledgement")),
-      handoff_page_wait(Seconds(*registry_, "tandem_handoff_page_wait_seconds", "Arrival until pages were reserved")),
-      handoff_wait(Seconds(*registry_, "tandem_handoff_wait_seconds",
-                           "Destination sent until the commit was accepted (prefill compute, transfer, commit)")),
-      handoff_compute(Seconds(*registry_, "tandem_handoff_prefill_compute_seconds",
-                              "Prefill engine's forward passes for a handed-off prompt")),
-      handoff_transfer(Seconds(*registry_, "tandem_handoff_transfer_seconds",
-                               "Prefill engine's flush after the last layer (writes overlap the compute)")),
-      handoff_commit_wait(Seconds(*registry_, "tandem_handoff_commit_wait_seconds",
-                                  "Handoff wait not spent computing or flushing: queueing, messages, verification")),
-      decode_phase(Seconds(*registry_, "tandem_decode_phase_seconds", "Commit accepted until the request finished")),
-      handoff_time_share(Gauge(*registry_, "tandem_handoff_time_share",
-                               "Share of finished requests' time spent waiting for their handoff")),
-      handoff_seconds(Counter(*registry_, "tandem_handoff_seconds_total",
-                              "Time finished requests spent waiting for their handoffs (the share's numerator)")),
-      handoff_request_seconds(Counter(*registry_, "tandem_handoff_request_seconds_total",
-                                      "Arrival-to-finish time of finished disaggregated requests (the share's denominator)")),
-      prefill_links_up(Gauge(*registry_, "tandem_prefill_links_up", "Prefill engine links whose handshake was accepted")),
-      prefill_link_reconnects(Counter(*registry_, "tandem_prefill_link_reconnects_total",
-                                      "Reconnection attempts to prefill engines that went away")),
-      prefill_links_declared_dead(Counter(*registry_, "tandem_prefill_links_declared_dead_total",
-                                          "Prefill engine links closed because the peer was silent past the peer timeout")),
-      handoff_replacements(Counter(*registry_, "tandem_handoff_replacements_total",
-                                   "Requests placed on a prefill engine again after their handoff's link or peer failed")),
-      prefill_affinity_hits(Counter(*registry_, "tandem_prefill_affinity_hits_total",
-                                    "Handoffs placed on the prefill engine that computed a prefix of their prompt")) {
+      e2e(Seconds(*registry_, "tandem_request_duration_seconds", "Arrival to last token")) {
   Gauge(*registry_, "tandem_process_start_time_seconds", "When this process started (Unix seconds)")
       .Set(ProcessStartUnixSeconds());
 }
@@ -143,11 +118,6 @@ std::string EngineMetrics::Text() const {
   std::ostringstream out;
   prometheus::TextSerializer().Serialize(out, registry_->Collect());
   return out.str();
-}
-
-prometheus::Counter& EngineMetrics::HandoffBytes(const std::string& buffer) {
-  return Counter(*registry_, "tandem_handoff_bytes_total", "Bytes committed handoffs brought, by cache buffer",
-                 {{"buffer", buffer}});
 }
 
 }  // namespace tandem

@@ -15,6 +15,14 @@ namespace tandem {
 
 struct TierStats;
 
+// Registers a metric on `r` (a role registers its own on the engine's
+// registry, runtime/engine_role.h). Seconds: a latency histogram, 1 ms .. 120 s.
+prometheus::Gauge& MetricGauge(prometheus::Registry& r, const std::string& name, const std::string& help,
+                               const prometheus::Labels& labels = {});
+prometheus::Counter& MetricCounter(prometheus::Registry& r, const std::string& name, const std::string& help,
+                                   const prometheus::Labels& labels = {});
+prometheus::Histogram& MetricSeconds(prometheus::Registry& r, const std::string& name, const std::string& help);
+
 class EngineMetrics {
  private:
   // Declared first: the metric references below are built from it.
@@ -50,31 +58,6 @@ class EngineMetrics {
   prometheus::Histogram& ttft;
   prometheus::Histogram& inter_token;
   prometheus::Histogram& e2e;
-  // Disaggregated decode only.
-  prometheus::Counter& handoffs_committed;
-  prometheus::Counter& handoffs_failed;
-  prometheus::Counter& handoffs_aborted;
-  prometheus::Counter& handoffs_verified;
-  prometheus::Counter& handoff_digest_mismatches;
-  prometheus::Gauge& handoffs_in_flight;
-  prometheus::Gauge& handoff_quarantined_pages;
-  prometheus::Histogram& handoff_page_wait;  // queued until its pages were reserved
-  prometheus::Histogram& handoff_wait;       // destination sent -> commit accepted (prefill + transfer + commit)
-  prometheus::Histogram& handoff_compute;    // prefill side: the prompt's forward passes (writes overlap them)
-  prometheus::Histogram& handoff_transfer;   // prefill side: the flush after the last layer
-  prometheus::Histogram& handoff_commit_wait;  // the rest of handoff_wait: queueing, messages, verification
-  prometheus::Histogram& decode_phase;       // commit accepted -> request finished
-  prometheus::Gauge& handoff_time_share;
-  prometheus::Counter& handoff_seconds;          // numerator and denominator of the share, so a
-  prometheus::Counter& handoff_request_seconds;  // client can take it over any interval     // handoff wait / request duration, over finished requests
-  prometheus::Gauge& prefill_links_up;       // links whose handshake was accepted
-  prometheus::Counter& prefill_link_reconnects;
-  prometheus::Counter& prefill_links_declared_dead;  // silent past the peer timeout
-  prometheus::Counter& handoff_replacements;  // requests placed again after their handoff's link or peer failed
-  // tandem_handoff_bytes_total{buffer=NAME}: bytes committed handoffs brought, per cache buffer
-  // (the registry's names, so the index-K share of every handoff can be read).
-  prometheus::Counter& HandoffBytes(const std::string& buffer);
-  prometheus::Counter& prefill_affinity_hits;  // placed where a prefix of the prompt was computed
  private:
   std::map<std::string, double> tier_seen_;  // counter values already exported
   std::map<std::string, prometheus::Counter*> tier_counters_;

@@ -1,6 +1,8 @@
 // What a request hears from the engine: its tokens and their log-probabilities
 // as they are sampled, then its end (finished, handed off, failed), after which
 // its pages go to the prefix cache or back to the pool.
+#include <algorithm>
+
 #include "runtime/engine.h"
 #include "runtime/stop_strings.h"
 
@@ -28,7 +30,7 @@ void Engine::CollectPromptLogprobs(Sequence& s, int64_t start, size_t n,
 
 void Engine::Emit(Sequence& s, int32_t token, const PositionLogprobs* logprobs) {
   const auto now = Clock::now();
-  if (!s.spec.ignore_eos && model_.tokenizer().IsEndOfGeneration(token)) return Finish(s, "stop");
+  if (!s.spec.ignore_eos && model_.tokenizer().IsEndOfGeneration(token)) return Finish(s, FinishReason::kStop);
   if (Status st = StartConstraint(s); !st.ok()) return Fail(s, st);
   s.tokens.push_back(token);
   if (s.constraint) s.constraint->Accept(token);
@@ -47,10 +49,10 @@ void Engine::Emit(Sequence& s, int32_t token, const PositionLogprobs* logprobs) 
   ev.tokens = {token};
   if (logprobs) ev.logprobs = {*logprobs};
   s.handle->Push(std::move(ev));
-  if (s.stops->stopped()) return Finish(s, "stop");
-  if (s.constraint && s.constraint->finished()) return Finish(s, "stop");  // the answer is complete
+  if (s.stops->stopped()) return Finish(s, FinishReason::kStop);
+  if (s.constraint && s.constraint->finished()) return Finish(s, FinishReason::kStop);  // the answer is complete
   if (s.generated >= s.spec.max_tokens || int64_t(s.tokens.size()) >= context_tokens_) {
-    Finish(s, "length");
+    Finish(s, FinishReason::kLength);
   }
 }
 
@@ -62,66 +64,48 @@ Status Engine::StartConstraint(Sequence& s) {
   return Status::Ok();
 }
 
-// Prefill role: the prompt is computed; the sink sends it on, and the request
-// ends here (its pages go to the prefix cache for the conversation's next round).
-void Engine::HandOff(Sequence& s, int32_t first_token) {
-  metrics_.ttft.Observe(SecondsBetween(s.arrival, Clock::now()));
-  const auto prompt = std::span<const int32_t>(s.tokens).first(size_t(s.prompt_len));
-  const bool taken = sink_->OnPrefilled(s.handle->id(), prompt, s.pages, first_token, *pool_);
-  Finish(s, taken ? "handed off" : "cancelled");
+// A prompt's cache the role brought (RoleHost::Resume): the request runs on
+// from its first token, sampled where the prompt was computed.
+void Engine::Resume(Sequence& s, std::vector<int32_t> pages, int32_t first_token, int64_t cached_tokens) {
+  scheduler_.Resume(s);
+  s.pages = std::move(pages);
+  s.computed = int64_t(s.tokens.size());
+  s.cached_prompt_tokens = std::min(cached_tokens, s.prompt_len);
+  metrics_.prefix_hit_tokens.Increment(double(s.cached_prompt_tokens));
+  counters_.prefix_hit_tokens += s.cached_prompt_tokens;
+  IndexPrompt(s);
+  Emit(s, first_token);
 }
 
-void Engine::Finish(Sequence& s, const std::string& reason) {
+void Engine::Finish(Sequence& s, FinishReason reason) {
   if (s.done) return;
-  if (s.awaiting) {
-    remote_->Abort(s.handoff, reason);
-    s.awaiting = false;
-  }
-  if (reason != "cancelled" && !s.stops->stopped()) {
+  if (reason != FinishReason::kCancelled && !s.stops->stopped()) {
     StreamEvent tail;
     tail.text = s.stops->Push(s.decoder->Flush()) + s.stops->Flush();
     if (!tail.text.empty()) s.handle->Push(std::move(tail));
   }
   StreamEvent ev;
   ev.kind = StreamEvent::Kind::kFinish;
-  ev.finish_reason = reason;
+  ev.finish_reason = FinishReasonName(reason);
   ev.prompt_tokens = s.prompt_len;
   ev.completion_tokens = s.generated;
   ev.cached_prompt_tokens = s.cached_prompt_tokens;
   s.handle->Push(std::move(ev));
   Retire(s);
   s.done = true;
-  const double e2e = SecondsBetween(s.arrival, Clock::now());
-  metrics_.e2e.Observe(e2e);
-  if (remote_) {
-    if (s.committed_at != Clock::time_point{}) metrics_.decode_phase.Observe(SecondsBetween(s.committed_at, Clock::now()));
-    handoff_seconds_total_ += s.handoff_seconds;
-    request_seconds_total_ += e2e;
-    metrics_.handoff_seconds.Increment(s.handoff_seconds);
-    metrics_.handoff_request_seconds.Increment(e2e);
-    if (request_seconds_total_ > 0) metrics_.handoff_time_share.Set(handoff_seconds_total_ / request_seconds_total_);
-  }
-  if (reason == "cancelled") {
+  metrics_.e2e.Observe(SecondsBetween(s.arrival, Clock::now()));
+  if (reason == FinishReason::kCancelled) {
     ++counters_.requests_cancelled;
     metrics_.cancelled.Increment();
   } else {
     ++counters_.requests_finished;
     metrics_.finished.Increment();
   }
-  if (sink_) {
-    sink_->OnEnd(s.handle->id(),
-                 reason == "handed off" ? Status::Ok()
-                 : reason == "cancelled" ? Status(StatusCode::kAborted, "cancelled")
-                                         : ResourceExhausted("the prompt does not fit in the prefill engine's cache"));
-  }
+  role_->OnEnd(s, reason, Status::Ok());
 }
 
 void Engine::Fail(Sequence& s, Status error) {
   if (s.done) return;
-  if (s.awaiting) {
-    remote_->Abort(s.handoff, error.message());
-    s.awaiting = false;
-  }
   StreamEvent ev;
   ev.kind = StreamEvent::Kind::kError;
   ev.error = error;
@@ -130,7 +114,7 @@ void Engine::Fail(Sequence& s, Status error) {
   s.done = true;
   ++counters_.requests_failed;
   metrics_.failed.Increment();
-  if (sink_) sink_->OnEnd(s.handle->id(), error);
+  role_->OnEnd(s, FinishReason::kError, error);
 }
 
 // Gives the sequence's computed full pages to the prefix index and drops its
@@ -140,7 +124,7 @@ void Engine::Retire(Sequence& s) {
     s.gates->WaitAll();  // nothing may still be landing in pages we hand on or free
     s.gates.reset();
   }
-  if (sink_) sink_->BeforeRelease(s.handle->id());
+  role_->BeforeRelease(s);
   if (index_ && !s.pages.empty()) {
     const auto computed = std::span<const int32_t>(s.tokens).first(size_t(s.computed));
     index_->Insert(computed, s.pages);

@@ -2,6 +2,17 @@
 
 namespace tandem {
 
+const char* FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kHandedOff: return "handed off";
+    case FinishReason::kError: return "error";
+  }
+  return "error";
+}
+
 bool RequestHandle::Next(StreamEvent* event, std::chrono::milliseconds timeout) {
   UniqueLock lock(mu_);
   if (!cv_.wait_for(lock.native(), timeout, [&]() REQUIRES(mu_) { return !events_.empty(); })) return false;

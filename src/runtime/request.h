@@ -41,6 +41,17 @@ struct RequestSpec {
   std::chrono::steady_clock::time_point deadline{};
 };
 
+// How a request ended. StreamEvent::finish_reason carries its name.
+enum class FinishReason {
+  kStop,       // end of generation, a stop string, or a finished structured answer
+  kLength,     // max_tokens, the context, or the cache
+  kCancelled,  // the client (or the drain) ended it
+  kHandedOff,  // prefill role: its prompt and first token went to the decode engine
+  kError,      // failed (a kError event says why)
+};
+// "stop", "length", "cancelled", "handed off", "error".
+const char* FinishReasonName(FinishReason reason);
+
 struct StreamEvent {
   enum class Kind { kText, kFinish, kError };
   Kind kind = Kind::kText;
@@ -50,7 +61,7 @@ struct StreamEvent {
   // kText, once, before the first token, when prompt_logprobs was asked: one
   // per prompt token (the first without a logprob). text and tokens are empty.
   std::vector<PositionLogprobs> prompt_logprobs;
-  std::string finish_reason;         // kFinish: "stop", "length" or "cancelled"
+  std::string finish_reason;         // kFinish: FinishReasonName ("stop", "length" or "cancelled")
   Status error;                      // kError: why the request failed
   int64_t prompt_tokens = 0;         // kFinish: usage
   int64_t completion_tokens = 0;     // kFinish

@@ -7,8 +7,59 @@ namespace tandem {
 using Clock = std::chrono::steady_clock;
 
 Scheduler::Scheduler(const EngineOptions& options, PagePool& pool, PrefixIndex* index, EngineMetrics& metrics,
-                     EngineStats& counters, Hooks hooks)
-    : options_(options), pool_(pool), index_(index), metrics_(metrics), counters_(counters), hooks_(std::move(hooks)) {}
+                     EngineStats& counters, EngineRole& role, Hooks hooks)
+    : options_(options),
+      pool_(pool),
+      index_(index),
+      metrics_(metrics),
+      counters_(counters),
+      role_(role),
+      hooks_(std::move(hooks)) {}
+
+void Scheduler::ForEach(const std::function<void(Sequence&)>& fn) {
+  for (auto& s : running_) fn(*s);
+  for (auto& s : held_) fn(*s);
+  for (auto& s : waiting_) fn(*s);
+  for (auto& s : prefetching_) fn(*s);
+}
+
+void Scheduler::ForEachRunning(const std::function<void(Sequence&)>& fn) {
+  for (auto& s : running_) fn(*s);
+}
+
+void Scheduler::EraseEnded() {
+  auto ended = [](const auto& s) { return s == nullptr || s->done; };
+  std::erase_if(running_, ended);
+  std::erase_if(held_, ended);
+  std::erase_if(waiting_, ended);
+  std::erase_if(prefetching_, ended);
+}
+
+void Scheduler::TakePrefetched() {
+  for (auto it = prefetching_.rbegin(); it != prefetching_.rend(); ++it) {
+    if ((*it)->prefetch->Ready()) waiting_.push_front(std::move(*it));
+  }
+  std::erase_if(prefetching_, [](const auto& s) { return s == nullptr; });
+}
+
+void Scheduler::Resume(Sequence& seq) {
+  auto it = std::find_if(held_.begin(), held_.end(), [&](const auto& s) { return s.get() == &seq; });
+  if (it == held_.end()) return;
+  running_.push_back(std::move(*it));
+  held_.erase(it);
+}
+
+void Scheduler::Requeue(std::span<Sequence* const> seqs) {
+  for (auto it = held_.rbegin(); it != held_.rend(); ++it) {
+    if (std::find(seqs.begin(), seqs.end(), it->get()) != seqs.end()) waiting_.push_front(std::move(*it));
+  }
+  std::erase_if(held_, [](const auto& s) { return s == nullptr; });
+}
+
+void Scheduler::CountPrompt(const Sequence& seq) {
+  metrics_.prompt_tokens.Increment(double(seq.prompt_len));
+  counters_.prompt_tokens += seq.prompt_len;
+}
 
 // Pages for tokens [0, tokens) of seq; evicts cached prefixes first, then
 // preempts other sequences. False when even that cannot make room.
@@ -55,7 +106,7 @@ bool Scheduler::ReleaseWaitingPages(const Sequence* keep) {
 bool Scheduler::Preempt(const Sequence* keep) {
   for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
     Sequence& victim = **it;
-    if (&victim == keep || victim.pages.empty() || victim.awaiting) continue;
+    if (&victim == keep || victim.pages.empty()) continue;
     hooks_.retire(victim);
     victim.computed = 0;
     ++counters_.preemptions;
@@ -102,37 +153,21 @@ bool Scheduler::LookupTiers(Sequence& seq, PrefixIndex::Match& l1, int64_t max_t
 }
 
 void Scheduler::Admit() {
-  while (!waiting_.empty() && int32_t(running_.size()) < options_.max_running) {
+  while (!waiting_.empty() && int32_t(running_.size() + held_.size()) < options_.max_running) {
     Sequence& seq = *waiting_.front();
-    if (hooks_.begin_remote) {
-      // Decode role: another engine computes the prompt; its cache lands in our pages.
-      seq.handoff = next_handoff_++;
-      Status st = hooks_.begin_remote(seq);
-      if (st.code() == StatusCode::kResourceExhausted) {
-        // Waiting for pages has a deadline of its own (Bootstrapping).
-        const auto now = Clock::now();
-        if (seq.page_wait_since == Clock::time_point{}) seq.page_wait_since = now;
-        const auto limit = options_.page_wait;
-        if (now - seq.page_wait_since < limit) break;  // retry when pages free up
-        st = ResourceExhausted("no cache pages came free for this prompt within " + std::to_string(limit.count()) +
-                               " ms: " + st.message());
-      }
-      if (!st.ok()) {
-        hooks_.fail(seq, st);
-        waiting_.pop_front();
-        continue;
-      }
-      seq.page_wait_since = Clock::time_point{};
-      seq.replaces = 0;
-      ++seq.placements;
-      seq.awaiting = true;
-      seq.handoff_sent = Clock::now();
-      if (seq.placements == 1) metrics_.handoff_page_wait.Observe(SecondsBetween(seq.arrival, seq.handoff_sent));
-      if (!seq.started && seq.placements == 1) {
-        metrics_.prompt_tokens.Increment(double(seq.prompt_len));
-        counters_.prompt_tokens += seq.prompt_len;
-      }
-      running_.push_back(std::move(waiting_.front()));
+    StatusOr<EngineRole::Admission> admission = role_.Admit(seq);
+    if (!admission.ok()) {
+      hooks_.fail(seq, admission.status());
+      waiting_.pop_front();
+      continue;
+    }
+    if (*admission == EngineRole::Admission::kWait) break;  // retry when pages free up
+    if (*admission == EngineRole::Admission::kHeld) {
+      // The role brings the prompt's cache; its tokens count once, however
+      // often it is placed.
+      if (!seq.started && seq.admissions == 0) CountPrompt(seq);
+      ++seq.admissions;
+      held_.push_back(std::move(waiting_.front()));
       waiting_.pop_front();
       continue;
     }
@@ -167,10 +202,8 @@ void Scheduler::Admit() {
       if (running_.empty() && ReleaseWaitingPages(&seq)) continue;
       break;  // wait for running sequences to finish
     }
-    if (!seq.started) {
-      metrics_.prompt_tokens.Increment(double(seq.prompt_len));
-      counters_.prompt_tokens += seq.prompt_len;
-    }
+    if (!seq.started) CountPrompt(seq);
+    ++seq.admissions;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }
@@ -188,7 +221,7 @@ std::vector<Sequence*> Scheduler::Schedule(std::vector<SequenceChunk>* batch) {
     order.clear();
     for (auto& r : running_) {
       const int64_t pending = int64_t(r->tokens.size()) - r->computed;
-      if (!r->awaiting && pending > 0 && (pass == 0) == (pending == 1)) order.push_back(r.get());
+      if (pending > 0 && (pass == 0) == (pending == 1)) order.push_back(r.get());
     }
     auto remaining = [](const Sequence* x) { return int64_t(x->tokens.size()) - x->computed; };
     if (pass == 1 && order.size() > 2 && options_.prefill_order == PrefillOrder::kShortestFirst) {
@@ -203,7 +236,7 @@ std::vector<Sequence*> Scheduler::Schedule(std::vector<SequenceChunk>* batch) {
       const int64_t n = std::min({pending, int64_t(options_.chunk_size), budget});
       if (!EnsurePages(s, s.computed + n)) {
         // Nothing left to evict or preempt: this sequence alone fills the cache.
-        if (running_.size() == 1) hooks_.finish(s, "length");
+        if (running_.size() + held_.size() == 1) hooks_.finish(s, FinishReason::kLength);
         continue;
       }
       budget -= n;

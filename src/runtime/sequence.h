@@ -1,5 +1,6 @@
 // One request inside the engine (runtime/engine.h, runtime/scheduler.h):
-// its tokens, pages, progress and per-role state. Loop thread only.
+// its tokens, pages and progress (a role keeps its own per-request state,
+// runtime/engine_role.h). Loop thread only.
 #pragma once
 
 #include <chrono>
@@ -42,14 +43,7 @@ struct Sequence {
   std::chrono::steady_clock::time_point arrival, deadline, last_token;
   bool started = false;  // a token was streamed
   bool done = false;
-  uint64_t handoff = 0;   // disaggregated: the handoff bringing this prompt's cache
-  bool awaiting = false;  // disaggregated: waiting for that handoff's commit
-  std::chrono::steady_clock::time_point handoff_sent, committed_at;
-  double handoff_seconds = 0;
-  int32_t placements = 0;                 // handoffs begun for this request
-  std::chrono::steady_clock::time_point page_wait_since{};    // waiting for pages to begin a handoff, since
-  bool replace = false;                   // its handoff failed for the link's sake: place it again
-  uint64_t replaces = 0;                  // that failed handoff (another prefill engine is preferred)
+  int32_t admissions = 0;  // times admitted (to run, or held by the role)
   // Cache tiers: a load of this prompt's prefix from the host tier still
   // landing (each forward read waits on its layer's gate), and an L3 prefetch.
   std::shared_ptr<LayerGates> gates;

@@ -346,7 +346,9 @@ HttpServer::HttpServer(Engine& engine, const Model& model, ServerOptions options
   info_.chat_format = &model.chat_format();
   info_.created = UnixNow();
   info_.attention = engine.cache_spec().attention;
-  info_.logprobs = !engine.remote_prefill();
+  RequestSpec with_logprobs;  // whether the engine's role serves logprobs
+  with_logprobs.logprobs = 0;
+  info_.logprobs = engine.CheckRole(with_logprobs).ok();
 }
 
 HttpServer::~HttpServer() { Stop(std::chrono::milliseconds(0)); }

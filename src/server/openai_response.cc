@@ -34,7 +34,7 @@ Out Envelope(const ResponseMeta& meta, bool chat, const char* object) {
   return out;
 }
 
-Out FinishReason(std::string_view reason) {
+Out FinishReasonJson(std::string_view reason) {
   return reason.empty() ? Out(nullptr) : Out(std::string(reason));
 }
 
@@ -176,7 +176,7 @@ std::string ChatCompletionJson(const ResponseMeta& meta, const ParsedOutput& out
   choice["message"] = std::move(message);
   choice["logprobs"] = logprobs ? ChatLogprobs(*logprobs) : Out(nullptr);
   choice["finish_reason"] =
-      has_calls && finish_reason == "stop" ? Out("tool_calls") : FinishReason(finish_reason);
+      has_calls && finish_reason == "stop" ? Out("tool_calls") : FinishReasonJson(finish_reason);
   if (token_ids != nullptr) choice["token_ids"] = *token_ids;
   Out out = Envelope(meta, /*chat=*/true, "chat.completion");
   out["choices"] = Out::array({std::move(choice)});
@@ -191,7 +191,7 @@ std::string CompletionJson(const ResponseMeta& meta, std::string_view text,
   choice["text"] = std::string(text);
   choice["index"] = meta.choice;
   choice["logprobs"] = logprobs ? CompletionLogprobs(*logprobs) : Out(nullptr);
-  choice["finish_reason"] = FinishReason(finish_reason);
+  choice["finish_reason"] = FinishReasonJson(finish_reason);
   if (token_ids != nullptr) choice["token_ids"] = *token_ids;
   Out out = Envelope(meta, /*chat=*/false, "text_completion");
   out["choices"] = Out::array({std::move(choice)});
@@ -221,7 +221,7 @@ std::string ChatChunkSse(const ResponseMeta& meta, const ChatDelta& delta) {
   choice["index"] = meta.choice;
   choice["delta"] = std::move(d);
   choice["logprobs"] = delta.logprobs ? ChatLogprobs(*delta.logprobs) : Out(nullptr);
-  choice["finish_reason"] = FinishReason(delta.finish_reason);
+  choice["finish_reason"] = FinishReasonJson(delta.finish_reason);
   if (delta.token_ids) choice["token_ids"] = *delta.token_ids;
   Out out = Envelope(meta, /*chat=*/true, "chat.completion.chunk");
   out["choices"] = Out::array({std::move(choice)});
@@ -236,7 +236,7 @@ std::string CompletionChunkSse(const ResponseMeta& meta, std::string_view text,
   choice["text"] = std::string(text);
   choice["index"] = meta.choice;
   choice["logprobs"] = logprobs ? CompletionLogprobs(*logprobs) : Out(nullptr);
-  choice["finish_reason"] = FinishReason(finish_reason);
+  choice["finish_reason"] = FinishReasonJson(finish_reason);
   if (token_ids != nullptr) choice["token_ids"] = *token_ids;
   Out out = Envelope(meta, /*chat=*/false, "text_completion");
   out["choices"] = Out::array({std::move(choice)});

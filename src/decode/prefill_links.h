@@ -40,14 +40,19 @@
 #include "model/cache_spec.h"
 #include "decode/handoff_receiver.h"
 #include "transfer/message_auth.h"
-#include "runtime/engine.h"
-#include "runtime/remote_prompts.h"
+#include "cache/page_pool.h"
+#include "common/sampling_params.h"
 #include "transfer/cluster_key.h"
 #include "transfer/transport_kind.h"
 
 namespace tandem {
+class PrefixIndex;
+class TieredCache;
+}  // namespace tandem
 
-struct RemotePrefillOptions {
+namespace tandem::decode {
+
+struct PrefillLinksOptions {
   std::vector<std::string> addresses;  // "host:port" each
   size_t pool_bytes = 0;
   std::string layout_fingerprint, weights_identity;
@@ -62,36 +67,58 @@ struct RemotePrefillOptions {
   transfer::ClusterKey cluster_key;    // prefill engines must prove it (transfer/cluster_key.h)
 };
 
-class RemotePrefill : public RemotePrompts {
+class PrefillLinks {
  public:
+  // A prompt computed elsewhere, its cache in this engine's pool.
+  struct Ready {
+    std::vector<int32_t> pages;  // cover the whole prompt; the engine owns one reference each
+    int32_t first_token = 0;
+    int64_t cached_tokens = 0;   // prompt tokens found in this engine's own prefix cache
+    uint64_t compute_us = 0, transfer_us = 0;  // as the computing side measured them
+  };
+  // How a handoff ended.
+  struct Outcome {
+    uint64_t id = 0;
+    Status status;           // not OK: the request's prompt could not be brought here
+    bool retryable = false;  // the link's or the peer's failure, not the data's: place it again
+    Ready ready;             // when OK
+  };
+  // Counters since start (and a few gauges), exported as the decode role's metrics.
+  struct Counters {
+    int64_t committed = 0, failed = 0, aborted = 0, verified = 0, digest_mismatches = 0;
+    int64_t quarantined_pages = 0, in_flight = 0;
+    int64_t links_up = 0, reconnects = 0, links_declared_dead = 0, affinity_hits = 0;
+    std::vector<int64_t> buffer_bytes;  // per cache buffer (registry order), of committed handoffs
+  };
+
   // Allocates the decode pool's memory as a UCX region and starts connecting
   // to every prefill engine.
-  static StatusOr<std::unique_ptr<RemotePrefill>> Connect(RemotePrefillOptions options);
-  ~RemotePrefill() override;
+  static StatusOr<std::unique_ptr<PrefillLinks>> Connect(PrefillLinksOptions options);
+  ~PrefillLinks();
 
-  uint8_t* PoolMemory() override { return region_.data; }
+  uint8_t* PoolMemory() { return region_.data; }
   uint64_t instance_id() const { return instance_id_; }
   // Must be called once, before any other method, with the pool built on
   // PoolMemory(). Waits (up to startup_wait) for the first handshakes.
-  void Attach(PagePool& pool, PrefixIndex* index) override;
-  void SetTiers(TieredCache* tiers) override { receiver_->SetTiers(tiers); }
+  void Attach(PagePool& pool, PrefixIndex* index);
+  void SetTiers(TieredCache* tiers) { receiver_->SetTiers(tiers); }
 
   // Reserves pages and sends the Destination to the next healthy prefill
   // engine — another than the one that failed `replaces` (an earlier handoff
   // of the same request, 0: none) when there is one. ResourceExhausted: no
   // pages yet; Unavailable: no healthy link.
   Status Start(uint64_t handoff_id, const std::vector<int32_t>& tokens, const SamplingParams& sampling,
-               uint64_t replaces) override;
+               uint64_t replaces);
   // Ends an open handoff now; Poll reports nothing more for it.
-  void Abort(uint64_t handoff_id, const std::string& reason) override;
+  void Abort(uint64_t handoff_id, const std::string& reason);
 
   // Handles everything that arrived, heartbeats, liveness, reconnects and
   // deadlines; returns the handoffs that ended since the last call.
-  std::vector<Outcome> Poll() override;
+  std::vector<Outcome> Poll();
 
   // True while at least one prefill engine link is up.
-  bool healthy() const override;
-  Counters counters() const override;
+  bool healthy() const;
+  Counters counters() const;
 
  private:
   std::string problem() const;
@@ -133,7 +160,7 @@ class RemotePrefill : public RemotePrompts {
     std::string why;             // the transport's reason
     uint64_t message = 0;        // its number on the connection (WriteWindows::MessageArrived), or 0
   };
-  explicit RemotePrefill(RemotePrefillOptions options);
+  explicit PrefillLinks(PrefillLinksOptions options);
   void Reconnect(size_t link, transfer::Clock::time_point now);
   // Marks a link down and closes its connection; its open handoffs fail
   // (reported by the next Poll). Its pages are freed when the peer's end is
@@ -148,7 +175,7 @@ class RemotePrefill : public RemotePrompts {
   static long long Ms(transfer::Clock::duration d);  // whole milliseconds, for messages and budgets
   Hello MyHello(uint64_t peer_instance) const;
 
-  const RemotePrefillOptions options_;
+  const PrefillLinksOptions options_;
   const uint64_t instance_id_;
   std::unique_ptr<transfer::Transport> transport_;
   transfer::Region region_;
@@ -176,19 +203,4 @@ class RemotePrefill : public RemotePrompts {
   std::thread heartbeat_thread_;
 };
 
-// The decode role's options (serve --prefill ...).
-struct DecodeOptions {
-  std::string prefill_addresses;  // "host:port", comma-separated
-  transfer::VerifyMode verify = transfer::VerifyMode::kAll;
-  transfer::TransportKind transport = transfer::TransportKind::kAuto;
-  std::chrono::milliseconds peer_timeout{5000};      // a prefill engine silent this long is declared dead
-  std::chrono::milliseconds handoff_timeout{60000};  // destination sent -> Commit, before the handoff is aborted
-  transfer::ClusterKey cluster_key;                  // --cluster-key-file
-};
-
-// The decode role of an engine built with `engine`: its pool memory and its
-// links to the prefill engines (pass it as Engine::Role::decode).
-StatusOr<std::unique_ptr<RemotePrompts>> ConnectPrefillEngines(const Model& model, const EngineOptions& engine,
-                                                               const DecodeOptions& options);
-
-}  // namespace tandem
+}  // namespace tandem::decode

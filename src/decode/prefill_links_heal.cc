@@ -2,15 +2,15 @@
 // heartbeats and silence detection, going down (ending what was in flight on
 // it) and coming back by reconnecting with backoff.
 #include "common/log.h"
-#include "decode/remote_prefill.h"
+#include "decode/prefill_links.h"
 #include "transfer/handshake.h"
 
-namespace tandem {
+namespace tandem::decode {
 
 using transfer::Clock;
 
 // Opens a fresh connection (and handshake) for a link that is down.
-void RemotePrefill::Reconnect(size_t i, Clock::time_point now) {
+void PrefillLinks::Reconnect(size_t i, Clock::time_point now) {
   Link& link = links_[i];
   transfer::ConnectionHandlers h;
   h.on_message = [this, i](transfer::Connection& c, std::vector<uint8_t> m) {
@@ -68,7 +68,7 @@ void RemotePrefill::Reconnect(size_t i, Clock::time_point now) {
   link.problem = "handshake in progress";
 }
 
-void RemotePrefill::LinkDown(size_t i, const std::string& why, bool peer_gone) {
+void PrefillLinks::LinkDown(size_t i, const std::string& why, bool peer_gone) {
   Link& link = links_[i];
   const auto now = Clock::now();
   if (why != link.logged) {  // a peer that stays away is not logged at every retry
@@ -107,7 +107,7 @@ void RemotePrefill::LinkDown(size_t i, const std::string& why, bool peer_gone) {
   }
 }
 
-void RemotePrefill::OnHello(size_t i, const std::vector<uint8_t>& bytes) {
+void PrefillLinks::OnHello(size_t i, const std::vector<uint8_t>& bytes) {
   Link& link = links_[i];
   auto hello = Hello::Decode(bytes);
   Status st = hello.ok() ? transfer::CheckHello(MyHello(hello->instance_id), *hello) : hello.status();
@@ -150,7 +150,7 @@ void RemotePrefill::OnHello(size_t i, const std::vector<uint8_t>& bytes) {
   LinkUp(i);
 }
 
-void RemotePrefill::LinkUp(size_t i) {
+void PrefillLinks::LinkUp(size_t i) {
   Link& link = links_[i];
   TLOG_INFO("tandem decode: prefill engine %s (instance %llu) is up\n", link.address.c_str(),
                (unsigned long long)link.prefill_instance);
@@ -162,7 +162,7 @@ void RemotePrefill::LinkUp(size_t i) {
 }
 
 // Heartbeats out, silence detection, reconnects, and the quarantine deadline.
-void RemotePrefill::KeepAlive(Clock::time_point now) {
+void PrefillLinks::KeepAlive(Clock::time_point now) {
   for (size_t i = 0; i < links_.size(); ++i) {
     Link& link = links_[i];
     if (link.state == LinkState::kDown) {
@@ -202,4 +202,4 @@ void RemotePrefill::KeepAlive(Clock::time_point now) {
   }
 }
 
-}  // namespace tandem
+}  // namespace tandem::decode

@@ -1,4 +1,4 @@
-#include "decode/remote_prefill.h"
+#include "decode/prefill_links.h"
 #include "common/log.h"
 
 #include <algorithm>
@@ -7,20 +7,20 @@
 #include "common/placement.h"
 #include "transfer/handshake.h"
 
-namespace tandem {
+namespace tandem::decode {
 
 using transfer::Clock;
 
-long long RemotePrefill::Ms(Clock::duration d) {
+long long PrefillLinks::Ms(Clock::duration d) {
   return (long long)std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
 }
 
-RemotePrefill::RemotePrefill(RemotePrefillOptions options)
+PrefillLinks::PrefillLinks(PrefillLinksOptions options)
     : options_(std::move(options)), instance_id_(transfer::NewInstanceId()) {}
 
-StatusOr<std::unique_ptr<RemotePrefill>> RemotePrefill::Connect(RemotePrefillOptions options) {
+StatusOr<std::unique_ptr<PrefillLinks>> PrefillLinks::Connect(PrefillLinksOptions options) {
   if (options.addresses.empty()) return InvalidArgument("no prefill engine address");
-  auto r = std::unique_ptr<RemotePrefill>(new RemotePrefill(std::move(options)));
+  auto r = std::unique_ptr<PrefillLinks>(new PrefillLinks(std::move(options)));
   TANDEM_ASSIGN_OR_RETURN(r->transport_, transfer::MakeTransport(r->options_.transport, r->options_.cluster_key.Knock()));
   TANDEM_ASSIGN_OR_RETURN(r->region_, r->transport_->AllocateRegion(r->options_.pool_bytes));
   const auto now = Clock::now();
@@ -35,7 +35,7 @@ StatusOr<std::unique_ptr<RemotePrefill>> RemotePrefill::Connect(RemotePrefillOpt
   return r;
 }
 
-void RemotePrefill::RunHeartbeats() {
+void PrefillLinks::RunHeartbeats() {
   UniqueLock lock(mu_);
   while (!stop_) {
     stop_cv_.wait_for(lock.native(), options_.heartbeat_interval, [&]() REQUIRES(mu_) { return stop_; });
@@ -43,7 +43,7 @@ void RemotePrefill::RunHeartbeats() {
   }
 }
 
-RemotePrefill::~RemotePrefill() {
+PrefillLinks::~PrefillLinks() {
   {
     MutexLock lock(mu_);
     stop_ = true;
@@ -61,7 +61,7 @@ RemotePrefill::~RemotePrefill() {
   transport_.reset();
 }
 
-void RemotePrefill::Attach(PagePool& pool, PrefixIndex* index) {
+void PrefillLinks::Attach(PagePool& pool, PrefixIndex* index) {
   receiver_ = std::make_unique<transfer::HandoffReceiver>(pool, region_.key, index, options_.receiver);
   windows_owner_ = std::make_unique<transfer::WriteWindows>(pool.layout());
   receiver_->SetWriteWindows(windows_owner_.get());
@@ -80,15 +80,15 @@ void RemotePrefill::Attach(PagePool& pool, PrefixIndex* index) {
   }
 }
 
-Hello RemotePrefill::MyHello(uint64_t peer_instance) const {
+Hello PrefillLinks::MyHello(uint64_t peer_instance) const {
   return Hello{"decode", options_.layout_fingerprint, options_.weights_identity, instance_id_, peer_instance, {}, {}};
 }
 
-bool RemotePrefill::healthy() const {
+bool PrefillLinks::healthy() const {
   return std::any_of(links_.begin(), links_.end(), [](const Link& l) { return l.state == LinkState::kUp; });
 }
 
-std::string RemotePrefill::problem() const {
+std::string PrefillLinks::problem() const {
   std::string out;
   for (const Link& l : links_) {
     if (l.state != LinkState::kUp) out += (out.empty() ? "" : "; ") + l.address + ": " + l.problem;
@@ -96,7 +96,7 @@ std::string RemotePrefill::problem() const {
   return out;
 }
 
-RemotePrompts::Counters RemotePrefill::counters() const {
+PrefillLinks::Counters PrefillLinks::counters() const {
   const transfer::ReceiverStats& r = receiver_->stats();
   Counters c;
   c.committed = r.committed;
@@ -114,11 +114,11 @@ RemotePrompts::Counters RemotePrefill::counters() const {
   return c;
 }
 
-int64_t RemotePrefill::links_up() const {
+int64_t PrefillLinks::links_up() const {
   return std::count_if(links_.begin(), links_.end(), [](const Link& l) { return l.state == LinkState::kUp; });
 }
 
-Status RemotePrefill::Start(uint64_t handoff_id, const std::vector<int32_t>& tokens, const SamplingParams& sampling,
+Status PrefillLinks::Start(uint64_t handoff_id, const std::vector<int32_t>& tokens, const SamplingParams& sampling,
                             uint64_t replaces) {
   size_t avoid = links_.size();
   if (auto f = failed_on_.find(replaces); f != failed_on_.end()) avoid = f->second;
@@ -164,7 +164,7 @@ Status RemotePrefill::Start(uint64_t handoff_id, const std::vector<int32_t>& tok
   return st;
 }
 
-void RemotePrefill::Abort(uint64_t handoff_id, const std::string& reason) {
+void PrefillLinks::Abort(uint64_t handoff_id, const std::string& reason) {
   auto it = handoff_link_.find(handoff_id);
   auto abort = receiver_->StartAbort(handoff_id, reason, Clock::now());
   if (abort.ok() && it != handoff_link_.end() && links_[it->second].connection) {
@@ -173,7 +173,7 @@ void RemotePrefill::Abort(uint64_t handoff_id, const std::string& reason) {
   if (it != handoff_link_.end()) handoff_link_.erase(it);
 }
 
-void RemotePrefill::Handle(const Arrival& a, std::vector<Outcome>& out) {
+void PrefillLinks::Handle(const Arrival& a, std::vector<Outcome>& out) {
   Link& link = links_[a.link];
   if (a.closed && !a.timed_out && !a.by_us) {
     // The peer's end of a connection we had given up is gone: what it held is free.
@@ -304,7 +304,7 @@ void RemotePrefill::Handle(const Arrival& a, std::vector<Outcome>& out) {
   }
 }
 
-std::vector<RemotePrompts::Outcome> RemotePrefill::Poll() {
+std::vector<PrefillLinks::Outcome> PrefillLinks::Poll() {
   std::deque<Arrival> inbox;
   {
     MutexLock lock(mu_);
@@ -332,30 +332,4 @@ std::vector<RemotePrompts::Outcome> RemotePrefill::Poll() {
   return out;
 }
 
-StatusOr<std::unique_ptr<RemotePrompts>> ConnectPrefillEngines(const Model& model, const EngineOptions& engine,
-                                                               const DecodeOptions& options) {
-  TANDEM_ASSIGN_OR_RETURN(CacheSpec spec, MakeCacheSpec(model.config(), engine.attention));
-  const CacheLayout layout(spec.registry, int(model.config().n_layers),
-                           (engine.cache_tokens + kPageTokens - 1) / kPageTokens);
-  RemotePrefillOptions ro;
-  const std::string& list = options.prefill_addresses;
-  for (size_t begin = 0; begin <= list.size();) {
-    const size_t comma = std::min(list.find(',', begin), list.size());
-    if (comma > begin) ro.addresses.push_back(list.substr(begin, comma - begin));
-    begin = comma + 1;
-  }
-  ro.pool_bytes = size_t(layout.TotalBytes());
-  ro.layout_fingerprint = layout.Fingerprint() + ";" + AttentionFingerprint(spec.attention);
-  ro.weights_identity = WeightsIdentity(model);
-  ro.transport = options.transport;
-  ro.peer_timeout = options.peer_timeout;
-  ro.cluster_key = options.cluster_key;
-  ro.heartbeat_interval = std::max(std::chrono::milliseconds(20), options.peer_timeout / 5);
-  ro.receiver.vocab_size = model.config().vocab_size;
-  ro.receiver.deadlines.waiting_for_input = options.handoff_timeout;
-  ro.receiver.verify = options.verify;
-  TANDEM_ASSIGN_OR_RETURN(auto remote, RemotePrefill::Connect(std::move(ro)));
-  return std::unique_ptr<RemotePrompts>(std::move(remote));
-}
-
-}  // namespace tandem
+}  // namespace tandem::decode

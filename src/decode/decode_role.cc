@@ -1,0 +1,243 @@
+#include "decode/decode_role.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <algorithm>
+
+#include "common/log.h"
+#include "runtime/engine_metrics.h"
+
+namespace tandem::decode {
+
+using Clock = std::chrono::steady_clock;
+
+// The decode role's metrics, on the engine's registry.
+struct DecodeRole::Metrics {
+  explicit Metrics(prometheus::Registry& r)
+      : registry(r),
+        committed(MetricCounter(r, "tandem_handoffs_total", "Handoffs by outcome", {{"outcome", "committed"}})),
+        failed(MetricCounter(r, "tandem_handoffs_total", "Handoffs by outcome", {{"outcome", "failed"}})),
+        aborted(MetricCounter(r, "tandem_handoffs_total", "Handoffs by outcome", {{"outcome", "aborted"}})),
+        verified(MetricCounter(r, "tandem_handoffs_verified_total", "Commits whose digests were checked")),
+        digest_mismatches(MetricCounter(r, "tandem_handoff_digest_mismatches_total",
+                                        "Commits refused because a buffer digest did not match")),
+        in_flight(MetricGauge(r, "tandem_handoffs_in_flight",
+                              "Handoffs begun and not yet committed, failed or acknowledged as aborted")),
+        quarantined_pages(MetricGauge(r, "tandem_handoff_quarantined_pages",
+                                      "Pages of aborted handoffs waiting for the sender's acknowledgement")),
+        page_wait(MetricSeconds(r, "tandem_handoff_page_wait_seconds", "Arrival until pages were reserved")),
+        wait(MetricSeconds(r, "tandem_handoff_wait_seconds",
+                           "Destination sent until the commit was accepted (prefill compute, transfer, commit)")),
+        compute(MetricSeconds(r, "tandem_handoff_prefill_compute_seconds",
+                              "Prefill engine's forward passes for a handed-off prompt")),
+        transfer(MetricSeconds(r, "tandem_handoff_transfer_seconds",
+                               "Prefill engine's flush after the last layer (writes overlap the compute)")),
+        commit_wait(MetricSeconds(r, "tandem_handoff_commit_wait_seconds",
+                                  "Handoff wait not spent computing or flushing: queueing, messages, verification")),
+        decode_phase(MetricSeconds(r, "tandem_decode_phase_seconds", "Commit accepted until the request finished")),
+        time_share(MetricGauge(r, "tandem_handoff_time_share",
+                               "Share of finished requests' time spent waiting for their handoff")),
+        seconds(MetricCounter(r, "tandem_handoff_seconds_total",
+                              "Time finished requests spent waiting for their handoffs (the share's numerator)")),
+        request_seconds(MetricCounter(r, "tandem_handoff_request_seconds_total",
+                                      "Arrival-to-finish time of finished disaggregated requests (the share's denominator)")),
+        links_up(MetricGauge(r, "tandem_prefill_links_up", "Prefill engine links whose handshake was accepted")),
+        reconnects(MetricCounter(r, "tandem_prefill_link_reconnects_total",
+                                 "Reconnection attempts to prefill engines that went away")),
+        links_declared_dead(MetricCounter(r, "tandem_prefill_links_declared_dead_total",
+                                          "Prefill engine links closed because the peer was silent past the peer timeout")),
+        replacements(MetricCounter(r, "tandem_handoff_replacements_total",
+                                   "Requests placed on a prefill engine again after their handoff's link or peer failed")),
+        affinity_hits(MetricCounter(r, "tandem_prefill_affinity_hits_total",
+                                    "Handoffs placed on the prefill engine that computed a prefix of their prompt")) {}
+
+  // tandem_handoff_bytes_total{buffer=NAME}: bytes committed handoffs
+  // brought, per cache buffer (the registry's names, so the index-K share of
+  // every handoff can be read).
+  prometheus::Counter& Bytes(const std::string& buffer) {
+    return MetricCounter(registry, "tandem_handoff_bytes_total", "Bytes committed handoffs brought, by cache buffer",
+                         {{"buffer", buffer}});
+  }
+
+  prometheus::Registry& registry;
+  prometheus::Counter &committed, &failed, &aborted, &verified, &digest_mismatches;
+  prometheus::Gauge &in_flight, &quarantined_pages;
+  prometheus::Histogram &page_wait, &wait, &compute, &transfer, &commit_wait, &decode_phase;
+  prometheus::Gauge& time_share;
+  prometheus::Counter &seconds, &request_seconds;
+  prometheus::Gauge& links_up;
+  prometheus::Counter &reconnects, &links_declared_dead, &replacements, &affinity_hits;
+};
+
+StatusOr<std::unique_ptr<DecodeRole>> DecodeRole::Connect(const Model& model, const EngineOptions& engine,
+                                                          const DecodeOptions& options) {
+  if (options.max_placements < 1) return InvalidArgument("the decode role's max_placements must be at least 1");
+  TANDEM_ASSIGN_OR_RETURN(CacheSpec spec, MakeCacheSpec(model.config(), engine.attention));
+  const CacheLayout layout(spec.registry, int(model.config().n_layers),
+                           (engine.cache_tokens + kPageTokens - 1) / kPageTokens);
+  PrefillLinksOptions lo;
+  const std::string& list = options.prefill_addresses;
+  for (size_t begin = 0; begin <= list.size();) {
+    const size_t comma = std::min(list.find(',', begin), list.size());
+    if (comma > begin) lo.addresses.push_back(list.substr(begin, comma - begin));
+    begin = comma + 1;
+  }
+  lo.pool_bytes = size_t(layout.TotalBytes());
+  lo.layout_fingerprint = layout.Fingerprint() + ";" + AttentionFingerprint(spec.attention);
+  lo.weights_identity = WeightsIdentity(model);
+  lo.transport = options.transport;
+  lo.peer_timeout = options.peer_timeout;
+  lo.cluster_key = options.cluster_key;
+  lo.heartbeat_interval = std::max(std::chrono::milliseconds(20), options.peer_timeout / 5);
+  lo.receiver.vocab_size = model.config().vocab_size;
+  lo.receiver.deadlines.bootstrapping = options.page_wait;
+  lo.receiver.deadlines.waiting_for_input = options.handoff_timeout;
+  lo.receiver.verify = options.verify;
+  TANDEM_ASSIGN_OR_RETURN(auto links, PrefillLinks::Connect(std::move(lo)));
+  return std::unique_ptr<DecodeRole>(new DecodeRole(options, std::move(links)));
+}
+
+DecodeRole::DecodeRole(DecodeOptions options, std::unique_ptr<PrefillLinks> links)
+    : options_(std::move(options)), links_(std::move(links)) {}
+
+DecodeRole::~DecodeRole() = default;
+
+void DecodeRole::Attach(RoleHost& host) {
+  host_ = &host;
+  metrics_ = std::make_unique<Metrics>(host.metrics_registry());
+  links_->Attach(host.pool(), host.index());
+  links_->SetTiers(host.tiers());
+}
+
+Status DecodeRole::Validate(const RequestSpec& spec) const {
+  if (spec.max_tokens == 0) {
+    return InvalidArgument(
+        "max_tokens 0 is not supported by a disaggregated decode server (its prefill engine samples a first token)");
+  }
+  if (spec.logprobs >= 0) {
+    return InvalidArgument(
+        "logprobs are not supported by a disaggregated decode server yet: its first token is sampled at the prefill "
+        "engine, where that position's logits are");
+  }
+  return Status::Ok();
+}
+
+// Begins bringing the prompt's cache here. Waiting for pages has a deadline
+// of its own (Bootstrapping).
+StatusOr<EngineRole::Admission> DecodeRole::Admit(Sequence& seq) {
+  Handoff& h = handoffs_[&seq];
+  const uint64_t id = next_handoff_++;
+  Status st = links_->Start(id, seq.tokens, seq.spec.sampling, h.replaces);
+  if (st.code() == StatusCode::kResourceExhausted) {
+    const auto now = Clock::now();
+    if (h.page_wait_since == Clock::time_point{}) h.page_wait_since = now;
+    if (now - h.page_wait_since < options_.page_wait) return Admission::kWait;
+    st = ResourceExhausted("no cache pages came free for this prompt within " +
+                           std::to_string(options_.page_wait.count()) + " ms: " + st.message());
+  }
+  if (!st.ok()) return st;
+  h.id = id;
+  h.page_wait_since = Clock::time_point{};
+  h.replaces = 0;
+  ++h.placements;
+  h.sent = Clock::now();
+  if (h.placements == 1) metrics_->page_wait.Observe(SecondsBetween(seq.arrival, h.sent));
+  open_[id] = &seq;
+  return Admission::kHeld;
+}
+
+// Committed handoffs resume their sequences, whose first token is already
+// sampled; failed ones fail their request (never serving its tokens) or are
+// placed again.
+void DecodeRole::Poll() {
+  std::vector<Sequence*> again;
+  for (PrefillLinks::Outcome& o : links_->Poll()) {
+    auto it = open_.find(o.id);
+    if (it == open_.end()) {
+      if (o.status.ok()) host_->pool().Release(o.ready.pages);  // its request is gone
+      continue;
+    }
+    Sequence& s = *it->second;
+    open_.erase(it);
+    Handoff& h = handoffs_[&s];
+    h.id = 0;
+    if (!o.status.ok()) {
+      if (o.retryable && h.placements < options_.max_placements && links_->healthy() && !s.handle->cancelled()) {
+        TLOG_WARN("tandem decode: handoff %llu failed (%s): placing its request again\n", (unsigned long long)o.id,
+                  o.status.message().c_str());
+        h.replaces = o.id;
+        metrics_->replacements.Increment();
+        again.push_back(&s);
+        continue;
+      }
+      host_->Fail(s, o.status);
+      continue;
+    }
+    const double wait = SecondsBetween(h.sent, Clock::now());
+    const double compute = double(o.ready.compute_us) * 1e-6, transfer = double(o.ready.transfer_us) * 1e-6;
+    h.seconds += wait;
+    h.committed = Clock::now();
+    metrics_->wait.Observe(wait);
+    metrics_->compute.Observe(compute);
+    metrics_->transfer.Observe(transfer);
+    metrics_->commit_wait.Observe(std::max(0.0, wait - compute - transfer));
+    host_->Resume(s, std::move(o.ready.pages), o.ready.first_token, o.ready.cached_tokens);
+  }
+  if (!again.empty()) host_->Requeue(again);  // to the head of the queue, in their order
+  ExportCounters();
+}
+
+// The links' counters -> Prometheus (counters only move forward).
+void DecodeRole::ExportCounters() {
+  const PrefillLinks::Counters r = links_->counters();
+  auto advance = [](prometheus::Counter& c, int64_t now, int64_t& seen) {
+    if (now > seen) c.Increment(double(now - seen));
+    seen = now;
+  };
+  Metrics& m = *metrics_;
+  advance(m.committed, r.committed, seen_.committed);
+  advance(m.failed, r.failed, seen_.failed);
+  advance(m.aborted, r.aborted, seen_.aborted);
+  advance(m.verified, r.verified, seen_.verified);
+  advance(m.digest_mismatches, r.digest_mismatches, seen_.digest_mismatches);
+  const CacheBufferRegistry& registry = host_->cache_spec().registry;
+  seen_.buffer_bytes.resize(r.buffer_bytes.size());
+  for (size_t b = 0; b < r.buffer_bytes.size() && int32_t(b) < registry.size(); ++b) {
+    if (r.buffer_bytes[b] > seen_.buffer_bytes[b]) {
+      m.Bytes(registry.spec(int32_t(b)).name).Increment(double(r.buffer_bytes[b] - seen_.buffer_bytes[b]));
+      seen_.buffer_bytes[b] = r.buffer_bytes[b];
+    }
+  }
+  m.quarantined_pages.Set(double(r.quarantined_pages));
+  m.in_flight.Set(double(r.in_flight));
+  m.links_up.Set(double(r.links_up));
+  advance(m.reconnects, r.reconnects, seen_.reconnects);
+  advance(m.links_declared_dead, r.links_declared_dead, seen_.links_declared_dead);
+  advance(m.affinity_hits, r.affinity_hits, seen_.affinity_hits);
+}
+
+void DecodeRole::OnEnd(const Sequence& seq, FinishReason reason, const Status& error) {
+  Handoff h;  // none: it ended before its first admission
+  if (auto it = handoffs_.find(&seq); it != handoffs_.end()) {
+    h = it->second;
+    handoffs_.erase(it);
+  }
+  if (h.id != 0) {  // still open: nothing more of it may land
+    open_.erase(h.id);
+    links_->Abort(h.id, reason == FinishReason::kError ? error.message() : FinishReasonName(reason));
+  }
+  if (reason == FinishReason::kError) return;
+  const auto now = Clock::now();
+  const double e2e = SecondsBetween(seq.arrival, now);
+  if (h.committed != Clock::time_point{}) metrics_->decode_phase.Observe(SecondsBetween(h.committed, now));
+  handoff_seconds_total_ += h.seconds;
+  request_seconds_total_ += e2e;
+  metrics_->seconds.Increment(h.seconds);
+  metrics_->request_seconds.Increment(e2e);
+  if (request_seconds_total_ > 0) metrics_->time_share.Set(handoff_seconds_total_ / request_seconds_total_);
+}
+
+}  // namespace tandem::decode

@@ -1,0 +1,95 @@
+// The decode role (runtime/engine_role.h): a request's prompt is computed by
+// a prefill engine and its cache lands in this engine's pool, which lives in
+// memory the prefill engines may write (decode/prefill_links.h); the request
+// then runs on here from its first token, sampled there.
+//
+// What the role adds at the engine's seams:
+//  - Validate: no logprobs, no max_tokens 0 (the first token is sampled at
+//    the prefill engine, where that position's logits are).
+//  - Admit: reserves the prompt's pages and sends its destination to a
+//    prefill engine (kHeld); no pages yet: kWait, up to the Bootstrapping
+//    deadline (transfer/handoff_state.h), then an error that names the wait.
+//  - Poll: committed handoffs resume their sequence; a handoff that failed for
+//    its link's or its peer's sake is placed again (another engine preferred)
+//    up to max_placements; any other failure fails the request.
+//  - OnEnd: a handoff still open is aborted; the handoff metrics.
+//  - Healthy: at least one prefill engine link is up.
+//
+// Its per-request state (the open handoff, its placements, its timings) is a
+// map inside the role; the engine's Sequence knows nothing of handoffs.
+// Loop thread only, except Validate and Healthy.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "decode/prefill_links.h"
+#include "model/model.h"
+#include "runtime/engine_options.h"
+#include "runtime/engine_role.h"
+
+namespace prometheus {
+class Counter;
+class Gauge;
+class Histogram;
+}  // namespace prometheus
+
+namespace tandem::decode {
+
+// The decode role's options (serve --prefill ...).
+struct DecodeOptions {
+  std::string prefill_addresses;  // "host:port", comma-separated
+  transfer::VerifyMode verify = transfer::VerifyMode::kAll;
+  transfer::TransportKind transport = transfer::TransportKind::kAuto;
+  std::chrono::milliseconds peer_timeout{5000};       // a prefill engine silent this long is declared dead
+  std::chrono::milliseconds handoff_timeout{60000};   // destination sent -> Commit, before the handoff is aborted
+  std::chrono::milliseconds page_wait{30'000};        // queued for pages to begin a handoff (Bootstrapping)
+  // A prompt whose handoff fails for its link's or its peer's sake is placed
+  // again (new reservation, new attempt id) up to this many times in all.
+  int32_t max_placements = 3;
+  transfer::ClusterKey cluster_key;                   // --cluster-key-file
+};
+
+class DecodeRole : public EngineRole {
+ public:
+  // Starts connecting to the prefill engines, for an engine of `model` built
+  // with `engine` (pass the role to Engine::Create).
+  static StatusOr<std::unique_ptr<DecodeRole>> Connect(const Model& model, const EngineOptions& engine,
+                                                       const DecodeOptions& options);
+  ~DecodeRole() override;
+
+  uint8_t* PoolMemory() override { return links_->PoolMemory(); }
+  void Attach(RoleHost& host) override;
+  Status Validate(const RequestSpec& spec) const override;
+  StatusOr<Admission> Admit(Sequence& seq) override;
+  void Poll() override;
+  void OnEnd(const Sequence& seq, FinishReason reason, const Status& error) override;
+  bool Healthy() const override { return links_->healthy(); }
+
+ private:
+  // One request's handoff state.
+  struct Handoff {
+    uint64_t id = 0;         // the open attempt, 0: none
+    int32_t placements = 0;  // attempts begun
+    uint64_t replaces = 0;   // a failed attempt (another prefill engine is preferred), 0: none
+    std::chrono::steady_clock::time_point page_wait_since{}, sent, committed;
+    double seconds = 0;      // waiting for its handoffs, in all
+  };
+  struct Metrics;
+  DecodeRole(DecodeOptions options, std::unique_ptr<PrefillLinks> links);
+  void ExportCounters();
+
+  const DecodeOptions options_;
+  std::unique_ptr<PrefillLinks> links_;
+  RoleHost* host_ = nullptr;
+  std::unique_ptr<Metrics> metrics_;
+  std::map<const Sequence*, Handoff> handoffs_;   // requests admitted at least once, until they end
+  std::map<uint64_t, Sequence*> open_;            // open attempt -> its sequence
+  uint64_t next_handoff_ = 1;
+  PrefillLinks::Counters seen_;                   // counters already exported
+  double handoff_seconds_total_ = 0, request_seconds_total_ = 0;
+};
+
+}  // namespace tandem::decode
