@@ -41,7 +41,7 @@
 #include "cache/layout.h"
 #include "common/log.h"
 #include "fuzz_support.h"
-#include "decode/remote_prefill.h"
+#include "decode/decode_role.h"
 #include "model/cache_spec.h"
 #include "model/gguf.h"
 #include "model/model.h"
@@ -148,7 +148,7 @@ World& TheWorld() {
     w->layout = std::make_unique<CacheLayout>(spec->registry, int(w->micro.model->config().n_layers),
                                               (eo.cache_tokens + kPageTokens - 1) / kPageTokens);
     const CacheLayout& layout = *w->layout;
-    RemotePrefillOptions ro;
+    decode::PrefillLinksOptions ro;
     ro.addresses = {w->address};
     ro.pool_bytes = size_t(layout.TotalBytes());
     ro.layout_fingerprint = layout.Fingerprint() + ";" + AttentionFingerprint(spec->attention);
@@ -162,11 +162,9 @@ World& TheWorld() {
     ro.receiver.vocab_size = w->vocab;
     ro.receiver.deadlines.waiting_for_input = 2s;
     ro.cluster_key = w->key;
-    auto remote = RemotePrefill::Connect(std::move(ro));
-    if (!remote.ok()) std::abort();
-    Engine::Role role;
-    role.decode = std::move(remote).value();
-    w->decode = std::move(Engine::Create(*w->micro.model, eo, std::move(role))).value();
+    auto role = decode::DecodeRole::Start(decode::DecodeOptions{}, std::move(ro));
+    if (!role.ok()) std::abort();
+    w->decode = std::move(Engine::Create(*w->micro.model, eo, std::move(role).value())).value();
     return w;
   }();
   return *w;

@@ -74,7 +74,6 @@ struct DecodeRole::Metrics {
 
 StatusOr<std::unique_ptr<DecodeRole>> DecodeRole::Connect(const Model& model, const EngineOptions& engine,
                                                           const DecodeOptions& options) {
-  if (options.max_placements < 1) return InvalidArgument("the decode role's max_placements must be at least 1");
   TANDEM_ASSIGN_OR_RETURN(CacheSpec spec, MakeCacheSpec(model.config(), engine.attention));
   const CacheLayout layout(spec.registry, int(model.config().n_layers),
                            (engine.cache_tokens + kPageTokens - 1) / kPageTokens);
@@ -93,11 +92,16 @@ StatusOr<std::unique_ptr<DecodeRole>> DecodeRole::Connect(const Model& model, co
   lo.cluster_key = options.cluster_key;
   lo.heartbeat_interval = std::max(std::chrono::milliseconds(20), options.peer_timeout / 5);
   lo.receiver.vocab_size = model.config().vocab_size;
-  lo.receiver.deadlines.bootstrapping = options.page_wait;
   lo.receiver.deadlines.waiting_for_input = options.handoff_timeout;
   lo.receiver.verify = options.verify;
-  TANDEM_ASSIGN_OR_RETURN(auto links, PrefillLinks::Connect(std::move(lo)));
-  return std::unique_ptr<DecodeRole>(new DecodeRole(options, std::move(links)));
+  return Start(options, std::move(lo));
+}
+
+StatusOr<std::unique_ptr<DecodeRole>> DecodeRole::Start(const DecodeOptions& options, PrefillLinksOptions links) {
+  if (options.max_placements < 1) return InvalidArgument("the decode role's max_placements must be at least 1");
+  links.receiver.deadlines.bootstrapping = options.page_wait;
+  TANDEM_ASSIGN_OR_RETURN(auto connected, PrefillLinks::Connect(std::move(links)));
+  return std::unique_ptr<DecodeRole>(new DecodeRole(options, std::move(connected)));
 }
 
 DecodeRole::DecodeRole(DecodeOptions options, std::unique_ptr<PrefillLinks> links)

@@ -58,6 +58,10 @@ class DecodeRole : public EngineRole {
   // with `engine` (pass the role to Engine::Create).
   static StatusOr<std::unique_ptr<DecodeRole>> Connect(const Model& model, const EngineOptions& engine,
                                                        const DecodeOptions& options);
+  // The same with the links' options spelled out (addresses, layout and
+  // weights identities, timings): tests and fuzzers that need their own.
+  // The links' Bootstrapping deadline is options.page_wait.
+  static StatusOr<std::unique_ptr<DecodeRole>> Start(const DecodeOptions& options, PrefillLinksOptions links);
   ~DecodeRole() override;
 
   uint8_t* PoolMemory() override { return links_->PoolMemory(); }

@@ -47,6 +47,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
 
 StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineOptions& options,
                                                  std::unique_ptr<EngineRole> role) {
+  if (role == nullptr) return InvalidArgument("an engine's role must not be null (colocated: EngineRole itself)");
   TANDEM_ASSIGN_OR_RETURN(CacheSpec spec, CheckOptions(model, options));
   EngineRole* r = role.get();
   return Start(std::unique_ptr<Engine>(new Engine(model, options, std::move(spec), std::move(role), r)));
@@ -106,7 +107,7 @@ Engine::Engine(const Model& model, const EngineOptions& options, CacheSpec spec,
                  Scheduler::Hooks{[this](Sequence& s, Status st) { Fail(s, std::move(st)); },
                                   [this](Sequence& s, FinishReason why) { Finish(s, why); },
                                   [this](Sequence& s) { Retire(s); }}) {
-  pool_->set_debug_poison(options.debug_poison_pages);
+  if (options.page_hook) pool_->SetPageHook(options.page_hook);
   loop_alive_ = true;
 }
 
@@ -159,11 +160,11 @@ StatusOr<std::shared_ptr<RequestHandle>> Engine::Submit(RequestSpec spec) {
     spec.sampling.answer_budget = spec.max_tokens;  // travels to a prefill engine, which samples with max_tokens 1
   }
   if (spec.max_tokens < 0) return InvalidArgument("max_tokens must not be negative");
+  TANDEM_RETURN_IF_ERROR(role_->Validate(spec));
   if (spec.prompt_logprobs && spec.logprobs < 0) return InvalidArgument("prompt logprobs need logprobs >= 0");
   if (spec.logprobs > kMaxTopLogprobs) {
     return InvalidArgument("at most " + std::to_string(kMaxTopLogprobs) + " top logprobs per token");
   }
-  TANDEM_RETURN_IF_ERROR(role_->Validate(spec));
   auto seq = std::make_unique<Sequence>();
   seq->arrival = Clock::now();
   seq->deadline = seq->arrival + options_.request_timeout;
@@ -214,6 +215,7 @@ void Engine::Loop() {
       continue;
     }
     role_->Poll();
+    role_healthy_ = role_->Healthy();
     scheduler_.EraseEnded();  // what the role failed
     if (tiers_) {
       tiers_->Poll();

@@ -121,7 +121,10 @@ class Engine : private RoleHost {
   const CacheSpec spec_;
   const int64_t context_tokens_;
   ThreadPool threads_;
-  std::unique_ptr<EngineRole> owned_role_;  // may own the pool's memory: declared before the pool
+  // May own the pool's memory and pages of it: ~Engine resets it explicitly,
+  // after the prefix index and before the pool (the pool's destructor does
+  // not touch its memory).
+  std::unique_ptr<EngineRole> owned_role_;
   EngineRole* const role_;                  // owned_role_, or a role that owns this engine
   std::unique_ptr<PagePool> pool_;
   std::unique_ptr<PrefixIndex> index_;

@@ -56,8 +56,9 @@ void Engine::DrawTokens(std::vector<Draw>& draws, std::chrono::steady_clock::tim
     const int64_t pos = int64_t(s.tokens.size());
     const int32_t token =
         sampler_.Sample(row, s.spec.sampling, s.tokens, pos, s.prompt_len, allowed);
+    const auto drawn = std::chrono::steady_clock::now();
     if (std::optional<FinishReason> taken = role_->TakeToken(s, token)) {
-      metrics_.ttft.Observe(SecondsBetween(s.arrival, std::chrono::steady_clock::now()));
+      metrics_.ttft.Observe(SecondsBetween(s.arrival, drawn));  // the first token, before the role sends it on
       Finish(s, *taken);
     } else if (s.spec.logprobs >= 0) {
       const PositionLogprobs lp = ComputeLogprobs(row, token, s.spec.logprobs);

@@ -33,12 +33,6 @@ struct EngineOptions {
   bool prefix_cache = true;
   std::chrono::milliseconds request_timeout{600'000};
   int threads = 2;
-  // Decode role: a prompt whose remote prefill fails for the link's or the
-  // peer's sake is placed again (new reservation, new attempt id) up to this
-  // many times in all.
-  int32_t max_placements = 3;
-  // Decode role: how long a request may wait for pages to begin its remote prefill.
-  std::chrono::milliseconds page_wait{30'000};
   // Structured outputs: the grammar work (Grammar::Advance's units, about a
   // nanosecond each) the token masks of one step may take together; a mask
   // that needs more is finished in later steps (runtime/grammar_budget.h).
@@ -49,9 +43,9 @@ struct EngineOptions {
   double grammar_time_share = 0.1;
   // Host (L2) and disk (L3) tiers under the prefix cache; off when host_pages is 0.
   TierOptions tiers;
-  // DEBUG (--debug-poison-pages): scribble every freed or reserved page, in
-  // L1 and L2 (cache/page_pool.h), so any read before a write lands shows.
-  bool debug_poison_pages = false;
+  // Called with every page freed or reserved, L1 and L2 (PagePool::SetPageHook);
+  // none in production. The fault library's page poisoning comes this way.
+  PagePool::PageHook page_hook;
 };
 
 struct EngineStats {

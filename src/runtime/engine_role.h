@@ -17,8 +17,8 @@
 //    health is the engine's (Healthy).
 //
 // A new role implements the seams it needs and is passed to Engine::Create.
-// Every method is called from the engine's loop thread, except Validate and
-// Healthy (any thread).
+// Every method is called from the engine's loop thread (Healthy too: the
+// engine publishes it), except Validate (any thread).
 #pragma once
 
 #include <cstdint>
@@ -130,7 +130,8 @@ class EngineRole {
     (void)error;
   }
 
-  // Any thread: whether the role can serve (the engine's health).
+  // Whether the role can serve: the engine's health, which it publishes for
+  // other threads after each Poll and step.
   virtual bool Healthy() const { return true; }
 };
 

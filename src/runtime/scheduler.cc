@@ -45,7 +45,11 @@ void Scheduler::TakePrefetched() {
 void Scheduler::Resume(Sequence& seq) {
   auto it = std::find_if(held_.begin(), held_.end(), [&](const auto& s) { return s.get() == &seq; });
   if (it == held_.end()) return;
-  running_.push_back(std::move(*it));
+  // In admission order, as if it had run since it was admitted (the most
+  // recently admitted is preempted first).
+  auto at = std::upper_bound(running_.begin(), running_.end(), seq.admission_order,
+                             [](uint64_t order, const auto& s) { return order < s->admission_order; });
+  running_.insert(at, std::move(*it));
   held_.erase(it);
 }
 
@@ -167,6 +171,7 @@ void Scheduler::Admit() {
       // often it is placed.
       if (!seq.started && seq.admissions == 0) CountPrompt(seq);
       ++seq.admissions;
+      seq.admission_order = next_admission_++;
       held_.push_back(std::move(waiting_.front()));
       waiting_.pop_front();
       continue;
@@ -192,18 +197,19 @@ void Scheduler::Admit() {
     const int64_t need = (int64_t(seq.tokens.size()) + kPageTokens) / kPageTokens - int64_t(seq.pages.size());
     const int64_t evictable = (index_ ? index_->evictable_pages() : 0) + (tiers_ ? tiers_->l1_pages_held() : 0);
     if (need > pool_.free_pages() + evictable) {
-      if (running_.empty() && need > pool_.total_pages()) {
+      if (running_.empty() && held_.empty() && need > pool_.total_pages()) {
         hooks_.fail(seq, ResourceExhausted("the request does not fit in the cache"));
         waiting_.pop_front();
         continue;
       }
       // Nothing runs, so nothing will free pages: take back what requests
       // queued behind this one hold.
-      if (running_.empty() && ReleaseWaitingPages(&seq)) continue;
+      if (running_.empty() && held_.empty() && ReleaseWaitingPages(&seq)) continue;
       break;  // wait for running sequences to finish
     }
     if (!seq.started) CountPrompt(seq);
     ++seq.admissions;
+    seq.admission_order = next_admission_++;
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
   }

@@ -79,6 +79,7 @@ class Scheduler {
   bool ReleaseWaitingPages(const Sequence* keep);
   bool Preempt(const Sequence* keep);
   void CountPrompt(const Sequence& seq);
+  uint64_t next_admission_ = 1;
 
   const EngineOptions& options_;
   PagePool& pool_;
@@ -89,7 +90,7 @@ class Scheduler {
   EngineRole& role_;
   const Hooks hooks_;
   std::deque<std::unique_ptr<Sequence>> waiting_;
-  std::vector<std::unique_ptr<Sequence>> running_;      // admission order
+  std::vector<std::unique_ptr<Sequence>> running_;      // admission order (Sequence::admission_order)
   std::vector<std::unique_ptr<Sequence>> held_;         // the role brings their prompts' cache; admission order
   std::vector<std::unique_ptr<Sequence>> prefetching_;  // waiting for an L3 -> L2 prefetch
 };

@@ -43,7 +43,8 @@ struct Sequence {
   std::chrono::steady_clock::time_point arrival, deadline, last_token;
   bool started = false;  // a token was streamed
   bool done = false;
-  int32_t admissions = 0;  // times admitted (to run, or held by the role)
+  int32_t admissions = 0;      // times admitted (to run, or held by the role)
+  uint64_t admission_order = 0;  // when it was last admitted (the scheduler's count): running_ is in this order
   // Cache tiers: a load of this prompt's prefix from the host tier still
   // landing (each forward read waits on its layer's gate), and an L3 prefetch.
   std::shared_ptr<LayerGates> gates;
