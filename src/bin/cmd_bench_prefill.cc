@@ -17,7 +17,7 @@
 #include "bin/commands.h"
 #include "bin/model_options.h"
 #include "common/splitmix.h"
-#include "prefill/prefill_engine.h"
+#include "prefill/prefill_server.h"
 #include "prefix/prefix_index.h"
 #include "decode/handoff_receiver.h"
 #include "transfer/handshake.h"
@@ -89,10 +89,11 @@ StatusOr<BurstResult> RunBurst(const Model& model, const PrefillBenchArgs& a, in
   po.engine.request_timeout = std::chrono::hours(1);
   po.max_queue = size_t(a.requests) * 2;
   po.peer_timeout = std::chrono::hours(1);
-  TANDEM_ASSIGN_OR_RETURN(auto prefill, PrefillEngine::Create(model, po));
-  const CacheSpec& spec = prefill->engine().cache_spec();
-
   auto net = std::make_shared<transfer::LoopbackNetwork>();
+  TANDEM_ASSIGN_OR_RETURN(auto server,
+                          PrefillServer::Create(model, po, std::make_unique<transfer::LoopbackTransport>(net)));
+  PrefillEngine* prefill = &server->engine();
+  const CacheSpec& spec = prefill->engine().cache_spec();
   transfer::LoopbackTransport decode_t(net);
   BenchDecode decode(model, spec, decode_t, po.engine.cache_tokens / kPageTokens);
   std::mutex mu;
@@ -100,22 +101,12 @@ StatusOr<BurstResult> RunBurst(const Model& model, const PrefillBenchArgs& a, in
   std::map<uint64_t, Clock::time_point> committed;  // guarded by mu
   int failed = 0;                                     // guarded by mu
   bool hello = false;                                 // guarded by mu
-  transfer::LoopbackTransport prefill_t(net);  // after the engine: its handlers call it
-  // However this returns, the engine stops first, while the transports and the decode side still live.
+  // However this returns, the engine stops first, while the decode side still lives.
   struct StopFirst {
-    PrefillEngine& p;
+    PrefillServer& p;
     ~StopFirst() { p.Stop(); }
-  } stop_first{*prefill};
-  TANDEM_RETURN_IF_ERROR(prefill_t.Listen("prefill", [&](std::shared_ptr<transfer::Connection> c) {
-    prefill->OnAccept(c);
-    transfer::ConnectionHandlers h;
-    std::weak_ptr<transfer::Connection> weak = c;
-    h.on_message = [&prefill, weak](transfer::Connection&, std::vector<uint8_t> m) {
-      if (auto conn = weak.lock()) prefill->OnMessage(conn, m);
-    };
-    h.on_close = [&prefill](transfer::Connection& raw, const Status&) { prefill->OnClose(raw.id()); };
-    return h;
-  }));
+  } stop_first{*server};
+  TANDEM_RETURN_IF_ERROR(server->Listen("prefill"));
   transfer::ConnectionHandlers dh;
   dh.on_message = [&](transfer::Connection&, std::vector<uint8_t> bytes) {
     auto type = PeekType(bytes);

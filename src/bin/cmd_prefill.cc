@@ -3,17 +3,15 @@
 #include <signal.h>
 
 #include <cstdio>
-#include <map>
 #include <memory>
-#include <mutex>
 
 #include "bin/commands.h"
 #include "common/log.h"
 #include "bin/tier_flags.h"
 #include "bin/model_options.h"
 #include "kernels/cpu.h"
-#include "prefill/prefill_engine.h"
-#include "transfer/faulty.h"
+#include "prefill/prefill_server.h"
+#include "bin/fault_flags.h"
 #include "transfer/transport_kind.h"
 
 namespace tandem::cli {
@@ -34,10 +32,6 @@ struct PrefillArgs {
   double grammar_time_share = EngineOptions{}.grammar_time_share;
   std::string prefill_order = "arrival";
   std::string log_level = "info";
-  bool unsafe_early_commit = false;
-  int64_t debug_put_delay_us = 0;
-  double debug_bit_flip_rate = 0;
-  int64_t debug_wedge_after_messages = -1;
   bool no_prefix_cache = false;
   int64_t max_queue = 256;
   int64_t peer_timeout_ms = 5000;
@@ -45,6 +39,7 @@ struct PrefillArgs {
   bool insecure_no_cluster_key = false;
   std::string transport = "auto";
   TierFlags tiers;
+  FaultFlags faults;
 };
 
 int RunPrefill(PrefillArgs& a) {
@@ -90,96 +85,54 @@ int RunPrefill(PrefillArgs& a) {
     if (!key.ok()) return TLOG_ERROR("error: %s\n", key.status().message().c_str()), 2;
     po.cluster_key = *key;
   }
-  a.tiers.WarnOfFaults();
   auto tiers = a.tiers.Resolve();
   if (!tiers.ok()) return TLOG_ERROR("error: %s\n", tiers.status().ToString().c_str()), 1;
   po.engine.tiers = *tiers;
-  po.engine.debug_poison_pages = a.tiers.debug_poison_pages;
-  auto created = PrefillEngine::Create(**model, po);
-  if (!created.ok()) return TLOG_ERROR("error: %s\n", created.status().ToString().c_str()), 1;
-  PrefillEngine& worker = **created;
-  // Declared before the transport: its threads may call the handlers below until it is gone.
-  transfer::FaultPlan faults;
-  faults.put_delay = std::chrono::microseconds(a.debug_put_delay_us);
-  faults.bit_flip_rate = a.debug_bit_flip_rate;
-  faults.drop_messages_after = a.debug_wedge_after_messages;
-  if (a.unsafe_early_commit) {
-    // The production bug as a transport fault: index-K writes are not covered
-    // by the flush the Commit waits for.
-    auto index_k = worker.engine().cache_spec().registry.Find("index_k");
-    if (!index_k.ok()) {
-      return TLOG_ERROR("error: --debug-unsafe-early-commit needs sparse attention (an index-K buffer)\n"), 1;
-    }
-    faults.unflushed_sources = worker.engine().BufferMemory(*index_k);
-    TLOG_WARN("WARNING: --debug-unsafe-early-commit: index-K writes are NOT covered by the flush before each "
-                 "commit. Decode engines may read index-K before it lands. This reproduces a production "
-                 "corruption bug on purpose; never use it outside tests.\n");
-  }
-  const bool inject = a.debug_put_delay_us > 0 || a.debug_bit_flip_rate > 0 || a.debug_wedge_after_messages >= 0 ||
-                      a.unsafe_early_commit;
-  if (inject) {
-    TLOG_WARN("WARNING: injecting transfer faults (put delay %lld us, bit flip rate %g, wedge after %lld "
-                 "messages): tests only\n",
-                 (long long)a.debug_put_delay_us, a.debug_bit_flip_rate, (long long)a.debug_wedge_after_messages);
-  }
-  std::mutex wrapped_mu;
-  std::map<transfer::Connection*, std::shared_ptr<transfer::Connection>> wrapped;  // guarded by wrapped_mu
+  auto faults = a.faults.Resolve(a.tiers.enabled());  // tests only
+  if (!faults.ok()) return TLOG_ERROR("error: %s\n", faults.status().ToString().c_str()), 1;
+  faults->ApplyTo(&po.engine);
   auto lanes = transfer::ParseTransportKind(a.transport);
   if (!lanes.ok()) return TLOG_ERROR("error: %s\n", lanes.status().message().c_str()), 1;
   auto transport = transfer::MakeTransport(*lanes, po.cluster_key.Knock());
   if (!transport.ok()) return TLOG_ERROR("error: %s\n", transport.status().ToString().c_str()), 1;
-  // Nothing is spent on a peer before its Hello proves the key (no thread, a
-  // 64 KiB message at most, 5 s to say it, 128 waiting at once).
-  transfer::FirstMessageGate gate;
-  gate.check = [&worker](std::span<const uint8_t> m, std::vector<uint8_t>* reply) {
-    return worker.CheckFirstMessage(m, reply);
-  };
-  if (Status gated = (*transport)->SetFirstMessageGate(std::move(gate)); !gated.ok()) {
-    TLOG_WARN("tandem prefill: %s: connections that never authenticate cost a thread each\n",
-              gated.message().c_str());
-  }
-  Status st = (*transport)->Listen(a.host + ":" + std::to_string(a.port), [&](std::shared_ptr<transfer::Connection> c) {
-    transfer::ConnectionHandlers h;
-    std::shared_ptr<transfer::Connection> use = c;
-    if (inject) use = std::make_shared<transfer::FaultyConnection>(c, faults);
-    {
-      std::lock_guard<std::mutex> lock(wrapped_mu);
-      wrapped[c.get()] = use;
+  auto created = PrefillServer::Create(**model, po, std::move(transport).value());
+  if (!created.ok()) return TLOG_ERROR("error: %s\n", created.status().ToString().c_str()), 1;
+  PrefillServer& server = **created;
+  PrefillEngine& worker = server.engine();
+  // Faults of the handoff (tests only): each accepted connection is wrapped.
+  PrefillServer::Wrap wrap;
+  if (faults->transport_any()) {
+    std::vector<std::pair<const uint8_t*, size_t>> index_k;
+    if (faults->unsafe_early_commit) {
+      // The production bug as a transport fault: index-K writes are not
+      // covered by the flush the Commit waits for.
+      auto b = worker.engine().cache_spec().registry.Find("index_k");
+      if (!b.ok()) {
+        return TLOG_ERROR("error: --debug-unsafe-early-commit needs sparse attention (an index-K buffer)\n"), 1;
+      }
+      index_k = worker.engine().BufferMemory(*b);
+      TLOG_WARN("WARNING: --debug-unsafe-early-commit: index-K writes are NOT covered by the flush before each "
+                "commit. Decode engines may read index-K before it lands. This reproduces a production "
+                "corruption bug on purpose; never use it outside tests.\n");
     }
-    worker.OnAccept(use);
-    h.on_message = [&worker, &wrapped, &wrapped_mu](transfer::Connection& raw, std::vector<uint8_t> m) {
-      std::shared_ptr<transfer::Connection> conn;
-      {
-        std::lock_guard<std::mutex> lock(wrapped_mu);
-        auto it = wrapped.find(&raw);
-        if (it != wrapped.end()) conn = it->second;
-      }
-      if (conn) worker.OnMessage(conn, m);
+    TLOG_WARN("WARNING: injecting transfer faults (put delay %lld us, bit flip rate %g, wedge after %lld "
+              "messages): tests only\n",
+              (long long)a.faults.put_delay_us, a.faults.bit_flip_rate, (long long)a.faults.wedge_after_messages);
+    wrap = [plan = faults->ConnectionPlan(std::move(index_k))](
+               std::shared_ptr<transfer::Connection> c) -> std::shared_ptr<transfer::Connection> {
+      return std::make_shared<faults::FaultyConnection>(std::move(c), plan);
     };
-    h.on_close = [&worker, &wrapped, &wrapped_mu](transfer::Connection& raw, const Status&) {
-      std::shared_ptr<transfer::Connection> conn;
-      {
-        std::lock_guard<std::mutex> lock(wrapped_mu);
-        auto it = wrapped.find(&raw);
-        if (it == wrapped.end()) return;
-        conn = it->second;
-        wrapped.erase(it);
-      }
-      worker.OnClose(raw.id());
-      conn->Close();  // releases the endpoint (a no-op when it is already closed)
-    };
-    return h;
-  });
+  }
+  Status st = server.Listen(a.host + ":" + std::to_string(a.port), std::move(wrap));
   if (!st.ok()) return TLOG_ERROR("error: %s\n", st.ToString().c_str()), 1;
-  worker.SetListenAddress(a.host + ":" + std::to_string((*transport)->listen_port()));
   TLOG_INFO("tandem prefill: %s, handoffs at %s://%s:%d (%s kernels, %s attention, layout %s, instance %llu)\n",
                (*model)->config().name.c_str(), *lanes == transfer::TransportKind::kTcp ? "tcp" : "ucx",
-               a.host.c_str(), (*transport)->listen_port(),
+               a.host.c_str(), server.port(),
                kernels::IsaName(kernels::ActiveIsa()), a.attention.c_str(), worker.layout_fingerprint().c_str(),
                (unsigned long long)worker.instance_id());
   int sig = 0;
   sigwait(&set, &sig);
-  worker.Stop();  // no thread of it touches a connection once the transport goes
+  server.Stop();  // no thread of it touches a connection once the transport goes
   const auto s = worker.stats();
   const EngineStats e = worker.engine().Stats();
   TLOG_INFO("tandem prefill: stopping (%lld committed, %lld aborted, %lld failed, %lld pages in use, %lld held by "
@@ -223,10 +176,6 @@ void RegisterPrefill(CLI::App& app) {
                   "Structured outputs: and at most this fraction of a step's model time, when sequences "
                   "computed in it (what one request's masks may add to everyone's inter-token latency)")
       ->check(CLI::Range(0.001, 100.0));
-  cmd->add_flag("--debug-unsafe-early-commit", a->unsafe_early_commit,
-                "UNSAFE, tests only: commit before the index-K writes are flushed");
-  cmd->add_option("--debug-put-delay-us", a->debug_put_delay_us, "Tests only: delay every page write")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--debug-bit-flip-rate", a->debug_bit_flip_rate, "Tests only: flip one bit in this share of page writes")->check(CLI::Range(0.0, 1.0));
   cmd->add_flag("--no-prefix-cache", a->no_prefix_cache, "Compute every prompt from its first token");
   cmd->add_option("--max-queue", a->max_queue, "Handoffs that may wait to be scheduled; more are refused")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
@@ -239,11 +188,8 @@ void RegisterPrefill(CLI::App& app) {
                   "A decode engine silent this long is declared dead and its connection closed")
       ->check(CLI::Range(int64_t(100), int64_t(3600) * 1000));
   a->tiers.AddTo(cmd);
+  a->faults.AddTo(cmd);
   AddLogLevel(cmd, &a->log_level);
-  cmd->add_option("--debug-wedge-after-messages", a->debug_wedge_after_messages,
-                  "Tests only: after sending this many messages on a connection, send none (commits and abort "
-                  "acknowledgements never arrive: a wedged engine that stays connected)")
-      ->check(CLI::NonNegativeNumber);
   cmd->callback([a] { SetExitCode(RunPrefill(*a)); });
 }
 

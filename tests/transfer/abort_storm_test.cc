@@ -8,7 +8,7 @@
 #include <set>
 #include <thread>
 
-#include "prefill/prefill_engine.h"
+#include "prefill/prefill_server.h"
 #include "support/test_models.h"
 #include "support/tiny_model.h"
 #include "decode/handoff_receiver.h"
@@ -52,18 +52,9 @@ TEST_P(AbortStorm, HalfAbortedTenRoundsThenACleanRound) {
   po.engine.chunk_size = 4;
   po.engine.threads = 1;
   po.peer_timeout = std::chrono::minutes(10);  // this decode side sends no heartbeats
-  auto worker = std::move(PrefillEngine::Create(model, po)).value();
-  LoopbackTransport prefill_t(net);  // after the engine: its handlers call it until the transport goes
-  ASSERT_TRUE(prefill_t.Listen("p", [&](std::shared_ptr<Connection> c) {
-                worker->OnAccept(c);
-                ConnectionHandlers h;
-                std::weak_ptr<Connection> weak = c;
-                h.on_message = [&worker, weak](Connection&, std::vector<uint8_t> b) {
-                  if (auto conn = weak.lock()) worker->OnMessage(conn, b);
-                };
-                h.on_close = [&worker](Connection& raw, const Status&) { worker->OnClose(raw.id()); };
-                return h;
-              }).ok());
+  auto server = std::move(PrefillServer::Create(model, po, std::make_unique<LoopbackTransport>(net))).value();
+  PrefillEngine* worker = &server->engine();
+  ASSERT_TRUE(server->Listen("p").ok());
   ConnectionHandlers decode_handlers;
   decode_handlers.on_message = [&](Connection&, std::vector<uint8_t> b) {
     std::lock_guard<std::mutex> lock(mu);
@@ -151,7 +142,7 @@ TEST_P(AbortStorm, HalfAbortedTenRoundsThenACleanRound) {
   }
   EXPECT_EQ(ps.pages_in_use, 0);
   EXPECT_EQ(ps.in_flight, 0);
-  worker->Stop();
+  server->Stop();
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, AbortStorm, tandem::testing::kTestModels, tandem::testing::ModelInstanceName);
