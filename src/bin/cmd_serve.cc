@@ -8,6 +8,7 @@
 
 #include "bin/commands.h"
 #include "common/log.h"
+#include "bin/fault_flags.h"
 #include "bin/tier_flags.h"
 #include "bin/disagg_launcher.h"
 #include "bin/model_options.h"
@@ -37,10 +38,8 @@ struct ServeArgs {
   int prefill_engines = 1;     // --disagg
   int restart_budget = 5;      // --disagg
   bool fault_control = false;  // --disagg, --debug-fault-control
-  bool unsafe_early_commit = false;
   TierFlags tiers;
-  int64_t debug_put_delay_us = 0;          // --disagg: passed to the prefill engine
-  int64_t debug_wedge_after_messages = -1;  // --disagg: passed to the prefill engine
+  FaultFlags faults;  // the transport's: --disagg, passed to the prefill engines
   std::string transport = "auto";
   int64_t peer_timeout_ms = 5000;
   int64_t handoff_timeout_ms = 60000;
@@ -105,7 +104,10 @@ DisaggLaunch LaunchFor(const ServeArgs& a) {
   for (auto* side : {&l.prefill_args, &l.decode_args}) {
     side->insert(side->end(), {"--transport", a.transport, "--peer-timeout-ms", std::to_string(a.peer_timeout_ms)});
   }
-  if (a.unsafe_early_commit) l.prefill_args.push_back("--debug-unsafe-early-commit");
+  for (const std::string& arg : a.faults.TransportArgs()) l.prefill_args.push_back(arg);
+  for (auto* side : {&l.decode_args, &l.prefill_args}) {
+    for (const std::string& arg : a.faults.CacheArgs()) side->push_back(arg);
+  }
   // Tiers on both sides: the prefill engines' save computing a prompt's
   // cached prefix, the decode server's save sending it. An L3 folder is held
   // by one process (prefix/disk_folder.h), so each engine has its own, named
@@ -122,13 +124,6 @@ DisaggLaunch LaunchFor(const ServeArgs& a) {
     }
     l.prefill_engine_args.push_back(t.Args());
   }
-  if (a.debug_put_delay_us > 0) {
-    l.prefill_args.insert(l.prefill_args.end(), {"--debug-put-delay-us", std::to_string(a.debug_put_delay_us)});
-  }
-  if (a.debug_wedge_after_messages >= 0) {
-    l.prefill_args.insert(l.prefill_args.end(),
-                          {"--debug-wedge-after-messages", std::to_string(a.debug_wedge_after_messages)});
-  }
   return l;
 }
 
@@ -142,9 +137,11 @@ int WaitForSignal() {
   return sig;
 }
 
+// The tiers, and the cache's faults (tests only) through their seams.
 Status ApplyTierFlags(ServeArgs& a) {
   TANDEM_ASSIGN_OR_RETURN(a.engine.tiers, a.tiers.Resolve());
-  a.engine.debug_poison_pages = a.tiers.debug_poison_pages;
+  TANDEM_ASSIGN_OR_RETURN(faults::FaultOptions faults, a.faults.Resolve(a.tiers.enabled()));
+  faults.ApplyTo(&a.engine);
   return Status::Ok();
 }
 
@@ -154,11 +151,12 @@ int RunServe(ServeArgs& a) {
     TLOG_ERROR("error: --prefill-engines and --debug-fault-control are options of --disagg\n");
     return 2;
   }
-  if (!a.disagg && (a.unsafe_early_commit || a.debug_put_delay_us > 0 || a.debug_wedge_after_messages >= 0)) {
+  if (!a.disagg && a.faults.transport_any()) {
     // Faults of the handoff: there is none without --disagg (a decode server
     // with --prefill gets them from its prefill engines' own flags).
-    TLOG_ERROR("error: --debug-unsafe-early-commit, --debug-put-delay-us and --debug-wedge-after-messages are faults "
-               "of the prefill engine's transport: they need --disagg (or pass them to `tandem prefill`)\n");
+    TLOG_ERROR("error: --debug-unsafe-early-commit, --debug-put-delay-us, --debug-bit-flip-rate and "
+               "--debug-wedge-after-messages are faults of the prefill engine's transport: they need --disagg (or "
+               "pass them to `tandem prefill`)\n");
     return 2;
   }
   if (!a.cluster_key_file.empty() && !a.disagg && a.decode.prefill_addresses.empty()) {
@@ -197,7 +195,6 @@ int RunServe(ServeArgs& a) {
     return 1;
   }
   a.engine.attention = *attention;
-  a.tiers.WarnOfFaults();
   if (Status st = ApplyTierFlags(a); !st.ok()) {
     TLOG_ERROR("error: %s\n", st.ToString().c_str());
     return 1;
@@ -335,16 +332,9 @@ void RegisterServe(CLI::App& app) {
   cmd->add_flag("--debug-fault-control", a->fault_control,
                 "With --disagg, tests and soaks only: the launcher kills, restarts (optionally with bit flips) and "
                 "stops its prefill engines when asked over HTTP (bench agentic --faults uses it)");
-  cmd->add_flag("--debug-unsafe-early-commit", a->unsafe_early_commit,
-                "With --disagg, UNSAFE, tests only: the prefill engine commits before index-K is flushed");
   a->tiers.AddTo(cmd);
+  a->faults.AddTo(cmd);
   AddLogLevel(cmd, &a->log_level);
-  cmd->add_option("--debug-put-delay-us", a->debug_put_delay_us,
-                  "With --disagg, tests only: the prefill engine delays every page write")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--debug-wedge-after-messages", a->debug_wedge_after_messages,
-                  "With --disagg, tests only: the prefill engine stops sending after this many messages (wedged)")
-      ->check(CLI::NonNegativeNumber);
   cmd->callback([a] { SetExitCode(RunServe(*a)); });
 }
 

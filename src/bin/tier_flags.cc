@@ -39,28 +39,12 @@ void TierFlags::AddTo(CLI::App* cmd) {
   cmd->add_option("--prefetch-timeout-ms", prefetch_timeout_ms,
                   "How long a request waits for its L3 pages before recomputing them")
       ->check(CLI::Range(int64_t(0), int64_t(3600000)));
-  cmd->add_option("--debug-copy-delay-us", debug_copy_delay_us, "Tests only: the tier copy engine sleeps per layer")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_flag("--debug-ungated-index-k", debug_ungated_index_k,
-                "Tests only, UNSAFE: loads from L2 open each layer's gate before its index-K has landed (the "
-                "production bug); needs --host-cache-size and sparse attention");
-  cmd->add_flag("--debug-poison-pages", debug_poison_pages,
-                "Debug: fill every cache page (L1 and L2) with a poison pattern the moment it is freed or reserved, "
-                "so a read before its data lands gives garbage (caught by verification), never stale bytes");
-}
-
-void TierFlags::WarnOfFaults() const {
-  if (debug_poison_pages) {
-    TLOG_WARN("WARNING: --debug-poison-pages: every freed or reserved cache page is overwritten with a poison "
-              "pattern (debug; costs a page-sized memset per free)\n");
-  }
 }
 
 StatusOr<TierOptions> TierFlags::Resolve() const {
   TierOptions t;
   if (host_cache_size.empty()) {
     if (!disk_cache_dir.empty()) return InvalidArgument("--disk-cache-dir needs --host-cache-size (L3 pages pass through L2)");
-    if (debug_ungated_index_k) return InvalidArgument("--debug-ungated-index-k is a fault of the L2 tier: it needs --host-cache-size");
     return t;
   }
   TANDEM_ASSIGN_OR_RETURN(t.host_bytes, ParseBytes("--host-cache-size", host_cache_size));
@@ -71,29 +55,16 @@ StatusOr<TierOptions> TierFlags::Resolve() const {
   TANDEM_ASSIGN_OR_RETURN(t.policy, ParseWritePolicy(write_policy));
   t.selective_hits = selective_hits;
   t.prefetch_deadline = std::chrono::milliseconds(prefetch_timeout_ms);
-  t.debug_copy_delay = std::chrono::microseconds(debug_copy_delay_us);
-  if (debug_copy_delay_us > 0) {
-    TLOG_WARN("WARNING: the cache-tier copy engine sleeps %lld us per layer: tests only\n",
-                 (long long)debug_copy_delay_us);
-  }
-  if (debug_ungated_index_k) {
-    t.debug_ungated_buffer = "index_k";
-    TLOG_WARN("WARNING: --debug-ungated-index-k: loads from L2 open each layer's gate BEFORE its index-K "
-                         "has landed (the production bug): tests only\n");
-  }
   return t;
 }
 
 std::vector<std::string> TierFlags::Args() const {
   std::vector<std::string> a;
-  if (debug_poison_pages) a.push_back("--debug-poison-pages");
   if (host_cache_size.empty()) return a;
   a.insert(a.end(), {"--host-cache-size", host_cache_size, "--cache-write-policy", write_policy,
                                 "--cache-selective-hits", std::to_string(selective_hits), "--prefetch-timeout-ms",
                                 std::to_string(prefetch_timeout_ms)});
   if (!disk_cache_dir.empty()) a.insert(a.end(), {"--disk-cache-dir", disk_cache_dir, "--disk-cache-size", disk_cache_size});
-  if (debug_copy_delay_us > 0) a.insert(a.end(), {"--debug-copy-delay-us", std::to_string(debug_copy_delay_us)});
-  if (debug_ungated_index_k) a.push_back("--debug-ungated-index-k");
   return a;
 }
 

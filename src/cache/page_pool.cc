@@ -65,7 +65,7 @@ StatusOr<std::vector<int32_t>> PagePool::Reserve(int64_t n) {
   TANDEM_ASSIGN_OR_RETURN(std::vector<int32_t> pages, Allocate(n));
   for (int32_t p : pages) {
     ref_[size_t(p)] = kReserved;
-    if (poison_) Poison(p);
+    if (hook_) hook_(*this, p);
   }
   reserved_ += n;
   return pages;
@@ -85,7 +85,7 @@ void PagePool::CancelReservation(std::span<const int32_t> pages) {
     ref_[size_t(p)] = 0;
     --reserved_;
     ++generation_[size_t(p)];
-    if (poison_) Poison(p);
+    if (hook_) hook_(*this, p);
     free_list_.push_back(p);
   }
 }
@@ -102,24 +102,16 @@ void PagePool::Release(std::span<const int32_t> pages) {
     TANDEM_CHECK_MSG(p >= 0 && p < total_pages() && ref_[size_t(p)] > 0, "double release");
     if (--ref_[size_t(p)] == 0) {
       ++generation_[size_t(p)];
-      if (poison_) Poison(p);
+      if (hook_) hook_(*this, p);
       free_list_.push_back(p);
     }
   }
 }
 
-void PagePool::set_debug_poison(bool on) {
-  poison_ = on;
-  if (on) {
-    for (int32_t p : free_list_) Poison(p);
-  }
-}
-
-void PagePool::Poison(int32_t page) {
-  for (int b = 0; b < layout_.n_buffers(); ++b) {
-    for (int l = 0; l < layout_.n_layers(); ++l) {
-      std::memset(Segment(CacheBufferId(b), l, page), kPoisonByte, size_t(layout_.page_stride(CacheBufferId(b))));
-    }
+void PagePool::SetPageHook(PageHook hook) {
+  hook_ = std::move(hook);
+  if (hook_) {
+    for (int32_t p : free_list_) hook_(*this, p);
   }
 }
 

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -64,15 +65,14 @@ class PagePool {
 
   Status CheckAccounting() const;
 
-  // DEBUG (--debug-poison-pages): every page is filled with kPoisonByte the
-  // moment it is freed or reserved, like an allocator's scribbling, so a read
-  // before its data has landed gives garbage instead of stale bytes that
-  // happen to be right. Off: one untaken branch per freed page.
-  // Turning it on poisons every free page at once (a fresh arena is zeros).
-  void set_debug_poison(bool on);
-  bool debug_poison() const { return poison_; }
-  // f32/bf16 0x5A5A.. ~ 1.5e16, f16 203, fp8 e4m3 20: finite, and far from any real cache row.
-  static constexpr uint8_t kPoisonByte = 0x5A;
+  // Called with each page the moment it is freed or reserved, and at once
+  // with every page free when it is set; none by default (one untaken branch
+  // per freed page). The fault library's page poisoning
+  // (faults/page_poison.h) scribbles them, so a read before its data has
+  // landed gives garbage instead of stale bytes that happen to be right.
+  using PageHook = std::function<void(PagePool& pool, int32_t page)>;
+  void SetPageHook(PageHook hook);
+  const PageHook& page_hook() const { return hook_; }
 
  private:
   PagePool(const CacheBufferRegistry& registry, int n_layers, int64_t n_pages, uint8_t* arena,
@@ -84,9 +84,8 @@ class PagePool {
   std::vector<int32_t> ref_;         // > 0 used, 0 free, kReserved reserved
   std::vector<uint32_t> generation_;
   int64_t reserved_ = 0;
-  bool poison_ = false;
+  PageHook hook_;
   static constexpr int32_t kReserved = -1;
-  void Poison(int32_t page);
 };
 
 }  // namespace tandem

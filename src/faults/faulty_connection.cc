@@ -1,9 +1,9 @@
-#include "transfer/faulty.h"
+#include "faults/faulty_connection.h"
 
 #include "common/splitmix.h"
 #include "transfer/messages.h"
 
-namespace tandem::transfer {
+namespace tandem::faults {
 
 FaultyConnection::FaultyConnection(std::shared_ptr<Connection> inner, FaultPlan plan)
     : inner_(std::move(inner)), plan_(plan) {
@@ -166,4 +166,4 @@ int64_t FaultyConnection::flipped_puts() const {
   return flipped_;
 }
 
-}  // namespace tandem::transfer
+}  // namespace tandem::faults

@@ -1,4 +1,5 @@
-// A fault-injecting wrapper around any Connection, for tests: delayed puts,
+// TESTS ONLY (the fault library, linked by bin/ and tests): a fault-injecting
+// wrapper around any Connection: delayed puts,
 // dropped / duplicated / reordered messages, bit flips in written data, and
 // peer death after a number of puts. Faults are drawn from a seeded counter,
 // so a failing test replays exactly.
@@ -22,7 +23,13 @@
 #include "common/mutex.h"
 #include "transfer/transport.h"
 
-namespace tandem::transfer {
+namespace tandem::faults {
+
+using transfer::Clock;
+using transfer::Connection;
+using transfer::RemoteKey;
+using transfer::PutOp;
+
 
 struct FaultPlan {
   std::chrono::microseconds put_delay{0};
@@ -90,4 +97,4 @@ class FaultyConnection : public Connection {
   std::thread thread_;
 };
 
-}  // namespace tandem::transfer
+}  // namespace tandem::faults

@@ -1,12 +1,31 @@
-#include "prefix/faulty_tiers.h"
+#include "faults/faulty_tiers.h"
 
 #include <cstring>
 #include <thread>
 
-namespace tandem {
+namespace tandem::faults {
+
+TierOptions::Factory TierFaults::Factory() const {
+  const TierFaults faults = *this;
+  return [faults](PagePool& l1, const CacheBufferRegistry& registry, const TierOptions& options,
+                  std::string disk_subdir) -> StatusOr<std::unique_ptr<TieredCache>> {
+    CacheBufferId ungated = -1;
+    if (!faults.ungated_buffer.empty()) {
+      auto b = registry.Find(faults.ungated_buffer);
+      if (!b.ok()) {
+        return InvalidArgument("the ungated-buffer fault names '" + faults.ungated_buffer +
+                               "', which is not in this cache's registry (is attention sparse?)");
+      }
+      ungated = *b;
+    }
+    return std::unique_ptr<TieredCache>(
+        new FaultyTieredCache(l1, registry, options, std::move(disk_subdir), faults.copy_delay, ungated));
+  };
+}
+
 
 void FaultyTieredCache::Delay() const {
-  if (options().debug_copy_delay.count() > 0) std::this_thread::sleep_for(options().debug_copy_delay);
+  if (delay_.count() > 0) std::this_thread::sleep_for(delay_);
 }
 
 int64_t FaultyTieredCache::CopyLoad(std::span<const int32_t> src, std::span<const int32_t> dst, LayerGates& gates) {
@@ -34,4 +53,4 @@ int64_t FaultyTieredCache::CopyLoad(std::span<const int32_t> src, std::span<cons
   return bytes;
 }
 
-}  // namespace tandem
+}  // namespace tandem::faults

@@ -1,6 +1,5 @@
 #include "prefix/tiers.h"
 
-#include "prefix/faulty_tiers.h"
 #include "prefix/tiers_internal.h"
 
 #include <unistd.h>
@@ -56,16 +55,6 @@ StatusOr<std::unique_ptr<TieredCache>> TieredCache::Create(PagePool& l1, const C
                            std::to_string(l1.layout().BytesPerPage()) + " bytes)");
   }
   if (options.selective_hits < 1) return InvalidArgument("write-through-selective needs at least 1 hit");
-  CacheBufferId ungated = -1;
-  if (!options.debug_ungated_buffer.empty()) {
-    auto b = registry.Find(options.debug_ungated_buffer);
-    if (!b.ok()) {
-      return InvalidArgument("the ungated-buffer fault names '" + options.debug_ungated_buffer +
-                             "', which is not in this cache's registry (is attention sparse?)");
-    }
-    ungated = *b;
-  }
-  const bool faulty = options.debug_copy_delay.count() > 0 || ungated >= 0;  // TESTS ONLY: prefix/faulty_tiers.h
   std::string subdir;
   std::unique_ptr<DiskFolder> folder;
   if (!options.disk_dir.empty()) {
@@ -85,8 +74,12 @@ StatusOr<std::unique_ptr<TieredCache>> TieredCache::Create(PagePool& l1, const C
     TLOG_INFO("disk cache %s: %lld bytes, held by pid %d\n", subdir.c_str(), (long long)options.disk_bytes,
               int(::getpid()));
   }
-  auto t = faulty ? std::unique_ptr<TieredCache>(new FaultyTieredCache(l1, registry, sized, subdir, ungated))
-                  : std::unique_ptr<TieredCache>(new TieredCache(l1, registry, sized, subdir));
+  std::unique_ptr<TieredCache> t;
+  if (options.make) {
+    TANDEM_ASSIGN_OR_RETURN(t, options.make(l1, registry, sized, subdir));
+  } else {
+    t.reset(new TieredCache(l1, registry, sized, subdir));
+  }
   t->disk_folder_ = std::move(folder);
   if (!subdir.empty()) TANDEM_RETURN_IF_ERROR(t->ScanDisk());
   return t;
@@ -98,7 +91,7 @@ TieredCache::TieredCache(PagePool& l1, const CacheBufferRegistry& registry, cons
       options_(options),
       disk_subdir_(std::move(disk_subdir)),
       host_(std::make_unique<PagePool>(registry, l1.layout().n_layers(), options.host_pages)) {
-  host_->set_debug_poison(l1.debug_poison());  // L2 scribbles its freed pages like L1
+  host_->SetPageHook(l1.page_hook());  // L2's freed pages are treated like L1's
   copy_engine_ = std::thread([this] { RunCopyEngine(); });
 }
 

@@ -52,6 +52,8 @@ namespace tandem {
 
 using PageTokens = std::array<int32_t, kPageTokens>;
 
+class TieredCache;
+
 enum class WritePolicy { kWriteThrough, kWriteThroughSelective, kWriteBack };
 StatusOr<WritePolicy> ParseWritePolicy(const std::string& name);  // write-through | write-through-selective | write-back
 
@@ -63,11 +65,12 @@ struct TierOptions {
   WritePolicy policy = WritePolicy::kWriteThrough;
   int selective_hits = 2;   // write-through-selective: L1 hits before a page goes to L2
   std::chrono::milliseconds prefetch_deadline{2000};  // L3 -> L2 before the request gives up on it
-  // TESTS ONLY (either one selects the faulty copy engine, prefix/faulty_tiers.h):
-  std::chrono::microseconds debug_copy_delay{0};  // the copy engine sleeps this long per layer and per L3 page
-  // The incident's fault: loads open each layer's gate before this registered
-  // buffer (by its registry name) has landed; it is copied last.
-  std::string debug_ungated_buffer;
+  // Builds the tiers once Create has checked the options and claimed the
+  // disk directory; null: TieredCache itself. The fault library's copy
+  // engine comes this way (faults/faulty_tiers.h); production never sets it.
+  using Factory = std::function<StatusOr<std::unique_ptr<TieredCache>>(
+      PagePool& l1, const CacheBufferRegistry& registry, const TierOptions& options, std::string disk_subdir)>;
+  Factory make;
 };
 
 struct TierStats {

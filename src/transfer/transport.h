@@ -1,7 +1,8 @@
 // The transport interface the handoff is written against: one-sided writes
 // into a peer's registered memory, a flush that says when they have landed,
 // and reliable ordered messages. Implementations: loopback (in-process, for
-// tests), faulty (a fault-injecting wrapper) and UCX (shared memory or TCP).
+// tests), UCX (shared memory or TCP) and TCP sockets; the fault library's
+// faulty connection (faults/faulty_connection.h) wraps any of them.
 //
 // Ordering contract — the one the handoff's correctness rests on: messages
 // are ordered among themselves, but NOTHING orders a message after earlier

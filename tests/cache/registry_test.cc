@@ -6,6 +6,7 @@
 
 #include "cache/layout.h"
 #include "cache/page_pool.h"
+#include "faults/page_poison.h"
 #include "model/cache_spec.h"
 
 namespace tandem {
@@ -96,13 +97,13 @@ TEST(PagePool, DebugPoisonScribblesFreedAndReservedPagesOnly) {
   };
   for (bool poison : {false, true}) {
     PagePool pool(r, 3, 6);
-    pool.set_debug_poison(poison);
+    if (poison) pool.SetPageHook(faults::PoisonPages());  // the fault library's poisoning (faults/page_poison.h)
     auto pages = *pool.Allocate(3);
     for (int32_t p : pages) fill(pool, p, 0x11);
     pool.AddRef(std::span<const int32_t>(pages).first(1));
     pool.Release(pages);  // page 0 is still referenced, 1 and 2 are freed
     EXPECT_TRUE(all_equal(pool, pages[0], 0x11)) << "a referenced page is never touched";
-    const uint8_t freed = poison ? PagePool::kPoisonByte : 0x11;
+    const uint8_t freed = poison ? faults::kPoisonByte : 0x11;
     EXPECT_TRUE(all_equal(pool, pages[1], freed) && all_equal(pool, pages[2], freed)) << "poison " << poison;
     pool.Release(std::span<const int32_t>(pages).first(1));
     EXPECT_TRUE(all_equal(pool, pages[0], freed));
@@ -111,12 +112,12 @@ TEST(PagePool, DebugPoisonScribblesFreedAndReservedPagesOnly) {
     auto reserved = *pool.Reserve(2);
     for (int32_t p : reserved) fill(pool, p, 0x22);
     pool.CancelReservation(reserved);
-    EXPECT_TRUE(all_equal(pool, reserved[0], poison ? PagePool::kPoisonByte : 0x22));
+    EXPECT_TRUE(all_equal(pool, reserved[0], poison ? faults::kPoisonByte : 0x22));
     fill(pool, reserved[1], 0x33);  // written while free
     auto again = *pool.Reserve(pool.free_pages());
     for (int32_t p : again) {
       if (poison) {
-        EXPECT_TRUE(all_equal(pool, p, PagePool::kPoisonByte)) << "page " << p;
+        EXPECT_TRUE(all_equal(pool, p, faults::kPoisonByte)) << "page " << p;
       }
       if (!poison && p == reserved[1]) {
         EXPECT_TRUE(all_equal(pool, p, 0x33)) << "off: nothing is written";

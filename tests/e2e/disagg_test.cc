@@ -16,6 +16,7 @@
 #include "support/process.h"
 #include "support/server_process.h"
 #include "support/tiny_model.h"
+#include "support/wait.h"
 
 namespace tandem {
 namespace {
@@ -144,11 +145,8 @@ TEST_P(Disagg, LayoutMismatchFailsAtConnectWithAClearMessage) {
   ASSERT_TRUE(decode->ok()) << decode->Log();
   // The Hello exchange happens right after connecting.
   int status = 0;
-  for (int i = 0; i < 200; ++i) {
-    status = HttpGet(decode->port(), "/health").status;
-    if (status == 503) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  testing::WaitUntil([&] { return (status = HttpGet(decode->port(), "/health").status) == 503; },
+                     std::chrono::seconds(2));
   // The engine notices at its next step; a request makes sure one happens.
   int request_status = 0;
   Complete(decode->port(), Prompt(1), 4, &request_status);
@@ -232,12 +230,12 @@ TEST_P(Disagg, PrefillDeathFailsRequestsFastAndHealthTurns503) {
   EXPECT_EQ(status, 200);
   prefill->Kill9();
   const auto t0 = std::chrono::steady_clock::now();
-  bool refused = false;
-  for (int i = 0; i < 100 && !refused; ++i) {
-    Complete(decode->port(), Prompt(3), 8, &status);
-    refused = status == 503;
-    if (!refused) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  const bool refused = testing::WaitUntil(
+      [&] {
+        Complete(decode->port(), Prompt(3), 8, &status);
+        return status == 503;
+      },
+      std::chrono::seconds(20), std::chrono::milliseconds(50));
   EXPECT_TRUE(refused) << "requests must fail with 503 once the prefill engine is gone\n" << decode->Log();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
   const int health = HttpGet(decode->port(), "/health").status;
@@ -337,14 +335,13 @@ TEST_P(Disagg, AbortStormLeavesNothingBehindAndACleanRoundSucceeds) {
     for (auto& c : clients) c.get();
   }
   std::map<std::string, double> m;
-  for (int i = 0; i < 1500; ++i) {  // acknowledgements and cancellations settle
-    m = testing::ParseMetrics(HttpGet(port, "/metrics").body);
-    if (m["tandem_requests_running"] + m["tandem_requests_waiting"] == 0 && m["tandem_handoff_quarantined_pages"] == 0 &&
-        m["tandem_cache_pages{state=\"reserved\"}"] == 0) {
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  testing::WaitUntil(  // acknowledgements and cancellations settle
+      [&] {
+        m = testing::ParseMetrics(HttpGet(port, "/metrics").body);
+        return m["tandem_requests_running"] + m["tandem_requests_waiting"] == 0 &&
+               m["tandem_handoff_quarantined_pages"] == 0 && m["tandem_cache_pages{state=\"reserved\"}"] == 0;
+      },
+      std::chrono::seconds(30), std::chrono::milliseconds(20));
   EXPECT_EQ(m["tandem_requests_running"] + m["tandem_requests_waiting"], 0);
   EXPECT_EQ(m["tandem_handoff_quarantined_pages"], 0);
   EXPECT_EQ(m["tandem_cache_pages{state=\"reserved\"}"], 0);
@@ -369,7 +366,9 @@ TEST_P(Disagg, DecodeKilledMidHandoffThePrefillEngineReleasesEverything) {
   for (int i = 0; i < 6; ++i) {
     clients.push_back(std::async(std::launch::async, [&, i] { Complete(decode->port(), Prompt(i + 5), 8); }));
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(30));  // handoffs in flight
+  EXPECT_TRUE(testing::WaitUntil(  // handoffs in flight when it dies
+      [&] { return testing::ParseMetrics(HttpGet(decode->port(), "/metrics").body)["tandem_handoffs_in_flight"] > 0; },
+      std::chrono::seconds(5), std::chrono::milliseconds(5)));
   decode->Kill9();
   for (auto& c : clients) c.get();
   // The sender's puts fail or its flush deadline passes; either way it lets go.
@@ -396,7 +395,9 @@ TEST_P(Disagg, TwoPrefillEnginesShareTheWorkAndOneMaySurviveTheOther) {
   for (int i = 0; i < 16; ++i) EXPECT_EQ(got[size_t(i)].get(), Complete(colocated->port(), Prompt(i), 12)) << i;
   // Both engines took part; then one dies and the other carries on alone.
   p1->Kill9();
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_TRUE(testing::WaitUntil(  // the decode server saw its link go down
+      [&] { return testing::ParseMetrics(HttpGet(decode.port(), "/metrics").body)["tandem_prefill_links_up"] == 1; },
+      std::chrono::seconds(10), std::chrono::milliseconds(20)));
   int ok = 0;
   for (int i = 0; i < 6; ++i) {
     int status = 0;
@@ -471,12 +472,12 @@ TEST_P(Disagg, DecodeKilledRouterAnswers503ThenRecoversAfterRestart) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5)) << "and answer quickly";
   decode = std::make_unique<ServerProcess>(decode_args(), 60, "http://127.0.0.1:", decode_port);
   ASSERT_TRUE(decode->ok()) << decode->Log();
-  bool recovered = false;
-  for (int i = 0; i < 100 && !recovered; ++i) {
-    Complete(router.port(), Prompt(3), 8, &status);
-    recovered = status == 200;
-    if (!recovered) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  const bool recovered = testing::WaitUntil(
+      [&] {
+        Complete(router.port(), Prompt(3), 8, &status);
+        return status == 200;
+      },
+      std::chrono::seconds(20), std::chrono::milliseconds(50));
   EXPECT_TRUE(recovered) << "requests succeed again once the decode server is back";
 }
 

@@ -15,6 +15,7 @@
 #include "support/process.h"
 #include "support/server_process.h"
 #include "support/tiny_model.h"
+#include "support/wait.h"
 
 namespace tandem {
 namespace {
@@ -87,7 +88,8 @@ class Heal : public ::testing::TestWithParam<std::string> {
   // Waits (bounded) until /health answers `status`; returns how long it took.
   static Clock::duration WaitForHealth(int port, int status, Clock::duration limit) {
     const auto t0 = Clock::now();
-    while (Clock::now() - t0 < limit && HttpGet(port, "/health").status != status) std::this_thread::sleep_for(20ms);
+    testing::WaitUntil([&] { return HttpGet(port, "/health").status == status; },
+                       std::chrono::duration_cast<std::chrono::milliseconds>(limit), 20ms);
     return Clock::now() - t0;
   }
   // The prefill engine's own accounting, from its stop line.
@@ -111,7 +113,10 @@ TEST_P(Heal, ARestartedPrefillEngineIsUsedAgainWithoutRestartingTheDecodeServer)
   ASSERT_TRUE(decode->ok()) << decode->Log();
   // Under load: 12 requests in flight when the engine dies.
   auto load = Load(decode->port(), 12);
-  std::this_thread::sleep_for(50ms);  // let handoffs start; the assertions below do not depend on it
+  // Handoffs in flight when it dies (the assertions below do not depend on it).
+  testing::WaitUntil(
+      [&] { return testing::ParseMetrics(HttpGet(decode->port(), "/metrics").body)["tandem_handoffs_in_flight"] > 0; },
+      5s, 5ms);
   prefill->Kill9();
   const auto killed = Clock::now();
   for (auto& f : load) {
@@ -153,10 +158,12 @@ TEST_P(Heal, AWedgedPrefillEngineEndsRequestsWithinThePeerTimeoutAndReleasesTheQ
   // quarantined until it answers a new handshake (it does so only once no
   // handoff of the old connection still runs) — here, right after the reconnect.
   std::map<std::string, double> m;
-  for (const auto until = Clock::now() + 5s; Clock::now() < until; std::this_thread::sleep_for(20ms)) {
-    m = testing::ParseMetrics(HttpGet(decode->port(), "/metrics").body);
-    if (m["tandem_handoff_quarantined_pages"] == 0 && m["tandem_cache_pages{state=\"reserved\"}"] == 0) break;
-  }
+  testing::WaitUntil(
+      [&] {
+        m = testing::ParseMetrics(HttpGet(decode->port(), "/metrics").body);
+        return m["tandem_handoff_quarantined_pages"] == 0 && m["tandem_cache_pages{state=\"reserved\"}"] == 0;
+      },
+      5s, 20ms);
   EXPECT_EQ(m["tandem_handoff_quarantined_pages"], 0) << "the fence ended the quarantine";
   EXPECT_EQ(m["tandem_cache_pages{state=\"reserved\"}"], 0);
   EXPECT_GT(m["tandem_prefill_links_declared_dead_total"], 0);
@@ -198,7 +205,10 @@ TEST_P(Heal, ADecodeServerKilledAndRestartedIsServedAgainThroughTheRouter) {
   ASSERT_TRUE(router.ok()) << router.Log();
   std::vector<std::future<void>> load;
   for (int i = 0; i < 6; ++i) load.push_back(std::async(std::launch::async, [&, i] { Complete(router.port(), Prompt(i), 8); }));
-  std::this_thread::sleep_for(30ms);  // handoffs in flight; nothing below depends on it
+  // Handoffs in flight when it dies (nothing below depends on it).
+  testing::WaitUntil(
+      [&] { return testing::ParseMetrics(HttpGet(decode_port, "/metrics").body)["tandem_handoffs_in_flight"] > 0; },
+      5s, 5ms);
   decode->Kill9();
   for (auto& f : load) f.get();
   decode = testing::StartServe(model_, "bf16", Loopback(prefill->port()), kFastLiveness, decode_port);
@@ -290,11 +300,10 @@ TEST_P(Heal, PutsSlowerThanTheHandoffDeadlineNeverLandInAReusedPage) {
   EXPECT_GT(m["tandem_handoffs_total{outcome=\"aborted\"}"], 0) << "the slow engine's handoffs passed their deadline";
   EXPECT_EQ(m["tandem_handoff_digest_mismatches_total"], 0) << "no late write landed in a reused page";
   slow->Kill9();  // the fault ends; the clean round runs on the other engine
-  const auto until = Clock::now() + 10s;
-  while (Clock::now() < until &&
-         testing::ParseMetrics(HttpGet(decode->port(), "/metrics").body)["tandem_prefill_links_up"] != 1) {
-    std::this_thread::sleep_for(20ms);
-  }
+  EXPECT_TRUE(testing::WaitUntil(
+      [&] { return testing::ParseMetrics(HttpGet(decode->port(), "/metrics").body)["tandem_prefill_links_up"] == 1; },
+      10s, 20ms))
+      << "the dead engine's link went down";
   // One at a time and short prompts: this server's 1 s handoff deadline is
   // tight for long prompts or a queue of eight on a slow (sanitized) build.
   ExpectCleanRound(decode->port(), 0, 8, /*at_once=*/false);

@@ -12,6 +12,7 @@
 #include "support/process.h"
 #include "support/server_process.h"
 #include "support/tiny_model.h"
+#include "support/wait.h"
 
 namespace tandem {
 namespace {
@@ -82,12 +83,13 @@ std::map<std::string, double> Metrics(int port) {
 }
 
 void WaitIdle(int port) {
-  for (int i = 0; i < 300; ++i) {
-    auto m = Metrics(port);
-    if (m["tandem_requests_running"] == 0 && m["tandem_requests_waiting"] == 0) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  ADD_FAILURE() << "server did not become idle";
+  EXPECT_TRUE(testing::WaitUntil(
+      [&] {
+        auto m = Metrics(port);
+        return m["tandem_requests_running"] == 0 && m["tandem_requests_waiting"] == 0;
+      },
+      std::chrono::seconds(6), std::chrono::milliseconds(20)))
+      << "server did not become idle";
 }
 
 TEST_F(Serve, ThirtyTwoConcurrentStreamsMatchSingleRequestsAndMetricsAddUp) {

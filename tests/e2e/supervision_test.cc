@@ -15,6 +15,7 @@
 #include "support/http_client.h"
 #include "support/server_process.h"
 #include "support/tiny_model.h"
+#include "support/wait.h"
 
 namespace tandem {
 namespace {
@@ -43,13 +44,10 @@ pid_t ChildPid(const ServerProcess& launcher, const std::string& name) {
 // Polls /health (bounded by `limit`) until it answers 200; the time it took, or nullopt.
 std::optional<std::chrono::milliseconds> TimeUntilHealthy(int port, std::chrono::seconds limit) {
   const auto t0 = std::chrono::steady_clock::now();
-  while (std::chrono::steady_clock::now() - t0 < limit) {
-    if (HttpGet(port, "/health").status == 200) {
-      return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a bounded poll of the front door
+  if (!testing::WaitUntil([&] { return HttpGet(port, "/health").status == 200; }, limit, std::chrono::milliseconds(20))) {
+    return std::nullopt;
   }
-  return std::nullopt;
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
 }
 
 std::unique_ptr<ServerProcess> Launch(std::vector<std::string> extra = {}) {
@@ -77,12 +75,12 @@ TEST(Supervision, ARouterKilledUnderServeDisaggAnswersAgainWithin5s) {
   // The new router can answer a moment before the launcher has seen it
   // start and written so (bounded poll of the state it reports).
   json health;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  do {
-    health = json::parse(HttpGet(launcher->port(), "/health").body, nullptr, false);
-    if (health.is_object() && health["supervisor"]["children"]["router"]["up"] == true) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  } while (std::chrono::steady_clock::now() < until);
+  testing::WaitUntil(
+      [&] {
+        health = json::parse(HttpGet(launcher->port(), "/health").body, nullptr, false);
+        return health.is_object() && health["supervisor"]["children"]["router"]["up"] == true;
+      },
+      std::chrono::seconds(20), std::chrono::milliseconds(20));
   EXPECT_EQ(health["supervisor"]["children"]["router"]["up"], true) << health.dump();
   EXPECT_EQ(health["supervisor"]["children"]["router"]["restarts"], 1) << health.dump();
   EXPECT_EQ(health["supervisor"]["children"]["router"]["last_exit"], "killed by signal 9") << health.dump();
@@ -104,11 +102,12 @@ TEST(Supervision, AKilledDecodeServerAndPrefillEngineAreRestartedAndServeAgain) 
     ASSERT_EQ(kill(pid, SIGKILL), 0);
     // Served again once the child is back (bounded: model load and relink).
     std::string again;
-    const auto t0 = std::chrono::steady_clock::now();
-    do {
-      again = testing::Complete(launcher->port(), testing::Prompt(2), 8, &status);
-      if (status != 200) std::this_thread::sleep_for(std::chrono::milliseconds(50));  // bounded retry
-    } while (status != 200 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30));
+    testing::WaitUntil(
+        [&] {
+          again = testing::Complete(launcher->port(), testing::Prompt(2), 8, &status);
+          return status == 200;
+        },
+        std::chrono::seconds(30), std::chrono::milliseconds(50));
     EXPECT_EQ(status, 200) << child << ": " << again << launcher->Log();
     EXPECT_EQ(again, before) << child;
     EXPECT_NE(ChildPid(*launcher, child), pid) << child;
@@ -156,10 +155,8 @@ TEST(Supervision, ASigtermWhileAChildRestartsEndsTheLauncherAtOnce) {
     const size_t back_before = backs();
     ASSERT_EQ(kill(decode, SIGKILL), 0);
     pid_t again = -1;
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while ((again = ChildPid(*launcher, "decode")) == decode && std::chrono::steady_clock::now() < until) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    testing::WaitUntil([&] { return (again = ChildPid(*launcher, "decode")) != decode; }, std::chrono::seconds(20),
+                       std::chrono::milliseconds(1));
     ASSERT_NE(again, decode) << launcher->Log();
     ASSERT_EQ(kill(again, SIGSTOP), 0);
     if (backs() == back_before) {
@@ -167,10 +164,8 @@ TEST(Supervision, ASigtermWhileAChildRestartsEndsTheLauncherAtOnce) {
       break;
     }
     kill(again, SIGCONT);
-    const auto back_by = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (backs() == back_before && std::chrono::steady_clock::now() < back_by) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));  // bounded: until the launcher saw it back
-    }
+    testing::WaitUntil([&] { return backs() != back_before; }, std::chrono::seconds(20),  // the launcher saw it back
+                       std::chrono::milliseconds(5));
   }
   ASSERT_GT(stopped, 0) << "never stopped a restarted decode server before it announced its port\n"
                         << launcher->Log();
@@ -196,12 +191,9 @@ TEST(Supervision, ALauncherKilledWithSigkillTakesItsChildrenWithIt) {
     ASSERT_GT(children.back(), 0) << name << "\n" << launcher->Log();
   }
   launcher->Kill9();
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   for (pid_t pid : children) {
-    while (!Gone(pid) && std::chrono::steady_clock::now() < until) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a bounded poll of /proc
-    }
-    EXPECT_TRUE(Gone(pid)) << "child " << pid << " outlived the launcher";
+    EXPECT_TRUE(testing::WaitUntil([&] { return Gone(pid); }, std::chrono::seconds(30), std::chrono::milliseconds(20)))
+        << "child " << pid << " outlived the launcher";
     if (!Gone(pid)) kill(pid, SIGKILL);
   }
 }

@@ -2,7 +2,7 @@
 // test per defect it once had: handoff ids matched across connections, an abort
 // acknowledged after a flush that did not confirm, an unbounded queue, and
 // destinations served without an accepted handshake.
-#include "prefill/prefill_engine.h"
+#include "prefill/prefill_server.h"
 
 #include <gtest/gtest.h>
 
@@ -14,7 +14,7 @@
 
 #include "support/test_models.h"
 #include "support/tiny_model.h"
-#include "transfer/faulty.h"
+#include "faults/faulty_connection.h"
 #include "decode/handoff_receiver.h"
 #include "transfer/handshake.h"
 #include "transfer/loopback.h"
@@ -142,25 +142,17 @@ class PrefillEngineTest : public ::testing::TestWithParam<std::string> {
     options.engine.chunk_size = 32;
     options.engine.cache_tokens = cache_tokens;
     options.engine.threads = 1;
-    auto worker = PrefillEngine::Create(*model_->model, options);
-    ASSERT_TRUE(worker.ok()) << worker.status().ToString();
-    worker_ = std::move(worker).value();
-    ASSERT_TRUE(prefill_transport_
-                    ->Listen("prefill",
-                             [this](std::shared_ptr<Connection> c) {
-                               std::shared_ptr<Connection> use = c;
-                               if (faults_) use = std::make_shared<transfer::FaultyConnection>(c, *faults_);
-                               worker_->OnAccept(use);
-                               ConnectionHandlers h;
-                               // A weak reference: the connection owns its handlers (no cycle).
-                               std::weak_ptr<Connection> weak = use;
-                               h.on_message = [this, weak](Connection&, std::vector<uint8_t> m) {
-                                 if (auto c = weak.lock()) worker_->OnMessage(c, m);
-                               };
-                               h.on_close = [this](Connection& raw, const Status&) { worker_->OnClose(raw.id()); };
-                               return h;
-                             })
-                    .ok());
+    auto server = PrefillServer::Create(*model_->model, options, std::move(prefill_transport_));
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(server).value();
+    worker_ = &server_->engine();
+    PrefillServer::Wrap wrap;
+    if (faults_) {
+      wrap = [plan = *faults_](std::shared_ptr<Connection> c) -> std::shared_ptr<Connection> {
+        return std::make_shared<faults::FaultyConnection>(std::move(c), plan);
+      };
+    }
+    ASSERT_TRUE(server_->Listen("prefill", std::move(wrap)).ok());
   }
   // A new decode engine's connection to the worker (nothing sent yet).
   std::shared_ptr<Connection> Wire(std::unique_ptr<FakeDecode>* out) {
@@ -191,8 +183,9 @@ class PrefillEngineTest : public ::testing::TestWithParam<std::string> {
   std::unique_ptr<CacheSpec> spec_;
   std::shared_ptr<transfer::LoopbackNetwork> net_;
   std::unique_ptr<transfer::LoopbackTransport> prefill_transport_, decode_transport_;
-  std::optional<transfer::FaultPlan> faults_;
-  std::unique_ptr<PrefillEngine> worker_;
+  std::optional<faults::FaultPlan> faults_;
+  std::unique_ptr<PrefillServer> server_;  // last: it stops first, while the decode side lives
+  PrefillEngine* worker_ = nullptr;        // server_'s
 };
 
 // Regression: handoff ids restart at 1 in every decode process and the
@@ -216,7 +209,7 @@ TEST_P(PrefillEngineTest, AnAbortFromAnotherConnectionDoesNotStopThisOnesHandoff
 // Regression: the sender ignored a failed or timed-out Flush and the worker
 // still sent AbortAck — the decode side then freed pages late puts could land in.
 TEST_P(PrefillEngineTest, AnAbortIsNeverAcknowledgedWhenTheFlushCannotBeConfirmed) {
-  faults_ = transfer::FaultPlan{};
+  faults_ = faults::FaultPlan{};
   faults_->flush_never_confirms = true;
   faults_->put_delay = 2ms;
   StartWorker();

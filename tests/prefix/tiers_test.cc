@@ -13,12 +13,15 @@
 #include <iostream>
 #include <thread>
 
+#include "faults/faulty_tiers.h"
+#include "faults/page_poison.h"
 #include "runtime/engine.h"
 #include "runtime/generator.h"
 #include "support/process.h"
 #include "support/test_models.h"
 #include "support/engine_ask.h"
 #include "support/tiny_model.h"
+#include "support/wait.h"
 
 namespace tandem {
 namespace {
@@ -43,9 +46,9 @@ std::vector<int32_t> Reference(const Model& m, const AttentionOptions& a, const 
 }
 
 void WaitIdle(const Engine& e) {
-  for (int i = 0; i < 500 && (e.Stats().running > 0 || e.Stats().waiting > 0); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  EXPECT_TRUE(testing::WaitUntil([&] { return e.Stats().running == 0 && e.Stats().waiting == 0; },
+                                 std::chrono::seconds(5)))
+      << "the engine did not become idle";
 }
 
 // Six conversations of three turns; each turn re-sends the conversation so
@@ -226,13 +229,15 @@ TEST_P(Tiers, SkippingTheIndexKGateWithSlowCopiesCorruptsOutputs) {
   for (int run = 0; run < 4; ++run) {
     const int ungated = run % 2;
     EngineOptions opt;
-    opt.debug_poison_pages = run >= 2;
+    if (run >= 2) opt.page_hook = faults::PoisonPages();
     opt.attention = a;
     opt.cache_tokens = 64 * 16;
     opt.max_running = 2;
     opt.tiers.host_pages = 256;
-    opt.tiers.debug_copy_delay = std::chrono::microseconds(3000);
-    opt.tiers.debug_ungated_buffer = ungated == 1 ? "index_k" : "";
+    faults::TierFaults tier_faults;  // the fault library's copy engine (faults/faulty_tiers.h)
+    tier_faults.copy_delay = std::chrono::microseconds(3000);
+    tier_faults.ungated_buffer = ungated == 1 ? "index_k" : "";
+    opt.tiers.make = tier_faults.Factory();
     auto engine = Engine::Create(*m->model, opt);
     ASSERT_TRUE(engine.ok());
     int64_t cached = 0;

@@ -9,6 +9,7 @@
 
 #include "runtime/generator.h"
 #include "support/test_models.h"
+#include "support/wait.h"
 
 namespace tandem {
 namespace {
@@ -61,9 +62,9 @@ RequestSpec Spec(std::vector<int32_t> prompt, int max_tokens) {
 }
 
 void WaitIdle(const Engine& e) {
-  for (int i = 0; i < 200 && (e.Stats().running > 0 || e.Stats().waiting > 0); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  EXPECT_TRUE(testing::WaitUntil([&] { return e.Stats().running == 0 && e.Stats().waiting == 0; },
+                                 std::chrono::seconds(2)))
+      << "the engine did not become idle";
 }
 
 TEST(Engine, ConcurrentRequestsMatchSingleRequestResults) {

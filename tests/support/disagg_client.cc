@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "support/http_client.h"
+#include "support/wait.h"
 
 namespace tandem::testing {
 
@@ -42,18 +43,16 @@ std::vector<std::string> Conversation(int port, int i) {
 }
 
 std::map<std::string, double> WaitForBaseline(int port, std::chrono::milliseconds timeout, bool* ok) {
-  const auto until = std::chrono::steady_clock::now() + timeout;
   std::map<std::string, double> m;
-  *ok = false;
-  while (std::chrono::steady_clock::now() < until) {
-    m = ParseMetrics(HttpGet(port, "/metrics").body);
-    *ok = m["tandem_requests_running"] + m["tandem_requests_waiting"] == 0 &&
-          m["tandem_handoff_quarantined_pages"] == 0 && m["tandem_handoffs_in_flight"] == 0 &&
-          m["tandem_cache_pages{state=\"reserved\"}"] == 0 &&
-          m["tandem_cache_pages{state=\"used\"}"] == m["tandem_prefix_cache_pages"];
-    if (*ok) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a bounded poll, not a synchronization
-  }
+  *ok = WaitUntil(
+      [&] {
+        m = ParseMetrics(HttpGet(port, "/metrics").body);
+        return m["tandem_requests_running"] + m["tandem_requests_waiting"] == 0 &&
+               m["tandem_handoff_quarantined_pages"] == 0 && m["tandem_handoffs_in_flight"] == 0 &&
+               m["tandem_cache_pages{state=\"reserved\"}"] == 0 &&
+               m["tandem_cache_pages{state=\"used\"}"] == m["tandem_prefix_cache_pages"];
+      },
+      timeout, std::chrono::milliseconds(20));
   return m;
 }
 

@@ -1,7 +1,9 @@
 #include "support/server_process.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,8 +15,35 @@
 
 #include "support/paths.h"
 #include "support/process.h"
+#include "support/wait.h"
 
 namespace tandem::testing {
+namespace {
+
+// Reaps `pid` if it exits before `until`: woken by the exit itself (a pidfd),
+// not by polling. True with its wait status when it did.
+bool ReapBefore(pid_t pid, std::chrono::steady_clock::time_point until, int* status) {
+  const int fd = int(syscall(SYS_pidfd_open, pid, 0));
+  bool reaped = false;
+  for (;;) {
+    if (waitpid(pid, status, WNOHANG) == pid) {
+      reaped = true;
+      break;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    if (fd >= 0) {
+      pollfd p{fd, POLLIN, 0};
+      (void)poll(&p, 1, int(std::min<int64_t>(left.count(), 1000)));  // readable: it exited
+    } else {  // no pidfd (an old kernel): a bounded poll of the exit
+      std::this_thread::sleep_for(std::min(left, std::chrono::milliseconds(20)));
+    }
+  }
+  if (fd >= 0) close(fd);
+  return reaped;
+}
+
+}  // namespace
 
 ServerProcess::ServerProcess(std::vector<std::string> args, int startup_timeout_s, std::string marker,
                              int fixed_port) {
@@ -48,21 +77,22 @@ ServerProcess::ServerProcess(std::vector<std::string> args, int startup_timeout_
     execv(bin.c_str(), argv.data());
     _exit(127);
   }
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(startup_timeout_s);
-  while (std::chrono::steady_clock::now() < until) {
-    const std::string log = Log();
-    const size_t at = log.find(marker);
-    if (at != std::string::npos) {
-      port_ = std::atoi(log.c_str() + at + marker.size());
-      return;
-    }
-    int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
-      pid_ = -1;
-      return;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  // Up when its log names its port; gone when it exits first.
+  WaitUntil(
+      [&] {
+        const std::string log = Log();
+        if (const size_t at = log.find(marker); at != std::string::npos) {
+          port_ = std::atoi(log.c_str() + at + marker.size());
+          return true;
+        }
+        int status = 0;
+        if (waitpid(pid_, &status, WNOHANG) == pid_) {
+          pid_ = -1;
+          return true;
+        }
+        return false;
+      },
+      std::chrono::seconds(startup_timeout_s), std::chrono::milliseconds(20));
 }
 
 ServerProcess::~ServerProcess() { Terminate(10); }
@@ -88,29 +118,21 @@ void ServerProcess::SendSigterm() {
 
 std::optional<int> ServerProcess::WaitExit(int timeout_s) {
   if (pid_ <= 0) return std::nullopt;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
   int status = 0;
-  do {
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
-      pid_ = -1;
-      return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a bounded poll of the exit
-  } while (std::chrono::steady_clock::now() < until);
-  return std::nullopt;
+  if (!ReapBefore(pid_, std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s), &status)) {
+    return std::nullopt;
+  }
+  pid_ = -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 int ServerProcess::Terminate(int timeout_s) {
   if (pid_ <= 0) return -1;
   kill(pid_, SIGTERM);
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
   int status = 0;
-  while (std::chrono::steady_clock::now() < until) {
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
-      pid_ = -1;
-      return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (ReapBefore(pid_, std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s), &status)) {
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
   kill(pid_, SIGKILL);
   waitpid(pid_, &status, 0);

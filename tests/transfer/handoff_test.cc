@@ -10,12 +10,12 @@
 #include <functional>
 #include <thread>
 
-#include "prefill/prefill_engine.h"
+#include "prefill/prefill_server.h"
 
 #include "runtime/generator.h"
 #include "support/test_models.h"
 #include "support/tiny_model.h"
-#include "transfer/faulty.h"
+#include "faults/faulty_connection.h"
 #include "decode/handoff_receiver.h"
 #include "transfer/handshake.h"
 #include "transfer/loopback.h"
@@ -25,6 +25,8 @@ namespace tandem::transfer {
 namespace {
 
 using namespace std::chrono_literals;
+using faults::FaultPlan;  // the fault library (src/faults/)
+using faults::FaultyConnection;
 using tandem::testing::MakePresetModel;
 using tandem::testing::PseudoRandomTokens;
 
@@ -42,7 +44,7 @@ AttentionOptions SparseAttention(CacheDType dtype, int64_t top_k) {
 struct PrefillSide {
   int32_t chunk_size = 512;
   bool prefix_cache = true;
-  bool unsafe_early_commit = false;  // the incident's fault, as a transport rule (transfer/faulty.h)
+  bool unsafe_early_commit = false;  // the incident's fault, as a transport rule (faults/faulty_connection.h)
 };
 
 class HandoffHarness {
@@ -66,27 +68,21 @@ class HandoffHarness {
     po.engine.prefix_cache = prefill.prefix_cache;
     po.engine.threads = 2;
     po.peer_timeout = std::chrono::minutes(10);  // this decode side sends no heartbeats
-    prefill_ = std::move(PrefillEngine::Create(model, po)).value();
+    server_ = std::move(PrefillServer::Create(model, po, std::move(prefill_transport_))).value();
+    prefill_ = &server_->engine();
     if (faults) plan_ = *faults;
     if (prefill.unsafe_early_commit) {
       plan_.unflushed_sources = prefill_->engine().BufferMemory(*spec_.registry.Find("index_k"));
     }
-    const bool wrap = faults != nullptr || prefill.unsafe_early_commit;
+    PrefillServer::Wrap wrap;
+    if (faults != nullptr || prefill.unsafe_early_commit) {
+      wrap = [plan = plan_](std::shared_ptr<Connection> c) -> std::shared_ptr<Connection> {
+        return std::make_shared<FaultyConnection>(std::move(c), plan);
+      };
+    }
     const std::string address = use_ucx ? "127.0.0.1:0" : "prefill";
-    EXPECT_TRUE(prefill_transport_->Listen(address, [this, wrap](std::shared_ptr<Connection> c) {
-                  std::shared_ptr<Connection> use = c;
-                  if (wrap) use = std::make_shared<FaultyConnection>(c, plan_);
-                  accepted_ = use;
-                  prefill_->OnAccept(use);
-                  ConnectionHandlers h;
-                  std::weak_ptr<Connection> weak = use;
-                  h.on_message = [this, weak](Connection&, std::vector<uint8_t> m) {
-                    if (auto conn = weak.lock()) prefill_->OnMessage(conn, m);
-                  };
-                  h.on_close = [this](Connection& raw, const Status&) { prefill_->OnClose(raw.id()); };
-                  return h;
-                }).ok());
-    const std::string target = use_ucx ? "127.0.0.1:" + std::to_string(prefill_transport_->listen_port()) : "prefill";
+    EXPECT_TRUE(server_->Listen(address, std::move(wrap)).ok());
+    const std::string target = use_ucx ? "127.0.0.1:" + std::to_string(server_->port()) : "prefill";
     ConnectionHandlers dh;
     // The decode side acts on a Commit the moment it arrives, on the
     // transport's thread: exactly when an early commit bites.
@@ -107,11 +103,10 @@ class HandoffHarness {
     EXPECT_TRUE(cv_.wait_for(lock, 10s, [&] { return hello_ || closed_; }) && hello_) << "no Hello from the prefill engine";
   }
   ~HandoffHarness() {
-    prefill_->Stop();  // before the transports go
+    server_->Stop();  // before the transports go
     // The transports' handlers point into this object: they go first.
     to_prefill_.reset();
-    accepted_.reset();
-    prefill_transport_.reset();
+    server_.reset();
     decode_transport_.reset();
   }
 
@@ -229,8 +224,9 @@ class HandoffHarness {
   PagePool decode_pool_;
   HandoffReceiver receiver_;
   FaultPlan plan_;
-  std::unique_ptr<PrefillEngine> prefill_;
-  std::shared_ptr<Connection> accepted_, to_prefill_;
+  std::unique_ptr<PrefillServer> server_;
+  PrefillEngine* prefill_ = nullptr;  // server_'s
+  std::shared_ptr<Connection> to_prefill_;
   std::mutex mu_;  // the receiver and what follows
   std::condition_variable cv_;
   bool hello_ = false, closed_ = false;

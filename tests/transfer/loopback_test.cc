@@ -9,12 +9,14 @@
 #include <cstring>
 #include <thread>
 
-#include "transfer/faulty.h"
+#include "faults/faulty_connection.h"
 
 namespace tandem::transfer {
 namespace {
 
 using namespace std::chrono_literals;
+using faults::FaultPlan;  // the fault library (src/faults/)
+using faults::FaultyConnection;
 
 struct Pair {
   std::shared_ptr<LoopbackNetwork> net;
