@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "bin/attention_flags.h"
 #include "bin/commands.h"
 #include "bin/model_options.h"
 #include "kernels/cpu.h"
@@ -18,8 +19,7 @@ struct GenerateArgs {
   bool chat = false;
   bool no_bos = false;
   int64_t ctx_size = 0;
-  std::string attention = "dense", index_k_dtype = "fp8", kv_dtype = "f16";
-  int64_t top_k = 2048;
+  AttentionFlags attention;
   GenerateOptions gen;
 };
 
@@ -52,7 +52,7 @@ int RunGenerate(const GenerateArgs& args) {
     std::fprintf(stderr, "warning: --ctx-size %lld exceeds the model's trained context %lld\n",
                  (long long)ctx, (long long)m.config().context_length);
   }
-  auto attention = ParseAttentionOptions(args.attention, args.index_k_dtype, args.top_k, args.kv_dtype);
+  auto attention = args.attention.Resolve();
   auto spec = attention.ok() ? MakeCacheSpec(m.config(), *attention) : StatusOr<CacheSpec>(attention.status());
   if (!spec.ok()) {
     std::fprintf(stderr, "error: %s\n", spec.status().ToString().c_str());
@@ -76,7 +76,7 @@ int RunGenerate(const GenerateArgs& args) {
                "[%s | %s kernels | %d threads | %s attention] prompt %lld tokens in %.3f s (%.1f tok/s), "
                "generated %zu tokens in %.3f s (%.1f tok/s), finish: %s\n",
                m.config().name.c_str(), kernels::IsaName(kernels::ActiveIsa()), threads.size(),
-               args.attention.c_str(),
+               args.attention.attention.c_str(),
                (long long)r.prompt_tokens, r.prefill_seconds,
                r.prompt_tokens / std::max(r.prefill_seconds, 1e-9), r.tokens.size(),
                r.decode_seconds, r.tokens.size() / std::max(r.decode_seconds, 1e-9),
@@ -103,10 +103,7 @@ void RegisterGenerate(CLI::App& app) {
   cmd->add_flag("--ignore-eos", args->gen.ignore_eos, "Keep generating past end-of-generation tokens");
   cmd->add_option("--chunk-size", args->gen.chunk_size, "Prefill tokens per step")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--ctx-size", args->ctx_size, "Context tokens (default: the model's)")->check(CLI::Range(1, 1 << 22));
-  cmd->add_option("--attention", args->attention, "dense or sparse (lightning indexer + top-k)");
-  cmd->add_option("--topk", args->top_k, "Positions each query attends to under sparse attention")->check(CLI::Range(1, 1 << 24));
-  cmd->add_option("--index-k-dtype", args->index_k_dtype, "Index-K cache dtype: fp8 or bf16");
-  cmd->add_option("--kv-dtype", args->kv_dtype, "K/V cache dtype: f16 (default), bf16 or f32");
+  args->attention.AddTo(cmd);
   cmd->add_flag("--chat", args->chat, "Wrap the prompt in the model's chat template");
   cmd->add_flag("--no-bos", args->no_bos, "Do not prepend the BOS token");
   cmd->callback([args] { SetExitCode(RunGenerate(*args)); });

@@ -5,12 +5,15 @@
 #include <cstdio>
 #include <memory>
 
+#include "bin/attention_flags.h"
+#include "bin/stop_signals.h"
 #include "bin/commands.h"
 #include "common/log.h"
 #include "bin/tier_flags.h"
 #include "bin/model_options.h"
 #include "kernels/cpu.h"
 #include "prefill/prefill_server.h"
+#include "transfer/handshake.h"
 #include "bin/fault_flags.h"
 #include "transfer/transport_kind.h"
 
@@ -21,8 +24,7 @@ struct PrefillArgs {
   ModelOptions model;
   std::string host = "127.0.0.1";
   int port = 0;
-  std::string attention = "dense", index_k_dtype = "fp8", kv_dtype = "f16";
-  int64_t top_k = 2048;
+  AttentionFlags attention;
   int64_t cache_tokens = 65536;
   int64_t context_tokens = 0;  // 0: the model's
   int32_t chunk_size = 512;
@@ -53,14 +55,10 @@ int RunPrefill(PrefillArgs& a) {
     TLOG_WARN("WARNING: --insecure-no-cluster-key: any local process can connect to this prefill engine as a decode "
               "engine and have cache pages written where it says (tests only)\n");
   }
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  BlockStopSignals();
   auto model = a.model.Load();
   if (!model.ok()) return TLOG_ERROR("error: %s\n", model.status().ToString().c_str()), 1;
-  auto attention = ParseAttentionOptions(a.attention, a.index_k_dtype, a.top_k, a.kv_dtype);
+  auto attention = a.attention.Resolve();
   if (!attention.ok()) return TLOG_ERROR("error: %s\n", attention.status().ToString().c_str()), 1;
   PrefillOptions po;
   po.engine.attention = *attention;
@@ -79,7 +77,7 @@ int RunPrefill(PrefillArgs& a) {
   po.engine.request_timeout = std::chrono::hours(24);  // each handoff's own time budget is its deadline
   po.max_queue = size_t(a.max_queue);
   po.peer_timeout = std::chrono::milliseconds(a.peer_timeout_ms);
-  po.heartbeat_interval = std::chrono::milliseconds(std::max<int64_t>(20, a.peer_timeout_ms / 5));
+  po.heartbeat_interval = transfer::HeartbeatInterval(po.peer_timeout);
   if (!a.cluster_key_file.empty()) {
     auto key = transfer::ClusterKey::Load(a.cluster_key_file);
     if (!key.ok()) return TLOG_ERROR("error: %s\n", key.status().message().c_str()), 2;
@@ -128,10 +126,9 @@ int RunPrefill(PrefillArgs& a) {
   TLOG_INFO("tandem prefill: %s, handoffs at %s://%s:%d (%s kernels, %s attention, layout %s, instance %llu)\n",
                (*model)->config().name.c_str(), *lanes == transfer::TransportKind::kTcp ? "tcp" : "ucx",
                a.host.c_str(), server.port(),
-               kernels::IsaName(kernels::ActiveIsa()), a.attention.c_str(), worker.layout_fingerprint().c_str(),
+               kernels::IsaName(kernels::ActiveIsa()), a.attention.attention.c_str(), worker.layout_fingerprint().c_str(),
                (unsigned long long)worker.instance_id());
-  int sig = 0;
-  sigwait(&set, &sig);
+  WaitForStopSignal();
   server.Stop();  // no thread of it touches a connection once the transport goes
   const auto s = worker.stats();
   const EngineStats e = worker.engine().Stats();
@@ -151,10 +148,7 @@ void RegisterPrefill(CLI::App& app) {
   a->model.AddTo(cmd);
   cmd->add_option("--host", a->host, "Address to listen on for handoffs");
   cmd->add_option("--port", a->port, "UCX port (0: any free port)")->check(CLI::Range(0, 65535));
-  cmd->add_option("--attention", a->attention, "dense or sparse (must match the decode engines)");
-  cmd->add_option("--topk", a->top_k, "Sparse attention top-k")->check(CLI::Range(1, 1 << 24));
-  cmd->add_option("--index-k-dtype", a->index_k_dtype, "fp8 or bf16 (must match the decode engines)");
-  cmd->add_option("--kv-dtype", a->kv_dtype, "K/V cache dtype: f16 (default), bf16 or f32 (must match the decode engines)");
+  a->attention.AddTo(cmd, " (must match the decode engines)");
   cmd->add_option("--cache-tokens", a->cache_tokens, "Local page pool size in tokens")->check(CLI::Range(int64_t(64), int64_t(1) << 30));
   cmd->add_option("--ctx-size", a->context_tokens,
                   "Context tokens per sequence (default: the model's; must match the decode engines)")

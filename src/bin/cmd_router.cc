@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "bin/stop_signals.h"
 #include "bin/access_flags.h"
 #include "bin/http_flags.h"
 #include "bin/commands.h"
@@ -38,12 +39,7 @@ void RegisterRouter(CLI::App& app) {
     }
     o->access = std::move(policy).value();
     o->http = http->Limits();
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &set, nullptr);
-    signal(SIGPIPE, SIG_IGN);
+    BlockStopSignals();
     Router router(*o);
     if (Status st = router.Start(); !st.ok()) {
       TLOG_ERROR("error: %s\n", st.ToString().c_str());
@@ -52,8 +48,7 @@ void RegisterRouter(CLI::App& app) {
     }
     TLOG_INFO("tandem router: http://%s:%d -> %zu decode backend(s)\n", o->host.c_str(), router.port(),
                  o->backends.size());
-    int sig = 0;
-    sigwait(&set, &sig);
+    WaitForStopSignal();
     router.Stop();
     TLOG_INFO("tandem router: stopped\n");
   });

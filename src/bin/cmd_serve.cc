@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <memory>
 
+#include "bin/attention_flags.h"
+#include "bin/stop_signals.h"
 #include "bin/commands.h"
 #include "common/log.h"
 #include "bin/fault_flags.h"
@@ -30,7 +32,7 @@ struct ServeArgs {
   decode::DecodeOptions decode;  // the decode role, with --prefill
   std::string prefill_order;  // empty: the default, arrival (on the prefill engine too)
   std::string log_level = "info";
-  std::string attention = "dense", index_k_dtype = "fp8", kv_dtype = "f16";
+  AttentionFlags attention;
   double request_timeout_s = 600, shutdown_timeout_s = 30;
   bool no_prefix_cache = false;
   std::string verify = "all";
@@ -71,8 +73,7 @@ DisaggLaunch LaunchFor(const ServeArgs& a) {
     l.model_args.insert(l.model_args.end(), {"--chat-template", a.model.chat_template_path});
   }
   if (!a.model.chat_date.empty()) l.model_args.insert(l.model_args.end(), {"--chat-date", a.model.chat_date});
-  l.attention_args = {"--attention", a.attention, "--index-k-dtype", a.index_k_dtype, "--topk",
-                      std::to_string(a.engine.attention.top_k), "--kv-dtype", a.kv_dtype};
+  l.attention_args = a.attention.Args();
   l.decode_args = {"--cache-tokens", std::to_string(a.engine.cache_tokens), "--max-running",
                    std::to_string(a.engine.max_running), "--max-waiting", std::to_string(a.engine.max_waiting),
                    "--request-timeout", std::to_string(a.request_timeout_s), "--verify-handoff", a.verify};
@@ -127,20 +128,10 @@ DisaggLaunch LaunchFor(const ServeArgs& a) {
   return l;
 }
 
-int WaitForSignal() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  int sig = 0;
-  sigwait(&set, &sig);
-  return sig;
-}
-
 // The tiers, and the cache's faults (tests only) through their seams.
 Status ApplyTierFlags(ServeArgs& a) {
   TANDEM_ASSIGN_OR_RETURN(a.engine.tiers, a.tiers.Resolve());
-  TANDEM_ASSIGN_OR_RETURN(faults::FaultOptions faults, a.faults.Resolve(a.tiers.enabled()));
+  TANDEM_ASSIGN_OR_RETURN(faults::FaultOptions faults, a.faults.Resolve(a.tiers.enabled(), /*engine=*/!a.disagg));
   faults.ApplyTo(&a.engine);
   return Status::Ok();
 }
@@ -177,19 +168,13 @@ int RunServe(ServeArgs& a) {
     }
     return RunDisagg(LaunchFor(a));
   }
-  // Block the signals in every thread; the main thread takes them with sigwait.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  BlockStopSignals();
   auto model = a.model.Load();
   if (!model.ok()) {
     TLOG_ERROR("error: %s\n", model.status().ToString().c_str());
     return 1;
   }
-  auto attention = ParseAttentionOptions(a.attention, a.index_k_dtype, a.engine.attention.top_k, a.kv_dtype);
+  auto attention = a.attention.Resolve();
   if (!attention.ok()) {
     TLOG_ERROR("error: %s\n", attention.status().ToString().c_str());
     return 1;
@@ -258,9 +243,9 @@ int RunServe(ServeArgs& a) {
   TLOG_INFO("tandem serve: %s on http://%s:%d (%s kernels, %d threads, %lld cache tokens, %s attention)\n",
                (*model)->config().name.c_str(), a.server.host.c_str(), server.port(),
                kernels::IsaName(kernels::ActiveIsa()), a.model.threads, (long long)a.engine.cache_tokens,
-               a.attention.c_str());
+               a.attention.attention.c_str());
   TLOG_INFO("tandem serve: chats are rendered with %s\n", (*model)->chat_format().Describe().c_str());
-  const int sig = WaitForSignal();
+  const int sig = WaitForStopSignal();
   TLOG_INFO("tandem serve: signal %d, draining in-flight requests\n", sig);
   (*engine)->Shutdown(std::chrono::milliseconds(int64_t(a.shutdown_timeout_s * 1000)));
   server.Stop();
@@ -296,10 +281,7 @@ void RegisterServe(CLI::App& app) {
       ->check(CLI::Range(0.001, 100.0));
   cmd->add_option("--request-timeout", a->request_timeout_s, "Seconds before a request is failed")->check(CLI::PositiveNumber);
   cmd->add_option("--shutdown-timeout", a->shutdown_timeout_s, "Seconds to drain on SIGTERM")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--attention", a->attention, "dense or sparse");
-  cmd->add_option("--topk", a->engine.attention.top_k, "Sparse attention top-k")->check(CLI::Range(1, 1 << 24));
-  cmd->add_option("--index-k-dtype", a->index_k_dtype, "fp8 or bf16");
-  cmd->add_option("--kv-dtype", a->kv_dtype, "K/V cache dtype: f16 (default), bf16 or f32");
+  a->attention.AddTo(cmd);
   cmd->add_flag("--no-prefix-cache", a->no_prefix_cache, "Disable prefix reuse");
   cmd->add_option("--prefill", a->decode.prefill_addresses,
                   "Disaggregated decode: prefill engine's UCX address host:port (empty: colocated)");

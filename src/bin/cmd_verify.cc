@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 
+#include "bin/attention_flags.h"
 #include "bin/agentic_shared.h"
 #include "bin/commands.h"
 #include "loadgen/differential.h"
@@ -19,8 +20,11 @@ namespace {
 struct VerifyArgs {
   ModelOptions model;
   std::string transcript;
-  std::string attention = "dense", index_k_dtype = "fp8", kv_dtype = "f32";
-  int64_t top_k = 2048;
+  AttentionFlags attention = [] {
+    AttentionFlags f;
+    f.kv_dtype = "f32";  // the reference's
+    return f;
+  }();
   bool write = false;
   bool from_scratch = false;
   std::string reference_url;
@@ -88,7 +92,7 @@ int RunVerify(VerifyArgs& a) {
     }
     return PrintVerdicts(a, header, rounds);
   }
-  auto fallback = ParseAttentionOptions(a.attention, a.index_k_dtype, a.top_k, a.kv_dtype);
+  auto fallback = a.attention.Resolve();
   if (!fallback.ok()) return std::fprintf(stderr, "error: %s\n", fallback.status().ToString().c_str()), 1;
   auto attention = AttentionFromHeader(header.server_attention, *fallback);
   if (!attention.ok()) return std::fprintf(stderr, "error: %s\n", attention.status().ToString().c_str()), 1;
@@ -113,11 +117,7 @@ void RegisterVerify(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("verify", "Replay a bench agentic transcript on the reference engine, bit for bit");
   cmd->add_option("transcript", a->transcript, "transcript.jsonl written by `tandem bench agentic`")->required();
   a->model.AddTo(cmd);
-  cmd->add_option("--attention", a->attention, "dense or sparse, when the transcript does not say");
-  cmd->add_option("--topk", a->top_k, "Sparse attention top-k, when the transcript does not say")
-      ->check(CLI::Range(1, 1 << 24));
-  cmd->add_option("--index-k-dtype", a->index_k_dtype, "fp8 or bf16, when the transcript does not say");
-  cmd->add_option("--kv-dtype", a->kv_dtype, "f32, f16 or bf16, when the transcript does not say");
+  a->attention.AddTo(cmd, ", when the transcript does not say");
   cmd->add_flag("--write", a->write, "Write the verdicts back into the transcript");
   cmd->add_option("--reference-url", a->reference_url,
                   "Judge the transcript against this reference deployment (host:port) by its logprobs instead of "

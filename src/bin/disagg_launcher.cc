@@ -1,3 +1,4 @@
+#include "bin/stop_signals.h"
 #include "bin/disagg_launcher.h"
 
 #include "bin/supervisor.h"
@@ -399,11 +400,7 @@ int RunDisagg(const DisaggLaunch& given) {
   }
   for (auto* side : {&l.prefill_args, &l.decode_args}) side->insert(side->end(), {"--cluster-key-file", l.cluster_key_file});
   Supervisor supervisor(folder.dir + "/supervisor.json", l.restart_budget);
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  const sigset_t set = BlockStopSignals();
   const std::string loop = l.host;
   PrefillEngines prefill(l);
   std::string addresses;

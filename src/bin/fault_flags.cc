@@ -29,7 +29,7 @@ void FaultFlags::AddTo(CLI::App* cmd) {
                 "so a read before its data lands gives garbage (caught by verification), never stale bytes");
 }
 
-StatusOr<faults::FaultOptions> FaultFlags::Resolve(bool tiers) const {
+StatusOr<faults::FaultOptions> FaultFlags::Resolve(bool tiers, bool engine) const {
   if (ungated_index_k && !tiers) {
     return InvalidArgument("--debug-ungated-index-k is a fault of the L2 tier: it needs --host-cache-size");
   }
@@ -41,6 +41,7 @@ StatusOr<faults::FaultOptions> FaultFlags::Resolve(bool tiers) const {
   f.tiers.copy_delay = std::chrono::microseconds(copy_delay_us);
   if (ungated_index_k) f.tiers.ungated_buffer = "index_k";
   f.poison_pages = poison_pages;
+  if (!engine) return f;
   if (poison_pages) {
     TLOG_WARN("WARNING: --debug-poison-pages: every freed or reserved cache page is overwritten with a poison "
               "pattern (debug; costs a page-sized memset per free)\n");

@@ -27,8 +27,10 @@ struct FaultFlags {
   bool transport_any() const {
     return put_delay_us > 0 || bit_flip_rate > 0 || wedge_after_messages >= 0 || unsafe_early_commit;
   }
-  // `tiers`: whether the engine has a host tier (the ungated fault is one of its loads).
-  StatusOr<faults::FaultOptions> Resolve(bool tiers) const;
+  // `tiers`: whether the engine has a host tier (the ungated fault is one of
+  // its loads). `engine`: this process runs the engine, so it says loudly
+  // which faults are on (a launcher only passes them on, quietly).
+  StatusOr<faults::FaultOptions> Resolve(bool tiers, bool engine = true) const;
   // For each prefill engine of serve --disagg (the handoff's sender side).
   std::vector<std::string> TransportArgs() const;
   // For every engine (the cache's faults).

@@ -9,6 +9,7 @@
 
 #include "common/log.h"
 #include "runtime/engine_metrics.h"
+#include "transfer/handshake.h"
 
 namespace tandem::decode {
 
@@ -52,7 +53,9 @@ struct DecodeRole::Metrics {
         replacements(MetricCounter(r, "tandem_handoff_replacements_total",
                                    "Requests placed on a prefill engine again after their handoff's link or peer failed")),
         affinity_hits(MetricCounter(r, "tandem_prefill_affinity_hits_total",
-                                    "Handoffs placed on the prefill engine that computed a prefix of their prompt")) {}
+                                    "Handoffs placed on the prefill engine that computed a prefix of their prompt")),
+        messages(MetricCounter(r, "tandem_prefill_link_messages_total",
+                               "Messages received from prefill engines (heartbeats included)")) {}
 
   // tandem_handoff_bytes_total{buffer=NAME}: bytes committed handoffs
   // brought, per cache buffer (the registry's names, so the index-K share of
@@ -69,11 +72,17 @@ struct DecodeRole::Metrics {
   prometheus::Gauge& time_share;
   prometheus::Counter &seconds, &request_seconds;
   prometheus::Gauge& links_up;
-  prometheus::Counter &reconnects, &links_declared_dead, &replacements, &affinity_hits;
+  prometheus::Counter &reconnects, &links_declared_dead, &replacements, &affinity_hits, &messages;
 };
 
 StatusOr<std::unique_ptr<DecodeRole>> DecodeRole::Connect(const Model& model, const EngineOptions& engine,
                                                           const DecodeOptions& options) {
+  TANDEM_ASSIGN_OR_RETURN(PrefillLinksOptions links, LinksOptions(model, engine, options));
+  return Start(options, std::move(links));
+}
+
+StatusOr<PrefillLinksOptions> DecodeRole::LinksOptions(const Model& model, const EngineOptions& engine,
+                                                       const DecodeOptions& options) {
   TANDEM_ASSIGN_OR_RETURN(CacheSpec spec, MakeCacheSpec(model.config(), engine.attention));
   const CacheLayout layout(spec.registry, int(model.config().n_layers),
                            (engine.cache_tokens + kPageTokens - 1) / kPageTokens);
@@ -90,22 +99,23 @@ StatusOr<std::unique_ptr<DecodeRole>> DecodeRole::Connect(const Model& model, co
   lo.transport = options.transport;
   lo.peer_timeout = options.peer_timeout;
   lo.cluster_key = options.cluster_key;
-  lo.heartbeat_interval = std::max(std::chrono::milliseconds(20), options.peer_timeout / 5);
+  lo.heartbeat_interval = transfer::HeartbeatInterval(options.peer_timeout);
   lo.receiver.vocab_size = model.config().vocab_size;
   lo.receiver.deadlines.waiting_for_input = options.handoff_timeout;
   lo.receiver.verify = options.verify;
-  return Start(options, std::move(lo));
+  return lo;
 }
 
 StatusOr<std::unique_ptr<DecodeRole>> DecodeRole::Start(const DecodeOptions& options, PrefillLinksOptions links) {
   if (options.max_placements < 1) return InvalidArgument("the decode role's max_placements must be at least 1");
   links.receiver.deadlines.bootstrapping = options.page_wait;
+  const TimeSource* clock = links.clock;
   TANDEM_ASSIGN_OR_RETURN(auto connected, PrefillLinks::Connect(std::move(links)));
-  return std::unique_ptr<DecodeRole>(new DecodeRole(options, std::move(connected)));
+  return std::unique_ptr<DecodeRole>(new DecodeRole(options, std::move(connected), clock));
 }
 
-DecodeRole::DecodeRole(DecodeOptions options, std::unique_ptr<PrefillLinks> links)
-    : options_(std::move(options)), links_(std::move(links)) {}
+DecodeRole::DecodeRole(DecodeOptions options, std::unique_ptr<PrefillLinks> links, const TimeSource* clock)
+    : options_(std::move(options)), links_(std::move(links)), clock_(clock) {}
 
 DecodeRole::~DecodeRole() = default;
 
@@ -136,7 +146,7 @@ StatusOr<EngineRole::Admission> DecodeRole::Admit(Sequence& seq) {
   const uint64_t id = next_handoff_++;
   Status st = links_->Start(id, seq.tokens, seq.spec.sampling, h.replaces);
   if (st.code() == StatusCode::kResourceExhausted) {
-    const auto now = Clock::now();
+    const auto now = clock_->now();
     if (h.page_wait_since == Clock::time_point{}) h.page_wait_since = now;
     if (now - h.page_wait_since < options_.page_wait) return Admission::kWait;
     st = ResourceExhausted("no cache pages came free for this prompt within " +
@@ -221,6 +231,7 @@ void DecodeRole::ExportCounters() {
   advance(m.reconnects, r.reconnects, seen_.reconnects);
   advance(m.links_declared_dead, r.links_declared_dead, seen_.links_declared_dead);
   advance(m.affinity_hits, r.affinity_hits, seen_.affinity_hits);
+  advance(m.messages, r.messages, seen_.messages);
 }
 
 void DecodeRole::OnEnd(const Sequence& seq, FinishReason reason, const Status& error) {

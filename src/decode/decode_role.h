@@ -58,9 +58,13 @@ class DecodeRole : public EngineRole {
   // with `engine` (pass the role to Engine::Create).
   static StatusOr<std::unique_ptr<DecodeRole>> Connect(const Model& model, const EngineOptions& engine,
                                                        const DecodeOptions& options);
-  // The same with the links' options spelled out (addresses, layout and
-  // weights identities, timings): tests and fuzzers that need their own.
-  // The links' Bootstrapping deadline is options.page_wait.
+  // The links' options Connect uses (addresses, layout and weights
+  // identities, timings), for tests and fuzzers that change some (a loopback
+  // transport, a fake clock) and pass them to Start.
+  static StatusOr<PrefillLinksOptions> LinksOptions(const Model& model, const EngineOptions& engine,
+                                                    const DecodeOptions& options);
+  // The links' Bootstrapping deadline is options.page_wait; their clock is
+  // the role's too (the page wait).
   static StatusOr<std::unique_ptr<DecodeRole>> Start(const DecodeOptions& options, PrefillLinksOptions links);
   ~DecodeRole() override;
 
@@ -82,11 +86,12 @@ class DecodeRole : public EngineRole {
     double seconds = 0;      // waiting for its handoffs, in all
   };
   struct Metrics;
-  DecodeRole(DecodeOptions options, std::unique_ptr<PrefillLinks> links);
+  DecodeRole(DecodeOptions options, std::unique_ptr<PrefillLinks> links, const TimeSource* clock);
   void ExportCounters();
 
   const DecodeOptions options_;
   std::unique_ptr<PrefillLinks> links_;
+  const TimeSource* const clock_;
   RoleHost* host_ = nullptr;
   std::unique_ptr<Metrics> metrics_;
   std::map<const Sequence*, Handoff> handoffs_;   // requests admitted at least once, until they end

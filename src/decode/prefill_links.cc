@@ -21,9 +21,13 @@ PrefillLinks::PrefillLinks(PrefillLinksOptions options)
 StatusOr<std::unique_ptr<PrefillLinks>> PrefillLinks::Connect(PrefillLinksOptions options) {
   if (options.addresses.empty()) return InvalidArgument("no prefill engine address");
   auto r = std::unique_ptr<PrefillLinks>(new PrefillLinks(std::move(options)));
-  TANDEM_ASSIGN_OR_RETURN(r->transport_, transfer::MakeTransport(r->options_.transport, r->options_.cluster_key.Knock()));
+  if (r->options_.make_transport) {
+    TANDEM_ASSIGN_OR_RETURN(r->transport_, r->options_.make_transport());
+  } else {
+    TANDEM_ASSIGN_OR_RETURN(r->transport_, transfer::MakeTransport(r->options_.transport, r->options_.cluster_key.Knock()));
+  }
   TANDEM_ASSIGN_OR_RETURN(r->region_, r->transport_->AllocateRegion(r->options_.pool_bytes));
-  const auto now = Clock::now();
+  const auto now = r->Now();
   for (const std::string& address : r->options_.addresses) {
     Link link;
     link.address = address;
@@ -66,7 +70,7 @@ void PrefillLinks::Attach(PagePool& pool, PrefixIndex* index) {
   windows_owner_ = std::make_unique<transfer::WriteWindows>(pool.layout());
   receiver_->SetWriteWindows(windows_owner_.get());
   windows_ = windows_owner_.get();
-  const auto until = Clock::now() + options_.startup_wait;
+  const auto until = Clock::now() + options_.startup_wait;  // real time: a wait, not a deadline of the protocol
   auto connecting = [&] {
     return std::any_of(links_.begin(), links_.end(), [](const Link& l) { return l.state == LinkState::kConnecting; });
   };
@@ -111,6 +115,7 @@ PrefillLinks::Counters PrefillLinks::counters() const {
   c.reconnects = reconnects_;
   c.links_declared_dead = peers_declared_dead_;
   c.affinity_hits = affinity_hits_;
+  c.messages = messages_;
   return c;
 }
 
@@ -143,7 +148,7 @@ Status PrefillLinks::Start(uint64_t handoff_id, const std::vector<int32_t>& toke
   }
   if (picked < 0) return Unavailable("no prefill engine is available: " + problem());
   const size_t link = size_t(picked);
-  const auto now = Clock::now();
+  const auto now = Now();
   TANDEM_ASSIGN_OR_RETURN(Destination d, receiver_->Begin(handoff_id, tokens, links_[link].connection_id, now));
   failed_on_.erase(replaces);
   d.sampling = sampling;
@@ -166,7 +171,7 @@ Status PrefillLinks::Start(uint64_t handoff_id, const std::vector<int32_t>& toke
 
 void PrefillLinks::Abort(uint64_t handoff_id, const std::string& reason) {
   auto it = handoff_link_.find(handoff_id);
-  auto abort = receiver_->StartAbort(handoff_id, reason, Clock::now());
+  auto abort = receiver_->StartAbort(handoff_id, reason, Now());
   if (abort.ok() && it != handoff_link_.end() && links_[it->second].connection) {
     (void)links_[it->second].connection->Send(abort->Encode());
   }
@@ -179,7 +184,7 @@ void PrefillLinks::Handle(const Arrival& a, std::vector<Outcome>& out) {
     // The peer's end of a connection we had given up is gone: what it held is free.
     auto s = std::find(link.suspended.begin(), link.suspended.end(), a.connection_id);
     if (s != link.suspended.end()) {
-      receiver_->OnPeerClosed(a.connection_id, Clock::now());
+      receiver_->OnPeerClosed(a.connection_id, Now());
       link.suspended.erase(s);
     }
   }
@@ -189,14 +194,15 @@ void PrefillLinks::Handle(const Arrival& a, std::vector<Outcome>& out) {
     // Nothing listens on its address: the engine that had our earlier
     // connections has exited (a live one never stops listening), so none of
     // their writes can land any more.
-    for (uint64_t old : link.suspended) receiver_->OnPeerClosed(old, Clock::now());
+    for (uint64_t old : link.suspended) receiver_->OnPeerClosed(old, Now());
     link.suspended.clear();
   }
   if (a.closed) {
     return LinkDown(a.link, (a.timed_out ? "the peer stopped answering: " : "the connection closed: ") + a.why,
                     !a.timed_out && !a.by_us);
   }
-  link.last_heard = Clock::now();
+  link.last_heard = Now();
+  ++messages_;
   std::vector<uint8_t> bytes = a.bytes;
   if (link.auth) {
     // After the engine's Hello only its sealed messages count.
@@ -248,13 +254,13 @@ void PrefillLinks::Handle(const Arrival& a, std::vector<Outcome>& out) {
     if (!mine(commit->handoff_id)) {
       // Ours but already aborted (quarantined): the commit follows the
       // sender's flush, so it releases the quarantine like an AbortAck.
-      auto late = receiver_->OnCommit(*commit, a.connection_id, Clock::now(), number);
+      auto late = receiver_->OnCommit(*commit, a.connection_id, Now(), number);
       if (late.status().code() == StatusCode::kPermissionDenied) wrote_after(late.status().message());
       return;
     }
     handoff_link_.erase(commit->handoff_id);
     const int64_t mismatches_before = receiver_->stats().digest_mismatches;
-    auto ready = receiver_->OnCommit(*commit, a.connection_id, Clock::now(), number);
+    auto ready = receiver_->OnCommit(*commit, a.connection_id, Now(), number);
     Outcome o;
     o.id = commit->handoff_id;
     if (ready.ok()) {
@@ -284,7 +290,7 @@ void PrefillLinks::Handle(const Arrival& a, std::vector<Outcome>& out) {
     auto abort = Abort::Decode(bytes);
     if (!abort.ok()) return;
     const bool open = mine(abort->handoff_id);
-    (void)receiver_->StartAbort(abort->handoff_id, abort->reason, Clock::now());
+    (void)receiver_->StartAbort(abort->handoff_id, abort->reason, Now());
     const bool quiet = receiver_->OnAbortAck(abort->handoff_id, a.connection_id, number);
     if (open) {
       handoff_link_.erase(abort->handoff_id);
@@ -312,7 +318,7 @@ std::vector<PrefillLinks::Outcome> PrefillLinks::Poll() {
   }
   std::vector<Outcome> out;
   for (const Arrival& a : inbox) Handle(a, out);
-  const auto now = Clock::now();
+  const auto now = Now();
   KeepAlive(now);
   for (uint64_t id : receiver_->Expired(now)) {
     auto it = handoff_link_.find(id);

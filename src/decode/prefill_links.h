@@ -30,11 +30,13 @@
 
 #include <deque>
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/mutex.h"
 #include "common/placement.h"
 #include "model/cache_spec.h"
@@ -65,6 +67,12 @@ struct PrefillLinksOptions {
   std::chrono::milliseconds startup_wait{5000};
   transfer::ReceiverOptions receiver;  // vocabulary, deadlines, verification
   transfer::ClusterKey cluster_key;    // prefill engines must prove it (transfer/cluster_key.h)
+  // The transport the links use; empty: one of `transport`'s kind, with the
+  // cluster key's knock (tests give a loopback or faulty one).
+  std::function<StatusOr<std::unique_ptr<transfer::Transport>>()> make_transport;
+  // The time liveness, backoff, probation and handoff deadlines are kept by
+  // (tests give a fake one). Attach's start-up wait is on real time.
+  const TimeSource* clock = &TimeSource::Steady();
 };
 
 class PrefillLinks {
@@ -88,6 +96,7 @@ class PrefillLinks {
     int64_t committed = 0, failed = 0, aborted = 0, verified = 0, digest_mismatches = 0;
     int64_t quarantined_pages = 0, in_flight = 0;
     int64_t links_up = 0, reconnects = 0, links_declared_dead = 0, affinity_hits = 0;
+    int64_t messages = 0;  // received from prefill engines, heartbeats included
     std::vector<int64_t> buffer_bytes;  // per cache buffer (registry order), of committed handoffs
   };
 
@@ -191,7 +200,8 @@ class PrefillLinks {
   size_t next_link_ = 0;
   AffinityMap affinity_;        // prompt prefixes (page chain keys) -> the link that computed them
   int64_t affinity_hits_ = 0;   // handoffs placed where a prefix of theirs was computed
-  int64_t reconnects_ = 0, peers_declared_dead_ = 0;
+  int64_t reconnects_ = 0, peers_declared_dead_ = 0, messages_ = 0;
+  transfer::Clock::time_point Now() const { return options_.clock->now(); }
   Mutex mu_;
   std::condition_variable arrived_;
   std::deque<Arrival> inbox_ GUARDED_BY(mu_);

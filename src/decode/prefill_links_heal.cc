@@ -70,7 +70,7 @@ void PrefillLinks::Reconnect(size_t i, Clock::time_point now) {
 
 void PrefillLinks::LinkDown(size_t i, const std::string& why, bool peer_gone) {
   Link& link = links_[i];
-  const auto now = Clock::now();
+  const auto now = Now();
   if (why != link.logged) {  // a peer that stays away is not logged at every retry
     TLOG_WARN("tandem decode: prefill engine %s unavailable: %s\n", link.address.c_str(), why.c_str());
     link.logged = why;
@@ -138,11 +138,11 @@ void PrefillLinks::OnHello(size_t i, const std::vector<uint8_t>& bytes) {
   }
   // Its answer promises that no handoff of an earlier connection of ours still
   // writes (a restarted engine cannot): the pages those held are free now.
-  for (uint64_t old : link.suspended) receiver_->OnPeerClosed(old, Clock::now());
+  for (uint64_t old : link.suspended) receiver_->OnPeerClosed(old, Now());
   link.suspended.clear();
   if (link.probation && hello->instance_id != link.silent_instance) link.probation = false;  // a restarted engine
   if (link.probation) {
-    link.probation_until = Clock::now() + 2 * options_.peer_timeout;
+    link.probation_until = Now() + 2 * options_.peer_timeout;
     link.problem = "on probation after being declared dead: must stay live for " +
                    std::to_string(2 * options_.peer_timeout.count()) + " ms";
     return;  // KeepAlive brings it up

@@ -43,7 +43,7 @@
 
 namespace tandem {
 
-class Engine : private RoleHost {
+class Engine final : private RoleHost {
  public:
   // A colocated engine: it computes every request's prompt and tokens.
   static StatusOr<std::unique_ptr<Engine>> Create(const Model& model, const EngineOptions& options);

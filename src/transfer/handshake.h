@@ -7,6 +7,9 @@
 // rope.freq_base) is refused by both sides before a page moves.
 #pragma once
 
+#include <algorithm>
+#include <chrono>
+
 #include "transfer/messages.h"
 
 namespace tandem::transfer {
@@ -18,5 +21,11 @@ Status CheckHello(const Hello& mine, const Hello& theirs);
 
 // A random, non-zero id for this engine process (a restarted engine is a new peer).
 uint64_t NewInstanceId();
+
+// How often each side of a link says it is alive, for a peer that declares
+// it dead after `peer_timeout` of silence: five beats per timeout, 20 ms at least.
+inline std::chrono::milliseconds HeartbeatInterval(std::chrono::milliseconds peer_timeout) {
+  return std::max(std::chrono::milliseconds(20), peer_timeout / 5);
+}
 
 }  // namespace tandem::transfer

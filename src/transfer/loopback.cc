@@ -6,7 +6,9 @@ namespace tandem::transfer {
 
 class LoopbackConnection : public Connection, public std::enable_shared_from_this<LoopbackConnection> {
  public:
-  LoopbackConnection(LoopbackNetwork* net, uint64_t id) : net_(net), id_(id) {}
+  LoopbackConnection(LoopbackNetwork* net, uint64_t id, const LoopbackTransport* owner)
+      : net_(net), id_(id), owner_(owner) {}
+  const LoopbackTransport* owner() const { return owner_; }
   uint64_t id() const override { return id_; }
 
   Status Put(const void* src, size_t bytes, const RemoteKey& key, uint64_t offset) override {
@@ -95,6 +97,7 @@ class LoopbackConnection : public Connection, public std::enable_shared_from_thi
 
   LoopbackNetwork* net_;  // outlives every connection
   const uint64_t id_;
+  const LoopbackTransport* const owner_;  // the transport it belongs to (its handlers die with it)
   std::weak_ptr<LoopbackConnection> peer_;
   ConnectionHandlers handlers_;
   // Guarded by net_->mu_ (the network's, shared with the peer: clang cannot
@@ -154,6 +157,7 @@ void LoopbackNetwork::Run() {
     }
     // Handlers run without the lock so they may call back into the transport.
     auto handlers = op.to->handlers_;
+    running_owner_ = op.to->owner();
     lock.Unlock();
     if (op.close_event) {
       if (handlers.on_close) handlers.on_close(*op.to, op.close_status);
@@ -161,15 +165,31 @@ void LoopbackNetwork::Run() {
       handlers.on_message(*op.to, std::move(op.message));
     }
     lock.Lock();
+    running_owner_ = nullptr;
+    cv_.notify_all();
   }
 }
 
 LoopbackTransport::LoopbackTransport(std::shared_ptr<LoopbackNetwork> network) : net_(std::move(network)) {}
 
+// None of its connections' handlers runs once this returns, whatever events
+// were still queued for them (they point into its owner, which goes next).
+// Its connections stay open: the peer hears nothing, as before.
 LoopbackTransport::~LoopbackTransport() {
-  MutexLock lock(net_->mu_);
+  UniqueLock lock(net_->mu_);
   for (uint64_t id : region_ids_) net_->regions_.erase(id);
   for (const auto& a : addresses_) net_->listeners_.erase(a);
+  std::vector<std::shared_ptr<LoopbackConnection>> mine;
+  for (const auto& [id, c] : net_->live_) {
+    if (c->owner() == this) mine.push_back(c);
+  }
+  for (auto& [key, op] : net_->queue_) {
+    if (op.to && op.to->owner() == this) mine.push_back(op.to);
+  }
+  for (auto& c : mine) c->handlers_ = ConnectionHandlers{};
+  if (std::this_thread::get_id() != net_->thread_.get_id()) {  // (a handler may destroy its own transport)
+    net_->cv_.wait(lock.native(), [&]() REQUIRES(net_->mu_) { return net_->running_owner_ != this; });
+  }
 }
 
 StatusOr<Region> LoopbackTransport::AllocateRegion(size_t bytes) {
@@ -191,7 +211,7 @@ StatusOr<Region> LoopbackTransport::AllocateRegion(size_t bytes) {
 Status LoopbackTransport::Listen(const std::string& address,
                                  std::function<ConnectionHandlers(std::shared_ptr<Connection>)> on_accept) {
   MutexLock lock(net_->mu_);
-  if (!net_->listeners_.emplace(address, std::move(on_accept)).second) {
+  if (!net_->listeners_.emplace(address, LoopbackNetwork::Listener{std::move(on_accept), this}).second) {
     return Unavailable("loopback address '" + address + "' is already in use");
   }
   addresses_.push_back(address);
@@ -206,9 +226,9 @@ StatusOr<std::shared_ptr<Connection>> LoopbackTransport::Connect(const std::stri
     MutexLock lock(net_->mu_);
     auto it = net_->listeners_.find(address);
     if (it == net_->listeners_.end()) return Unavailable("nothing listens at loopback address '" + address + "'");
-    accept = it->second;
-    mine = std::make_shared<LoopbackConnection>(net_.get(), net_->next_connection_++);
-    theirs = std::make_shared<LoopbackConnection>(net_.get(), net_->next_connection_++);
+    accept = it->second.on_accept;
+    mine = std::make_shared<LoopbackConnection>(net_.get(), net_->next_connection_++, this);
+    theirs = std::make_shared<LoopbackConnection>(net_.get(), net_->next_connection_++, it->second.owner);
     // The network keeps both ends alive until they are closed, as a real
     // transport keeps an accepted endpoint whether or not anyone holds it.
     net_->live_[mine->id()] = mine;

@@ -24,6 +24,8 @@ class LoopbackConnection;
 
 // Shared by every LoopbackTransport of a test or process. Thread-safe. It
 // must outlive every transport and connection made on it.
+class LoopbackTransport;
+
 class LoopbackNetwork : public std::enable_shared_from_this<LoopbackNetwork> {
  public:
   explicit LoopbackNetwork(LoopbackOptions options = {});
@@ -61,7 +63,14 @@ class LoopbackNetwork : public std::enable_shared_from_this<LoopbackNetwork> {
   uint64_t next_region_ GUARDED_BY(mu_) = 1;
   uint64_t next_connection_ GUARDED_BY(mu_) = 1;
   std::map<uint64_t, std::pair<uint8_t*, size_t>> regions_ GUARDED_BY(mu_);
-  std::map<std::string, std::function<ConnectionHandlers(std::shared_ptr<Connection>)>> listeners_ GUARDED_BY(mu_);
+  struct Listener {
+    std::function<ConnectionHandlers(std::shared_ptr<Connection>)> on_accept;
+    const LoopbackTransport* owner = nullptr;
+  };
+  std::map<std::string, Listener> listeners_ GUARDED_BY(mu_);
+  // The transport whose connection's handler runs now (the lock is let go
+  // meanwhile), or null: a transport being destroyed waits until it is not its.
+  const LoopbackTransport* running_owner_ GUARDED_BY(mu_) = nullptr;
   std::map<uint64_t, std::shared_ptr<LoopbackConnection>> live_ GUARDED_BY(mu_);  // open connections
   bool stop_ GUARDED_BY(mu_) = false;
   std::thread thread_;

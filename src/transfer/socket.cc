@@ -20,6 +20,7 @@
 #include <optional>
 #include <thread>
 
+#include "common/mutex.h"
 #include "transfer/address.h"
 #include "transfer/messages.h"
 #include "transfer/socket_frame.h"
@@ -75,11 +76,12 @@ bool RecvAll(int fd, uint8_t* at, size_t n) {
 }  // namespace
 
 struct SocketTransport::Impl {
-  std::mutex mu;
-  std::map<uint64_t, std::pair<uint8_t*, size_t>> regions;  // guarded by mu
-  uint64_t next_region = 1, next_id = 1;                     // guarded by mu
-  std::vector<std::weak_ptr<class SocketConnection>> connections;  // guarded by mu
-  int live_threads = 0;                                      // guarded by mu
+  Mutex mu;
+  std::map<uint64_t, std::pair<uint8_t*, size_t>> regions GUARDED_BY(mu);
+  uint64_t next_region GUARDED_BY(mu) = 1;
+  uint64_t next_id GUARDED_BY(mu) = 1;
+  std::vector<std::weak_ptr<class SocketConnection>> connections GUARDED_BY(mu);
+  int live_threads GUARDED_BY(mu) = 0;
   std::condition_variable threads_cv;
   int listen_fd = -1;
   int port = -1;
@@ -89,21 +91,22 @@ struct SocketTransport::Impl {
   RefusalCounter refusals{"tcp"};
 
   ~Impl() {
+    MutexLock lock(mu);  // no thread is left; the analysis wants it said
     for (auto& [id, r] : regions) munmap(r.first, r.second);
   }
   // Where a put of `length` bytes at `offset` into region `id` lands, or null.
   uint8_t* Target(uint64_t id, uint64_t offset, uint64_t length) {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     auto it = regions.find(id);
     if (it == regions.end() || offset > it->second.second || length > it->second.second - offset) return nullptr;
     return it->second.first + offset;
   }
   void ThreadStarted() {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     ++live_threads;
   }
   void ThreadEnded() {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     --live_threads;
     threads_cv.notify_all();
   }
@@ -123,7 +126,7 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
   // before anything else.
   void Start(int fd, sockaddr_in peer, std::vector<uint8_t> first_message = {}) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       fd_ = fd;
       connected_ = fd >= 0;
     }
@@ -158,12 +161,12 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
   Status Flush(Clock::time_point deadline) override {
     uint64_t seq = 0;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       seq = ++flushes_posted_;
     }
     TANDEM_RETURN_IF_ERROR(Post({kFlushFrame, seq, 0, 0}, nullptr, {}));
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!cv_.wait_until(lock, deadline, [&] { return flushes_acked_ >= seq || !alive_; })) {
+    UniqueLock lock(mu_);
+    if (!cv_.wait_until(lock.native(), deadline, [&]() REQUIRES(mu_) { return flushes_acked_ >= seq || !alive_; })) {
       return Status(StatusCode::kDeadlineExceeded, "flush did not complete before its deadline");
     }
     if (flushes_acked_ >= seq) return Status::Ok();
@@ -174,7 +177,7 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
   // already posted (a refusal's Hello, say) still go out; puts not yet sent
   // never do. Then both threads end.
   void Close() override {
-    std::unique_lock<std::mutex> lock(mu_);
+    UniqueLock lock(mu_);
     if (closed_) return;
     closed_ = true;
     if (why_.empty()) {
@@ -188,16 +191,16 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
     // returns. Never called with a put in progress on the reader thread
     // itself: handlers run between frames. A peer that does not read blocks
     // the writer: after a grace period the socket is shut down under it.
-    auto idle = [&] { return !in_put_ && !sending_puts_; };
-    if (!cv_.wait_for(lock, std::chrono::seconds(2), idle)) {
+    auto idle = [&]() REQUIRES(mu_) { return !in_put_ && !sending_puts_; };
+    if (!cv_.wait_for(lock.native(), std::chrono::seconds(2), idle)) {
       if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
-      cv_.wait(lock, idle);
+      cv_.wait(lock.native(), idle);
     }
   }
 
   bool WaitReleased(Clock::time_point deadline) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_until(lock, deadline, [&] { return closed_ && writer_done_; });
+    UniqueLock lock(mu_);
+    return cv_.wait_until(lock.native(), deadline, [&]() REQUIRES(mu_) { return closed_ && writer_done_; });
   }
 
  private:
@@ -210,8 +213,8 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
   // Messages (and flush acks) may overtake puts — the transport contract
   // orders messages only among themselves — so a heartbeat never waits behind
   // a backlog of pages. Flush markers stay behind the puts they cover.
-  Status Post(Frame f, const void* src, std::vector<uint8_t> owned) {
-    std::lock_guard<std::mutex> lock(mu_);
+  Status Post(Frame f, const void* src, std::vector<uint8_t> owned) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     if (!alive_ || closed_) return Unavailable("TCP connection " + std::to_string(id_) + " is closed: " + why_);
     auto& q = f.type == kMessageFrame || f.type == kFlushAckFrame ? control_ : queue_;
     q.push_back({f, src, std::move(owned)});
@@ -220,7 +223,7 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
   }
 
   // code: kNotFound when the connection was refused (nothing listens there).
-  void FailLocked(const std::string& why, StatusCode code = StatusCode::kUnavailable) {
+  void FailLocked(const std::string& why, StatusCode code = StatusCode::kUnavailable) REQUIRES(mu_) {
     if (alive_.exchange(false)) {
       why_ = why;
       why_code_ = code;
@@ -228,8 +231,8 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
     if (fd_ >= 0) shutdown(fd_, SHUT_RDWR);
     cv_.notify_all();
   }
-  void Fail(const std::string& why) {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Fail(const std::string& why) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     FailLocked(why);
   }
 
@@ -237,7 +240,7 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
     const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
     if (fd < 0) return Fail(Errno("socket")), false;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       fd_ = fd;
       if (!alive_) return false;
     }
@@ -257,14 +260,14 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
     if (rc != 0) {
       const bool refused = errno == ECONNREFUSED;
       const std::string why = Errno("connect");
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       FailLocked(why, refused ? StatusCode::kNotFound : StatusCode::kUnavailable);
       return false;
     }
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     const int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     connected_ = true;
     cv_.notify_all();
     return alive_;
@@ -278,10 +281,11 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
     std::vector<Item> batch;
     std::vector<std::array<uint8_t, kFrameHeaderBytes>> headers(kBatch);
     std::vector<iovec> iov;
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return connected_ || !alive_ || closed_; });
+    UniqueLock lock(mu_);
+    cv_.wait(lock.native(), [&]() REQUIRES(mu_) { return connected_ || !alive_ || closed_; });
     for (;;) {
-      cv_.wait(lock, [&] { return !control_.empty() || !queue_.empty() || !alive_ || closed_; });
+      cv_.wait(lock.native(),
+               [&]() REQUIRES(mu_) { return !control_.empty() || !queue_.empty() || !alive_ || closed_; });
       if (!alive_ || (closed_ && (control_.empty() || !connected_))) break;
       batch.clear();
       while (!control_.empty() && batch.size() < kBatch) {
@@ -298,7 +302,7 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
         const timeval one_second{1, 0};
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &one_second, sizeof(one_second));
       }
-      lock.unlock();
+      lock.Unlock();
       iov.clear();
       for (size_t i = 0; i < batch.size(); ++i) {
         const Frame& f = batch[i].frame;
@@ -313,7 +317,7 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
         if (f.type == kMessageFrame) iov.push_back({batch[i].owned.data(), batch[i].owned.size()});
       }
       const bool ok = SendAll(fd, iov.data(), int(iov.size()));
-      lock.lock();
+      lock.Lock();
       sending_puts_ = false;  // the callers' bytes are no longer read
       cv_.notify_all();
       if (!ok) {
@@ -331,25 +335,29 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
   void RunReader(sockaddr_in peer) {
     bool ok = true, connected = false;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       ok = alive_ && !closed_;
       connected = connected_;
     }
     if (ok && !connected) ok = ConnectTo(peer);
+    if (ok) {
+      MutexLock lock(mu_);
+      reader_fd_ = fd_;
+    }
     if (ok && !first_message_.empty()) ok = Deliver(std::move(first_message_));
     while (ok) ok = ReadFrame();
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      UniqueLock lock(mu_);
       if (closed_) {
         // Closed by its owner: the writer sends what was said last, then ends it.
-        cv_.wait(lock, [&] { return writer_done_; });
+        cv_.wait(lock.native(), [&]() REQUIRES(mu_) { return writer_done_; });
       } else {
         FailLocked("the peer closed the connection");
       }
     }
     Status why;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       why = Status(why_code_, "TCP connection " + std::to_string(id_) + ": " + why_);
     }
     if (handlers_.on_close) handlers_.on_close(*this, why);
@@ -364,11 +372,11 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
     at += buffered;
     n -= buffered;
     if (n == 0) return true;
-    if (n >= ahead_.size() / 2) return RecvAll(fd_, at, n);
+    if (n >= ahead_.size() / 2) return RecvAll(reader_fd_, at, n);
     // Small: refill the buffer (with whatever else has arrived) and copy.
     ahead_begin_ = ahead_end_ = 0;
     while (ahead_end_ < n) {
-      const ssize_t r = recv(fd_, ahead_.data() + ahead_end_, ahead_.size() - ahead_end_, 0);
+      const ssize_t r = recv(reader_fd_, ahead_.data() + ahead_end_, ahead_.size() - ahead_end_, 0);
       if (r < 0 && errno == EINTR) continue;
       if (r <= 0) return false;
       ahead_end_ += size_t(r);
@@ -380,7 +388,7 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
 
   bool Deliver(std::vector<uint8_t> m) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (closed_) return true;  // given up by its owner: nothing more is delivered
     }
     if (handlers_.on_message) handlers_.on_message(*this, std::move(m));
@@ -401,12 +409,12 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
                  false;
         }
         {
-          std::lock_guard<std::mutex> lock(mu_);
+          MutexLock lock(mu_);
           if (closed_) return false;  // the fence: nothing lands after Close (the writer ends the connection)
           in_put_ = true;
         }
         const bool ok = Read(dst, size_t(f.length));
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         in_put_ = false;
         cv_.notify_all();
         return ok;
@@ -420,7 +428,7 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
       case kFlushFrame:  // every put before it has landed: TCP kept the order
         return Post({kFlushAckFrame, f.a, 0, 0}, nullptr, {}).ok();
       case kFlushAckFrame: {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         if (f.a > flushes_posted_) {
           FailLocked("an acknowledgement of a flush that was never asked for");
           return false;
@@ -437,19 +445,21 @@ class SocketConnection : public Connection, public std::enable_shared_from_this<
   const uint64_t id_;
   ConnectionHandlers handlers_;  // set before Start, then read only by the reader thread
   std::atomic<bool> alive_{true};
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  int fd_ = -1;                   // guarded by mu_ (set once; the threads read it after)
-  bool connected_ = false;        // guarded by mu_
-  bool closed_ = false;           // guarded by mu_: Close() was called
-  bool in_put_ = false;           // guarded by mu_: the reader is writing into a region
-  bool sending_puts_ = false;     // guarded by mu_: the writer is sending callers' put bytes
-  std::deque<Item> queue_;        // guarded by mu_: puts and flush markers, in order
-  std::deque<Item> control_;      // guarded by mu_: messages and flush acks (go first)
-  bool writer_done_ = false;      // guarded by mu_: nothing more is sent
-  uint64_t flushes_posted_ = 0, flushes_acked_ = 0;  // guarded by mu_
-  std::string why_;               // guarded by mu_: why it is not alive
-  StatusCode why_code_ = StatusCode::kUnavailable;  // guarded by mu_
+  int fd_ GUARDED_BY(mu_) = -1;           // set once; the reader thread keeps its own copy
+  bool connected_ GUARDED_BY(mu_) = false;
+  bool closed_ GUARDED_BY(mu_) = false;        // Close() was called
+  bool in_put_ GUARDED_BY(mu_) = false;        // the reader is writing into a region
+  bool sending_puts_ GUARDED_BY(mu_) = false;  // the writer is sending callers' put bytes
+  std::deque<Item> queue_ GUARDED_BY(mu_);     // puts and flush markers, in order
+  std::deque<Item> control_ GUARDED_BY(mu_);   // messages and flush acks (go first)
+  bool writer_done_ GUARDED_BY(mu_) = false;   // nothing more is sent
+  uint64_t flushes_posted_ GUARDED_BY(mu_) = 0;
+  uint64_t flushes_acked_ GUARDED_BY(mu_) = 0;
+  std::string why_ GUARDED_BY(mu_);            // why it is not alive
+  StatusCode why_code_ GUARDED_BY(mu_) = StatusCode::kUnavailable;
+  int reader_fd_ = -1;                         // reader thread only: fd_, once connected
   std::vector<uint8_t> first_message_;  // set before the threads start, then the reader thread's
   std::vector<uint8_t> ahead_ = std::vector<uint8_t>(size_t(64) << 10);  // reader thread only
   size_t ahead_begin_ = 0, ahead_end_ = 0;                               // reader thread only
@@ -463,7 +473,7 @@ SocketTransport::~SocketTransport() {
   if (impl_->listen_fd >= 0) close(impl_->listen_fd);
   std::vector<std::shared_ptr<SocketConnection>> open;
   {
-    std::lock_guard<std::mutex> lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     for (auto& w : impl_->connections) {
       if (auto c = w.lock()) open.push_back(std::move(c));
     }
@@ -471,15 +481,15 @@ SocketTransport::~SocketTransport() {
   for (auto& c : open) c->Close();
   open.clear();
   // The threads run the handlers, which may reach the owner's state: none may outlive us.
-  std::unique_lock<std::mutex> lock(impl_->mu);
-  impl_->threads_cv.wait(lock, [&] { return impl_->live_threads == 0; });
+  UniqueLock lock(impl_->mu);
+  impl_->threads_cv.wait(lock.native(), [&]() REQUIRES(impl_->mu) { return impl_->live_threads == 0; });
 }
 
 StatusOr<Region> SocketTransport::AllocateRegion(size_t bytes) {
   if (bytes == 0) return InvalidArgument("a region needs at least one byte");
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return ResourceExhausted(Errno(("mmap of " + std::to_string(bytes) + " bytes").c_str()));
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   const uint64_t id = impl_->next_region++;
   impl_->regions[id] = {static_cast<uint8_t*>(p), bytes};
   Region r;
@@ -514,13 +524,13 @@ Status SocketTransport::Listen(const std::string& address,
     setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
     uint64_t id = 0;
     {
-      std::lock_guard<std::mutex> lock(t->mu);
+      MutexLock lock(t->mu);
       id = t->next_id++;
     }
     auto conn = std::make_shared<SocketConnection>(t, id, ConnectionHandlers{});
     conn->set_handlers(on_accept(conn));
     {
-      std::lock_guard<std::mutex> lock(t->mu);
+      MutexLock lock(t->mu);
       std::erase_if(t->connections, [](const auto& w) { return w.expired(); });
       t->connections.push_back(conn);
     }
@@ -568,7 +578,7 @@ StatusOr<std::shared_ptr<Connection>> SocketTransport::Connect(const std::string
   TANDEM_ASSIGN_OR_RETURN(sockaddr_in sa, ParseHostPort(address));
   std::shared_ptr<SocketConnection> conn;
   {
-    std::lock_guard<std::mutex> lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     conn = std::make_shared<SocketConnection>(impl_, impl_->next_id++, std::move(handlers));
     std::erase_if(impl_->connections, [](const auto& w) { return w.expired(); });
     impl_->connections.push_back(conn);

@@ -7,22 +7,22 @@ namespace tandem::transfer {
 
 void UcxTransport::Impl::CloseLater(std::shared_ptr<UcxConnection> c, bool force) {
   {
-    std::lock_guard<std::mutex> lock(closer_mu);
+    MutexLock lock(closer_mu);
     to_close.emplace_back(std::move(c), force);
   }
   closer_cv.notify_all();
 }
 
 void UcxTransport::Impl::RunCloser() {
-  std::unique_lock<std::mutex> lock(closer_mu);
+  UniqueLock lock(closer_mu);
   for (;;) {
-    closer_cv.wait(lock, [&] { return closer_stop || !to_close.empty(); });
+    closer_cv.wait(lock.native(), [&]() REQUIRES(closer_mu) { return closer_stop || !to_close.empty(); });
     if (to_close.empty()) return;  // stopping, and nothing left to release
     auto [c, force] = std::move(to_close.front());
     to_close.pop_front();
-    lock.unlock();
+    lock.Unlock();
     c->ReleaseNow(force);
-    lock.lock();
+    lock.Lock();
     c->MarkReleased();
     closer_cv.notify_all();
     closed.push_back(std::move(c));
@@ -42,7 +42,7 @@ void UcxTransport::Impl::Refuse(const std::shared_ptr<UcxConnection>& c, const s
   if (c->refused_.exchange(true)) return;  // refused already (a sweep and a screen may race)
   {
     // Its queued messages go too: what it sent is not kept past its refusal.
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     pending.erase(c->id());
     std::erase_if(events, [&](const Event& e) { return e.conn == c && !e.close; });
   }
@@ -52,7 +52,7 @@ void UcxTransport::Impl::Refuse(const std::shared_ptr<UcxConnection>& c, const s
   // Either way the closer spends at most kRefusalFlush on it.
   bool flush = false;
   if (!reply.empty() && c->SendAm(kAmId, std::move(reply)).ok()) {
-    std::lock_guard<std::mutex> lock(closer_mu);
+    MutexLock lock(closer_mu);
     flush = to_close.size() < kMaxFlushingRefusals;
   }
   c->CloseWith(/*force=*/!flush, kRefusalFlush);
@@ -74,7 +74,7 @@ std::vector<std::shared_ptr<UcxConnection>> UcxTransport::Impl::TakeLatePendingL
 
 void UcxTransport::Impl::Admit(Event& e) {
   {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     if (pending.erase(e.conn->id()) == 0) return;  // refused meanwhile: its messages go nowhere
   }
   if (!e.conn->alive()) return;
@@ -93,20 +93,20 @@ void UcxTransport::Impl::Admit(Event& e) {
 }
 
 void UcxTransport::Impl::RunDelivery() {
-  std::unique_lock<std::mutex> lock(mu);
+  UniqueLock lock(mu);
   for (;;) {
-    const auto ready = [&] { return stop || !events.empty(); };
+    const auto ready = [&]() REQUIRES(mu) { return stop || !events.empty(); };
     if (pending.empty()) {
-      cv.wait(lock, ready);
+      cv.wait(lock.native(), ready);
     } else {
       Clock::time_point first = Clock::time_point::max();
       for (const auto& [id, c] : pending) first = std::min(first, c->gate_deadline_);
-      cv.wait_until(lock, first, ready);
+      cv.wait_until(lock.native(), first, ready);
     }
     if (auto late = TakeLatePendingLocked(Clock::now()); !late.empty()) {
-      lock.unlock();
+      lock.Unlock();
       for (auto& c : late) Refuse(c, "no first message within " + std::to_string(gate->deadline.count()) + " ms");
-      lock.lock();
+      lock.Lock();
       continue;
     }
     if (events.empty()) {
@@ -115,7 +115,7 @@ void UcxTransport::Impl::RunDelivery() {
     }
     Event e = std::move(events.front());
     events.pop_front();
-    lock.unlock();
+    lock.Unlock();
     if (e.conn->gated_ && !e.accepted && !e.peer_address && !e.close) {
       Admit(e);
     } else if (e.accepted) {
@@ -128,7 +128,7 @@ void UcxTransport::Impl::RunDelivery() {
     } else if (e.conn->handlers_.on_message) {
       e.conn->handlers_.on_message(*e.conn, std::move(e.message));
     }
-    lock.lock();
+    lock.Lock();
   }
 }
 
@@ -281,7 +281,7 @@ UcxTransport::~UcxTransport() {
   impl_->closing = true;
   std::map<ucp_ep_h, std::shared_ptr<UcxConnection>> conns;
   {
-    std::lock_guard<std::mutex> lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     conns.swap(impl_->connections);
     impl_->pending.clear();
   }
@@ -295,7 +295,7 @@ UcxTransport::~UcxTransport() {
   impl_->cv.notify_all();
   impl_->delivery.join();
   {
-    std::lock_guard<std::mutex> lock(impl_->closer_mu);
+    MutexLock lock(impl_->closer_mu);
     impl_->closer_stop = true;  // it releases what is queued first
   }
   impl_->closer_cv.notify_all();
@@ -339,7 +339,7 @@ StatusOr<Region> UcxTransport::AllocateRegion(size_t bytes) {
   std::memcpy(r.key.blob.data() + kKeyHeaderBytes, packed, packed_size);
   r.key.size = bytes;
   ucp_rkey_buffer_release(packed);
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   impl_->mems.push_back(memh);
   return r;
 }
@@ -372,7 +372,7 @@ Status UcxTransport::Listen(const std::string& address,
     }
     std::shared_ptr<UcxConnection> conn, oldest;
     {
-      std::lock_guard<std::mutex> lock(t->mu);
+      MutexLock lock(t->mu);
       conn = std::make_shared<UcxConnection>(t, t->next_id++);
       conn->accepted_ = true;
       // Full: the one that has waited longest goes, not the newcomer, so
@@ -399,7 +399,7 @@ Status UcxTransport::Listen(const std::string& address,
       conn->gate_deadline_ = Clock::now() + t->gate->deadline;
     }
     {
-      std::lock_guard<std::mutex> lock(t->mu);
+      MutexLock lock(t->mu);
       t->connections[conn->ep_] = conn;
       if (t->gate) t->pending[conn->id()] = conn;
     }
@@ -439,7 +439,7 @@ StatusOr<std::shared_ptr<Connection>> UcxTransport::Connect(const std::string& a
   TANDEM_ASSIGN_OR_RETURN(sockaddr_in sa, ParseHostPort(address));
   std::shared_ptr<UcxConnection> conn;
   {
-    std::lock_guard<std::mutex> lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     conn = std::make_shared<UcxConnection>(impl_.get(), impl_->next_id++);
   }
   conn->handlers_ = std::move(handlers);
@@ -456,7 +456,7 @@ StatusOr<std::shared_ptr<Connection>> UcxTransport::Connect(const std::string& a
   const ucs_status_t st = ucp_ep_create(impl_->worker, &ep, &conn->ep_);
   if (st != UCS_OK) return UcxError("cannot connect to " + address, st);
   {
-    std::lock_guard<std::mutex> lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     impl_->connections[conn->ep_] = conn;
   }
   if (Status sent = conn->SendAm(kAddressAmId, impl_->worker_address); !sent.ok()) {

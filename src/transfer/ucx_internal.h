@@ -19,6 +19,7 @@
 #include <thread>
 #include <utility>
 
+#include "common/mutex.h"
 #include "transfer/refusal_counter.h"
 #include "transfer/ucx_detail.h"
 
@@ -36,9 +37,9 @@ struct UcxTransport::Impl {
   std::atomic<bool> closing{false};  // the transport is being destroyed: connection requests are rejected
   std::thread progress, delivery;
   std::function<ConnectionHandlers(std::shared_ptr<Connection>)> on_accept;
-  std::mutex mu;  // guards connections, events, mems
+  Mutex mu;
   std::condition_variable cv;
-  std::map<ucp_ep_h, std::shared_ptr<UcxConnection>> connections;
+  std::map<ucp_ep_h, std::shared_ptr<UcxConnection>> connections GUARDED_BY(mu);
   struct Event {
     std::shared_ptr<UcxConnection> conn;
     std::vector<uint8_t> message;
@@ -53,9 +54,9 @@ struct UcxTransport::Impl {
       return e;
     }
   };
-  std::deque<Event> events;
-  std::vector<ucp_mem_h> mems;
-  uint64_t next_id = 1;
+  std::deque<Event> events GUARDED_BY(mu);
+  std::vector<ucp_mem_h> mems GUARDED_BY(mu);
+  uint64_t next_id GUARDED_BY(mu) = 1;
   std::vector<uint8_t> worker_address;
   uint64_t knock = 0;  // UcxTransport::Create's; read only
 
@@ -66,7 +67,7 @@ struct UcxTransport::Impl {
   // on its first message, or refuses it (that message refused, the deadline
   // passed, or the longest waiting when another arrives while max_pending wait).
   std::optional<FirstMessageGate> gate;
-  std::map<uint64_t, std::shared_ptr<UcxConnection>> pending;  // by id; guarded by mu
+  std::map<uint64_t, std::shared_ptr<UcxConnection>> pending GUARDED_BY(mu);  // by id
   RefusalCounter refusals{"ucx"};
   static constexpr int kMaxEarlyMessages = 4;
   static constexpr size_t kMaxFlushingRefusals = 16;  // queued closes past which a refusal's reply is not waited for
@@ -76,11 +77,11 @@ struct UcxTransport::Impl {
   // Delivery thread: a pending connection's first message.
   void Admit(Event& e);
   // Delivery thread, mu held: the pending connections past their deadline, taken out.
-  std::vector<std::shared_ptr<UcxConnection>> TakeLatePendingLocked(Clock::time_point now);
+  std::vector<std::shared_ptr<UcxConnection>> TakeLatePendingLocked(Clock::time_point now) REQUIRES(mu);
 
-  void Post(Event e) {
+  void Post(Event e) EXCLUDES(mu) {
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       events.push_back(std::move(e));
     }
     cv.notify_all();
@@ -88,21 +89,21 @@ struct UcxTransport::Impl {
   void RunProgress();
   void RunDelivery();
   void Forget(ucp_ep_h ep) {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     connections.erase(ep);
   }
   // Closed connections: released by the closer thread, then kept until the
   // transport goes (UCX may still name them in a late error callback).
-  std::mutex closer_mu;
+  Mutex closer_mu;
   std::condition_variable closer_cv;
-  std::deque<std::pair<std::shared_ptr<UcxConnection>, bool>> to_close;  // guarded by closer_mu
-  std::vector<std::shared_ptr<UcxConnection>> closed;                    // guarded by closer_mu
-  bool closer_stop = false;                                              // guarded by closer_mu
+  std::deque<std::pair<std::shared_ptr<UcxConnection>, bool>> to_close GUARDED_BY(closer_mu);
+  std::vector<std::shared_ptr<UcxConnection>> closed GUARDED_BY(closer_mu);
+  bool closer_stop GUARDED_BY(closer_mu) = false;
   std::thread closer;
   void CloseLater(std::shared_ptr<UcxConnection> c, bool force);
   void RunCloser();
   std::shared_ptr<UcxConnection> Find(ucp_ep_h ep) {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     auto it = connections.find(ep);
     return it == connections.end() ? nullptr : it->second;
   }
@@ -162,7 +163,7 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
     if (!alive_ || closing_) return Unavailable("UCX connection " + std::to_string(id_) + " is closed");
     ucp_ep_h data_ep = nullptr;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       data_ep = data_ep_;
     }
     if (!data_ep) return Status::Ok();  // no put was ever posted
@@ -184,7 +185,7 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
     if (r == nullptr) return Status::Ok();
     if (UCS_PTR_IS_ERR(r)) return UcxError("ucp_am_send_nbx", UCS_PTR_STATUS(r));
     // The buffer must outlive the send: keep both until the request completes.
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     ReapSendsLocked();
     pending_sends_.emplace_back(r, std::move(owned));
     return Status::Ok();
@@ -202,7 +203,7 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
     closing_ = true;
     const bool was_alive = alive_.exchange(false);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       data_cv_.notify_all();  // a Put waiting for the data endpoint gives up
     }
     t_->Forget(ep_);
@@ -219,8 +220,8 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   }
   void MarkReleased() { released_ = true; }
   bool WaitReleased(Clock::time_point deadline) override {
-    std::unique_lock<std::mutex> lock(t_->closer_mu);
-    return t_->closer_cv.wait_until(lock, deadline, [&] { return released_.load(); });
+    UniqueLock lock(t_->closer_mu);
+    return t_->closer_cv.wait_until(lock.native(), deadline, [&] { return released_.load(); });
   }
 
   // The peer is gone (error callback): writes can no longer land.
@@ -251,7 +252,7 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   // connection we made does so at its first put (a decode server never puts).
   void SetPeerAddress(std::vector<uint8_t> address) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (!peer_address_.empty() || !alive_) return;
       peer_address_ = std::move(address);
       data_cv_.notify_all();
@@ -277,10 +278,10 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   // Makes the data endpoint from the peer's address, once (a failure is
   // kept: UCX leaks a little on every failed attempt).
   void MakeDataEndpoint() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     MakeDataEndpointLocked();
   }
-  void MakeDataEndpointLocked() {
+  void MakeDataEndpointLocked() REQUIRES(mu_) {
     if (data_ep_ || !data_status_.ok() || peer_address_.empty() || !alive_) return;
     // No peer error-handling mode here: UCX 1.13 drops the shared-memory
     // transports from endpoints that ask for it. Peer failure is detected on
@@ -298,8 +299,9 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   // The endpoint puts travel on (waiting briefly for the peer's address at
   // connection start; made here at the first put on a connection we made).
   StatusOr<ucp_ep_h> DataEndpoint() {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!data_cv_.wait_for(lock, std::chrono::seconds(10), [&] { return data_ep_ || !peer_address_.empty() || !alive_; })) {
+    UniqueLock lock(mu_);
+    if (!data_cv_.wait_for(lock.native(), std::chrono::seconds(10),
+                           [&]() REQUIRES(mu_) { return data_ep_ || !peer_address_.empty() || !alive_; })) {
       return Unavailable("the peer never sent its worker address");
     }
     if (!alive_) return Unavailable("UCX connection " + std::to_string(id_) + " is closed");
@@ -335,7 +337,7 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   };
 
   StatusOr<RemoteKeyEntry> RemoteKeyFor(const RemoteKey& key, const KeyHeader& header) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (!rkeys_.empty() && last_rkey_->first == key.blob) return last_rkey_->second;
     auto it = rkeys_.find(key.blob);
     if (it != rkeys_.end()) {
@@ -376,7 +378,7 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
     ucp_request_free(r);
   }
 
-  void ReapSendsLocked() {
+  void ReapSendsLocked() REQUIRES(mu_) {
     std::erase_if(pending_sends_, [](auto& s) {
       if (ucp_request_check_status(s.first) == UCS_INPROGRESS) return false;
       ucp_request_free(s.first);
@@ -387,7 +389,7 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   // Closes the endpoints: flushing them when the peer is alive, so no put of
   // ours can land afterwards; forcing them when the peer is gone.
   void Release(bool force) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (auto& [blob, entry] : rkeys_) ucp_rkey_destroy(entry.rkey);
     rkeys_.clear();
     data_cv_.notify_all();
@@ -413,14 +415,18 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
   std::atomic<bool> closing_{false};
   std::atomic<bool> released_{false};  // set under t_->closer_mu
   std::atomic<int64_t> flush_limit_ms_{2000};
+  // Held shared by every operation that uses the endpoints, exclusively by
+  // their release (not a checked capability: it guards the endpoints'
+  // lifetime, not fields).
   std::shared_mutex ops_mu_;
-  std::mutex mu_;
-  std::map<std::vector<uint8_t>, RemoteKeyEntry> rkeys_;
-  std::map<std::vector<uint8_t>, RemoteKeyEntry>::iterator last_rkey_;  // valid while rkeys_ is not empty
-  std::vector<std::pair<void*, std::unique_ptr<std::vector<uint8_t>>>> pending_sends_;
-  ucp_ep_h data_ep_ = nullptr;         // guarded by mu_
-  Status data_status_;                 // guarded by mu_: why it could not be made
-  std::vector<uint8_t> peer_address_;  // guarded by mu_
+  Mutex mu_;
+  std::map<std::vector<uint8_t>, RemoteKeyEntry> rkeys_ GUARDED_BY(mu_);
+  // Valid while rkeys_ is not empty.
+  std::map<std::vector<uint8_t>, RemoteKeyEntry>::iterator last_rkey_ GUARDED_BY(mu_);
+  std::vector<std::pair<void*, std::unique_ptr<std::vector<uint8_t>>>> pending_sends_ GUARDED_BY(mu_);
+  ucp_ep_h data_ep_ GUARDED_BY(mu_) = nullptr;
+  Status data_status_ GUARDED_BY(mu_);                 // why it could not be made
+  std::vector<uint8_t> peer_address_ GUARDED_BY(mu_);
   std::condition_variable data_cv_;
 };
 

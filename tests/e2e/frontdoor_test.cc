@@ -21,6 +21,7 @@
 #include "support/process.h"
 #include "support/server_process.h"
 #include "support/tiny_model.h"
+#include "support/wait.h"
 
 namespace tandem {
 namespace {
@@ -199,11 +200,12 @@ TEST(FrontDoor, PastTheConnectionCapOnlyProbesAreServed) {
     held.push_back(fd);
   }
   // Until the server has accepted them all.
-  for (int i = 0; i < 200; ++i) {
-    const std::string m = Exchange(serve.port(), "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", 300);
-    if (m.find("tandem_http_open_connections 9") != std::string::npos) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  EXPECT_TRUE(testing::WaitUntil(
+      [&] {
+        const std::string m = Exchange(serve.port(), "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", 300);
+        return m.find("tandem_http_open_connections 9") != std::string::npos;
+      },
+      std::chrono::seconds(4), std::chrono::milliseconds(20)));
   std::string got = Exchange(serve.port(), "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
   EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
   const std::string body = R"({"prompt":"hi","max_tokens":2})";
@@ -214,11 +216,9 @@ TEST(FrontDoor, PastTheConnectionCapOnlyProbesAreServed) {
   EXPECT_NE(got.find("Retry-After: 1"), std::string::npos) << got;
   EXPECT_NE(got.find("too many open connections"), std::string::npos) << got;
   for (int fd : held) ::close(fd);
-  bool served = false;
-  for (int i = 0; i < 200 && !served; ++i) {
-    served = Exchange(serve.port(), completion, 300).rfind("HTTP/1.1 200", 0) == 0;
-    if (!served) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  const bool served = testing::WaitUntil(
+      [&] { return Exchange(serve.port(), completion, 300).rfind("HTTP/1.1 200", 0) == 0; }, std::chrono::seconds(4),
+      std::chrono::milliseconds(20));
   EXPECT_TRUE(served) << "served again once the connections closed";
   EXPECT_EQ(serve.Terminate(), 0) << serve.Log();
 }

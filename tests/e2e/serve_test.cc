@@ -175,10 +175,8 @@ TEST_F(Serve, OverloadIsAnswered429WithRetryAfter) {
   ASSERT_TRUE(server.ok()) << server.Log();
   const int port = server.port();
   auto wait_for = [&](const char* metric, double value) {
-    for (int i = 0; i < 500 && Metrics(port)[metric] != value; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    return Metrics(port)[metric] == value;
+    return testing::WaitUntil([&] { return Metrics(port)[metric] == value; }, std::chrono::milliseconds(2500),
+                              std::chrono::milliseconds(5));
   };
   // One long request runs, a second waits in the only queue slot; a third is refused.
   auto running = std::async(std::launch::async, [&] {
@@ -273,7 +271,8 @@ TEST_F(Serve, SigtermDrainsInFlightStreamsThenExitsZero) {
                    });
     return ParseStream(body);
   });
-  for (int i = 0; i < 1000 && !first_chunk; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  EXPECT_TRUE(testing::WaitUntil([&] { return first_chunk.load(); }, std::chrono::seconds(10),
+                                 std::chrono::milliseconds(2)));
   server.SendSigterm();
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   // Draining: no new work. The in-flight stream may finish (and the server

@@ -203,11 +203,12 @@ TEST_P(Tiers, EveryTierReturnsToBaselineWhenIdle) {
   (*engine)->DrainTierCopies();
   // Copies finish in the background; then nothing is pinned or half-written.
   Status acct;
-  for (int i = 0; i < 200; ++i) {
-    acct = (*engine)->CheckTierAccounting();
-    if (acct.ok() && (*engine)->Stats().pages.used == (*engine)->Stats().cached_pages) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  testing::WaitUntil(
+      [&] {
+        acct = (*engine)->CheckTierAccounting();
+        return acct.ok() && (*engine)->Stats().pages.used == (*engine)->Stats().cached_pages;
+      },
+      std::chrono::seconds(2));
   EXPECT_TRUE(acct.ok()) << acct.ToString();
   const EngineStats s = (*engine)->Stats();
   EXPECT_EQ(s.pages.used, s.cached_pages);

@@ -355,9 +355,8 @@ TEST(Engine, RequestsPastTheirDeadlineFailAndFreeTheirPages) {
     break;
   }
   EXPECT_TRUE(failed);
-  for (int i = 0; i < 100 && (*engine)->Stats().running > 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  EXPECT_TRUE(testing::WaitUntil([&] { return (*engine)->Stats().running == 0; }, std::chrono::seconds(5),
+                                 std::chrono::milliseconds(5)));
   const EngineStats s = (*engine)->Stats();
   EXPECT_EQ(s.requests_failed, 1);
   EXPECT_EQ(s.pages.used, s.cached_pages);

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "faults/faulty_connection.h"
+#include "support/wait.h"
 
 namespace tandem::transfer {
 namespace {
@@ -48,7 +49,7 @@ struct Pair {
     return received.size();
   }
   void WaitFor(size_t n) {
-    for (int i = 0; i < 500 && Count() < n; ++i) std::this_thread::sleep_for(1ms);
+    EXPECT_TRUE(testing::WaitUntil([&] { return Count() >= n; }, 2s, 1ms)) << "only " << Count() << " of " << n;
   }
 };
 
@@ -104,7 +105,7 @@ TEST(Loopback, CloseDropsPutsThatHaveNotLanded) {
   EXPECT_FALSE(p.a_to_b->alive());
   EXPECT_EQ(p.a_to_b->Put(data.data(), 1, p.region.key, 0).code(), StatusCode::kUnavailable);
   EXPECT_EQ(p.a_to_b->Flush(Clock::now() + 1s).code(), StatusCode::kUnavailable);
-  for (int i = 0; i < 200 && p.closes == 0; ++i) std::this_thread::sleep_for(1ms);
+  EXPECT_TRUE(testing::WaitUntil([&] { return p.closes > 0; }, 2s, 1ms));
   EXPECT_EQ(p.closes, 1) << "the peer heard about it";
 }
 
