@@ -239,7 +239,7 @@ void PrefillEngine::OnDestination(Peer& peer, const std::shared_ptr<transfer::Co
               (unsigned long long)id, (unsigned long long)connection->id());
     return;
   }
-  auto h = std::make_shared<Handoff>();
+  auto h = std::make_shared<Handoff>(std::chrono::milliseconds(d->time_budget_ms), Clock::now());
   h->connection = connection;
   h->decode_instance = peer.decode_instance;
   h->deadline = Clock::now() + std::chrono::milliseconds(d->time_budget_ms);
@@ -273,7 +273,7 @@ void PrefillEngine::OnAbort(const std::shared_ptr<transfer::Connection>& connect
   auto it = by_peer_.find({connection->id(), id});
   if (it != by_peer_.end()) {
     Handoff& h = *handoffs_.at(it->second);
-    if (!h.committed) {
+    if (h.machine.state() != transfer::HandoffState::kCommitted) {
       // Acknowledged when the engine has dropped it and its writes are flushed (OnEnd).
       h.abort_requested = true;
       h.handle->Cancel();
@@ -413,7 +413,11 @@ void PrefillEngine::OnLayer(int layer) {
     if (layer == 0) {
       // The first step after a prefix hit also sends the cached pages the decode side lacks.
       h->step_from = std::min(h->sent_upto, c.begin);
-      if (h->compute_start == Clock::time_point{}) h->compute_start = Clock::now();
+      if (h->compute_start == Clock::time_point{}) {
+        h->compute_start = Clock::now();
+        MutexLock lock(mu_);
+        (void)h->machine.Transition(transfer::HandoffState::kTransferring, h->compute_start);
+      }
     }
     if (c.gates != nullptr) c.gates->Wait(layer);  // cached rows loaded from a lower tier have landed
     // Only complete pages (and the prompt's last one): a page is written once,
@@ -468,7 +472,12 @@ bool PrefillEngine::SendCommit(uint64_t request, std::span<const int32_t> prompt
     h->error = sent;
     return false;
   }
-  h->committed = true;
+  if (h->machine.state() == transfer::HandoffState::kBootstrapping) {  // nothing to write: all cached on the decode side
+    (void)h->machine.Transition(transfer::HandoffState::kTransferring, Clock::now());
+  }
+  if (Status st = h->machine.Transition(transfer::HandoffState::kCommitted, Clock::now()); !st.ok()) {
+    TLOG_ERROR("tandem prefill: %s\n", st.message().c_str());  // a Commit went out: count it as one
+  }
   return true;
 }
 
@@ -514,7 +523,13 @@ void PrefillEngine::EndHandoff(uint64_t request, const Status& status) {
   const uint64_t id = h->destination.handoff_id;
   by_peer_.erase({h->connection->id(), id});
   const Status why = !h->error.ok() ? h->error : status;
-  if (h->committed && why.ok()) {
+  const bool committed = h->machine.state() == transfer::HandoffState::kCommitted;
+  if (!committed) {
+    (void)h->machine.Transition(h->abort_requested || h->peer_gone ? transfer::HandoffState::kAborted
+                                                                   : transfer::HandoffState::kFailed,
+                                Clock::now());
+  }
+  if (committed && why.ok()) {
     ++stats_.committed;
   } else if (!h->fenced) {
     // We cannot prove our writes landed: never acknowledge. Closing the

@@ -34,6 +34,7 @@
 #include "runtime/engine_role.h"
 #include "transfer/messages.h"
 #include "transfer/cluster_key.h"
+#include "transfer/handoff_state.h"
 #include "transfer/transport.h"
 
 namespace tandem {
@@ -141,13 +142,21 @@ class PrefillEngine : public EngineRole {
   // One Destination taken. Fields marked "loop" belong to the engine's loop
   // thread; the others are guarded by mu_.
   struct Handoff {
+    // Its state machine's deadlines are all the destination's time budget
+    // (the engine's request deadline enforces it).
+    Handoff(std::chrono::milliseconds budget, transfer::Clock::time_point now)
+        : machine(transfer::HandoffSide::kPrefill, {budget, budget, budget}, now) {}
+    // Bootstrapping (taken) -> Transferring (its first layer written) ->
+    // Committed (flushed, Commit sent); Aborted (the decode side asked, or its
+    // connection went) or Failed otherwise (transfer/handoff_state.h).
+    transfer::HandoffStateMachine machine;
     Destination destination;
     std::shared_ptr<transfer::Connection> connection;
     std::shared_ptr<RequestHandle> handle;
     uint64_t decode_instance = 0;
     transfer::Clock::time_point deadline;
     std::unique_ptr<CacheLayout> remote_layout;  // the decode pool's (offsets depend on its size)
-    bool abort_requested = false, peer_gone = false, committed = false;
+    bool abort_requested = false, peer_gone = false;
     int64_t sent_upto = 0;       // loop: rows below this token are written (from skip_tokens)
     int64_t step_from = 0;       // loop: first token the current step's layers write
     bool posted = false;         // loop: puts posted since the last flush
