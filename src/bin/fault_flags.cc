@@ -14,7 +14,8 @@ void FaultFlags::AddTo(CLI::App* cmd) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--debug-bit-flip-rate", bit_flip_rate,
                   "Tests only: prefill engines flip one bit in this share of page writes")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(CLI::Range(0.0, 1.0))
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a fault-control restart's own rate wins
   cmd->add_option("--debug-wedge-after-messages", wedge_after_messages,
                   "Tests only: after sending this many messages on a connection, a prefill engine sends none "
                   "(commits and abort acknowledgements never arrive: a wedged engine that stays connected)")
@@ -38,7 +39,7 @@ StatusOr<faults::FaultOptions> FaultFlags::Resolve(bool tiers, bool engine) cons
   f.bit_flip_rate = bit_flip_rate;
   f.wedge_after_messages = wedge_after_messages;
   f.unsafe_early_commit = unsafe_early_commit;
-  f.tiers.copy_delay = std::chrono::microseconds(copy_delay_us);
+  if (tiers) f.tiers.copy_delay = std::chrono::microseconds(copy_delay_us);  // a fault of the tiers' copy engine
   if (ungated_index_k) f.tiers.ungated_buffer = "index_k";
   f.poison_pages = poison_pages;
   if (!engine) return f;
@@ -46,7 +47,7 @@ StatusOr<faults::FaultOptions> FaultFlags::Resolve(bool tiers, bool engine) cons
     TLOG_WARN("WARNING: --debug-poison-pages: every freed or reserved cache page is overwritten with a poison "
               "pattern (debug; costs a page-sized memset per free)\n");
   }
-  if (copy_delay_us > 0) {
+  if (copy_delay_us > 0 && tiers) {
     TLOG_WARN("WARNING: the cache-tier copy engine sleeps %lld us per layer: tests only\n", (long long)copy_delay_us);
   }
   if (ungated_index_k) {

@@ -20,9 +20,11 @@ PrefillLinks::PrefillLinks(PrefillLinksOptions options)
 
 StatusOr<std::unique_ptr<PrefillLinks>> PrefillLinks::Connect(PrefillLinksOptions options) {
   if (options.addresses.empty()) return InvalidArgument("no prefill engine address");
+  if (options.clock == nullptr) return InvalidArgument("the prefill links need a clock");
   auto r = std::unique_ptr<PrefillLinks>(new PrefillLinks(std::move(options)));
   if (r->options_.make_transport) {
     TANDEM_ASSIGN_OR_RETURN(r->transport_, r->options_.make_transport());
+    if (r->transport_ == nullptr) return InvalidArgument("the prefill links' transport factory made no transport");
   } else {
     TANDEM_ASSIGN_OR_RETURN(r->transport_, transfer::MakeTransport(r->options_.transport, r->options_.cluster_key.Knock()));
   }

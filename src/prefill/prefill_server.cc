@@ -60,8 +60,9 @@ Status PrefillServer::Listen(const std::string& address, Wrap wrap) {
     };
     return h;
   }));
-  // "host:port": a decode Hello meant for another engine is refused (a loopback name is not checked).
-  if (const size_t colon = address.rfind(':'); colon != std::string::npos) {
+  // A host and port: a decode Hello meant for another engine is refused (a
+  // loopback name, which has no port, is not checked).
+  if (const size_t colon = address.rfind(':'); port() >= 0 && colon != std::string::npos) {
     engine_->SetListenAddress(address.substr(0, colon) + ":" + std::to_string(port()));
   }
   return Status::Ok();

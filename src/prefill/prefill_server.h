@@ -8,8 +8,8 @@
 // `wrap` may stand in front of each accepted connection (the fault library's
 // faulty connection, say); the engine then only sees the wrapper.
 //
-// Stop ends every handoff and joins the engine's threads before the transport
-// goes; the destructor does it too.
+// Stop ends every handoff and joins the engine's threads; the destructor
+// does it too, then destroys the transport.
 #pragma once
 
 #include <functional>
@@ -33,7 +33,9 @@ class PrefillServer {
 
   // Listens at `address` ("host:port", port 0: any free one; a loopback name).
   Status Listen(const std::string& address, Wrap wrap = nullptr) EXCLUDES(mu_);
-  // Ends every handoff and joins the engine's threads; then closes the transport.
+  // Ends every handoff and joins the engine's threads (no thread of the
+  // engine touches a connection afterwards); the destructor then closes the
+  // transport.
   void Stop();
 
   PrefillEngine& engine() { return *engine_; }

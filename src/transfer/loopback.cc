@@ -155,14 +155,17 @@ void LoopbackNetwork::Run() {
       cv_.notify_all();
       continue;
     }
-    // Handlers run without the lock so they may call back into the transport.
-    auto handlers = op.to->handlers_;
-    running_owner_ = op.to->owner();
-    lock.Unlock();
-    if (op.close_event) {
-      if (handlers.on_close) handlers.on_close(*op.to, op.close_status);
-    } else if (handlers.on_message) {
-      handlers.on_message(*op.to, std::move(op.message));
+    // Handlers run without the lock so they may call back into the transport;
+    // their copy goes before the lock is taken again (what it holds may take it).
+    {
+      ConnectionHandlers handlers = op.to->handlers_;
+      running_owner_ = op.to->owner();
+      lock.Unlock();
+      if (op.close_event) {
+        if (handlers.on_close) handlers.on_close(*op.to, op.close_status);
+      } else if (handlers.on_message) {
+        handlers.on_message(*op.to, std::move(op.message));
+      }
     }
     lock.Lock();
     running_owner_ = nullptr;
@@ -170,13 +173,18 @@ void LoopbackNetwork::Run() {
   }
 }
 
-LoopbackTransport::LoopbackTransport(std::shared_ptr<LoopbackNetwork> network) : net_(std::move(network)) {}
+LoopbackTransport::LoopbackTransport(std::shared_ptr<LoopbackNetwork> network) : net_(std::move(network)) {
+  MutexLock lock(net_->mu_);
+  net_->transports_.insert(this);
+}
 
 // None of its connections' handlers runs once this returns, whatever events
 // were still queued for them (they point into its owner, which goes next).
 // Its connections stay open: the peer hears nothing, as before.
 LoopbackTransport::~LoopbackTransport() {
+  std::vector<ConnectionHandlers> cleared;  // destroyed after the lock is let go
   UniqueLock lock(net_->mu_);
+  net_->transports_.erase(this);
   for (uint64_t id : region_ids_) net_->regions_.erase(id);
   for (const auto& a : addresses_) net_->listeners_.erase(a);
   std::vector<std::shared_ptr<LoopbackConnection>> mine;
@@ -186,10 +194,13 @@ LoopbackTransport::~LoopbackTransport() {
   for (auto& [key, op] : net_->queue_) {
     if (op.to && op.to->owner() == this) mine.push_back(op.to);
   }
-  for (auto& c : mine) c->handlers_ = ConnectionHandlers{};
+  for (auto& c : mine) cleared.push_back(std::exchange(c->handlers_, ConnectionHandlers{}));
   if (std::this_thread::get_id() != net_->thread_.get_id()) {  // (a handler may destroy its own transport)
-    net_->cv_.wait(lock.native(), [&]() REQUIRES(net_->mu_) { return net_->running_owner_ != this; });
+    net_->cv_.wait(lock.native(), [&]() REQUIRES(net_->mu_) {
+      return net_->running_owner_ != this && net_->accepting_[this] == 0;
+    });
   }
+  net_->accepting_.erase(this);
 }
 
 StatusOr<Region> LoopbackTransport::AllocateRegion(size_t bytes) {
@@ -236,12 +247,15 @@ StatusOr<std::shared_ptr<Connection>> LoopbackTransport::Connect(const std::stri
     mine->peer_ = theirs;
     theirs->peer_ = mine;
     mine->handlers_ = std::move(handlers);
+    ++net_->accepting_[theirs->owner()];  // its transport waits for this accept before it goes
   }
   ConnectionHandlers accepted = accept(theirs);
   {
     MutexLock lock(net_->mu_);
-    theirs->handlers_ = std::move(accepted);
-  }
+    if (--net_->accepting_[theirs->owner()] == 0) net_->cv_.notify_all();
+    // Not for a listener whose transport is going: its handlers die with it.
+    if (net_->transports_.count(theirs->owner()) > 0) std::swap(theirs->handlers_, accepted);
+  }  // (`accepted`, when not installed, goes without the lock)
   return std::shared_ptr<Connection>(mine);
 }
 

@@ -7,6 +7,7 @@
 
 #include <condition_variable>
 #include <map>
+#include <set>
 #include <mutex>
 #include <thread>
 
@@ -71,6 +72,10 @@ class LoopbackNetwork : public std::enable_shared_from_this<LoopbackNetwork> {
   // The transport whose connection's handler runs now (the lock is let go
   // meanwhile), or null: a transport being destroyed waits until it is not its.
   const LoopbackTransport* running_owner_ GUARDED_BY(mu_) = nullptr;
+  // Transports alive, and accepts running on a connecting thread (by their
+  // listener's transport): a transport being destroyed waits for its own.
+  std::set<const LoopbackTransport*> transports_ GUARDED_BY(mu_);
+  std::map<const LoopbackTransport*, int> accepting_ GUARDED_BY(mu_);
   std::map<uint64_t, std::shared_ptr<LoopbackConnection>> live_ GUARDED_BY(mu_);  // open connections
   bool stop_ GUARDED_BY(mu_) = false;
   std::thread thread_;

@@ -7,8 +7,11 @@
 //
 // Heartbeats still travel on real time (their threads send every 20 ms):
 // a test that moves the clock across more than one peer timeout does it in
-// steps, waiting after each for a message to arrive (the link's
-// tandem_prefill_link_messages_total), as a live peer would be heard.
+// steps, waiting after each until the role has heard a message at the new
+// time (the link's tandem_prefill_link_messages_total), as a live peer would
+// be heard. The fake durations are long (seconds), so the real time the
+// steps take (tens of milliseconds each) never reaches the prefill engine's
+// own real-time budgets.
 #include "decode/decode_role.h"
 
 #include <gtest/gtest.h>
@@ -35,7 +38,7 @@ using testing::FakeClock;
 using testing::WaitUntil;
 using transfer::Connection;
 
-constexpr auto kPeerTimeout = 1000ms;
+constexpr auto kPeerTimeout = 10'000ms;
 constexpr auto kBackoff = 100ms;
 
 class DecodeRoleTest : public ::testing::Test {
@@ -97,12 +100,16 @@ class DecodeRoleTest : public ::testing::Test {
   double Metric(const std::string& name) { return testing::ParseMetrics(engine_->metrics().Text())[name]; }
   bool Healthy() { return engine_->Healthy(); }
   // Moves the clock by `d`, then waits until the decode side has heard from
-  // its prefill engine since (a live peer's heartbeat at the new time).
+  // its prefill engine at the new time (a live peer's heartbeat). The count
+  // moves once per poll of the links: the first move after the advance may
+  // come from a poll that began before it, the second cannot.
   void AdvanceHeard(std::chrono::milliseconds d) {
-    const double seen = Metric("tandem_prefill_link_messages_total");
     clock_.Advance(d);
-    ASSERT_TRUE(WaitUntil([&] { return Metric("tandem_prefill_link_messages_total") > seen; }, 5s, 1ms))
-        << "no message from the prefill engine";
+    for (int poll = 0; poll < 2; ++poll) {
+      const double seen = Metric("tandem_prefill_link_messages_total");
+      ASSERT_TRUE(WaitUntil([&] { return Metric("tandem_prefill_link_messages_total") > seen; }, 5s, 1ms))
+          << "no message from the prefill engine";
+    }
   }
   std::shared_ptr<RequestHandle> Submit(uint32_t seed, size_t prompt_tokens = 100) {
     RequestSpec spec;
@@ -190,10 +197,10 @@ TEST_F(DecodeRoleTest, AWedgedEngineReconnectsAfterItsBackoffAndServesOnlyAfterP
 // acknowledges the abort (the fence): never freed on a timer alone.
 TEST_F(DecodeRoleTest, AHandoffPastItsDeadlineIsAbortedAndItsRequestEndsWithTheReason) {
   faults::FaultPlan slow;
-  slow.put_delay = 2s;  // real time: longer than the test takes to reach the deadline
+  slow.put_delay = 600s;  // real time: never, while the test runs
   StartPrefill(slow, /*faulty=*/1000);
   DecodeOptions d;
-  d.handoff_timeout = 2000ms;
+  d.handoff_timeout = 20'000ms;  // also the prefill engine's budget for it, in real time: far off
   d.max_placements = 1;
   StartDecode(d);
   ASSERT_TRUE(Healthy());
@@ -209,7 +216,7 @@ TEST_F(DecodeRoleTest, AHandoffPastItsDeadlineIsAbortedAndItsRequestEndsWithTheR
   const Status end = EndOf(*h);
   EXPECT_EQ(end.code(), StatusCode::kDeadlineExceeded) << end.ToString();
   EXPECT_NE(end.message().find("did not commit before its deadline"), std::string::npos) << end.ToString();
-  EXPECT_EQ(Metric("tandem_handoffs_total{outcome=\"aborted\"}"), 1);
+  EXPECT_TRUE(WaitUntil([&] { return Metric("tandem_handoffs_total{outcome=\"aborted\"}") == 1; }, 5s, 1ms));
   EXPECT_EQ(Metric("tandem_handoff_replacements_total"), 0) << "one placement allowed";
   EXPECT_TRUE(Healthy()) << "the link is live: only the handoff ended";
 }
@@ -221,12 +228,12 @@ TEST_F(DecodeRoleTest, AHandoffPastItsDeadlineIsAbortedAndItsRequestEndsWithTheR
 // the close being what stops the peer's writes. Never on a shorter timer.
 TEST_F(DecodeRoleTest, AnAbortedHandoffsPagesStayQuarantinedUntilItsLinkIsClosedForTheMissingAck) {
   faults::FaultPlan slow;
-  slow.put_delay = 10s;  // real time: no flush, so no acknowledgement, while the test runs
+  slow.put_delay = 600s;  // real time: no flush, so no acknowledgement, while the test runs
   StartPrefill(slow, /*faulty=*/1);
   DecodeOptions d;
-  // Also the prefill engine's time budget for it, in real time: it gives up
-  // (and closes the connection, the other fence) only after the test.
-  d.handoff_timeout = 5000ms;
+  // Also the prefill engine's time budget for it, in real time: it would give
+  // up (and close the connection, the other fence) only long after the test.
+  d.handoff_timeout = 20'000ms;
   d.max_placements = 1;
   StartDecode(d);
   ASSERT_TRUE(Healthy());
@@ -234,15 +241,17 @@ TEST_F(DecodeRoleTest, AnAbortedHandoffsPagesStayQuarantinedUntilItsLinkIsClosed
   ASSERT_NE(h, nullptr);
   ASSERT_TRUE(WaitUntil([&] { return Metric("tandem_handoffs_in_flight") == 1; }, 5s, 1ms));
   const auto step = kPeerTimeout / 4;
-  for (auto waited = 0ms; waited <= d.handoff_timeout; waited += step) AdvanceHeard(step);
+  // The abort comes at the step that reaches the deadline.
+  for (auto waited = 0ms; waited < d.handoff_timeout; waited += step) AdvanceHeard(step);
   EXPECT_EQ(EndOf(*h).code(), StatusCode::kDeadlineExceeded);
-  ASSERT_GT(Metric("tandem_handoff_quarantined_pages"), 0) << "aborted, not acknowledged: quarantined";
-  // Since the abort (at the first step past the deadline): 8 peer timeouts.
-  for (auto since = step; since < 8 * kPeerTimeout; since += step) {
+  ASSERT_TRUE(WaitUntil([&] { return Metric("tandem_handoff_quarantined_pages") > 0; }, 5s, 1ms))
+      << "aborted, not acknowledged: quarantined";
+  // Held through 8 peer timeouts after the abort, released only past them.
+  for (auto since = step; since <= 8 * kPeerTimeout; since += step) {
     AdvanceHeard(step);
     ASSERT_GT(Metric("tandem_handoff_quarantined_pages"), 0) << "released " << since.count() << " ms after the abort";
   }
-  clock_.Advance(step);
+  clock_.Advance(1ms);
   EXPECT_TRUE(WaitUntil([&] { return Metric("tandem_handoff_quarantined_pages") == 0; }, 5s, 1ms))
       << "the link closed for the missing acknowledgement: the close is the fence, the pages are free";
   EXPECT_EQ(Metric("tandem_handoffs_in_flight"), 0);
@@ -256,11 +265,11 @@ TEST_F(DecodeRoleTest, AnAbortedHandoffsPagesStayQuarantinedUntilItsLinkIsClosed
 // naming the wait; meanwhile the request holding the pages is untouched.
 TEST_F(DecodeRoleTest, ARequestWaitingForPagesPastThePageWaitFailsNamingTheWait) {
   faults::FaultPlan slow;
-  slow.put_delay = 3s;  // the first handoff holds its pages until after the test's checks
+  slow.put_delay = 600s;  // the first handoff holds its pages until after the test's checks
   StartPrefill(slow, /*faulty=*/1000);
   DecodeOptions d;
-  d.page_wait = 1500ms;
-  d.handoff_timeout = 60s;
+  d.page_wait = 15'000ms;
+  d.handoff_timeout = 600s;
   StartDecode(d, /*cache_tokens=*/4 * kPageTokens);
   ASSERT_TRUE(Healthy());
   auto first = Submit(3, 150);  // 3 of the 4 pages
@@ -277,7 +286,7 @@ TEST_F(DecodeRoleTest, ARequestWaitingForPagesPastThePageWaitFailsNamingTheWait)
   AdvanceHeard(step);
   const Status end = EndOf(*second);
   EXPECT_EQ(end.code(), StatusCode::kResourceExhausted) << end.ToString();
-  EXPECT_NE(end.message().find("no cache pages came free for this prompt within 1500 ms"), std::string::npos)
+  EXPECT_NE(end.message().find("no cache pages came free for this prompt within 15000 ms"), std::string::npos)
       << end.ToString();
   EXPECT_FALSE(first->finished()) << "the request holding the pages goes on";
   EXPECT_EQ(Metric("tandem_handoffs_in_flight"), 1);

@@ -205,7 +205,7 @@ TEST(FrontDoor, PastTheConnectionCapOnlyProbesAreServed) {
         const std::string m = Exchange(serve.port(), "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", 300);
         return m.find("tandem_http_open_connections 9") != std::string::npos;
       },
-      std::chrono::seconds(4), std::chrono::milliseconds(20)));
+      std::chrono::seconds(10), std::chrono::milliseconds(20)));
   std::string got = Exchange(serve.port(), "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
   EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
   const std::string body = R"({"prompt":"hi","max_tokens":2})";
@@ -217,7 +217,7 @@ TEST(FrontDoor, PastTheConnectionCapOnlyProbesAreServed) {
   EXPECT_NE(got.find("too many open connections"), std::string::npos) << got;
   for (int fd : held) ::close(fd);
   const bool served = testing::WaitUntil(
-      [&] { return Exchange(serve.port(), completion, 300).rfind("HTTP/1.1 200", 0) == 0; }, std::chrono::seconds(4),
+      [&] { return Exchange(serve.port(), completion, 300).rfind("HTTP/1.1 200", 0) == 0; }, std::chrono::seconds(10),
       std::chrono::milliseconds(20));
   EXPECT_TRUE(served) << "served again once the connections closed";
   EXPECT_EQ(serve.Terminate(), 0) << serve.Log();

@@ -47,7 +47,7 @@ std::vector<int32_t> Reference(const Model& m, const AttentionOptions& a, const 
 
 void WaitIdle(const Engine& e) {
   EXPECT_TRUE(testing::WaitUntil([&] { return e.Stats().running == 0 && e.Stats().waiting == 0; },
-                                 std::chrono::seconds(5)))
+                                 std::chrono::seconds(10)))
       << "the engine did not become idle";
 }
 

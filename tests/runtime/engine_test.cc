@@ -63,7 +63,7 @@ RequestSpec Spec(std::vector<int32_t> prompt, int max_tokens) {
 
 void WaitIdle(const Engine& e) {
   EXPECT_TRUE(testing::WaitUntil([&] { return e.Stats().running == 0 && e.Stats().waiting == 0; },
-                                 std::chrono::seconds(2)))
+                                 std::chrono::seconds(10)))
       << "the engine did not become idle";
 }
 
