@@ -25,6 +25,14 @@ void RegisterRouter(CLI::App& app) {
       ->delimiter(',')
       ->required();
   cmd->add_option("--request-timeout", o->request_timeout_s, "Seconds before an upstream request is abandoned");
+  cmd->add_option("--max-moves", o->max_moves,
+                  "Times a request may move to another decode server when its own fails or breaks its stream off "
+                  "(the stream goes on where it stopped); 0: fail fast")
+      ->check(CLI::Range(0, 16));
+  auto move_wait_ms = std::make_shared<int64_t>(o->move_wait.count());
+  cmd->add_option("--move-wait-ms", *move_wait_ms, "How long a move may wait for a healthy decode server")
+      ->check(CLI::Range(int64_t(0), int64_t(600'000)))
+      ->each([o](const std::string& v) { o->move_wait = std::chrono::milliseconds(std::stoll(v)); });
   cmd->add_option("--supervisor-state", o->supervisor_state,
                   "Set by serve --disagg: its supervisor's state file, shown in /health and /metrics");
   AddLogLevel(cmd, level.get());

@@ -2,6 +2,7 @@
 // in one engine). SIGTERM or SIGINT: stop admitting, let in-flight requests
 // finish (up to --shutdown-timeout), exit 0.
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <memory>
@@ -235,6 +236,7 @@ int RunServe(ServeArgs& a) {
     TLOG_ERROR("error: %s\n", engine.status().ToString().c_str());
     return 1;
   }
+  a.server.on_drain = [] { kill(getpid(), SIGTERM); };  // the same drain as the signal's (WaitForStopSignal)
   HttpServer server(**engine, **model, a.server);
   if (Status st = server.Start(); !st.ok()) {
     TLOG_ERROR("error: %s\n", st.ToString().c_str());
@@ -291,6 +293,8 @@ void RegisterServe(CLI::App& app) {
   cmd->add_option("--peer-timeout-ms", a->peer_timeout_ms,
                   "Disaggregated: a prefill engine silent this long is declared dead (its connection closed)")
       ->check(CLI::Range(int64_t(100), int64_t(3600) * 1000));
+  cmd->add_flag("!--no-local-prefill", a->decode.local_prefill,
+                "With --prefill: while no prefill engine answers, refuse prompts (503) instead of computing them here");
   cmd->add_option("--handoff-timeout-ms", a->handoff_timeout_ms,
                   "Disaggregated: a handoff not committed this long after its destination was sent is aborted "
                   "(its request re-placed or failed)")

@@ -55,7 +55,14 @@ struct DecodeRole::Metrics {
         affinity_hits(MetricCounter(r, "tandem_prefill_affinity_hits_total",
                                     "Handoffs placed on the prefill engine that computed a prefix of their prompt")),
         messages(MetricCounter(r, "tandem_prefill_link_messages_total",
-                               "Messages received from prefill engines (heartbeats included)")) {}
+                               "Messages received from prefill engines (heartbeats included)")),
+        local_no_link(MetricCounter(r, "tandem_local_prefills_total",
+                                    "Prompts this decode server computed itself, by why",
+                                    {{"reason", "no_prefill_engine"}})),
+        local_resumed(MetricCounter(r, "tandem_local_prefills_total", "Prompts this decode server computed itself, by why",
+                                    {{"reason", "resumed"}})),
+        local_logits(MetricCounter(r, "tandem_local_prefills_total", "Prompts this decode server computed itself, by why",
+                                   {{"reason", "logits_here"}})) {}
 
   // tandem_handoff_bytes_total{buffer=NAME}: bytes committed handoffs
   // brought, per cache buffer (the registry's names, so the index-K share of
@@ -73,6 +80,7 @@ struct DecodeRole::Metrics {
   prometheus::Counter &seconds, &request_seconds;
   prometheus::Gauge& links_up;
   prometheus::Counter &reconnects, &links_declared_dead, &replacements, &affinity_hits, &messages;
+  prometheus::Counter &local_no_link, &local_resumed, &local_logits;
 };
 
 StatusOr<std::unique_ptr<DecodeRole>> DecodeRole::Connect(const Model& model, const EngineOptions& engine,
@@ -126,22 +134,34 @@ void DecodeRole::Attach(RoleHost& host) {
   links_->SetTiers(host.tiers());
 }
 
-Status DecodeRole::Validate(const RequestSpec& spec) const {
-  if (spec.max_tokens == 0) {
-    return InvalidArgument(
-        "max_tokens 0 is not supported by a disaggregated decode server (its prefill engine samples a first token)");
-  }
-  if (spec.logprobs >= 0) {
-    return InvalidArgument(
-        "logprobs are not supported by a disaggregated decode server yet: its first token is sampled at the prefill "
-        "engine, where that position's logits are");
-  }
-  return Status::Ok();
+bool DecodeRole::Healthy() const { return links_->healthy() || options_.local_prefill; }
+
+std::string DecodeRole::HealthNote() const {
+  if (links_->healthy()) return {};
+  return options_.local_prefill ? "no prefill engine link is up: prompts are computed on this decode server"
+                                : "no prefill engine link is up (--no-local-prefill)";
 }
 
 // Begins bringing the prompt's cache here. Waiting for pages has a deadline
-// of its own (Bootstrapping).
+// of its own (Bootstrapping). Computed here instead, as a colocated engine
+// does: what needs logits only this engine will have (logprobs, max_tokens
+// 0), an answer already begun (resumed or preempted: its tokens and grammar
+// state are here), and, unless --no-local-prefill, every prompt while no
+// prefill engine link is up.
 StatusOr<EngineRole::Admission> DecodeRole::Admit(Sequence& seq) {
+  if (seq.generated > 0) {
+    if (seq.admissions == 0) metrics_->local_resumed.Increment();
+    return Admission::kLocal;
+  }
+  if (seq.spec.logprobs >= 0 || seq.spec.max_tokens == 0) {
+    if (seq.admissions == 0) metrics_->local_logits.Increment();
+    return Admission::kLocal;
+  }
+  if (!links_->healthy()) {
+    if (!options_.local_prefill) return Unavailable("no prefill engine is reachable (--no-local-prefill)");
+    metrics_->local_no_link.Increment();
+    return Admission::kLocal;
+  }
   Handoff& h = handoffs_[&seq];
   const uint64_t id = next_handoff_++;
   Status st = links_->Start(id, seq.tokens, seq.spec.sampling, h.replaces);
@@ -179,7 +199,9 @@ void DecodeRole::Poll() {
     Handoff& h = handoffs_[&s];
     h.id = 0;
     if (!o.status.ok()) {
-      if (o.retryable && h.placements < options_.max_placements && links_->healthy() && !s.handle->cancelled()) {
+      // Placed again: on another link, or here when none is up (local_prefill).
+      if (o.retryable && h.placements < options_.max_placements && (links_->healthy() || options_.local_prefill) &&
+          !s.handle->cancelled()) {
         TLOG_WARN("tandem decode: handoff %llu failed (%s): placing its request again\n", (unsigned long long)o.id,
                   o.status.message().c_str());
         h.replaces = o.id;

@@ -4,16 +4,19 @@
 // then runs on here from its first token, sampled there.
 //
 // What the role adds at the engine's seams:
-//  - Validate: no logprobs, no max_tokens 0 (the first token is sampled at
-//    the prefill engine, where that position's logits are).
 //  - Admit: reserves the prompt's pages and sends its destination to a
 //    prefill engine (kHeld); no pages yet: kWait, up to the Bootstrapping
 //    deadline (transfer/handoff_state.h), then an error that names the wait.
+//    kLocal (computed here, as colocated serve does, same bits) for what a
+//    prefill engine cannot do: logprobs and max_tokens 0 (the logits live
+//    where the prompt is computed), an answer already begun (resumed from
+//    another server, or preempted here); and for every prompt while no
+//    prefill engine link is up (local_prefill; then HealthNote says so).
 //  - Poll: committed handoffs resume their sequence; a handoff that failed for
 //    its link's or its peer's sake is placed again (another engine preferred)
 //    up to max_placements; any other failure fails the request.
 //  - OnEnd: a handoff still open is aborted; the handoff metrics.
-//  - Healthy: at least one prefill engine link is up.
+//  - Healthy: at least one prefill engine link is up, or local_prefill.
 //
 // Its per-request state (the open handoff, its placements, its timings) is a
 // map inside the role; the engine's Sequence knows nothing of handoffs.
@@ -49,6 +52,9 @@ struct DecodeOptions {
   // A prompt whose handoff fails for its link's or its peer's sake is placed
   // again (new reservation, new attempt id) up to this many times in all.
   int32_t max_placements = 3;
+  // No prefill engine link up: compute prompts here (true), or refuse them
+  // (503) until one is back.
+  bool local_prefill = true;
   transfer::ClusterKey cluster_key;                   // --cluster-key-file
 };
 
@@ -70,11 +76,11 @@ class DecodeRole : public EngineRole {
 
   uint8_t* PoolMemory() override { return links_->PoolMemory(); }
   void Attach(RoleHost& host) override;
-  Status Validate(const RequestSpec& spec) const override;
   StatusOr<Admission> Admit(Sequence& seq) override;
   void Poll() override;
   void OnEnd(const Sequence& seq, FinishReason reason, const Status& error) override;
-  bool Healthy() const override { return links_->healthy(); }
+  bool Healthy() const override;
+  std::string HealthNote() const override;
 
  private:
   // One request's handoff state.

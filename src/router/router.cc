@@ -59,13 +59,19 @@ uint64_t ConversationKey(const nlohmann::json& body) {
   return XXH3_64bits(text.data(), text.size()) | 1;
 }
 
-Router::Backend* Router::Pick(uint64_t conversation) {
+Router::Backend* Router::Pick(uint64_t conversation, const std::vector<const Backend*>& avoid) {
   MutexLock lock(place_mu_);  // one placement at a time: each sees the ones before it
   std::vector<int64_t> load;
   std::vector<bool> usable;
+  bool other = false;  // a healthy backend outside `avoid`
   for (auto& b : backends_) {
     load.push_back(b->in_flight->load());
-    usable.push_back(b->healthy.load());
+    const bool avoided = std::find(avoid.begin(), avoid.end(), b.get()) != avoid.end();
+    usable.push_back(b->healthy.load() && !avoided);
+    other = other || usable.back();
+  }
+  if (!other) {  // every healthy one was tried: any healthy one again
+    for (size_t i = 0; i < backends_.size(); ++i) usable[i] = backends_[i]->healthy.load();
   }
   const int preferred = conversation != 0 ? affinity_.Find(conversation) : -1;
   const int i = PickTarget(load, usable, preferred, &next_);
@@ -106,93 +112,6 @@ void Router::Stop() {
   if (core_) core_->Stop();        // hang-ups cancel their upstream calls
   if (client_) client_->Stop();
   if (health_.joinable()) health_.join();
-}
-
-void Router::Forward(HttpRequest& req, const std::shared_ptr<HttpReply>& reply) {
-  // A POST body passes serve's own first checks (UTF-8, nesting, an object,
-  // a boolean or null `stream`) before the router reads a field of it.
-  nlohmann::json body;
-  bool stream = false;
-  if (req.method == "POST") {
-    std::optional<ApiError> bad = ParseRequestBody(req.body, &body);
-    if (!bad) bad = ReadStreamFlag(body, &stream);
-    if (bad) {
-      ++refused_;
-      return reply->Send(bad->http_status, "application/json", ErrorJson(*bad));
-    }
-  }
-  Backend* b = Pick(ConversationKey(body));
-  if (!b) {
-    ++unavailable_;
-    return SendApiError(*reply, 503, "no healthy decode backend", "server_error");
-  }
-  HttpClientRequest up;
-  up.host = b->host;
-  up.port = b->port;
-  up.method = req.method;
-  up.target = req.target;
-  up.timeout = std::chrono::milliseconds(int64_t(options_.request_timeout_s * 1000));
-  if (req.method == "POST") up.headers.emplace_back("Content-Type", "application/json");
-  if (std::string auth = req.Header("Authorization"); !auth.empty()) up.headers.emplace_back("Authorization", auth);
-  up.body = std::move(req.body);
-
-  // What the upstream answer has done so far; touched only by the call's
-  // callbacks, which run one at a time.
-  struct Relay {
-    int status = 0;
-    bool streaming = false, too_large = false;
-    std::string content_type = "application/json", body;
-    HttpHeaders relayed;  // Retry-After, WWW-Authenticate
-  };
-  auto relay = std::make_shared<Relay>();
-  HttpClientEvents events;
-  events.on_head = [relay, reply, stream](int status, const HttpHeaders& headers) {
-    relay->status = status;
-    for (const auto& [k, v] : headers) {
-      if (strcasecmp(k.c_str(), "Content-Type") == 0) relay->content_type = v;
-      if (strcasecmp(k.c_str(), "Retry-After") == 0 || strcasecmp(k.c_str(), "WWW-Authenticate") == 0) {
-        relay->relayed.emplace_back(k, v);
-      }
-    }
-    // A stream goes out chunk by chunk; an error (or a whole answer) whole.
-    if (stream && status == 200) {
-      relay->streaming = true;
-      reply->StartStream(200, relay->content_type, {{"Cache-Control", "no-cache"}});
-    }
-  };
-  const size_t max_answer = options_.max_answer_bytes;
-  events.on_data = [relay, reply, max_answer](std::string data) {
-    if (relay->streaming) return reply->Write(std::move(data));  // false: the client is gone or not reading
-    if (relay->body.size() + data.size() > max_answer) return relay->too_large = true, false;
-    relay->body += data;
-    return true;
-  };
-  const std::string name = b->host + ":" + std::to_string(b->port);
-  events.on_done = [relay, reply, b, name, max_answer](const std::string& error) {
-    --*b->in_flight;
-    if (reply->gone()) return;  // the client hung up (and so cancelled the call): says nothing of the backend
-    if (relay->status != 0) ++b->forwarded;
-    if (relay->streaming) {
-      if (error.empty()) return reply->End();
-      ++b->failed;
-      return reply->Abort();  // cut off (the backend broke off, or the client stopped reading): never a clean end
-    }
-    if (relay->status == 0) {
-      ++b->failed;
-      b->healthy = false;
-      return SendApiError(*reply, 503, "decode backend " + name + " did not answer (" + error + ")", "server_error");
-    }
-    if (relay->too_large) {
-      return SendApiError(*reply, 502, "decode backend " + name + "'s answer is over " + std::to_string(max_answer) +
-                                           " bytes", "server_error");
-    }
-    if (!error.empty()) {
-      return SendApiError(*reply, 502, "decode backend " + name + "'s answer broke off (" + error + ")", "server_error");
-    }
-    reply->Send(relay->status, relay->content_type, std::move(relay->body), relay->relayed);
-  };
-  auto call = client_->Start(std::move(up), std::move(events));
-  reply->OnHangUp([call] { call->Cancel(); });  // the decode server sees the hang-up and cancels
 }
 
 nlohmann::json Router::SupervisorState() const {
@@ -242,6 +161,11 @@ std::string Router::MetricsText() const {
   out += "# HELP tandem_router_malformed_total Requests refused (4xx) by the router's own checks before any backend\n"
          "# TYPE tandem_router_malformed_total counter\ntandem_router_malformed_total " +
          std::to_string(refused_.load()) + "\n";
+  out += "# HELP tandem_router_moves_total Requests handed to another backend (its stream continued there)\n"
+         "# TYPE tandem_router_moves_total counter\ntandem_router_moves_total " + std::to_string(moves_.load()) + "\n";
+  out += "# HELP tandem_router_moves_exhausted_total Requests failed after their last move, or with no backend to move to\n"
+         "# TYPE tandem_router_moves_exhausted_total counter\ntandem_router_moves_exhausted_total " +
+         std::to_string(moves_exhausted_.load()) + "\n";
   out += "# HELP tandem_router_affinity_hits_total Requests placed on the backend that served their conversation before\n"
          "# TYPE tandem_router_affinity_hits_total counter\ntandem_router_affinity_hits_total " +
          std::to_string(affinity_hits_.load()) + "\n";

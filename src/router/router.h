@@ -14,6 +14,15 @@
 // (requests in flight); new conversations go to the least loaded.
 //
 // The prompt is tokenized once, by the decode server that serves it.
+//
+// A request outlives the decode server that serves it (router/relay.cc): a
+// backend that does not answer, answers 5xx, or breaks a stream off, hands
+// the request to another healthy backend — a stream as "continue after the
+// tokens the client has" (the stream trace and tandem_resume of
+// server/openai_api.h), spliced into the same client stream; the router pins
+// a seed for requests sent without one, so the continuation is the answer
+// the first backend would have given, bit for bit (invariant 5). At most
+// max_moves moves a request; then the client gets an error that says so.
 #pragma once
 
 #include <atomic>
@@ -43,10 +52,17 @@ struct RouterOptions {
   AccessPolicy access;  // API keys and CORS; the client's Authorization goes on to the backend
   HttpLimits http;      // deadlines, body and connection limits
   size_t max_answer_bytes = size_t(64) << 20;  // a whole (not streamed) upstream answer larger than this is a 502
+  // Moves per request after its first backend (0: fail fast, as a plain
+  // proxy would), and how long a move may wait for a healthy backend.
+  int max_moves = 3;
+  std::chrono::milliseconds move_wait{15'000};
   // Set by `serve --disagg`: its supervisor's state file (bin/supervisor.h),
   // shown in /health ("supervisor") and /metrics (restarts per child).
   std::string supervisor_state;
 };
+
+// A conversation's identity across rounds (placement affinity); 0: none.
+uint64_t ConversationKey(const nlohmann::json& body);
 
 class Router {
  public:
@@ -66,8 +82,10 @@ class Router {
     // which may outlive a request handler).
     std::shared_ptr<std::atomic<int64_t>> in_flight = std::make_shared<std::atomic<int64_t>>(0);
   };
+  class Relay;  // one client request across its backends (router/relay.cc)
   void CheckHealth();
-  Backend* Pick(uint64_t conversation);
+  // A healthy backend, one not in `avoid` if there is any; null: none healthy.
+  Backend* Pick(uint64_t conversation, const std::vector<const Backend*>& avoid = {});
   void Forward(HttpRequest& req, const std::shared_ptr<HttpReply>& reply);
   std::string MetricsText() const;
   nlohmann::json SupervisorState() const;  // {} when none is set or readable
@@ -81,6 +99,8 @@ class Router {
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> unavailable_{0};
   std::atomic<int64_t> refused_{0};  // malformed requests answered 400 without a backend
+  std::atomic<int64_t> moves_{0};    // requests handed to another backend
+  std::atomic<int64_t> moves_exhausted_{0};  // requests that ran out of moves (or of time to wait for a backend)
   std::thread health_;
   // core_ before client_: calls (holding replies) go before the connections.
   std::unique_ptr<HttpCore> core_;

@@ -147,13 +147,20 @@ StatusOr<std::shared_ptr<RequestHandle>> Engine::Submit(RequestSpec spec) {
     return InvalidArgument("the prompt has " + std::to_string(spec.prompt.size()) +
                            " tokens but the context holds " + std::to_string(context_tokens_));
   }
-  const int64_t pages_needed = (int64_t(spec.prompt.size()) + kPageTokens) / kPageTokens;
+  if (int64_t(spec.prompt.size() + spec.resumed.size()) > context_tokens_) {
+    return InvalidArgument("the prompt and the resumed answer have " +
+                           std::to_string(spec.prompt.size() + spec.resumed.size()) +
+                           " tokens but the context holds " + std::to_string(context_tokens_));
+  }
+  const int64_t pages_needed = (int64_t(spec.prompt.size() + spec.resumed.size()) + kPageTokens) / kPageTokens;
   if (pages_needed > pool_->total_pages()) {
     return InvalidArgument("the prompt needs " + std::to_string(pages_needed) +
                            " cache pages; the cache has " + std::to_string(pool_->total_pages()));
   }
-  for (int32_t t : spec.prompt) {
-    if (t < 0 || t >= model_.config().vocab_size) return InvalidArgument("token id out of range");
+  for (const auto* ids : {&spec.prompt, &spec.resumed}) {
+    for (int32_t t : *ids) {
+      if (t < 0 || t >= model_.config().vocab_size) return InvalidArgument("token id out of range");
+    }
   }
   TANDEM_RETURN_IF_ERROR(spec.sampling.Validate());
   if (!spec.sampling.constraint.empty() && spec.sampling.answer_budget == 0) {
@@ -171,6 +178,8 @@ StatusOr<std::shared_ptr<RequestHandle>> Engine::Submit(RequestSpec spec) {
   if (spec.deadline != Clock::time_point{}) seq->deadline = std::min(seq->deadline, spec.deadline);
   seq->prompt_len = int64_t(spec.prompt.size());
   seq->tokens = spec.prompt;
+  seq->tokens.insert(seq->tokens.end(), spec.resumed.begin(), spec.resumed.end());
+  seq->generated = int64_t(spec.resumed.size());
   seq->decoder = std::make_unique<StreamDecoder>(model_.tokenizer());
   seq->stops = std::make_unique<StopStringMatcher>(spec.stop);
   seq->spec = std::move(spec);
@@ -207,7 +216,11 @@ void Engine::Loop() {
       MutexLock lock(mu_);
       drain_over = stopping_ && Clock::now() >= drain_deadline_;
     }
-    if (drain_over) scheduler_.ForEach([](Sequence& s) { s.handle->Cancel(); });
+    if (drain_over) {
+      scheduler_.ForEach([&](Sequence& s) {
+        if (!s.done) Fail(s, Unavailable("this server stopped before the request finished (its drain deadline passed)"));
+      });
+    }
     DropCancelledAndExpired();
     if (stopping_ && scheduler_.empty()) {
       MutexLock lock(mu_);  // a Submit that raced Shutdown is in incoming_: it ends too
@@ -241,11 +254,16 @@ void Engine::Loop() {
 }
 
 void Engine::TakeNewRequests() {
-  MutexLock lock(mu_);
-  while (!incoming_.empty()) {
-    scheduler_.Enqueue(std::move(incoming_.front()));
-    incoming_.pop_front();
+  std::vector<Sequence*> resumed;
+  {
+    MutexLock lock(mu_);
+    while (!incoming_.empty()) {
+      if (!incoming_.front()->spec.resumed.empty()) resumed.push_back(incoming_.front().get());
+      scheduler_.Enqueue(std::move(incoming_.front()));
+      incoming_.pop_front();
+    }
   }
+  for (Sequence* s : resumed) Replay(*s);
 }
 
 void Engine::DropCancelledAndExpired() {

@@ -60,6 +60,10 @@ class Engine final : private RoleHost {
 
   EngineStats Stats() const;
   bool Healthy() const { return !stopping_.load() && loop_alive_.load() && role_healthy_.load(); }
+  // Shutdown began: nothing new is admitted (thread-safe).
+  bool draining() const { return stopping_.load(); }
+  // Why the engine serves degraded (its role's HealthNote), "" when it does not. Thread-safe.
+  std::string HealthNote() const { return role_->HealthNote(); }
   const EngineOptions& options() const { return options_; }
   int64_t context_tokens() const { return context_tokens_; }
   const CacheSpec& cache_spec() const override { return spec_; }
@@ -77,8 +81,8 @@ class Engine final : private RoleHost {
     if (tiers_) tiers_->Drain();
   }
 
-  // Stops admitting; requests already in flight finish, or are cancelled once
-  // `drain` passes. Returns when the loop has exited.
+  // Stops admitting; requests already in flight finish, or fail (Unavailable:
+  // a router moves them) once `drain` passes. Returns when the loop has exited.
   void Shutdown(std::chrono::milliseconds drain);
 
  private:
@@ -87,6 +91,7 @@ class Engine final : private RoleHost {
   static StatusOr<std::unique_ptr<Engine>> Start(std::unique_ptr<Engine> engine);
   void Loop();
   void TakeNewRequests();
+  void Replay(Sequence& seq);  // a resumed request's delivered tokens, before it runs
   void DropCancelledAndExpired();
   void Step();
   // A sequence whose next token is drawn this step, from these logits.

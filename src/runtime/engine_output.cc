@@ -57,11 +57,29 @@ void Engine::Emit(Sequence& s, int32_t token, const PositionLogprobs* logprobs) 
 }
 
 // A constrained request's grammar state, from its start (compiled once per
-// constraint text and kept for the next requests that send it).
+// constraint text and kept for the next requests that send it), walked over
+// the tokens it has generated already (a resumed answer's).
 Status Engine::StartConstraint(Sequence& s) {
   if (s.constraint || s.spec.sampling.constraint.empty()) return Status::Ok();
   TANDEM_ASSIGN_OR_RETURN(s.constraint, constraints_.Start(s.spec.sampling.constraint));
-  return Status::Ok();
+  for (size_t i = size_t(s.prompt_len); i < s.tokens.size(); ++i) s.constraint->Accept(s.tokens[i]);
+  return s.constraint->status();
+}
+
+// A resumed request: its delivered tokens go through the text decoder, the
+// stop strings and the grammar, as they did where the answer began, and
+// come back as one replay event; an answer they already end ends here.
+void Engine::Replay(Sequence& s) {
+  StreamEvent ev;
+  ev.replay = true;
+  ev.tokens = s.spec.resumed;
+  for (int32_t t : s.spec.resumed) ev.text += s.stops->Push(s.decoder->Push(t));
+  s.handle->Push(std::move(ev));
+  if (Status st = StartConstraint(s); !st.ok()) return Fail(s, st);
+  if (s.stops->stopped() || (s.constraint && s.constraint->finished())) return Finish(s, FinishReason::kStop);
+  if (s.generated >= s.spec.max_tokens || int64_t(s.tokens.size()) >= context_tokens_) {
+    Finish(s, FinishReason::kLength);
+  }
 }
 
 // A prompt's cache the role brought (RoleHost::Resume): the request runs on

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
@@ -133,6 +134,9 @@ class EngineRole {
   // Whether the role can serve: the engine's health, which it publishes for
   // other threads after each Poll and step.
   virtual bool Healthy() const { return true; }
+  // Any thread: why the role serves in a degraded way (say, prompts
+  // computed here for want of a peer), "" when it does not.
+  virtual std::string HealthNote() const { return {}; }
 };
 
 }  // namespace tandem

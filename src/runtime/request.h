@@ -39,6 +39,13 @@ struct RequestSpec {
   // When the request must be done by (the engine's request timeout applies
   // too, whichever is first); the default: only that timeout.
   std::chrono::steady_clock::time_point deadline{};
+  // An answer another engine began (a moved stream): these tokens were
+  // already generated for this prompt and delivered. They are computed as
+  // context and count as generated (max_tokens, penalties, the grammar);
+  // they come back first, as one replay event; sampling goes on after them,
+  // at their position with the same seed, so the tokens that follow are the
+  // ones the first engine would have drawn (invariant 5).
+  std::vector<int32_t> resumed;
 };
 
 // How a request ended. StreamEvent::finish_reason carries its name.
@@ -61,6 +68,10 @@ struct StreamEvent {
   // kText, once, before the first token, when prompt_logprobs was asked: one
   // per prompt token (the first without a logprob). text and tokens are empty.
   std::vector<PositionLogprobs> prompt_logprobs;
+  // kText, first, for a resumed request: `tokens` are RequestSpec::resumed and
+  // `text` their final text, already delivered by the engine that began the
+  // answer (a formatter's state, not news); no logprobs.
+  bool replay = false;
   std::string finish_reason;         // kFinish: FinishReasonName ("stop", "length" or "cancelled")
   Status error;                      // kError: why the request failed
   int64_t prompt_tokens = 0;         // kFinish: usage

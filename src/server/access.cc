@@ -45,7 +45,11 @@ StatusOr<AccessPolicy> AccessPolicy::Load(const std::string& key, const std::str
 }
 
 bool AccessPolicy::Authorized(std::string_view path, std::string_view authorization) const {
-  if (api_keys.empty() || path.substr(0, 4) != "/v1/") return true;
+  // /admin/ routes change what a server does: they need a key, and are
+  // closed to everyone on a server without keys.
+  const bool admin = path.substr(0, 7) == "/admin/";
+  if (admin && api_keys.empty()) return false;
+  if (api_keys.empty() || (path.substr(0, 4) != "/v1/" && !admin)) return true;
   constexpr std::string_view kBearer = "bearer ";  // the scheme is case-insensitive (RFC 9110)
   if (authorization.size() < kBearer.size()) return false;
   for (size_t i = 0; i < kBearer.size(); ++i) {

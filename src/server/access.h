@@ -3,7 +3,8 @@
 // so both servers apply the same rules and tests need no sockets.
 //
 // Keys guard the API routes (/v1/...); /health and /metrics stay open for
-// probes and scrapers. A key is compared in constant time over the longest
+// probes and scrapers. Admin routes (/admin/...) need a key, and are closed
+// on a server without keys. A key is compared in constant time over the longest
 // length, so a wrong guess's timing says nothing about how close it came.
 // CORS headers are sent only when an origin is configured: without one, a web
 // page on another origin cannot read the answers.

@@ -220,6 +220,18 @@ std::shared_ptr<HttpCall> HttpClient::Start(HttpClientRequest request, HttpClien
   return std::make_shared<CallHandle>(call);
 }
 
+void HttpClient::After(std::chrono::milliseconds delay, std::function<void()> fn) {
+  Impl& m = *impl_;
+  {
+    MutexLock lock(m.mu);
+    if (m.stopped) return;
+  }
+  auto timer = std::make_shared<asio::steady_timer>(m.io, delay);
+  timer->async_wait([timer, fn = std::move(fn)](error_code ec) {
+    if (!ec) fn();
+  });
+}
+
 void HttpClient::Stop() {
   Impl& m = *impl_;
   std::vector<std::shared_ptr<Call>> calls;

@@ -47,6 +47,9 @@ class HttpClient {
   HttpClient& operator=(const HttpClient&) = delete;
 
   std::shared_ptr<HttpCall> Start(HttpClientRequest request, HttpClientEvents events);
+  // Runs `fn` on the client's I/O thread once `delay` has passed; never if
+  // the client stops first (then `fn` is destroyed unrun).
+  void After(std::chrono::milliseconds delay, std::function<void()> fn);
   // Ends every call (their on_done run) and joins the I/O thread. Idempotent.
   void Stop();
 

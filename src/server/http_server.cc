@@ -4,6 +4,8 @@
 #include <ctime>
 #include <random>
 
+#include <nlohmann/json.hpp>
+
 namespace tandem {
 namespace {
 
@@ -28,6 +30,7 @@ struct StreamChoice {
   std::vector<int32_t> held_tokens;             // ids of tokens whose text the streamer holds
   std::vector<PositionLogprobs> held_logprobs;  // logprobs of tokens whose text is not out yet
   int64_t text_offset = 0;                      // completions: bytes of the tokens whose logprobs went out
+  std::vector<int32_t> untraced;                // tokens not yet named by a stream trace (ParsedRequest::trace)
   Usage usage;
   // Collected (not streamed) answers.
   std::string text;
@@ -120,18 +123,34 @@ class HttpServer::Exchange : public std::enable_shared_from_this<Exchange> {
   Exchange(HttpServer& server, ParsedRequest parsed, std::shared_ptr<HttpReply> reply)
       : server_(server), p_(std::move(parsed)), reply_(std::move(reply)), serial_(server.core_->NewSerial()) {}
 
-  // Sets up the choices around the first one's handle (before Track).
-  void Prepare(std::shared_ptr<RequestHandle> first) {
+  // Sets up the choices around their handles (before Track): the first
+  // choice's alone (the others are submitted once its prompt is computed),
+  // or every choice's that is not done already (a resumed stream).
+  void Prepare(std::vector<std::shared_ptr<RequestHandle>> handles) {
     choices_.resize(size_t(p_.n));
+    const uint64_t id = p_.resume ? p_.resume->id : handles[0]->id();
+    const int64_t created = p_.resume ? p_.resume->created : UnixNow();
+    const Tokenizer& tok = *server_.info_.tokenizer;
     for (size_t i = 0; i < choices_.size(); ++i) {
       StreamChoice& c = choices_[i];
-      c.meta = ResponseMeta{p_.model, first->id(), UnixNow(), p_.include_usage};
+      c.meta = ResponseMeta{p_.model, id, created, p_.include_usage};
       c.meta.choice = int(i);
       if (p_.chat && p_.tools_enabled) {
-        c.tools = std::make_unique<ToolCallStreamer>(first->id(), p_.tool_format, p_.parallel_tool_calls ? 1 << 30 : 1);
+        c.tools = std::make_unique<ToolCallStreamer>(id, p_.tool_format, p_.parallel_tool_calls ? 1 << 30 : 1);
+      }
+      if (i < handles.size()) c.handle = std::move(handles[i]);
+      if (!p_.resume) continue;
+      const ParsedRequest::Resume::Choice& r = p_.resume->choices[i];
+      c.started = r.started;
+      if (r.started && p_.echo) {  // the echo went out: its bytes come before the answer's
+        for (int32_t t : p_.spec.prompt) c.text_offset += int64_t(tok.TokenBytes(t).size());
+      }
+      if (r.done) {
+        c.done = true;
+        c.usage = Usage{int64_t(p_.spec.prompt.size()), int64_t(r.tokens.size()), 0};
       }
     }
-    choices_[0].handle = std::move(first);
+    others_submitted_ = p_.resume.has_value() || choices_.size() == 1;
   }
 
   // Starts the answer (after Track): on the serial, before any event is turned into frames.
@@ -175,17 +194,27 @@ class HttpServer::Exchange : public std::enable_shared_from_this<Exchange> {
     started_ = true;
     if (p_.stream) {
       reply_->StartStream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
+      std::string head;
+      if (p_.trace) {
+        StreamTrace t;
+        t.id = choices_[0].meta.request_id;
+        t.created = choices_[0].meta.created;
+        head = StreamTraceSse(t);
+      }
       if (p_.chat) {
-        std::string roles;
+        StreamTrace opened;
         for (StreamChoice& c : choices_) {
+          if (c.started) continue;  // a resumed stream's that went out already
           c.started = true;
           ChatDelta d;
           d.role = true;
           d.content = "";
-          roles += ChatChunkSse(c.meta, d);
+          head += ChatChunkSse(c.meta, d);
+          opened.choices.push_back({c.meta.choice, {}, /*opened=*/true, /*finished=*/false});
         }
-        reply_->Write(std::move(roles));
+        if (p_.trace && !opened.choices.empty()) head += StreamTraceSse(opened);
       }
+      if (!head.empty()) reply_->Write(std::move(head));
     }
     std::weak_ptr<Exchange> weak = weak_from_this();
     reply_->OnHangUp([weak] {
@@ -195,7 +224,7 @@ class HttpServer::Exchange : public std::enable_shared_from_this<Exchange> {
 
   void Pump() {
     if (done_ || !started_) return;
-    if (choices_.size() > 1 && !choices_[1].handle && !SubmitOthers()) return;
+    if (!others_submitted_ && !SubmitOthers()) return;
     for (StreamChoice& c : choices_) {
       StreamEvent ev;
       while (!done_ && c.handle && !c.done && c.handle->Next(&ev, std::chrono::milliseconds(0))) {
@@ -214,6 +243,7 @@ class HttpServer::Exchange : public std::enable_shared_from_this<Exchange> {
   // first event), so they find its pages in the prefix cache.
   bool SubmitOthers() {
     if (!choices_[0].handle->WaitForEvent(std::chrono::milliseconds(0)) && !choices_[0].done) return true;
+    others_submitted_ = true;
     if (reply_->gone()) {  // hung up before the first choice's prompt was done: the others never start
       for (size_t i = 1; i < choices_.size(); ++i) choices_[i].done = true;
       CancelAll();
@@ -237,8 +267,21 @@ class HttpServer::Exchange : public std::enable_shared_from_this<Exchange> {
   }
 
   void Frame(StreamChoice& c, StreamEvent& ev) {
+    if (ev.replay) return Replay(c, ev);
+    c.untraced.insert(c.untraced.end(), ev.tokens.begin(), ev.tokens.end());
+    const bool was_started = c.started;
     bool failed = false;
     std::string frame = ChoiceFrames(p_, *server_.info_.tokenizer, c, ev, &failed);
+    if (p_.trace && !frame.empty()) {
+      StreamTrace t;
+      if (failed) {
+        t.error_status = ApiErrorFromStatus(ev.error).http_status;
+      } else {
+        t.choices.push_back({c.meta.choice, std::move(c.untraced), !was_started && c.started, c.done});
+        c.untraced.clear();
+      }
+      frame += StreamTraceSse(t);
+    }
     if (failed) {
       CancelAll();
       reply_->Write(std::move(frame));
@@ -251,6 +294,13 @@ class HttpServer::Exchange : public std::enable_shared_from_this<Exchange> {
       reply_->Abort();
       CancelAll();
     }
+  }
+
+  // A resumed choice's delivered tokens: the state their frames left (the
+  // tool-call streamer's, the logprobs' text offset), with nothing written.
+  void Replay(StreamChoice& c, const StreamEvent& ev) {
+    if (c.tools) c.tools->Push(ev.text);
+    for (int32_t t : ev.tokens) c.text_offset += int64_t(server_.info_.tokenizer->TokenBytes(t).size());
   }
 
   void Collect(StreamChoice& c, StreamEvent& ev) {
@@ -280,6 +330,7 @@ class HttpServer::Exchange : public std::enable_shared_from_this<Exchange> {
         frame += UsageChunkSse(choices_[0].meta, p_.chat, total);
       }
       frame += DoneSse();
+      if (p_.trace) frame += StreamTraceSse({});
       reply_->Write(std::move(frame));
       reply_->End();
       return Finish();
@@ -288,7 +339,7 @@ class HttpServer::Exchange : public std::enable_shared_from_this<Exchange> {
     Usage total;
     for (size_t i = 0; i < choices_.size(); ++i) {
       StreamChoice& c = choices_[i];
-      ResponseMeta meta{p_.model, choices_[0].handle->id(), UnixNow(), false};
+      ResponseMeta meta{p_.model, choices_[0].meta.request_id, UnixNow(), false};
       meta.choice = int(i);
       total.prompt_tokens = c.usage.prompt_tokens;
       total.cached_tokens = i == 0 ? c.usage.cached_tokens : total.cached_tokens;
@@ -298,7 +349,7 @@ class HttpServer::Exchange : public std::enable_shared_from_this<Exchange> {
       const LogprobsOut* lpp = p_.spec.logprobs >= 0 ? &lp : nullptr;
       if (p_.chat) {
         ParsedOutput out =
-            p_.tools_enabled ? ParseToolCalls(c.text, c.handle->id(), p_.tool_format) : ParsedOutput{c.text, {}};
+            p_.tools_enabled ? ParseToolCalls(c.text, meta.request_id, p_.tool_format) : ParsedOutput{c.text, {}};
         if (!p_.parallel_tool_calls && out.tool_calls.size() > 1) out.tool_calls.resize(1);
         responses.push_back(ChatCompletionJson(meta, out, c.finish_reason, c.usage, ids, lpp));
       } else {
@@ -312,7 +363,13 @@ class HttpServer::Exchange : public std::enable_shared_from_this<Exchange> {
   void Fail(const ApiError& e) {
     CancelAll();
     if (p_.stream) {
-      reply_->Write("data: " + ErrorJson(e) + "\n\n");
+      std::string frame = "data: " + ErrorJson(e) + "\n\n";
+      if (p_.trace) {
+        StreamTrace t;
+        t.error_status = e.http_status;
+        frame += StreamTraceSse(t);
+      }
+      reply_->Write(std::move(frame));
       reply_->End();
     } else {
       SendError(*reply_, e);
@@ -332,6 +389,7 @@ class HttpServer::Exchange : public std::enable_shared_from_this<Exchange> {
   const std::shared_ptr<HttpCore::Serial> serial_;
   std::vector<StreamChoice> choices_;  // on the serial only
   bool started_ = false, done_ = false;  // on the serial only
+  bool others_submitted_ = false;        // n > 1: the choices after the first are submitted (on the serial)
   std::atomic<bool> queued_{false};
   Mutex handles_mu_;
   std::vector<std::shared_ptr<RequestHandle>> handles_ GUARDED_BY(handles_mu_);
@@ -355,11 +413,29 @@ HttpServer::~HttpServer() { Stop(std::chrono::milliseconds(0)); }
 
 Status HttpServer::Start() {
   core_ = std::make_unique<HttpCore>(options_.http, options_.access);
+  // ok (200); degraded (200, with the reason: serving, not as configured);
+  // draining (503: finishing what it holds, taking nothing new); unavailable (503).
   core_->Route("GET", "/health", [this](HttpRequest&, std::shared_ptr<HttpReply> reply) {
+    nlohmann::json health;
     const bool healthy = engine_.Stats().healthy;
-    reply->Send(healthy ? 200 : 503, "application/json",
-                std::string("{\"status\":\"") + (healthy ? "ok" : "unavailable") + "\"}");
+    if (engine_.draining()) {
+      health["status"] = "draining";
+    } else if (!healthy) {
+      health["status"] = "unavailable";
+    } else if (std::string note = engine_.HealthNote(); !note.empty()) {
+      health["status"] = "degraded";
+      health["reason"] = std::move(note);
+    } else {
+      health["status"] = "ok";
+    }
+    reply->Send(healthy ? 200 : 503, "application/json", health.dump());
   }, /*quick=*/true);
+  if (options_.on_drain) {
+    core_->Route("POST", "/admin/drain", [this](HttpRequest&, std::shared_ptr<HttpReply> reply) {
+      options_.on_drain();
+      reply->Send(202, "application/json", "{\"status\":\"draining\"}");
+    }, /*quick=*/true);
+  }
   core_->Route("GET", "/metrics", [this](HttpRequest&, std::shared_ptr<HttpReply> reply) {
     reply->Send(200, "text/plain; version=0.0.4", engine_.metrics().Text() + core_->MetricsText("tandem_"));
   }, /*quick=*/true);
@@ -435,11 +511,40 @@ void HttpServer::HandleCompletion(HttpRequest& req, const std::shared_ptr<HttpRe
   if (!p.has_seed) p.spec.sampling.seed = std::random_device{}() | (uint64_t(std::random_device{}()) << 32);
   // Every choice must be done by one deadline: the request's timeout from now.
   if (p.n > 1) p.spec.deadline = std::chrono::steady_clock::now() + engine_.options().request_timeout;
-  auto first = engine_.Submit(p.spec);
-  if (!first.ok()) return SendError(*reply, ApiErrorFromStatus(first.status()));
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  if (!p.resume) {
+    auto first = engine_.Submit(p.spec);
+    if (!first.ok()) return SendError(*reply, ApiErrorFromStatus(first.status()));
+    handles.push_back(*first);
+  } else {
+    // A moved stream: every choice not done goes on from its delivered tokens.
+    for (int i = 0; i < p.n; ++i) {
+      const ParsedRequest::Resume::Choice& r = p.resume->choices[size_t(i)];
+      if (r.done) {
+        handles.push_back(nullptr);
+        continue;
+      }
+      RequestSpec spec = p.spec;
+      spec.sampling.seed = ChoiceSeed(p.spec.sampling.seed, i);
+      spec.resumed = r.tokens;
+      spec.prompt_logprobs = p.spec.prompt_logprobs && !r.started;  // the echo went out with its logprobs
+      auto h = engine_.Submit(std::move(spec));
+      if (!h.ok()) {
+        for (const auto& earlier : handles) {
+          if (earlier) earlier->Cancel();
+        }
+        return SendError(*reply, ApiErrorFromStatus(h.status()));
+      }
+      handles.push_back(*h);
+    }
+  }
+  std::vector<std::shared_ptr<RequestHandle>> tracked;
+  for (const auto& h : handles) {
+    if (h) tracked.push_back(h);
+  }
   auto exchange = std::make_shared<Exchange>(*this, std::move(p), reply);
-  exchange->Prepare(*first);
-  if (!Track(exchange, {*first})) return SendError(*reply, ApiErrorFromStatus(Unavailable("the server is shutting down")));
+  exchange->Prepare(std::move(handles));
+  if (!Track(exchange, tracked)) return SendError(*reply, ApiErrorFromStatus(Unavailable("the server is shutting down")));
   exchange->Start();
 }
 

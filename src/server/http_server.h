@@ -10,6 +10,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -27,6 +28,9 @@ struct ServerOptions {
   std::string model_id;  // default: the model's general.name
   HttpLimits http;       // deadlines, body and connection limits
   AccessPolicy access;   // API keys and CORS (server/access.h)
+  // POST /admin/drain (an API key is required): what begins this server's
+  // drain (serve: a SIGTERM to itself). None: the route answers 404.
+  std::function<void()> on_drain;
 };
 
 class HttpServer {

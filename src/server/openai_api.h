@@ -77,6 +77,22 @@ struct ParsedRequest {
   bool return_token_ids = false;  // tandem extension: choices carry "token_ids" (the
                                   // generated ids behind that text), so a client can
                                   // check outputs token for token (`tandem verify`)
+  // tandem extension "tandem_trace" (a router's; streams only): each write of
+  // the stream ends with an SSE comment naming what it delivered (StreamTrace).
+  bool trace = false;
+  // tandem extension "tandem_resume": the stream continues one that another
+  // server began and broke off (a router moving it). Streams only.
+  struct Resume {
+    uint64_t id = 0;      // the answer's id ("chatcmpl-<id>"), kept across servers
+    int64_t created = 0;  // its "created"
+    struct Choice {
+      std::vector<int32_t> tokens;  // delivered already (RequestSpec::resumed)
+      bool started = false;         // its opening frame (role, echo) went out
+      bool done = false;            // its final frame went out
+    };
+    std::vector<Choice> choices;  // n of them
+  };
+  std::optional<Resume> resume;
   std::string model;           // as the client sent it (the served id if absent)
   int n = 1;                   // choices; each is its own engine request (ChoiceSeed)
   bool echo = false;           // completions: the prompt comes back before the answer
@@ -84,6 +100,28 @@ struct ParsedRequest {
 };
 
 using ParseResult = std::variant<ParsedRequest, ApiError>;
+
+// The stream trace (ParsedRequest::trace): after each write of a traced
+// stream, one SSE comment event ": tandem {json}\n\n" says what the write
+// delivered — per choice, the tokens whose text and logprobs are now out,
+// whether its opening and final frames went; or an error frame's status.
+// The stream's first event is a trace with the answer's id and created. A
+// router that forwards a write only with its trace knows, when the stream
+// breaks, exactly what the client has (ParsedRequest::Resume).
+struct StreamTrace {
+  struct Choice {
+    int index = 0;
+    std::vector<int32_t> tokens;
+    bool opened = false, finished = false;
+  };
+  std::vector<Choice> choices;
+  int error_status = 0;          // the write is an error frame with this status
+  std::optional<uint64_t> id;    // the first trace only
+  int64_t created = 0;
+};
+std::string StreamTraceSse(const StreamTrace& trace);
+// An SSE event's text (without its blank line): its trace when it is one.
+std::optional<StreamTrace> ParseStreamTrace(std::string_view event);
 
 // Parse and validate a request body. Every failure names the offending field.
 // Unknown fields are ignored; fields whose meaning we cannot honour (echo in

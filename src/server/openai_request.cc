@@ -193,6 +193,8 @@ MaybeError ReadLogprobs(const Json& body, const ModelInfo& model, bool chat, Par
   return std::nullopt;
 }
 
+MaybeError ReadStreamExtensions(const Json& body, const ModelInfo& model, ParsedRequest* req);
+
 MaybeError ReadCommonFields(const nlohmann::ordered_json& ordered, const Json& body, const ModelInfo& model, ParsedRequest* req,
                             std::optional<int64_t>* max_tokens) {
   TANDEM_RETURN_IF_API_ERROR(ReadModel(body, model, &req->model));
@@ -218,22 +220,64 @@ MaybeError ReadCommonFields(const nlohmann::ordered_json& ordered, const Json& b
   }
   TANDEM_RETURN_IF_API_ERROR(ReadMaxTokens(body, model, req->echo, max_tokens));
   TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadOptionalBool(body, "return_token_ids", &req->return_token_ids));
+  TANDEM_RETURN_IF_API_ERROR(ReadStreamExtensions(body, model, req));
   TANDEM_RETURN_IF_API_ERROR(ReadLogprobs(body, model, req->chat, req));
   req->spec.prompt_logprobs = req->echo && req->spec.logprobs >= 0;
   return openai_internal::ReadOptionalBool(body, "ignore_eos", &req->spec.ignore_eos);
 }
 
 // Token ids given directly: each must name a token of this vocab.
-MaybeError ReadTokenIds(const Json& ids, const ModelInfo& model, std::vector<int32_t>* out) {
+MaybeError ReadTokenIds(const Json& ids, const ModelInfo& model, std::vector<int32_t>* out,
+                        const std::string& param = "prompt") {
   const int32_t vocab = model.tokenizer->vocab_size();
   for (const Json& id : ids) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab ||
         (id.is_number_unsigned() && id.get<uint64_t>() >= uint64_t(vocab))) {
       return BadRequest(
-          "prompt", "'prompt' token ids must be integers in [0, " + std::to_string(vocab) + ")");
+          param, "'" + param + "' token ids must be integers in [0, " + std::to_string(vocab) + ")");
     }
     out->push_back(int32_t(id.get<int64_t>()));
   }
+  return std::nullopt;
+}
+
+// "tandem_trace": true and "tandem_resume": {"id", "created", "choices":
+// [{"tokens": [...], "started": bool, "done": bool}, one per choice]}.
+MaybeError ReadStreamExtensions(const Json& body, const ModelInfo& model, ParsedRequest* req) {
+  TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadOptionalBool(body, "tandem_trace", &req->trace));
+  if (req->trace && !req->stream) return BadRequest("tandem_trace", "'tandem_trace' needs 'stream': true");
+  const Json* v = Field(body, "tandem_resume");
+  if (v == nullptr) return std::nullopt;
+  if (!req->stream) return BadRequest("tandem_resume", "'tandem_resume' needs 'stream': true");
+  if (!v->is_object()) return BadRequest("tandem_resume", "'tandem_resume' must be an object");
+  const std::string shape =
+      "'tandem_resume' must be {\"id\": integer, \"created\": integer, \"choices\": [{\"tokens\": [ids], "
+      "\"started\": bool, \"done\": bool}, one per choice]}";
+  const Json* id = Field(*v, "id");
+  const Json* created = Field(*v, "created");
+  const Json* choices = Field(*v, "choices");
+  if (id == nullptr || !id->is_number_unsigned() || created == nullptr || !created->is_number_integer() ||
+      choices == nullptr || !choices->is_array() || choices->size() != size_t(req->n)) {
+    return BadRequest("tandem_resume", shape);
+  }
+  ParsedRequest::Resume r;
+  r.id = id->get<uint64_t>();
+  r.created = created->get<int64_t>();
+  for (size_t i = 0; i < choices->size(); ++i) {
+    const Json& c = (*choices)[i];
+    const Json* tokens = c.is_object() ? Field(c, "tokens") : nullptr;
+    if (tokens == nullptr || !tokens->is_array() || tokens->size() > size_t(model.context_length)) {
+      return BadRequest("tandem_resume", shape);
+    }
+    r.choices.emplace_back();
+    TANDEM_RETURN_IF_API_ERROR(ReadTokenIds(*tokens, model, &r.choices.back().tokens, "tandem_resume"));
+    TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadOptionalBool(c, "started", &r.choices.back().started));
+    TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadOptionalBool(c, "done", &r.choices.back().done));
+    if (!r.choices.back().started && !r.choices.back().tokens.empty()) {
+      return BadRequest("tandem_resume", "'tandem_resume' choice " + std::to_string(i) + " has tokens but did not start");
+    }
+  }
+  req->resume = std::move(r);
   return std::nullopt;
 }
 

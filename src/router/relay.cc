@@ -1,0 +1,358 @@
+// One client request at the router, across the backends that serve it
+// (router/router.h). Its attempts run one after another; each is an
+// HttpClient call whose callbacks run one at a time on the client's I/O
+// thread, and so does the timer of a move that waits for a backend. The
+// client's hang-up (an I/O thread of the front door) only cancels.
+//
+// A stream is asked for its trace (server/openai_api.h, StreamTrace): each
+// write of the backend ends with a trace event, and the relay forwards a
+// write's data events to the client only with its trace, so what the client
+// has is always exactly what the traces say — the tokens of each choice,
+// whether its opening and final frames went. A stream that breaks off
+// (connection lost, a 5xx error frame, an end without [DONE]) goes on at
+// another backend from there (tandem_resume). A backend that answers no
+// trace (not a tandem server) is relayed as it comes, and cut off if it breaks.
+#include <strings.h>
+
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "common/log.h"
+#include "router/router.h"
+#include "server/openai_api.h"
+#include "server/request_body.h"
+
+namespace tandem {
+
+namespace {
+
+// The body with `fields` ("\"k\":v,...") added as its last members: a JSON
+// object's text, so the last '}' closes it, and a member given twice is the
+// last one to a JSON parser (nlohmann's), so these win over the client's.
+std::string WithFields(const std::string& body, const std::string& fields) {
+  const size_t close = body.rfind('}');
+  if (close == std::string::npos || fields.empty()) return body;
+  const size_t open = body.find('{');
+  const bool empty = body.find_first_not_of(" \t\r\n", open + 1) == close;
+  return body.substr(0, close) + (empty ? "" : ",") + fields + body.substr(close);
+}
+
+bool IsDone(std::string_view event) { return event == "data: [DONE]"; }
+
+}  // namespace
+
+class Router::Relay : public std::enable_shared_from_this<Relay> {
+ public:
+  Relay(Router& router, HttpRequest& req, std::shared_ptr<HttpReply> reply, bool stream, const nlohmann::json& body)
+      : router_(router),
+        reply_(std::move(reply)),
+        method_(req.method),
+        target_(req.target),
+        authorization_(req.Header("Authorization")),
+        stream_(stream),
+        conversation_(ConversationKey(body)),
+        deadline_(std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(router.options_.request_timeout_s * 1000))) {
+    body_ = std::move(req.body);
+    if (method_ == "POST" && router_.options_.max_moves > 0) {
+      // A move continues the answer the first backend began: the same seed.
+      std::string fields;
+      if (!body.contains("seed") || body["seed"].is_null()) {
+        std::random_device rd;
+        fields = "\"seed\":" + std::to_string((uint64_t(rd()) << 31 | rd()) & ((uint64_t(1) << 53) - 1));
+      }
+      if (stream_) fields += std::string(fields.empty() ? "" : ",") + "\"tandem_trace\":true";
+      body_ = WithFields(body_, fields);
+      const auto n = body.find("n");
+      const int64_t choices = n != body.end() && n->is_number_integer() ? n->get<int64_t>() : 1;
+      choices_.resize(size_t(std::clamp<int64_t>(choices, 1, kMaxChoices)));
+    }
+  }
+
+  void Start() {
+    std::weak_ptr<Relay> weak = weak_from_this();
+    reply_->OnHangUp([weak] {
+      if (auto self = weak.lock()) self->HangUp();
+    });
+    Attempt();
+  }
+
+ private:
+  struct Choice {
+    std::vector<int32_t> tokens;
+    bool opened = false, finished = false;
+  };
+
+  void HangUp() {
+    std::shared_ptr<HttpCall> call;
+    {
+      MutexLock lock(mu_);
+      hung_up_ = true;
+      call = call_;
+    }
+    if (call) call->Cancel();  // the decode server sees the hang-up and cancels
+  }
+
+  // The next backend's turn; none healthy: waits (a move, up to move_wait).
+  void Attempt() {
+    if (reply_->gone()) return;
+    Backend* b = router_.Pick(conversation_, tried_);
+    if (b == nullptr) {
+      if (attempts_ == 0) {  // a new request: at once (Retry-After), as before any move
+        ++router_.unavailable_;
+        return SendApiError(*reply_, 503, "no healthy decode backend", "server_error");
+      }
+      const auto now = std::chrono::steady_clock::now();
+      if (wait_since_ == std::chrono::steady_clock::time_point{}) wait_since_ = now;
+      if (now - wait_since_ >= router_.options_.move_wait || now >= deadline_) {
+        ++(attempts_ == 0 ? router_.unavailable_ : router_.moves_exhausted_);
+        return GiveUp("no healthy decode backend within " + std::to_string(router_.options_.move_wait.count()) + " ms" +
+                      (last_error_.empty() ? "" : " (the last one: " + last_error_ + ")"));
+      }
+      router_.client_->After(std::chrono::milliseconds(50), [self = shared_from_this()] { self->Attempt(); });
+      return;
+    }
+    wait_since_ = {};
+    if (attempts_ > 0) ++router_.moves_;
+    ++attempts_;
+    backend_ = b;
+    tried_.push_back(b);
+    upstream_ = Upstream{};
+    HttpClientRequest up;
+    up.host = b->host;
+    up.port = b->port;
+    up.method = method_;
+    up.target = target_;
+    up.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - std::chrono::steady_clock::now());
+    if (up.timeout.count() < 1) up.timeout = std::chrono::milliseconds(1);
+    if (method_ == "POST") up.headers.emplace_back("Content-Type", "application/json");
+    if (!authorization_.empty()) up.headers.emplace_back("Authorization", authorization_);
+    up.body = id_ ? WithFields(body_, "\"tandem_resume\":" + ResumeJson()) : body_;
+    HttpClientEvents events;
+    auto self = shared_from_this();
+    events.on_head = [self](int status, const HttpHeaders& headers) { self->OnHead(status, headers); };
+    events.on_data = [self](std::string data) { return self->OnData(std::move(data)); };
+    events.on_done = [self, b](const std::string& error) {
+      --*b->in_flight;
+      self->OnDone(error);
+    };
+    auto call = router_.client_->Start(std::move(up), std::move(events));
+    bool hung_up = false;
+    {
+      MutexLock lock(mu_);
+      call_ = call;
+      hung_up = hung_up_;
+    }
+    if (hung_up) call->Cancel();
+  }
+
+  std::string ResumeJson() const {
+    nlohmann::json r = {{"id", *id_}, {"created", created_}};
+    nlohmann::json choices = nlohmann::json::array();
+    for (const Choice& c : choices_) choices.push_back({{"tokens", c.tokens}, {"started", c.opened}, {"done", c.finished}});
+    r["choices"] = std::move(choices);
+    return r.dump();
+  }
+
+  void OnHead(int status, const HttpHeaders& headers) {
+    upstream_.status = status;
+    for (const auto& [k, v] : headers) {
+      if (strcasecmp(k.c_str(), "Content-Type") == 0) upstream_.content_type = v;
+      if (strcasecmp(k.c_str(), "Retry-After") == 0 || strcasecmp(k.c_str(), "WWW-Authenticate") == 0) {
+        upstream_.relayed.emplace_back(k, v);
+      }
+    }
+    // A stream goes out event by event; an error (or a whole answer) whole.
+    if (stream_ && status == 200) {
+      upstream_.streaming = true;
+      if (!reply_->started()) reply_->StartStream(200, upstream_.content_type, {{"Cache-Control", "no-cache"}});
+    }
+  }
+
+  bool OnData(std::string data) {
+    if (!upstream_.streaming) {
+      if (upstream_.body.size() + data.size() > router_.options_.max_answer_bytes) return upstream_.too_large = true, false;
+      upstream_.body += data;
+      return true;
+    }
+    if (passthrough_) return Forward(std::move(data));
+    upstream_.buffer += data;
+    size_t at = 0;
+    for (size_t end; (end = upstream_.buffer.find("\n\n", at)) != std::string::npos; at = end + 2) {
+      const std::string_view event = std::string_view(upstream_.buffer).substr(at, end - at);
+      std::optional<StreamTrace> trace = ParseStreamTrace(event);
+      if (!trace) {
+        if (!traced_) {  // not a tandem server's stream: relay it as it comes
+          passthrough_ = true;
+          std::string rest = upstream_.pending + upstream_.buffer.substr(at);
+          upstream_.buffer.clear();
+          upstream_.pending.clear();
+          return Forward(std::move(rest));
+        }
+        if (IsDone(event)) upstream_.done = true;
+        upstream_.pending.append(event).append("\n\n");
+        continue;
+      }
+      traced_ = true;
+      if (trace->id && !id_) {
+        id_ = trace->id;
+        created_ = trace->created;
+      }
+      if (trace->error_status >= 500) {  // the backend failed the stream: move it, its error unsaid
+        upstream_.failed = "the backend's stream ended with a " + std::to_string(trace->error_status) + " error";
+        upstream_.buffer.clear();
+        upstream_.pending.clear();
+        return false;
+      }
+      if (trace->error_status != 0) upstream_.done = true;  // the client's error: said, and the stream ends
+      for (const StreamTrace::Choice& c : trace->choices) {
+        if (c.index < 0 || size_t(c.index) >= choices_.size()) continue;
+        Choice& mine = choices_[size_t(c.index)];
+        mine.tokens.insert(mine.tokens.end(), c.tokens.begin(), c.tokens.end());
+        mine.opened = mine.opened || c.opened;
+        mine.finished = mine.finished || c.finished;
+      }
+      if (!upstream_.pending.empty() && !Forward(std::move(upstream_.pending))) return false;
+      upstream_.pending.clear();
+    }
+    upstream_.buffer.erase(0, at);
+    if (upstream_.buffer.size() + upstream_.pending.size() > router_.options_.max_answer_bytes) {
+      upstream_.failed = "an untraced stream write over " + std::to_string(router_.options_.max_answer_bytes) + " bytes";
+      return false;
+    }
+    return true;
+  }
+
+  bool Forward(std::string data) {
+    if (reply_->Write(std::move(data))) return true;
+    client_stalled_ = true;  // gone, or not reading: the answer cannot be whole
+    return false;
+  }
+
+  void OnDone(const std::string& error) {
+    {
+      MutexLock lock(mu_);
+      call_.reset();
+    }
+    Backend* b = backend_;
+    if (reply_->gone()) return;  // the client hung up (and so cancelled the call): says nothing of the backend
+    if (upstream_.status != 0) ++b->forwarded;
+    const std::string name = b->host + ":" + std::to_string(b->port);
+    if (upstream_.streaming) {
+      if (client_stalled_) return reply_->Abort();
+      if (upstream_.done && error.empty() && upstream_.failed.empty()) return reply_->End();
+      if (passthrough_) {
+        if (error.empty()) return reply_->End();
+        ++b->failed;
+        return reply_->Abort();  // cut off: never a clean end
+      }
+      ++b->failed;
+      const std::string why = !upstream_.failed.empty() ? upstream_.failed
+                              : !error.empty()          ? "its stream broke off (" + error + ")"
+                                                        : "its stream ended without [DONE]";
+      if (!error.empty()) b->healthy = false;  // until its next health check says otherwise
+      return Move("decode backend " + name + ": " + why);
+    }
+    if (upstream_.status == 0) {
+      ++b->failed;
+      b->healthy = false;
+      return Move("decode backend " + name + " did not answer (" + error + ")", 503);
+    }
+    if (upstream_.too_large) {
+      return SendApiError(*reply_, 502, "decode backend " + name + "'s answer is over " +
+                                            std::to_string(router_.options_.max_answer_bytes) + " bytes", "server_error");
+    }
+    if (!error.empty()) return Move("decode backend " + name + "'s answer broke off (" + error + ")", 502);
+    // 500, 502, 503: the backend's trouble (draining, no engine, a bug), not the request's.
+    if (upstream_.status == 500 || upstream_.status == 502 || upstream_.status == 503) {
+      if (upstream_.status == 503) b->healthy = false;
+      last_answer_ = std::move(upstream_);
+      return Move("decode backend " + name + " answered " + std::to_string(last_answer_->status), last_answer_->status);
+    }
+    if (reply_->started()) {  // a moved stream's backend refused the continuation: the client hears why
+      reply_->Write("data: " + upstream_.body + "\n\n");
+      return reply_->End();
+    }
+    reply_->Send(upstream_.status, upstream_.content_type, std::move(upstream_.body), upstream_.relayed);
+  }
+
+  // The request goes on at another backend, if it has moves left.
+  void Move(const std::string& why, int status = 503) {
+    last_error_ = why;
+    if (attempts_ > router_.options_.max_moves || std::chrono::steady_clock::now() >= deadline_) {
+      ++router_.moves_exhausted_;
+      if (last_answer_ && !reply_->started()) {  // the backend's own answer says it best
+        return reply_->Send(last_answer_->status, last_answer_->content_type, std::move(last_answer_->body),
+                            last_answer_->relayed);
+      }
+      return GiveUp(why + (router_.options_.max_moves > 0
+                               ? "; moved " + std::to_string(attempts_ - 1) + " times, which is the most allowed"
+                               : ""),
+                    status);
+    }
+    TLOG_WARN("tandem router: %s: moving the request to another backend\n", why.c_str());
+    Attempt();
+  }
+
+  void GiveUp(const std::string& why, int status = 503) {
+    if (!reply_->started()) return SendApiError(*reply_, status, why, "server_error");
+    ApiError e;
+    e.http_status = status;
+    e.message = why;
+    e.type = "server_error";
+    reply_->Write("data: " + ErrorJson(e) + "\n\n");
+    reply_->End();
+  }
+
+  Router& router_;
+  const std::shared_ptr<HttpReply> reply_;
+  const std::string method_, target_, authorization_;
+  const bool stream_;
+  const uint64_t conversation_;
+  const std::chrono::steady_clock::time_point deadline_;  // the whole request's, across its moves
+  std::string body_;  // the client's, with the router's fields (seed, tandem_trace)
+
+  // What one attempt's answer has done so far.
+  struct Upstream {
+    int status = 0;
+    bool streaming = false, too_large = false, done = false;
+    std::string content_type = "application/json", body;
+    HttpHeaders relayed;  // Retry-After, WWW-Authenticate
+    std::string buffer;   // stream bytes not yet split into events
+    std::string pending;  // data events waiting for their trace
+    std::string failed;   // why the stream is being moved, when it said so itself
+  };
+  // On the client's I/O thread (or the first attempt's caller), one at a time.
+  Backend* backend_ = nullptr;
+  std::vector<const Backend*> tried_;
+  int attempts_ = 0;
+  std::chrono::steady_clock::time_point wait_since_{};
+  Upstream upstream_;
+  std::optional<Upstream> last_answer_;  // a 5xx answer, sent if no move succeeds
+  std::string last_error_;
+  bool traced_ = false, passthrough_ = false, client_stalled_ = false;
+  std::optional<uint64_t> id_;  // the answer's, from its stream's first trace
+  int64_t created_ = 0;
+  std::vector<Choice> choices_ = std::vector<Choice>(1);
+
+  Mutex mu_;
+  std::shared_ptr<HttpCall> call_ GUARDED_BY(mu_);
+  bool hung_up_ GUARDED_BY(mu_) = false;
+};
+
+void Router::Forward(HttpRequest& req, const std::shared_ptr<HttpReply>& reply) {
+  // A POST body passes serve's own first checks (UTF-8, nesting, an object,
+  // a boolean or null `stream`) before the router reads a field of it.
+  nlohmann::json body;
+  bool stream = false;
+  if (req.method == "POST") {
+    std::optional<ApiError> bad = ParseRequestBody(req.body, &body);
+    if (!bad) bad = ReadStreamFlag(body, &stream);
+    if (bad) {
+      ++refused_;
+      return reply->Send(bad->http_status, "application/json", ErrorJson(*bad));
+    }
+  }
+  std::make_shared<Relay>(*this, req, reply, stream, body)->Start();
+}
+
+}  // namespace tandem
