@@ -239,7 +239,8 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
     const std::string name = b->host + ":" + std::to_string(b->port);
     if (upstream_.streaming) {
       if (client_stalled_) return reply_->Abort();
-      if (upstream_.done && error.empty() && upstream_.failed.empty()) return reply_->End();
+      // [DONE] went out: the answer is whole, however the connection ended after it.
+      if (upstream_.done && upstream_.pending.empty() && upstream_.failed.empty()) return reply_->End();
       if (passthrough_) {
         if (error.empty()) return reply_->End();
         ++b->failed;

@@ -31,6 +31,7 @@ struct StreamChoice {
   std::vector<PositionLogprobs> held_logprobs;  // logprobs of tokens whose text is not out yet
   int64_t text_offset = 0;                      // completions: bytes of the tokens whose logprobs went out
   std::vector<int32_t> untraced;                // tokens not yet named by a stream trace (ParsedRequest::trace)
+  std::optional<StreamEvent> tail;              // the text the end flushed: written with the finish, in one write
   Usage usage;
   // Collected (not streamed) answers.
   std::string text;
@@ -268,16 +269,29 @@ class HttpServer::Exchange : public std::enable_shared_from_this<Exchange> {
 
   void Frame(StreamChoice& c, StreamEvent& ev) {
     if (ev.replay) return Replay(c, ev);
+    // The text an answer's end flushes (no tokens of its own) comes right
+    // before its finish: both go in one write, so a stream is never cut
+    // between them (a moved stream could not tell the flush happened).
+    if (ev.kind == StreamEvent::Kind::kText && ev.tokens.empty() && !ev.text.empty()) {
+      c.tail = std::move(ev);
+      return;
+    }
     c.untraced.insert(c.untraced.end(), ev.tokens.begin(), ev.tokens.end());
     const bool was_started = c.started;
     bool failed = false;
-    std::string frame = ChoiceFrames(p_, *server_.info_.tokenizer, c, ev, &failed);
+    std::string frame;
+    if (c.tail) {
+      frame = ChoiceFrames(p_, *server_.info_.tokenizer, c, *c.tail, &failed);
+      c.tail.reset();
+    }
+    frame += ChoiceFrames(p_, *server_.info_.tokenizer, c, ev, &failed);
+    if (!frame.empty()) c.started = true;  // its first frame (a completion without echo has no opening of its own)
     if (p_.trace && !frame.empty()) {
       StreamTrace t;
       if (failed) {
         t.error_status = ApiErrorFromStatus(ev.error).http_status;
       } else {
-        t.choices.push_back({c.meta.choice, std::move(c.untraced), !was_started && c.started, c.done});
+        t.choices.push_back({c.meta.choice, std::move(c.untraced), !was_started, c.done});
         c.untraced.clear();
       }
       frame += StreamTraceSse(t);

@@ -1,0 +1,156 @@
+// A resumed answer (RequestSpec::resumed) goes on exactly as the answer it
+// continues: for every point k of an answer, resuming from its first k
+// tokens replays those (their text, the grammar's state, the penalties'
+// counts) and draws the rest, the same tokens, text, finish and usage.
+#include <gtest/gtest.h>
+
+#include "runtime/engine.h"
+#include "support/test_models.h"
+#include "support/wait.h"
+
+namespace tandem {
+namespace {
+
+using testing::MakePresetModel;
+using testing::PseudoRandomTokens;
+
+struct Answer {
+  std::vector<int32_t> replayed, tokens;
+  std::string replayed_text, text, finish;
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  int replay_events = 0;
+};
+
+Answer RunAnswer(Engine& engine, RequestSpec spec) {
+  Answer a;
+  auto h = engine.Submit(std::move(spec));
+  EXPECT_TRUE(h.ok()) << h.status().ToString();
+  if (!h.ok()) return a;
+  for (;;) {
+    StreamEvent ev;
+    if (!(*h)->Next(&ev, std::chrono::seconds(60))) {
+      ADD_FAILURE() << "no event within 60 s";
+      return a;
+    }
+    if (ev.kind == StreamEvent::Kind::kError) {
+      ADD_FAILURE() << ev.error.ToString();
+      return a;
+    }
+    if (ev.kind == StreamEvent::Kind::kFinish) {
+      a.finish = ev.finish_reason;
+      a.prompt_tokens = ev.prompt_tokens;
+      a.completion_tokens = ev.completion_tokens;
+      return a;
+    }
+    if (ev.replay) {
+      ++a.replay_events;
+      a.replayed.insert(a.replayed.end(), ev.tokens.begin(), ev.tokens.end());
+      a.replayed_text += ev.text;
+      EXPECT_TRUE(ev.logprobs.empty());
+      continue;
+    }
+    a.tokens.insert(a.tokens.end(), ev.tokens.begin(), ev.tokens.end());
+    a.text += ev.text;
+  }
+}
+
+void ExpectResumesEverywhere(Engine& engine, const RequestSpec& spec, const char* what) {
+  const Answer whole = RunAnswer(engine, spec);
+  ASSERT_FALSE(whole.tokens.empty()) << what;
+  EXPECT_EQ(whole.replay_events, 0) << what;
+  for (size_t k = 0; k <= whole.tokens.size(); ++k) {
+    RequestSpec resumed = spec;
+    resumed.resumed.assign(whole.tokens.begin(), whole.tokens.begin() + ptrdiff_t(k));
+    const Answer rest = RunAnswer(engine, resumed);
+    SCOPED_TRACE(std::string(what) + ", resumed after " + std::to_string(k) + " of " +
+                 std::to_string(whole.tokens.size()) + " tokens");
+    EXPECT_EQ(rest.replay_events, k > 0 ? 1 : 0);
+    EXPECT_EQ(rest.replayed, resumed.resumed);
+    std::vector<int32_t> all = rest.replayed;
+    all.insert(all.end(), rest.tokens.begin(), rest.tokens.end());
+    EXPECT_EQ(all, whole.tokens);
+    EXPECT_EQ(rest.replayed_text + rest.text, whole.text);
+    EXPECT_EQ(rest.finish, whole.finish);
+    EXPECT_EQ(rest.prompt_tokens, whole.prompt_tokens);
+    EXPECT_EQ(rest.completion_tokens, whole.completion_tokens);
+    if (::testing::Test::HasFailure()) return;  // one point's story is enough
+  }
+}
+
+class Resume : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_ = MakePresetModel("tiny", TensorType::kF32);
+    EngineOptions opt;
+    opt.cache_tokens = 64 * 200;
+    opt.chunk_size = 24;  // resumed prompts take several steps
+    auto engine = Engine::Create(*model_->model, opt);
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    engine_ = std::move(engine).value();
+  }
+  RequestSpec Spec(uint32_t seed, int32_t max_tokens) const {
+    RequestSpec s;
+    s.prompt = PseudoRandomTokens(37, model_->model->config().vocab_size, seed);
+    s.max_tokens = max_tokens;
+    s.ignore_eos = true;
+    return s;
+  }
+  std::unique_ptr<testing::InMemoryModel> model_;
+  std::unique_ptr<Engine> engine_;
+};
+
+TEST_F(Resume, GreedyAndSampledWithPenaltiesGoOnAsTheyWould) {
+  RequestSpec greedy = Spec(1, 20);
+  ExpectResumesEverywhere(*engine_, greedy, "greedy");
+  RequestSpec sampled = Spec(2, 20);
+  sampled.sampling.temperature = 0.9f;
+  sampled.sampling.top_k = 40;
+  sampled.sampling.seed = 1234;
+  sampled.sampling.frequency_penalty = 0.7f;  // counts the resumed tokens as generated
+  sampled.sampling.presence_penalty = 0.3f;
+  ExpectResumesEverywhere(*engine_, sampled, "sampled with penalties");
+}
+
+TEST_F(Resume, StopStringsAndEndOfGenerationEndItWhereTheyWould) {
+  // The model's own text, cut by a stop string two tokens into it.
+  RequestSpec probe = Spec(3, 24);
+  probe.sampling.temperature = 0.8f;
+  probe.sampling.seed = 99;
+  const Answer whole = RunAnswer(*engine_, probe);
+  ASSERT_GE(whole.text.size(), 8u);
+  RequestSpec stopped = probe;
+  stopped.stop = {whole.text.substr(whole.text.size() / 2, 3)};
+  ExpectResumesEverywhere(*engine_, stopped, "stop string");
+  const Answer cut = RunAnswer(*engine_, stopped);
+  EXPECT_EQ(cut.finish, "stop");
+  RequestSpec eos = probe;
+  eos.ignore_eos = false;
+  ExpectResumesEverywhere(*engine_, eos, "end of generation");
+}
+
+TEST_F(Resume, TheGrammarGoesOnFromTheResumedTokens) {
+  RequestSpec s = Spec(4, 40);
+  s.sampling.temperature = 0.9f;
+  s.sampling.seed = 5;
+  s.sampling.constraint = R"(json_schema {"type": "object", "properties": {"a": {"type": "integer"},
+      "b": {"type": "array", "items": {"enum": ["x", "yy", 3]}, "maxItems": 3}}, "required": ["a", "b"],
+      "additionalProperties": false})";
+  ExpectResumesEverywhere(*engine_, s, "json schema");
+}
+
+TEST_F(Resume, ResumedTokensAreCheckedAndCountAgainstTheContext) {
+  RequestSpec s = Spec(5, 8);
+  s.resumed = {0, int32_t(model_->model->config().vocab_size)};
+  EXPECT_EQ(engine_->Submit(s).status().code(), StatusCode::kInvalidArgument);
+  s.resumed.assign(size_t(engine_->context_tokens()), 1);
+  EXPECT_EQ(engine_->Submit(s).status().code(), StatusCode::kInvalidArgument);
+  // An answer already at max_tokens ends at once, with nothing more drawn.
+  s.resumed = {3, 4, 5, 6, 7, 8, 9, 10};
+  const Answer full = RunAnswer(*engine_, s);
+  EXPECT_EQ(full.finish, "length");
+  EXPECT_TRUE(full.tokens.empty());
+  EXPECT_EQ(full.completion_tokens, 8);
+}
+
+}  // namespace
+}  // namespace tandem
