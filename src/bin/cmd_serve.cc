@@ -39,6 +39,7 @@ struct ServeArgs {
   std::string verify = "all";
   bool disagg = false;
   int prefill_engines = 1;     // --disagg
+  int decode_servers = 1;      // --disagg
   int restart_budget = 5;      // --disagg
   bool fault_control = false;  // --disagg, --debug-fault-control
   TierFlags tiers;
@@ -96,6 +97,8 @@ DisaggLaunch LaunchFor(const ServeArgs& a) {
   }
   l.transport_tcp = a.transport == "tcp";
   l.prefill_engines = a.prefill_engines;
+  l.decode_servers = a.decode_servers;
+  if (!a.decode.local_prefill) l.decode_args.push_back("--no-local-prefill");
   l.fault_control = a.fault_control;
   l.cluster_key_file = a.cluster_key_file;
   for (auto* side : {&l.prefill_args, &l.decode_args, &l.router_args}) side->insert(side->end(), {"--log-level", a.log_level});
@@ -115,9 +118,15 @@ DisaggLaunch LaunchFor(const ServeArgs& a) {
   // by one process (prefix/disk_folder.h), so each engine has its own, named
   // after it; the decode server's is --disk-cache-size, and the prefill
   // engines share another --disk-cache-size equally.
-  TierFlags decode_tiers = a.tiers;
-  if (!decode_tiers.disk_cache_dir.empty()) decode_tiers.disk_cache_dir += "/decode";
-  for (const std::string& arg : decode_tiers.Args()) l.decode_args.push_back(arg);
+  // Decode server i's folder is decode, decode1, ...; they share its --disk-cache-size equally.
+  for (int i = 0; i < a.decode_servers; ++i) {
+    TierFlags t = a.tiers;
+    if (!t.disk_cache_dir.empty()) {
+      t.disk_cache_dir += i == 0 ? std::string("/decode") : "/decode" + std::to_string(i);
+      if (a.decode_servers > 1) t.disk_cache_size = std::to_string(a.engine.tiers.disk_bytes / a.decode_servers);
+    }
+    l.decode_server_args.push_back(t.Args());
+  }
   for (int i = 0; i < a.prefill_engines; ++i) {
     TierFlags t = a.tiers;
     if (!t.disk_cache_dir.empty()) {
@@ -139,8 +148,8 @@ Status ApplyTierFlags(ServeArgs& a) {
 
 int RunServe(ServeArgs& a) {
   if (!StartLog(a.disagg ? "disagg" : !a.decode.prefill_addresses.empty() ? "decode" : "serve", a.log_level)) return 2;
-  if (!a.disagg && (a.prefill_engines != 1 || a.fault_control)) {
-    TLOG_ERROR("error: --prefill-engines and --debug-fault-control are options of --disagg\n");
+  if (!a.disagg && (a.prefill_engines != 1 || a.decode_servers != 1 || a.fault_control)) {
+    TLOG_ERROR("error: --prefill-engines, --decode-servers and --debug-fault-control are options of --disagg\n");
     return 2;
   }
   if (!a.disagg && a.faults.transport_any()) {
@@ -311,13 +320,17 @@ void RegisterServe(CLI::App& app) {
   cmd->add_option("--prefill-engines", a->prefill_engines,
                   "With --disagg: how many prefill engines the decode server balances (default 1)")
       ->check(CLI::Range(1, 16));
+  cmd->add_option("--decode-servers", a->decode_servers,
+                  "With --disagg: how many decode servers the router balances (and moves streams between; default 1)")
+      ->check(CLI::Range(1, 16));
   cmd->add_option("--restart-budget", a->restart_budget,
                   "With --disagg: a child that exits by itself is restarted; more than this many restarts of one "
                   "child within a minute stop the launcher (exit 1)")
       ->check(CLI::Range(0, 1000));
   cmd->add_flag("--debug-fault-control", a->fault_control,
-                "With --disagg, tests and soaks only: the launcher kills, restarts (optionally with bit flips) and "
-                "stops its prefill engines when asked over HTTP (bench agentic --faults uses it)");
+                "With --disagg, tests and soaks only: the launcher kills, restarts (optionally with bit flips), drains "
+                "and stops its prefill engines, decode servers and router when asked over HTTP (bench agentic "
+                "--faults uses it)");
   a->tiers.AddTo(cmd);
   a->faults.AddTo(cmd);
   AddLogLevel(cmd, &a->log_level);

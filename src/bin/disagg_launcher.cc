@@ -168,21 +168,32 @@ std::vector<std::string> Concat(std::vector<std::string> a, const std::vector<st
   return a;
 }
 
-// The prefill engines: started on any free port, restarted on the one they had.
-// A start waits for the child's port without holding the lock (up to 120 s),
-// so a shutdown never waits behind it.
-class PrefillEngines {
+// The children of one kind (prefill engines, decode servers, the router):
+// started on any free port, restarted on the one they had. A start waits
+// for the child's port without holding the lock (up to 120 s), so a
+// shutdown never waits behind it.
+class ChildSlots {
  public:
-  explicit PrefillEngines(const DisaggLaunch& l) : l_(l) {}
+  // Child i on `port` (0: any), with `extra` arguments.
+  using Spawn = std::function<std::shared_ptr<Child>(int i, int port, const std::vector<std::string>& extra)>;
+  ChildSlots(std::string kind, std::function<std::string(int)> name, Spawn spawn)
+      : kind_(std::move(kind)), name_(std::move(name)), spawn_(std::move(spawn)) {}
 
-  // Starts engine i on `port` (0: any) with `extra` arguments; its port, or 0,
+  const std::string& kind() const { return kind_; }
+  // Its supervisor name ("decode server 1").
+  std::string Name(int i) const { return name_(i); }
+
+  // Starts child i on `port` (0: any) with `extra` arguments; its port, or 0,
   // or Child::kSignalled (Child::WaitPort).
   int Start(int i, int port, const std::vector<std::string>& extra, const sigset_t* signals = nullptr) {
     std::shared_ptr<Child> child;  // alive while we wait, whatever happens to the slot
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) return 0;
-      child = Spawn(i, port, extra);
+      if (int(slots_.size()) <= i) slots_.resize(size_t(i) + 1);
+      Slot& s = slots_[size_t(i)];
+      if (s.child) s.child->Stop();  // the previous one, if any
+      s.child = child = spawn_(i, port, extra);
     }
     const int got = child->WaitPort(120, signals);  // returns at once when the child is stopped or dies
     if (got == Child::kSignalled) return got;
@@ -192,21 +203,26 @@ class PrefillEngines {
     return got;
   }
 
-  // A fault-control request: kill | restart [bit_flip_rate] | stop | cont.
-  // Returns the answer's status and body.
+  // A fault-control request: kill | restart [bit_flip_rate] | stop | cont |
+  // drain (SIGTERM: it finishes what it holds, exits, and the supervisor
+  // starts it again). Returns the answer's status and body.
   std::pair<int, std::string> Apply(int i, const std::string& action, double bit_flip_rate) {
     int port = 0;
+    const std::string name = Name(i);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (i < 0 || i >= int(slots_.size())) return {404, "no prefill engine " + std::to_string(i)};
+      if (i < 0 || i >= int(slots_.size())) return {404, "no " + kind_ + " " + std::to_string(i)};
       Slot& s = slots_[size_t(i)];
-      s.held_down = action == "kill";  // a fault: stays down until restarted by request, not by supervision
       if (action == "kill") {
+        s.held_down = true;  // a fault: stays down until restarted by request, not by supervision
         if (s.child) s.child->Kill();
-      } else if (action == "stop" || action == "cont") {
-        if (!s.child || !s.child->Signal(action == "stop" ? SIGSTOP : SIGCONT)) return {409, "prefill engine not running"};
-      } else if (action != "restart") {
-        return {400, "unknown action '" + action + "' (kill, restart, stop, cont)"};
+      } else if (action == "stop" || action == "cont" || action == "drain") {
+        const int sig = action == "stop" ? SIGSTOP : action == "cont" ? SIGCONT : SIGTERM;
+        if (s.held_down || !s.child || !s.child->Signal(sig)) return {409, name + " is not running"};
+      } else if (action == "restart") {
+        s.held_down = false;
+      } else {
+        return {400, "unknown action '" + action + "' (kill, restart, stop, cont, drain)"};
       }
       port = s.port;
     }
@@ -215,14 +231,14 @@ class PrefillEngines {
       char rate[32];
       std::snprintf(rate, sizeof(rate), "%.17g", bit_flip_rate);
       if (bit_flip_rate > 0) extra = {"--debug-bit-flip-rate", rate};
-      if (Start(i, port, extra) <= 0) return {500, "prefill engine " + std::to_string(i) + " did not start again"};
+      if (Start(i, port, extra) <= 0) return {500, name + " did not start again"};
     }
-    TLOG_WARN("fault control: prefill engine %d: %s%s\n", i, action.c_str(),
+    TLOG_WARN("fault control: %s: %s%s\n", name.c_str(), action.c_str(),
               bit_flip_rate > 0 ? (std::string(" with bit flips in ") + std::to_string(bit_flip_rate) + " of its page writes").c_str() : "");
-    return {200, "prefill engine " + std::to_string(i) + ": " + action};
+    return {200, name + ": " + action};
   }
 
-  // The engines that exited by themselves since the last call (a fault
+  // The children that exited by themselves since the last call (a fault
   // control kill is not one): index and how, for the supervisor to restart.
   std::vector<std::pair<int, std::string>> Reap() {
     std::vector<std::pair<int, std::string>> out;
@@ -238,7 +254,7 @@ class PrefillEngines {
     return size_t(i) < slots_.size() ? slots_[size_t(i)].port : 0;
   }
 
-  // Stops every engine; starts after this do nothing.
+  // Stops every child; starts after this do nothing.
   void StopAll() {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
@@ -255,35 +271,19 @@ class PrefillEngines {
     bool held_down = false;  // killed through fault control: not restarted by the supervisor
   };
 
-  // REQUIRES: mu_ held. The previous child of slot i, if any, is stopped first.
-  std::shared_ptr<Child> Spawn(int i, int port, const std::vector<std::string>& extra) {
-    if (int(slots_.size()) <= i) slots_.resize(size_t(i) + 1);
-    const std::string loop = l_.host;
-    const std::vector<std::string> own =
-        size_t(i) < l_.prefill_engine_args.size() ? l_.prefill_engine_args[size_t(i)] : std::vector<std::string>{};
-    auto args = Concat(Concat(Concat(Concat(Concat({"prefill", "--host", loop, "--port", std::to_string(port)},
-                                                   l_.model_args),
-                                            l_.attention_args),
-                                     l_.prefill_args),
-                              own),
-                       extra);
-    Slot& s = slots_[size_t(i)];
-    if (s.child) s.child->Stop();
-    s.child = std::make_shared<Child>(PrefillEngineName(i), std::move(args),
-                                      "handoffs at " + std::string(l_.transport_tcp ? "tcp" : "ucx") + "://" + loop + ":");
-    return s.child;
-  }
-
-  const DisaggLaunch& l_;
+  const std::string kind_;
+  const std::function<std::string(int)> name_;
+  const Spawn spawn_;
   std::mutex mu_;
   std::vector<Slot> slots_;
   bool stopping_ = false;
 };
 
-// --debug-fault-control: POST /debug/prefill/<i> {"action": ..., "bit_flip_rate": r}.
-std::unique_ptr<httplib::Server> StartFaultControl(PrefillEngines& engines, int* port) {
+// --debug-fault-control: POST /debug/<kind>/<i> {"action": ..., "bit_flip_rate": r},
+// kind prefill, decode or router.
+std::unique_ptr<httplib::Server> StartFaultControl(const std::vector<ChildSlots*>& kinds, int* port) {
   auto server = std::make_unique<httplib::Server>();
-  server->Post(R"(/debug/prefill/(\d+))", [&engines](const httplib::Request& req, httplib::Response& res) {
+  server->Post(R"(/debug/(\w+)/(\d+))", [kinds](const httplib::Request& req, httplib::Response& res) {
     std::string action;
     double rate = 0;
     try {
@@ -300,25 +300,30 @@ std::unique_ptr<httplib::Server> StartFaultControl(PrefillEngines& engines, int*
       res.set_content("bit_flip_rate must be in [0, 1]", "text/plain");
       return;
     }
-    const auto [status, text] = engines.Apply(std::atoi(req.matches[1].str().c_str()), action, rate);
-    res.status = status;
-    res.set_content(text, "text/plain");
+    for (ChildSlots* slots : kinds) {
+      if (slots->kind() != req.matches[1].str()) continue;
+      const auto [status, text] = slots->Apply(std::atoi(req.matches[2].str().c_str()), action, rate);
+      res.status = status;
+      res.set_content(text, "text/plain");
+      return;
+    }
+    res.status = 404;
+    res.set_content("no such kind of child: " + req.matches[1].str() + " (prefill, decode, router)", "text/plain");
   });
   *port = server->bind_to_any_port("127.0.0.1");  // never reachable from another host
   if (*port <= 0) return nullptr;
   return server;
 }
 
-std::string PrefillName(int i) { return i == 0 ? "prefill engine" : "prefill engine " + std::to_string(i); }
+std::string Numbered(const std::string& base, int i, const char* space = " ") {
+  return i == 0 ? base : base + space + std::to_string(i);
+}
 
 // Waits for SIGTERM/SIGINT while restarting children that exit by themselves
 // (supervisor.h). Returns the launcher's exit code: 0 on a signal (also one
 // that comes during a backoff or while a restarted child loads), 1 when a
 // child's restart budget is spent.
-template <typename StartDecode, typename StartRouter>
-int Supervise(Supervisor& supervisor, const sigset_t& signals, PrefillEngines& prefill, std::unique_ptr<Child>& decode,
-              int decode_port, const StartDecode& start_decode, std::unique_ptr<Child>& router, int router_port,
-              const StartRouter& start_router) {
+int Supervise(Supervisor& supervisor, const sigset_t& signals, const std::vector<ChildSlots*>& kinds) {
   // Waits out a backoff, ending early on a signal: false when one came.
   auto wait = [&](std::chrono::milliseconds ms) {
     const timespec ts{time_t(ms.count() / 1000), long(ms.count() % 1000) * 1'000'000};
@@ -342,32 +347,13 @@ int Supervise(Supervisor& supervisor, const sigset_t& signals, PrefillEngines& p
   };
   const timespec tick{0, 100'000'000};  // how often children are looked at
   while (sigtimedwait(&signals, nullptr, &tick) < 0) {
-    std::string how;
-    if (decode->Exited(&how)) {
-      if (const int code = restart("decode server", how,
-                                   [&] {
-                                     decode = start_decode(decode_port);
-                                     return decode->WaitPort(120, &signals);
-                                   });
-          code >= 0) {
-        return code;
-      }
-    }
-    if (router->Exited(&how)) {
-      if (const int code = restart("router", how,
-                                   [&] {
-                                     router = start_router(decode_port);
-                                     return router->WaitPort(60, &signals);
-                                   });
-          code >= 0) {
-        return code;
-      }
-    }
-    for (const auto& [i, exit] : prefill.Reap()) {
-      if (const int code = restart(PrefillName(i), exit,
-                                   [&, i = i] { return prefill.Start(i, prefill.port(i), {}, &signals); });
-          code >= 0) {
-        return code;
+    for (ChildSlots* slots : kinds) {
+      for (const auto& [i, exit] : slots->Reap()) {
+        if (const int code = restart(slots->Name(i), exit,
+                                     [&, i = i] { return slots->Start(i, slots->port(i), {}, &signals); });
+            code >= 0) {
+          return code;
+        }
       }
     }
   }
@@ -402,44 +388,74 @@ int RunDisagg(const DisaggLaunch& given) {
   Supervisor supervisor(folder.dir + "/supervisor.json", l.restart_budget);
   const sigset_t set = BlockStopSignals();
   const std::string loop = l.host;
-  PrefillEngines prefill(l);
+  ChildSlots prefill(
+      "prefill", [](int i) { return Numbered("prefill engine", i); },
+      [&](int i, int port, const std::vector<std::string>& extra) {
+        const std::vector<std::string> own =
+            size_t(i) < l.prefill_engine_args.size() ? l.prefill_engine_args[size_t(i)] : std::vector<std::string>{};
+        auto args = Concat(Concat(Concat(Concat(Concat({"prefill", "--host", loop, "--port", std::to_string(port)},
+                                                       l.model_args),
+                                                l.attention_args),
+                                         l.prefill_args),
+                                  own),
+                           extra);
+        return std::make_shared<Child>(PrefillEngineName(i), std::move(args),
+                                       "handoffs at " + std::string(l.transport_tcp ? "tcp" : "ucx") + "://" + loop + ":");
+      });
   std::string addresses;
+  // The decode servers and the router restart on the ports they had, where
+  // the router and the clients look for them.
+  ChildSlots decode(
+      "decode", [](int i) { return Numbered("decode server", i); },
+      [&](int i, int port, const std::vector<std::string>& extra) {
+        const std::vector<std::string> own =
+            size_t(i) < l.decode_server_args.size() ? l.decode_server_args[size_t(i)] : std::vector<std::string>{};
+        return std::make_shared<Child>(
+            Numbered("decode", i, ""),
+            Concat(Concat(Concat(Concat(Concat({"serve", "--host", loop, "--port", std::to_string(port), "--prefill",
+                                                addresses},
+                                               l.model_args),
+                                        l.attention_args),
+                                 l.decode_args),
+                          own),
+                   extra),
+            "http://" + loop + ":");
+      });
+  std::string decode_list;
+  ChildSlots router(
+      "router", [](int) { return std::string("router"); },
+      [&](int, int port, const std::vector<std::string>& extra) {
+        return std::make_shared<Child>(
+            "router",
+            Concat(Concat({"router", "--host", l.host, "--port", std::to_string(port), "--decode", decode_list,
+                           "--supervisor-state", supervisor.state_path()},
+                          l.router_args),
+                   extra),
+            "http://" + l.host + ":");
+      });
   // A signal during start-up ends it: what started is stopped on the way out.
+  struct StopAll {
+    std::vector<ChildSlots*> kinds;
+    ~StopAll() {
+      for (ChildSlots* k : kinds) k->StopAll();
+    }
+  } stop_all{{&prefill, &router, &decode}};  // prefill first: a restart under way ends its wait at once
   auto signalled = [] { return TLOG_INFO("tandem serve --disagg: stopped by a signal while starting\n"), 0; };
   for (int i = 0; i < l.prefill_engines; ++i) {
     const int port = prefill.Start(i, 0, {}, &set);
     if (port == Child::kSignalled) return signalled();
     if (port <= 0) return TLOG_ERROR("tandem serve --disagg: prefill engine %d did not start\n", i), 1;
-    supervisor.Started(PrefillName(i));
+    supervisor.Started(prefill.Name(i));
     addresses += (addresses.empty() ? "" : ",") + loop + ":" + std::to_string(port);
   }
-  // The decode server and the router restart on the ports they had, where
-  // the router and the clients look for them.
-  auto start_decode = [&](int port) {
-    return std::make_unique<Child>(
-        "decode",
-        Concat(Concat(Concat({"serve", "--host", loop, "--port", std::to_string(port), "--prefill", addresses},
-                             l.model_args),
-                      l.attention_args),
-               l.decode_args),
-        "http://" + loop + ":");
-  };
-  int decode_port = 0, router_port = l.port;
-  auto start_router = [&](int decode) {
-    return std::make_unique<Child>(
-        "router",
-        Concat({"router", "--host", l.host, "--port", std::to_string(router_port), "--decode",
-                loop + ":" + std::to_string(decode), "--supervisor-state", supervisor.state_path()},
-               l.router_args),
-        "http://" + l.host + ":");
-  };
-  auto decode = start_decode(0);
-  decode_port = decode->WaitPort(120, &set);
-  if (decode_port == Child::kSignalled) return signalled();
-  if (decode_port <= 0) return TLOG_ERROR("tandem serve --disagg: the decode server did not start\n"), 1;
-  supervisor.Started("decode");
-  auto router = start_router(decode_port);
-  router_port = router->WaitPort(60, &set);
+  for (int i = 0; i < l.decode_servers; ++i) {
+    const int port = decode.Start(i, 0, {}, &set);
+    if (port == Child::kSignalled) return signalled();
+    if (port <= 0) return TLOG_ERROR("tandem serve --disagg: decode server %d did not start\n", i), 1;
+    supervisor.Started(decode.Name(i));
+    decode_list += (decode_list.empty() ? "" : ",") + loop + ":" + std::to_string(port);
+  }
+  const int router_port = router.Start(0, l.port, {}, &set);
   if (router_port == Child::kSignalled) return signalled();
   if (router_port <= 0) return TLOG_ERROR("tandem serve --disagg: the router did not start\n"), 1;
   supervisor.Started("router");
@@ -447,25 +463,21 @@ int RunDisagg(const DisaggLaunch& given) {
   std::thread control_thread;
   if (l.fault_control) {
     int control_port = 0;
-    control = StartFaultControl(prefill, &control_port);
+    control = StartFaultControl({&prefill, &decode, &router}, &control_port);
     if (!control || !StartListening(*control, &control_thread, std::chrono::seconds(10))) {
       return TLOG_ERROR("tandem serve --disagg: the fault-control listener did not start\n"), 1;
     }
-    TLOG_WARN("WARNING: --debug-fault-control: fault control at http://127.0.0.1:%d kills, restarts and stops prefill "
-              "engines on request (tests and soaks only)\n", control_port);
+    TLOG_WARN("WARNING: --debug-fault-control: fault control at http://127.0.0.1:%d kills, restarts, drains and stops "
+              "prefill engines, decode servers and the router on request (tests and soaks only)\n", control_port);
   }
-  TLOG_INFO("tandem serve --disagg: router at http://%s:%d (decode :%d, prefill ucx %s)\n", l.host.c_str(),
-            router_port, decode_port, addresses.c_str());
-  const int code = Supervise(supervisor, set, prefill, decode, decode_port, start_decode, router, router_port,
-                             start_router);
+  TLOG_INFO("tandem serve --disagg: router at http://%s:%d (decode %s, prefill ucx %s)\n", l.host.c_str(),
+            router_port, decode_list.c_str(), addresses.c_str());
+  const int code = Supervise(supervisor, set, {&prefill, &decode, &router});
   TLOG_INFO("tandem serve --disagg: stopping router, decode, prefill\n");
-  prefill.StopAll();  // first: a restart under way ends its wait at once
   if (control) {
     control->stop();
     control_thread.join();
   }
-  router.reset();
-  decode.reset();
   return code;
 }
 

@@ -1,9 +1,10 @@
-// `tandem serve --disagg`: prefill engines, one decode server and a router on
+// `tandem serve --disagg`: prefill engines, decode servers and a router on
 // this host, as child processes of this binary, started in order and stopped
-// together; a child that exits by itself is restarted. With --debug-fault-control (tests and soaks only) the launcher
-// also takes requests to kill, restart, stop and continue its prefill engines
-// (fault_control.h), so a load generator can inject those faults on a
-// schedule.
+// together; a child that exits by itself is restarted (on its port). With
+// --debug-fault-control (tests and soaks only) the launcher also takes
+// requests to kill, restart, drain, stop and continue any of them
+// (POST /debug/<prefill|decode|router>/<i>), so a load generator can inject
+// those faults on a schedule.
 #pragma once
 
 #include <string>
@@ -21,9 +22,11 @@ struct DisaggLaunch {
   // Engine i's own arguments after prefill_args (its L3 folder and share);
   // none when shorter than prefill_engines.
   std::vector<std::vector<std::string>> prefill_engine_args;
+  std::vector<std::vector<std::string>> decode_server_args;  // decode server i's own (its L3 folder and share)
   std::vector<std::string> router_args;     // --log-level
   bool transport_tcp = false;               // --transport tcp (the prefill engine's address says tcp://)
-  int prefill_engines = 1;                  // the decode server balances them (--prefill a,b,...)
+  int prefill_engines = 1;                  // each decode server balances them (--prefill a,b,...)
+  int decode_servers = 1;                   // the router balances them (--decode a,b,...)
   bool fault_control = false;               // --debug-fault-control
   std::string cluster_key_file;             // the engines' shared secret; empty: a fresh random one
   int restart_budget = 5;                   // restarts of one child within a minute (bin/supervisor.h)

@@ -334,7 +334,7 @@ void RunSession(const std::string& host, int port, const std::string& model, con
     Json body = rec.request;
     body["messages"] = messages;
     rec.start_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    StreamTiming t = StreamChat(host, port, body, shape.request_timeout_s);
+    StreamTiming t = StreamChat(host, port, body, shape.request_timeout_s, shape.extensions ? shape.resume_within_s : 0);
     rec.http_status = t.status;
     rec.text = std::move(t.text);
     rec.token_ids = std::move(t.token_ids);

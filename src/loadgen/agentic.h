@@ -35,6 +35,9 @@ struct AgenticShape {
   int think_ms = 0;                    // pause before each next round, up to this
   uint64_t seed = 1;
   double request_timeout_s = 120;  // client-side bound on one round's request
+  // With extensions (a tandem server): a round's stream that breaks off (a
+  // router restarting) resumes for up to this long (StreamChat); 0: never.
+  double resume_within_s = 30;
   double tokens_per_word = 1.0;    // the server's tokenizer on SyntheticText (Calibrate)
   // Send "ignore_eos" and "return_token_ids" (tandem and vLLM understand them;
   // the OpenAI API itself rejects unknown fields). Without them answers may

@@ -28,6 +28,9 @@ const char* FaultName(Fault::Kind kind) {
     case Fault::Kind::kWedge: return "wedge";
     case Fault::Kind::kAbortStorm: return "abort-storm";
     case Fault::Kind::kBitFlips: return "bit-flips";
+    case Fault::Kind::kDecodeKill: return "decode-kill";
+    case Fault::Kind::kDecodeDrain: return "decode-drain";
+    case Fault::Kind::kRouterKill: return "router-kill";
   }
   return "?";
 }
@@ -47,6 +50,17 @@ std::string DescribeFault(const Fault& f) {
     case Fault::Kind::kBitFlips:
       std::snprintf(text, sizeof(text), "bit flips in %.3g of prefill %d's page writes at %.0f s for %.0f s", f.rate,
                     f.target, f.at_s, f.for_s);
+      break;
+    case Fault::Kind::kDecodeKill:
+      std::snprintf(text, sizeof(text), "kill -9 decode server %d at %.0f s, restarted %.0f s later", f.target, f.at_s,
+                    f.for_s);
+      break;
+    case Fault::Kind::kDecodeDrain:
+      std::snprintf(text, sizeof(text), "drain (SIGTERM, restarted by the launcher) decode server %d at %.0f s, %.0f s window",
+                    f.target, f.at_s, f.for_s);
+      break;
+    case Fault::Kind::kRouterKill:
+      std::snprintf(text, sizeof(text), "kill -9 the router at %.0f s, restarted %.0f s later", f.at_s, f.for_s);
       break;
   }
   return text;
@@ -68,7 +82,10 @@ StatusOr<Fault> ParseOneFault(const std::string& item) {
   else if (kind == "wedge") f.kind = Fault::Kind::kWedge;
   else if (kind == "abort-storm") f.kind = Fault::Kind::kAbortStorm;
   else if (kind == "bit-flips") f.kind = Fault::Kind::kBitFlips;
-  else return InvalidArgument("unknown fault '" + kind + "' (kill, wedge, abort-storm, bit-flips)");
+  else if (kind == "decode-kill") f.kind = Fault::Kind::kDecodeKill;
+  else if (kind == "decode-drain") f.kind = Fault::Kind::kDecodeDrain;
+  else if (kind == "router-kill") f.kind = Fault::Kind::kRouterKill;
+  else return InvalidArgument("unknown fault '" + kind + "' (kill, wedge, abort-storm, bit-flips, decode-kill, decode-drain, router-kill)");
   char* end = nullptr;
   const std::string target = item.substr(colon + 1, at - colon - 1);
   const long t = std::strtol(target.c_str(), &end, 10);
@@ -181,14 +198,14 @@ class FaultRunner {
   }
 
  private:
-  std::string Control(int target, const std::string& action, double rate = 0) {
+  std::string Control(int target, const std::string& action, double rate = 0, const std::string& child = "prefill") {
     if (o_.control_port <= 0) return "no --fault-control address (serve --disagg --debug-fault-control prints it)";
     httplib::Client cli(o_.control_host, o_.control_port);
     cli.set_connection_timeout(std::chrono::seconds(5));
     cli.set_read_timeout(std::chrono::seconds(180));  // a restart waits for the engine to come up
     Json body = {{"action", action}};
     if (rate > 0) body["bit_flip_rate"] = rate;
-    auto res = cli.Post("/debug/prefill/" + std::to_string(target), body.dump(), "application/json");
+    auto res = cli.Post("/debug/" + child + "/" + std::to_string(target), body.dump(), "application/json");
     if (!res) return "fault control did not answer (" + action + ")";
     if (res->status != 200) return action + ": " + res->body;
     return "";
@@ -218,6 +235,18 @@ class FaultRunner {
         note(Control(f.target, "restart"));
         break;
       case Fault::Kind::kAbortStorm: AbortStorm(f.target, index); break;
+      case Fault::Kind::kDecodeKill:
+      case Fault::Kind::kRouterKill: {
+        const std::string child = f.kind == Fault::Kind::kDecodeKill ? "decode" : "router";
+        note(Control(f.target, "kill", 0, child));
+        SleepFor(f.for_s, stop);
+        note(Control(f.target, "restart", 0, child));
+        break;
+      }
+      case Fault::Kind::kDecodeDrain:
+        note(Control(f.target, "drain", 0, "decode"));
+        SleepFor(f.for_s, stop);
+        break;
     }
     return error;
   }
@@ -362,8 +391,12 @@ std::vector<SoakWindow> SoakWindows(const std::vector<FaultEvent>& events, const
     SoakWindow w;
     w.fault = true;
     w.label = DescribeFault(e.fault) + (e.error.empty() ? "" : " (FAILED: " + e.error + ")");
-    w.short_label = std::string(FaultName(e.fault.kind)) + (e.fault.kind == Fault::Kind::kAbortStorm ? " " : " p") +
-                    std::to_string(e.fault.target);
+    const Fault::Kind k = e.fault.kind;
+    const char* who = k == Fault::Kind::kAbortStorm                                      ? " "
+                      : k == Fault::Kind::kDecodeKill || k == Fault::Kind::kDecodeDrain ? " d"
+                      : k == Fault::Kind::kRouterKill                                    ? " r"
+                                                                                         : " p";
+    w.short_label = std::string(FaultName(k)) + who + std::to_string(e.fault.target);
     w.from_s = e.start_s;
     w.fault_end_s = e.end_s;
     w.to_s = e.end_s + settle_s;

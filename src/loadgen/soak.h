@@ -1,7 +1,10 @@
 // The soak: agent sessions back to back at one concurrency for a duration,
 // while a schedule of faults hits the deployment — prefill engines killed and
 // restarted, stopped (wedged) and continued, restarted with bit flips in their
-// page writes, and abort storms of clients that hang up mid-request. Every
+// page writes; decode servers killed and restarted, or drained (SIGTERM: a
+// planned restart); the router killed and restarted; and abort storms of
+// clients that hang up mid-request. Sessions' streams resume through the
+// router when it comes back (StreamChat's resume_within_s). Every
 // round is recorded (and verified afterwards like a sweep's); the report
 // splits the outcomes by fault window and by the quiet periods between them,
 // with the time the system took to recover after each fault.
@@ -21,18 +24,22 @@
 namespace tandem {
 
 struct Fault {
-  enum class Kind { kKill, kWedge, kAbortStorm, kBitFlips };
+  // kKill, kWedge, kBitFlips: a prefill engine; kDecodeKill, kDecodeDrain: a
+  // decode server; kRouterKill: the router; kAbortStorm: clients.
+  enum class Kind { kKill, kWedge, kAbortStorm, kBitFlips, kDecodeKill, kDecodeDrain, kRouterKill };
   Kind kind = Kind::kKill;
   double at_s = 0;    // since the soak started
-  double for_s = 0;   // kill: down time; wedge: stopped time; bit flips: the window; storm: unused
-  int target = 0;     // the prefill engine (kill, wedge, bit flips); abort storm: requests
+  // kill: down time; wedge: stopped time; bit flips, drain: the window; storm: unused
+  double for_s = 0;
+  int target = 0;     // the prefill engine or decode server; abort storm: requests
   double rate = 0.05; // bit flips: share of page writes with one flipped bit
 };
 
 const char* FaultName(Fault::Kind kind);
 std::string DescribeFault(const Fault& f);
 
-// "kill:0@30+5,wedge:1@90+12,abort-storm:64@150,bit-flips:0@210+30/0.05":
+// "kill:0@30+5,wedge:1@90+12,abort-storm:64@150,bit-flips:0@210+30/0.05,
+// decode-kill:1@240+5,decode-drain:0@300+20,router-kill:0@360+3":
 // KIND:TARGET@AT[+FOR][/RATE], times in seconds. Sorted by time.
 StatusOr<std::vector<Fault>> ParseFaults(const std::string& text);
 // The schedule again every `period_s` (0: once) while it starts before `duration_s`.

@@ -4,6 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <thread>
+
+#include "server/openai_api.h"
 
 namespace tandem {
 
@@ -104,44 +108,132 @@ void ParseFrames(std::string& buf, StreamTiming& t, Clock::time_point t0, Clock:
   }
 }
 
+// A traced stream (server/openai_api.h, StreamTrace): its data events are
+// taken only with the trace that ends their write, so what was taken is
+// exactly what the traces say was delivered — what a resume asks after.
+struct Traced {
+  std::optional<uint64_t> id;
+  int64_t created = 0;
+  std::vector<int32_t> tokens;
+  bool opened = false, finished = false, done = false;
+  std::vector<std::string> pending;  // data lines waiting for their trace
+  bool seen = false, untraced = false;  // untraced: the server sends no trace (not tandem): parsed as it comes
+
+  // Takes the complete events in buf.
+  void Consume(std::string& buf, StreamTiming& t, Clock::time_point t0, Clock::time_point& last) {
+    if (untraced) return ParseFrames(buf, t, t0, last);
+    size_t at = 0;
+    for (size_t end; (end = buf.find("\n\n", at)) != std::string::npos; at = end + 2) {
+      const std::string_view event = std::string_view(buf).substr(at, end - at);
+      std::optional<StreamTrace> trace = ParseStreamTrace(event);
+      if (!seen && !trace) {
+        untraced = true;
+        buf.erase(0, at);
+        return ParseFrames(buf, t, t0, last);
+      }
+      seen = true;
+      if (trace) {
+        if (trace->id && !id) id = trace->id, created = trace->created;
+        for (const auto& c : trace->choices) {
+          if (c.index != 0) continue;
+          tokens.insert(tokens.end(), c.tokens.begin(), c.tokens.end());
+          opened = opened || c.opened;
+          finished = finished || c.finished;
+        }
+        for (const std::string& line : pending) {
+          if (line == "data: [DONE]") {
+            done = true;
+            continue;
+          }
+          std::string one = line + "\n";
+          ParseFrames(one, t, t0, last);
+        }
+        pending.clear();
+      } else if (event.substr(0, 6) == "data: ") {
+        pending.emplace_back(event);
+      }
+    }
+    buf.erase(0, at);
+  }
+
+  Json Resume() const {
+    return {{"id", *id},
+            {"created", created},
+            {"choices", Json::array({{{"tokens", tokens}, {"started", opened}, {"done", finished}}})}};
+  }
+};
+
 }  // namespace
 
-StreamTiming StreamChat(const std::string& host, int port, nlohmann::json body, double timeout_s) {
+StreamTiming StreamChat(const std::string& host, int port, nlohmann::json body, double timeout_s,
+                        double resume_within_s) {
   body["stream"] = true;
   body["stream_options"] = {{"include_usage", true}};
+  const bool resumable = resume_within_s > 0 && body.value("n", 1) == 1;
+  if (resumable) body["tandem_trace"] = true;
   StreamTiming t;
-  httplib::Client cli(host, port);
-  cli.set_read_timeout(std::chrono::milliseconds(int64_t(timeout_s * 1000)));
-  cli.set_write_timeout(std::chrono::milliseconds(int64_t(timeout_s * 1000)));
-  httplib::Request req;
-  req.method = "POST";
-  req.path = "/v1/chat/completions";
-  req.body = body.dump();
-  req.set_header("Content-Type", "application/json");
-  std::string buf;
+  Traced traced;
   const auto t0 = Clock::now();
   auto last = t0;
-  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-    buf.append(data, n);
-    ParseFrames(buf, t, t0, last);
-    return Since(t0) < timeout_s;
-  };
-  httplib::Response res;
-  httplib::Error err = httplib::Error::Success;
-  const bool ok = cli.send(req, res, err);
-  t.e2e_s = Since(t0);
-  t.status = res.status > 0 ? res.status : 0;
-  if (!ok && t.error.empty()) t.error = "connection error: " + httplib::to_string(err);
-  // Canceled: our receiver stopped at timeout_s. A failed read is a timeout
-  // only when the time is up (a peer that crashed mid-answer is an error).
-  t.timed_out = t.e2e_s >= timeout_s || t.status == 504 || t.server_timeout ||
-                (!ok && err == httplib::Error::Canceled);
-  if (t.status >= 400 && t.error.empty()) {
-    const std::string raw = res.body.empty() ? buf : res.body;  // a receiver takes the body
-    const auto j = Json::parse(raw, nullptr, false);
-    t.error = !j.is_discarded() && j.is_object() && j.contains("error") ? ErrorMessage(j["error"], raw) : raw;
+  std::optional<Clock::time_point> broke;  // when the stream last broke off
+  for (;;) {
+    httplib::Client cli(host, port);
+    const double left = std::max(0.001, timeout_s - Since(t0));
+    cli.set_connection_timeout(std::chrono::milliseconds(int64_t(std::min(left, 5.0) * 1000)));
+    cli.set_read_timeout(std::chrono::milliseconds(int64_t(left * 1000)));
+    cli.set_write_timeout(std::chrono::milliseconds(int64_t(left * 1000)));
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/chat/completions";
+    Json attempt = body;
+    if (traced.id) attempt["tandem_resume"] = traced.Resume();
+    req.body = attempt.dump();
+    req.set_header("Content-Type", "application/json");
+    std::string buf;
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+      buf.append(data, n);
+      if (resumable) {
+        traced.Consume(buf, t, t0, last);
+      } else {
+        ParseFrames(buf, t, t0, last);
+      }
+      return Since(t0) < timeout_s;
+    };
+    httplib::Response res;
+    httplib::Error err = httplib::Error::Success;
+    const bool ok = cli.send(req, res, err);
+    t.e2e_s = Since(t0);
+    t.status = res.status > 0 ? res.status : 0;
+    // Broke off: no answer, a restarting router's 502/503, or a stream that
+    // ended without [DONE] (and without an error of its own).
+    const bool stream_cut = t.status == 200 && !traced.done && !traced.untraced && t.error.empty();
+    const bool refused = !ok && t.status == 0;
+    const bool unavailable = (t.status == 502 || t.status == 503) && !traced.opened;
+    if (resumable && (stream_cut || refused || unavailable) && t.e2e_s < timeout_s &&
+        (traced.id || !traced.opened)) {
+      if (!broke) broke = Clock::now();
+      if (Since(*broke) < resume_within_s) {
+        ++t.resumes;
+        t.error.clear();
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        continue;
+      }
+    }
+    if (!ok && t.error.empty()) t.error = "connection error: " + httplib::to_string(err);
+    if (resumable && t.status == 200 && !traced.done && !traced.untraced && t.error.empty()) {
+      t.error = "the stream ended without [DONE]";
+    }
+    // Canceled: our receiver stopped at timeout_s. A failed read is a timeout
+    // only when the time is up (a peer that crashed mid-answer is an error).
+    t.timed_out = t.e2e_s >= timeout_s || t.status == 504 || t.server_timeout ||
+                  (!ok && err == httplib::Error::Canceled);
+    if (t.status >= 400 && t.error.empty()) {
+      const std::string raw = res.body.empty() ? buf : res.body;  // a receiver takes the body
+      const auto j = Json::parse(raw, nullptr, false);
+      t.error = !j.is_discarded() && j.is_object() && j.contains("error") ? ErrorMessage(j["error"], raw) : raw;
+    }
+    return t;
   }
-  return t;
 }
 
 double Percentile(std::vector<double> v, double p) {

@@ -23,11 +23,18 @@ struct StreamTiming {
   bool has_token_ids = false;
   bool timed_out = false;  // our timeout_s passed, or the server said 504 / deadline
   bool server_timeout = false;  // the stream ended with an error whose code is "timeout"
+  int resumes = 0;              // times the stream was asked again after it broke off (resume_within_s)
 };
 
 // POSTs `body` (stream is forced on, with usage) to /v1/chat/completions and
 // records the timing of each chunk. timeout_s bounds the whole request.
-StreamTiming StreamChat(const std::string& host, int port, nlohmann::json body, double timeout_s);
+// resume_within_s > 0: the stream is traced (tandem_trace), and one that
+// breaks off — its connection lost, or refused or answered 502/503 while
+// the server (a router) restarts — is asked again with tandem_resume, the
+// tokens it has, retrying every 100 ms until this long has passed since it
+// broke; it goes on where it stopped (n = 1 only).
+StreamTiming StreamChat(const std::string& host, int port, nlohmann::json body, double timeout_s,
+                        double resume_within_s = 0);
 
 // p in [0, 100]; 0 for an empty sample.
 double Percentile(std::vector<double> values, double p);

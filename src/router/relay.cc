@@ -39,6 +39,12 @@ std::string WithFields(const std::string& body, const std::string& fields) {
 
 bool IsDone(std::string_view event) { return event == "data: [DONE]"; }
 
+// A client's field, when it has that type (the backend refuses what is malformed).
+bool TrueField(const nlohmann::json& o, const char* key) {
+  const auto it = o.find(key);
+  return it != o.end() && it->is_boolean() && it->get<bool>();
+}
+
 }  // namespace
 
 class Router::Relay : public std::enable_shared_from_this<Relay> {
@@ -65,6 +71,10 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
       const auto n = body.find("n");
       const int64_t choices = n != body.end() && n->is_number_integer() ? n->get<int64_t>() : 1;
       choices_.resize(size_t(std::clamp<int64_t>(choices, 1, kMaxChoices)));
+      // A client that traces its stream itself gets the traces, and may
+      // resume one (after a router restart, say): a move goes on from there.
+      client_traced_ = stream_ && TrueField(body, "tandem_trace");
+      if (auto r = body.find("tandem_resume"); stream_ && r != body.end() && r->is_object()) TakeClientResume(*r);
     }
   }
 
@@ -81,6 +91,26 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
     std::vector<int32_t> tokens;
     bool opened = false, finished = false;
   };
+
+  // What the client says it has (its tandem_resume; the backend checks it).
+  void TakeClientResume(const nlohmann::json& r) {
+    const auto id = r.find("id");
+    const auto choices = r.find("choices");
+    if (id == r.end() || !id->is_number_unsigned() || choices == r.end() || !choices->is_array()) return;
+    id_ = id->get<uint64_t>();
+    if (auto c = r.find("created"); c != r.end() && c->is_number_integer()) created_ = c->get<int64_t>();
+    for (size_t i = 0; i < choices->size() && i < choices_.size(); ++i) {
+      const nlohmann::json& c = (*choices)[i];
+      if (!c.is_object()) continue;
+      if (auto t = c.find("tokens"); t != c.end() && t->is_array()) {
+        for (const auto& token : *t) {
+          if (token.is_number_integer()) choices_[i].tokens.push_back(int32_t(token.get<int64_t>()));
+        }
+      }
+      choices_[i].opened = TrueField(c, "started");
+      choices_[i].finished = TrueField(c, "done");
+    }
+  }
 
   void HangUp() {
     std::shared_ptr<HttpCall> call;
@@ -204,6 +234,7 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
         return false;
       }
       if (trace->error_status != 0) upstream_.done = true;  // the client's error: said, and the stream ends
+      if (client_traced_) upstream_.pending.append(event).append("\n\n");
       for (const StreamTrace::Choice& c : trace->choices) {
         if (c.index < 0 || size_t(c.index) >= choices_.size()) continue;
         Choice& mine = choices_[size_t(c.index)];
@@ -331,6 +362,7 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
   std::optional<Upstream> last_answer_;  // a 5xx answer, sent if no move succeeds
   std::string last_error_;
   bool traced_ = false, passthrough_ = false, client_stalled_ = false;
+  bool client_traced_ = false;  // the client asked for the trace itself: it gets it
   std::optional<uint64_t> id_;  // the answer's, from its stream's first trace
   int64_t created_ = 0;
   std::vector<Choice> choices_ = std::vector<Choice>(1);

@@ -98,7 +98,9 @@ class DecodeRoleTest : public ::testing::Test {
   }
 
   double Metric(const std::string& name) { return testing::ParseMetrics(engine_->metrics().Text())[name]; }
-  bool Healthy() { return engine_->Healthy(); }
+  // A prefill engine link is up: healthy and not degraded (with local
+  // prefill, an engine without links still serves, and says why).
+  bool Healthy() { return engine_->Healthy() && engine_->HealthNote().empty(); }
   // Moves the clock by `d`, then waits until the decode side has heard from
   // its prefill engine at the new time (a live peer's heartbeat). The count
   // moves once per poll of the links: the first move after the advance may
@@ -155,6 +157,51 @@ TEST_F(DecodeRoleTest, ASilentPrefillEngineIsDeclaredDeadWhenThePeerTimeoutPasse
   EXPECT_TRUE(WaitUntil([&] { return Metric("tandem_prefill_links_declared_dead_total") == 1; }, 5s, 1ms));
   EXPECT_TRUE(WaitUntil([&] { return !Healthy(); }, 5s, 1ms)) << "no link up: the engine is not healthy";
   EXPECT_EQ(Metric("tandem_prefill_links_up"), 0);
+}
+
+// No prefill engine link up: the decode server computes prompts itself (the
+// same engine, so the same tokens as colocated), stays healthy and says it
+// is degraded, and counts them; --no-local-prefill refuses them instead.
+// Requests that need logits here (logprobs) run here even with a link up.
+TEST_F(DecodeRoleTest, WithNoPrefillEngineUpPromptsAreComputedHereAndHealthSaysSo) {
+  faults::FaultPlan wedge;
+  wedge.drop_messages_after = 1;
+  StartPrefill(wedge, /*faulty=*/1000);
+  StartDecode();
+  ASSERT_TRUE(Healthy());
+  RequestSpec logprobs;
+  logprobs.prompt = testing::PseudoRandomTokens(40, model_->model->config().vocab_size, 9);
+  logprobs.max_tokens = 3;
+  logprobs.logprobs = 2;
+  auto lp = engine_->Submit(logprobs);
+  ASSERT_TRUE(lp.ok()) << lp.status().ToString();
+  EXPECT_TRUE(EndOf(**lp).ok());
+  EXPECT_EQ(Metric("tandem_local_prefills_total{reason=\"logits_here\"}"), 1);
+  EXPECT_EQ(Metric("tandem_handoffs_total{outcome=\"committed\"}"), 0);
+  clock_.Advance(kPeerTimeout + 1ms);
+  ASSERT_TRUE(WaitUntil([&] { return Metric("tandem_prefill_links_up") == 0; }, 5s, 1ms));
+  EXPECT_TRUE(engine_->Healthy()) << "it serves without a link";
+  EXPECT_NE(engine_->HealthNote().find("no prefill engine link is up"), std::string::npos) << engine_->HealthNote();
+  auto h = Submit(3);
+  ASSERT_NE(h, nullptr);
+  EXPECT_TRUE(EndOf(*h).ok());
+  EXPECT_EQ(Metric("tandem_local_prefills_total{reason=\"no_prefill_engine\"}"), 1);
+}
+
+TEST_F(DecodeRoleTest, WithoutLocalPrefillNoPrefillEngineMeansUnavailable) {
+  faults::FaultPlan wedge;
+  wedge.drop_messages_after = 1;
+  StartPrefill(wedge, /*faulty=*/1000);
+  DecodeOptions d;
+  d.local_prefill = false;
+  StartDecode(d);
+  ASSERT_TRUE(Healthy());
+  clock_.Advance(kPeerTimeout + 1ms);
+  ASSERT_TRUE(WaitUntil([&] { return !engine_->Healthy(); }, 5s, 1ms));
+  EXPECT_NE(engine_->HealthNote().find("--no-local-prefill"), std::string::npos) << engine_->HealthNote();
+  auto h = Submit(4);
+  ASSERT_NE(h, nullptr);
+  EXPECT_EQ(EndOf(*h).code(), StatusCode::kUnavailable);
 }
 
 // After it is declared dead, the link reconnects when its backoff has passed

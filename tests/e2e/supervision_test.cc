@@ -100,7 +100,10 @@ TEST(Supervision, AKilledDecodeServerAndPrefillEngineAreRestartedAndServeAgain) 
     const pid_t pid = ChildPid(*launcher, child);
     ASSERT_GT(pid, 0) << launcher->Log();
     ASSERT_EQ(kill(pid, SIGKILL), 0);
-    // Served again once the child is back (bounded: model load and relink).
+    // Served again once the child is back (bounded: model load and relink);
+    // the decode server serves without its prefill engine meanwhile (local prefill).
+    EXPECT_TRUE(testing::WaitUntil([&] { return ChildPid(*launcher, child) != pid; }, std::chrono::seconds(30)))
+        << child << " was not restarted: " << launcher->Log();
     std::string again;
     testing::WaitUntil(
         [&] {
