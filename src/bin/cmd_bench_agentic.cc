@@ -176,11 +176,26 @@ double HandoffShare(const ServerState& before, const ServerState& after) {
 }
 
 // The instances (host:port and start time) of `before` that `after` no
-// longer shows as they were: restarted or gone.
-std::vector<std::string> Restarted(const std::vector<std::string>& before, const std::vector<std::string>& after) {
+// longer shows as they were: restarted or gone. `expected`: indexes into
+// `before` the schedule restarts itself (ProbeServer lists a router first,
+// then its decode servers in order).
+std::vector<std::string> Restarted(const std::vector<std::string>& before, const std::vector<std::string>& after,
+                                   const std::vector<size_t>& expected = {}) {
   std::vector<std::string> out;
-  for (const std::string& b : before) {
+  for (size_t i = 0; i < before.size(); ++i) {
+    if (std::find(expected.begin(), expected.end(), i) != expected.end()) continue;
+    const std::string& b = before[i];
     if (std::find(after.begin(), after.end(), b) == after.end()) out.push_back(b + " (now: not the same process)");
+  }
+  return out;
+}
+
+// What a fault schedule restarts on purpose: the router (0), decode server i (1 + i).
+std::vector<size_t> ScheduledRestarts(const std::vector<Fault>& faults) {
+  std::vector<size_t> out;
+  for (const Fault& f : faults) {
+    if (f.kind == Fault::Kind::kRouterKill || f.kind == Fault::Kind::kRouterDrain) out.push_back(0);
+    if (f.kind == Fault::Kind::kDecodeKill || f.kind == Fault::Kind::kDecodeDrain) out.push_back(1 + size_t(f.target));
   }
   return out;
 }
@@ -229,7 +244,7 @@ int Soak(const AgenticArgs& a, const AgenticShape& shape, const std::string& hos
     report->stopped = "after the soak: " + after.message();
     std::fprintf(stderr, "tandem bench agentic: %s\n", report->stopped.c_str());
   }
-  k.restarted = Restarted(before, ProbeServer(host, port).instances);
+  k.restarted = Restarted(before, ProbeServer(host, port).instances, ScheduledRestarts(o.faults));
   return 0;
 }
 

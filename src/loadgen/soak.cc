@@ -28,6 +28,8 @@ const char* FaultName(Fault::Kind kind) {
     case Fault::Kind::kWedge: return "wedge";
     case Fault::Kind::kAbortStorm: return "abort-storm";
     case Fault::Kind::kBitFlips: return "bit-flips";
+    case Fault::Kind::kDrain: return "drain";
+    case Fault::Kind::kRouterDrain: return "router-drain";
     case Fault::Kind::kDecodeKill: return "decode-kill";
     case Fault::Kind::kDecodeDrain: return "decode-drain";
     case Fault::Kind::kRouterKill: return "router-kill";
@@ -62,6 +64,14 @@ std::string DescribeFault(const Fault& f) {
     case Fault::Kind::kRouterKill:
       std::snprintf(text, sizeof(text), "kill -9 the router at %.0f s, restarted %.0f s later", f.at_s, f.for_s);
       break;
+    case Fault::Kind::kDrain:
+      std::snprintf(text, sizeof(text), "drain (SIGTERM, restarted by the launcher) prefill %d at %.0f s, %.0f s window",
+                    f.target, f.at_s, f.for_s);
+      break;
+    case Fault::Kind::kRouterDrain:
+      std::snprintf(text, sizeof(text), "drain (SIGTERM, restarted by the launcher) the router at %.0f s, %.0f s window",
+                    f.at_s, f.for_s);
+      break;
   }
   return text;
 }
@@ -85,7 +95,10 @@ StatusOr<Fault> ParseOneFault(const std::string& item) {
   else if (kind == "decode-kill") f.kind = Fault::Kind::kDecodeKill;
   else if (kind == "decode-drain") f.kind = Fault::Kind::kDecodeDrain;
   else if (kind == "router-kill") f.kind = Fault::Kind::kRouterKill;
-  else return InvalidArgument("unknown fault '" + kind + "' (kill, wedge, abort-storm, bit-flips, decode-kill, decode-drain, router-kill)");
+  else if (kind == "drain") f.kind = Fault::Kind::kDrain;
+  else if (kind == "router-drain") f.kind = Fault::Kind::kRouterDrain;
+  else return InvalidArgument("unknown fault '" + kind + "' (kill, wedge, abort-storm, bit-flips, drain, decode-kill, "
+                              "decode-drain, router-kill, router-drain)");
   char* end = nullptr;
   const std::string target = item.substr(colon + 1, at - colon - 1);
   const long t = std::strtol(target.c_str(), &end, 10);
@@ -243,8 +256,10 @@ class FaultRunner {
         note(Control(f.target, "restart", 0, child));
         break;
       }
+      case Fault::Kind::kDrain:
       case Fault::Kind::kDecodeDrain:
-        note(Control(f.target, "drain", 0, "decode"));
+      case Fault::Kind::kRouterDrain:
+        note(Control(f.target, "drain", 0, f.kind == Fault::Kind::kDrain ? "prefill" : f.kind == Fault::Kind::kRouterDrain ? "router" : "decode"));
         SleepFor(f.for_s, stop);
         break;
     }
@@ -394,7 +409,7 @@ std::vector<SoakWindow> SoakWindows(const std::vector<FaultEvent>& events, const
     const Fault::Kind k = e.fault.kind;
     const char* who = k == Fault::Kind::kAbortStorm                                      ? " "
                       : k == Fault::Kind::kDecodeKill || k == Fault::Kind::kDecodeDrain ? " d"
-                      : k == Fault::Kind::kRouterKill                                    ? " r"
+                      : k == Fault::Kind::kRouterKill || k == Fault::Kind::kRouterDrain  ? " r"
                                                                                          : " p";
     w.short_label = std::string(FaultName(k)) + who + std::to_string(e.fault.target);
     w.from_s = e.start_s;

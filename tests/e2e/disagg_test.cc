@@ -159,7 +159,9 @@ TEST_P(Disagg, LayoutMismatchFailsAtConnectWithAClearMessage) {
 }
 
 // The same layout with another top-k computes other rows past the first
-// layer: refused at connect like a layout mismatch, naming both.
+// layer: refused at connect like a layout mismatch, naming both. With no
+// prefill engine it can use, the decode server computes prompts itself (its
+// default) and says so in /health.
 TEST_P(Disagg, AnotherTopKIsRefusedAtConnect) {
   auto prefill = Prefill("bf16");
   ASSERT_TRUE(prefill->ok()) << prefill->Log();
@@ -169,7 +171,10 @@ TEST_P(Disagg, AnotherTopKIsRefusedAtConnect) {
   ASSERT_TRUE(decode->ok()) << decode->Log();
   int request_status = 0;
   Complete(decode->port(), Prompt(1), 4, &request_status);
-  EXPECT_NE(request_status, 200);
+  EXPECT_EQ(request_status, 200) << "computed on the decode server";
+  const auto health = HttpGet(decode->port(), "/health");
+  EXPECT_EQ(health.status, 200);
+  EXPECT_NE(health.body.find("degraded"), std::string::npos) << health.body;
   EXPECT_NE(decode->Log().find("attention=sparse:top_k=48 where the prefill engine has attention=sparse:top_k=32"),
             std::string::npos)
       << decode->Log();
@@ -460,7 +465,8 @@ TEST_P(Disagg, DecodeKilledRouterAnswers503ThenRecoversAfterRestart) {
   };
   auto decode = std::make_unique<ServerProcess>(decode_args(), 60, "http://127.0.0.1:", decode_port);
   ASSERT_TRUE(decode->ok()) << decode->Log();
-  ServerProcess router({"router", "--decode", "127.0.0.1:" + std::to_string(decode_port)});
+  // A short wait for a healthy backend: with none, a moved request is refused soon.
+  ServerProcess router({"router", "--decode", "127.0.0.1:" + std::to_string(decode_port), "--move-wait-ms", "500"});
   ASSERT_TRUE(router.ok()) << router.Log();
   int status = 0;
   Complete(router.port(), Prompt(1), 8, &status);

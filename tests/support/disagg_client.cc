@@ -94,6 +94,12 @@ std::unique_ptr<ServerProcess> StartServe(const std::string& model, const std::s
   for (auto& x : SparseArgs(dtype)) a.push_back(x);
   a.insert(a.end(), extra.begin(), extra.end());
   if (!prefill.empty()) a.insert(a.end(), {"--prefill", prefill});
+  // These tests check the links: a decode server that computed prompts itself
+  // would hide a link's failure (local prefill has tests of its own).
+  if (!prefill.empty() && std::find(a.begin(), a.end(), "--local-prefill") == a.end()) {
+    a.push_back("--no-local-prefill");
+  }
+  std::erase(a, std::string("--local-prefill"));
   return std::make_unique<ServerProcess>(a, 60, "http://127.0.0.1:", fixed_port);
 }
 

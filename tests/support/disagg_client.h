@@ -51,6 +51,9 @@ std::unique_ptr<ServerProcess> StartPrefill(const std::string& model, const std:
                                             std::vector<std::string> extra = {}, int fixed_port = 0);
 // `tandem serve` (model id "tiny", 60 s request timeout); `prefill` = the
 // value of --prefill ("host:port[,host:port]"), empty for a colocated server.
+// A decode server gets --no-local-prefill unless `extra` holds
+// "--local-prefill" (a marker of these tests, taken out): it then computes
+// prompts itself while no prefill engine answers.
 std::unique_ptr<ServerProcess> StartServe(const std::string& model, const std::string& dtype,
                                           const std::string& prefill = "", std::vector<std::string> extra = {},
                                           int fixed_port = 0);
