@@ -38,7 +38,11 @@ void RegisterRouter(CLI::App& app) {
   AddLogLevel(cmd, level.get());
   access->AddTo(cmd);
   http->AddTo(cmd);
-  cmd->callback([o, level, access, http] {
+  auto shutdown_s = std::make_shared<double>(30);
+  cmd->add_option("--shutdown-timeout", *shutdown_s,
+                  "Seconds to drain on SIGTERM: new requests get 503, those in flight finish")
+      ->check(CLI::NonNegativeNumber);
+  cmd->callback([o, level, access, http, shutdown_s] {
     if (!StartLog("router", *level)) return SetExitCode(2);
     auto policy = access->Load();
     if (!policy.ok()) {
@@ -57,6 +61,8 @@ void RegisterRouter(CLI::App& app) {
     TLOG_INFO("tandem router: http://%s:%d -> %zu decode backend(s)\n", o->host.c_str(), router.port(),
                  o->backends.size());
     WaitForStopSignal();
+    TLOG_INFO("tandem router: draining (up to %.0f s)\n", *shutdown_s);
+    router.Drain(std::chrono::milliseconds(int64_t(*shutdown_s * 1000)));
     router.Stop();
     TLOG_INFO("tandem router: stopped\n");
   });

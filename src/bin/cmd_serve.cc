@@ -80,7 +80,9 @@ DisaggLaunch LaunchFor(const ServeArgs& a) {
                    std::to_string(a.engine.max_running), "--max-waiting", std::to_string(a.engine.max_waiting),
                    "--request-timeout", std::to_string(a.request_timeout_s), "--verify-handoff", a.verify};
   if (!a.server.model_id.empty()) l.decode_args.insert(l.decode_args.end(), {"--model-id", a.server.model_id});
-  l.decode_args.insert(l.decode_args.end(), {"--shutdown-timeout", std::to_string(a.shutdown_timeout_s)});
+  for (auto* side : {&l.decode_args, &l.router_args}) {
+    side->insert(side->end(), {"--shutdown-timeout", std::to_string(a.shutdown_timeout_s)});
+  }
   if (a.no_prefix_cache) l.decode_args.push_back("--no-prefix-cache");
   // One --cache-tokens sizes both engines' pools.
   l.prefill_args = {"--chunk-size", std::to_string(a.engine.chunk_size), "--cache-tokens", std::to_string(a.engine.cache_tokens)};

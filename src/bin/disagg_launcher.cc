@@ -116,12 +116,20 @@ class Child {
 
   bool Signal(int sig) { return pid_ > 0 && kill(pid_, sig) == 0; }
 
-  void Stop() {
+  // SIGTERM (it drains and exits), without waiting.
+  void Terminate() {
     if (pid_ <= 0) return;
     kill(pid_, SIGCONT);  // a stopped child takes SIGTERM only once it runs
     kill(pid_, SIGTERM);
+  }
+
+  // Terminate, then wait (up to 60 s: a drain's --shutdown-timeout and the
+  // server's own stop) before SIGKILL.
+  void Stop() {
+    if (pid_ <= 0) return;
+    Terminate();
     int status = 0;
-    for (int i = 0; i < 3000; ++i) {
+    for (int i = 0; i < 6000; ++i) {
       if (waitpid(pid_, &status, WNOHANG) == pid_) {
         pid_ = -1;
         return;
@@ -254,12 +262,15 @@ class ChildSlots {
     return size_t(i) < slots_.size() ? slots_[size_t(i)].port : 0;
   }
 
-  // Stops every child; starts after this do nothing.
+  // Stops every child (all drain at once); starts after this do nothing.
   void StopAll() {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
     for (Slot& s : slots_) {
-      if (s.child) s.child->Stop();  // SIGCONT, SIGTERM, at most 30 s, then SIGKILL
+      if (s.child) s.child->Terminate();
+    }
+    for (Slot& s : slots_) {
+      if (s.child) s.child->Stop();  // at most 60 s, then SIGKILL
     }
     slots_.clear();
   }

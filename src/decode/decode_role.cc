@@ -132,12 +132,13 @@ void DecodeRole::Attach(RoleHost& host) {
   metrics_ = std::make_unique<Metrics>(host.metrics_registry());
   links_->Attach(host.pool(), host.index());
   links_->SetTiers(host.tiers());
+  links_up_ = links_->healthy();
 }
 
-bool DecodeRole::Healthy() const { return links_->healthy() || options_.local_prefill; }
+bool DecodeRole::Healthy() const { return links_->healthy() || options_.local_prefill; }  // loop thread
 
 std::string DecodeRole::HealthNote() const {
-  if (links_->healthy()) return {};
+  if (links_up_.load()) return {};
   return options_.local_prefill ? "no prefill engine link is up: prompts are computed on this decode server"
                                 : "no prefill engine link is up (--no-local-prefill)";
 }
@@ -223,6 +224,7 @@ void DecodeRole::Poll() {
     host_->Resume(s, std::move(o.ready.pages), o.ready.first_token, o.ready.cached_tokens);
   }
   if (!again.empty()) host_->Requeue(again);  // to the head of the queue, in their order
+  links_up_ = links_->healthy();
   ExportCounters();
 }
 

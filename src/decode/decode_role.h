@@ -23,6 +23,7 @@
 // Loop thread only, except Validate and Healthy.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -80,7 +81,7 @@ class DecodeRole : public EngineRole {
   void Poll() override;
   void OnEnd(const Sequence& seq, FinishReason reason, const Status& error) override;
   bool Healthy() const override;
-  std::string HealthNote() const override;
+  std::string HealthNote() const override;  // any thread: the links as of the last Poll
 
  private:
   // One request's handoff state.
@@ -105,6 +106,8 @@ class DecodeRole : public EngineRole {
   uint64_t next_handoff_ = 1;
   PrefillLinks::Counters seen_;                   // counters already exported
   double handoff_seconds_total_ = 0, request_seconds_total_ = 0;
+  // links_->healthy() as of the last Poll, for other threads (Healthy, HealthNote).
+  std::atomic<bool> links_up_{false};
 };
 
 }  // namespace tandem::decode

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <random>
 #include <thread>
 
 #include "server/openai_api.h"
@@ -170,7 +171,14 @@ StreamTiming StreamChat(const std::string& host, int port, nlohmann::json body, 
   body["stream"] = true;
   body["stream_options"] = {{"include_usage", true}};
   const bool resumable = resume_within_s > 0 && body.value("n", 1) == 1;
-  if (resumable) body["tandem_trace"] = true;
+  if (resumable) {
+    body["tandem_trace"] = true;
+    // A resume through another router continues with the seed it began with.
+    if (!body.contains("seed") || !body["seed"].is_number_integer()) {
+      std::random_device rd;
+      body["seed"] = (uint64_t(rd()) << 21 ^ rd()) & ((uint64_t(1) << 53) - 1);
+    }
+  }
   StreamTiming t;
   Traced traced;
   const auto t0 = Clock::now();
@@ -187,6 +195,8 @@ StreamTiming StreamChat(const std::string& host, int port, nlohmann::json body, 
     req.path = "/v1/chat/completions";
     Json attempt = body;
     if (traced.id) attempt["tandem_resume"] = traced.Resume();
+    traced.pending.clear();  // data of a write whose trace never came: not delivered
+    const size_t delivered_before = traced.tokens.size();
     req.body = attempt.dump();
     req.set_header("Content-Type", "application/json");
     std::string buf;
@@ -209,6 +219,7 @@ StreamTiming StreamChat(const std::string& host, int port, nlohmann::json body, 
     const bool stream_cut = t.status == 200 && !traced.done && !traced.untraced && t.error.empty();
     const bool refused = !ok && t.status == 0;
     const bool unavailable = (t.status == 502 || t.status == 503) && !traced.opened;
+    if (traced.tokens.size() > delivered_before) broke.reset();  // it made progress: a new break gets the whole window
     if (resumable && (stream_cut || refused || unavailable) && t.e2e_s < timeout_s &&
         (traced.id || !traced.opened)) {
       if (!broke) broke = Clock::now();

@@ -59,21 +59,24 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
         conversation_(ConversationKey(body)),
         deadline_(std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(router.options_.request_timeout_s * 1000))) {
     body_ = std::move(req.body);
+    // A client that traces its stream itself gets the traces.
+    client_traced_ = stream_ && TrueField(body, "tandem_trace");
     if (method_ == "POST" && router_.options_.max_moves > 0) {
       // A move continues the answer the first backend began: the same seed.
+      // (A field the client sent malformed is left for the backend to refuse.)
       std::string fields;
       if (!body.contains("seed") || body["seed"].is_null()) {
         std::random_device rd;
         fields = "\"seed\":" + std::to_string((uint64_t(rd()) << 31 | rd()) & ((uint64_t(1) << 53) - 1));
       }
-      if (stream_) fields += std::string(fields.empty() ? "" : ",") + "\"tandem_trace\":true";
+      if (stream_ && !body.contains("tandem_trace")) fields += std::string(fields.empty() ? "" : ",") + "\"tandem_trace\":true";
       body_ = WithFields(body_, fields);
       const auto n = body.find("n");
       const int64_t choices = n != body.end() && n->is_number_integer() ? n->get<int64_t>() : 1;
       choices_.resize(size_t(std::clamp<int64_t>(choices, 1, kMaxChoices)));
-      // A client that traces its stream itself gets the traces, and may
-      // resume one (after a router restart, say): a move goes on from there.
-      client_traced_ = stream_ && TrueField(body, "tandem_trace");
+      // A client may resume a stream itself (after a router restart, say): a
+      // move goes on from what it says it has; its first attempt sends the
+      // client's own tandem_resume, which the backend checks.
       if (auto r = body.find("tandem_resume"); stream_ && r != body.end() && r->is_object()) TakeClientResume(*r);
     }
   }
@@ -96,7 +99,10 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
   void TakeClientResume(const nlohmann::json& r) {
     const auto id = r.find("id");
     const auto choices = r.find("choices");
-    if (id == r.end() || !id->is_number_unsigned() || choices == r.end() || !choices->is_array()) return;
+    if (id == r.end() || !id->is_number_unsigned() || choices == r.end() || !choices->is_array() ||
+        choices->size() != choices_.size()) {
+      return;  // malformed: the backend refuses it, and the router has nothing to move
+    }
     id_ = id->get<uint64_t>();
     if (auto c = r.find("created"); c != r.end() && c->is_number_integer()) created_ = c->get<int64_t>();
     for (size_t i = 0; i < choices->size() && i < choices_.size(); ++i) {
@@ -104,7 +110,8 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
       if (!c.is_object()) continue;
       if (auto t = c.find("tokens"); t != c.end() && t->is_array()) {
         for (const auto& token : *t) {
-          if (token.is_number_integer()) choices_[i].tokens.push_back(int32_t(token.get<int64_t>()));
+          if (!token.is_number_unsigned() || token.get<uint64_t>() > uint64_t(INT32_MAX)) return id_.reset();
+          choices_[i].tokens.push_back(int32_t(token.get<uint64_t>()));
         }
       }
       choices_[i].opened = TrueField(c, "started");
@@ -156,7 +163,7 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
     if (up.timeout.count() < 1) up.timeout = std::chrono::milliseconds(1);
     if (method_ == "POST") up.headers.emplace_back("Content-Type", "application/json");
     if (!authorization_.empty()) up.headers.emplace_back("Authorization", authorization_);
-    up.body = id_ ? WithFields(body_, "\"tandem_resume\":" + ResumeJson()) : body_;
+    up.body = attempts_ > 1 && id_ ? WithFields(body_, "\"tandem_resume\":" + ResumeJson()) : body_;
     HttpClientEvents events;
     auto self = shared_from_this();
     events.on_head = [self](int status, const HttpHeaders& headers) { self->OnHead(status, headers); };
@@ -165,11 +172,17 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
       --*b->in_flight;
       self->OnDone(error);
     };
+    uint64_t generation = 0;
+    {
+      MutexLock lock(mu_);
+      generation = ++generation_;
+    }
     auto call = router_.client_->Start(std::move(up), std::move(events));
     bool hung_up = false;
     {
       MutexLock lock(mu_);
-      call_ = call;
+      // A call that already ended (and was followed by the next attempt) is not kept.
+      if (generation_ == generation) call_ = call;
       hung_up = hung_up_;
     }
     if (hung_up) call->Cancel();
@@ -227,7 +240,8 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
         id_ = trace->id;
         created_ = trace->created;
       }
-      if (trace->error_status >= 500) {  // the backend failed the stream: move it, its error unsaid
+      if (trace->error_status == 500 || trace->error_status == 502 || trace->error_status == 503) {
+        // The backend failed the stream (draining, a fault): move it, its error unsaid.
         upstream_.failed = "the backend's stream ended with a " + std::to_string(trace->error_status) + " error";
         upstream_.buffer.clear();
         upstream_.pending.clear();
@@ -281,7 +295,9 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
       const std::string why = !upstream_.failed.empty() ? upstream_.failed
                               : !error.empty()          ? "its stream broke off (" + error + ")"
                                                         : "its stream ended without [DONE]";
-      if (!error.empty()) b->healthy = false;  // until its next health check says otherwise
+      // A lost connection (not the relay's own close after an error frame):
+      // unhealthy until its next health check says otherwise.
+      if (!error.empty() && upstream_.failed.empty()) b->healthy = false;
       return Move("decode backend " + name + ": " + why);
     }
     if (upstream_.status == 0) {
@@ -301,8 +317,15 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
       return Move("decode backend " + name + " answered " + std::to_string(last_answer_->status), last_answer_->status);
     }
     if (reply_->started()) {  // a moved stream's backend refused the continuation: the client hears why
-      reply_->Write("data: " + upstream_.body + "\n\n");
-      return reply_->End();
+      auto answer = nlohmann::json::parse(upstream_.body, nullptr, false);
+      if (!answer.is_object() || !answer.contains("error")) {
+        ApiError e;
+        e.http_status = upstream_.status;
+        e.message = "decode backend " + name + " answered " + std::to_string(upstream_.status) + " to the continuation";
+        e.type = "server_error";
+        answer = nlohmann::json::parse(ErrorJson(e));
+      }
+      return EndWithError(answer.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), upstream_.status);
     }
     reply_->Send(upstream_.status, upstream_.content_type, std::move(upstream_.body), upstream_.relayed);
   }
@@ -331,7 +354,18 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
     e.http_status = status;
     e.message = why;
     e.type = "server_error";
-    reply_->Write("data: " + ErrorJson(e) + "\n\n");
+    EndWithError(ErrorJson(e), status);
+  }
+
+  // A stream's last frame: an error (with its trace, for a client that traces).
+  void EndWithError(const std::string& error_json, int status) {
+    std::string frame = "data: " + error_json + "\n\n";
+    if (client_traced_) {
+      StreamTrace t;
+      t.error_status = status;
+      frame += StreamTraceSse(t);
+    }
+    reply_->Write(std::move(frame));
     reply_->End();
   }
 
@@ -369,10 +403,15 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
 
   Mutex mu_;
   std::shared_ptr<HttpCall> call_ GUARDED_BY(mu_);
+  uint64_t generation_ GUARDED_BY(mu_) = 0;  // attempts started (call_ is the newest one's)
   bool hung_up_ GUARDED_BY(mu_) = false;
 };
 
 void Router::Forward(HttpRequest& req, const std::shared_ptr<HttpReply>& reply) {
+  if (draining_) {
+    ++unavailable_;
+    return SendApiError(*reply, 503, "the router is draining (restarting); retry", "server_error");
+  }
   // A POST body passes serve's own first checks (UTF-8, nesting, an object,
   // a boolean or null `stream`) before the router reads a field of it.
   nlohmann::json body;

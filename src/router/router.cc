@@ -87,8 +87,8 @@ Status Router::Start() {
   client_ = std::make_unique<HttpClient>();
   core_ = std::make_unique<HttpCore>(options_.http, options_.access);
   core_->Route("GET", "/health", [this](HttpRequest&, std::shared_ptr<HttpReply> reply) {
-    const bool any = std::any_of(backends_.begin(), backends_.end(), [](const auto& b) { return b->healthy.load(); });
-    nlohmann::json health = {{"status", any ? "ok" : "no healthy backend"}};
+    const bool any = !draining_ && std::any_of(backends_.begin(), backends_.end(), [](const auto& b) { return b->healthy.load(); });
+    nlohmann::json health = {{"status", draining_ ? "draining" : any ? "ok" : "no healthy backend"}};
     if (auto state = SupervisorState(); !state.empty()) health["supervisor"] = std::move(state);
     reply->Send(any ? 200 : 503, "application/json", health.dump());
   }, /*quick=*/true);
@@ -105,6 +105,15 @@ Status Router::Start() {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return core_->Start(options_.host, options_.port);
+}
+
+void Router::Drain(std::chrono::milliseconds deadline) {
+  draining_ = true;
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  auto busy = [&] {
+    return std::any_of(backends_.begin(), backends_.end(), [](const auto& b) { return b->in_flight->load() > 0; });
+  };
+  while (busy() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
 }
 
 void Router::Stop() {

@@ -70,6 +70,9 @@ class Router {
   ~Router();
   Status Start();
   int port() const { return core_ ? core_->port() : 0; }
+  // Stops taking requests (503 with Retry-After; /health says draining) and
+  // waits up to `deadline` for the ones in flight to finish.
+  void Drain(std::chrono::milliseconds deadline);
   void Stop();
 
  private:
@@ -97,6 +100,7 @@ class Router {
   AffinityMap affinity_ GUARDED_BY(place_mu_);  // conversation -> backend index
   std::atomic<int64_t> affinity_hits_{0};
   std::atomic<bool> stop_{false};
+  std::atomic<bool> draining_{false};
   std::atomic<int64_t> unavailable_{0};
   std::atomic<int64_t> refused_{0};  // malformed requests answered 400 without a backend
   std::atomic<int64_t> moves_{0};    // requests handed to another backend

@@ -186,13 +186,17 @@ std::shared_ptr<HttpCall> HttpClient::Start(HttpClientRequest request, HttpClien
   Impl& m = *impl_;
   const std::string key = request.host + ":" + std::to_string(request.port);
   tcp::resolver::results_type endpoints;
+  bool stopping = false;
   {
     MutexLock lock(m.mu);
-    if (m.stopped) {
-      if (events.on_done) events.on_done("the client is stopping");
-      return std::make_shared<CallHandle>(std::weak_ptr<Call>());
+    stopping = m.stopped;
+    if (!stopping) {
+      if (auto it = m.resolved.find(key); it != m.resolved.end()) endpoints = it->second;
     }
-    if (auto it = m.resolved.find(key); it != m.resolved.end()) endpoints = it->second;
+  }
+  if (stopping) {  // said without the lock: on_done may start another call
+    if (events.on_done) events.on_done("the client is stopping");
+    return std::make_shared<CallHandle>(std::weak_ptr<Call>());
   }
   if (endpoints.empty()) {
     tcp::resolver resolver(m.io);

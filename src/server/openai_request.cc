@@ -250,6 +250,9 @@ MaybeError ReadStreamExtensions(const Json& body, const ModelInfo& model, Parsed
   if (v == nullptr) return std::nullopt;
   if (!req->stream) return BadRequest("tandem_resume", "'tandem_resume' needs 'stream': true");
   if (!v->is_object()) return BadRequest("tandem_resume", "'tandem_resume' must be an object");
+  if (!req->has_seed) {  // a fresh seed would continue another answer
+    return BadRequest("tandem_resume", "'tandem_resume' needs the 'seed' the answer began with");
+  }
   const std::string shape =
       "'tandem_resume' must be {\"id\": integer, \"created\": integer, \"choices\": [{\"tokens\": [ids], "
       "\"started\": bool, \"done\": bool}, one per choice]}";

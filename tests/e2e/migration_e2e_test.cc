@@ -13,6 +13,7 @@
 #include <future>
 #include <regex>
 
+#include "loadgen/stream_client.h"
 #include "support/http_client.h"
 #include "support/server_process.h"
 #include "support/tiny_model.h"
@@ -156,6 +157,48 @@ TEST_F(StreamsThatMove, ADrainedDecodeServerHandsItsStreamsOnAndIsRestarted) {
   EXPECT_TRUE(testing::WaitUntil([&] { return testing::HttpGet(decode[0], "/health").status == 200; },
                                  std::chrono::seconds(30)));
   EXPECT_EQ(Ask(decode[0], 0), reference_[0]);
+}
+
+// The router itself killed mid-stream: a client that traces its stream
+// (bench agentic's) asks the restarted router to continue each stream from
+// what it has, and gets the uninterrupted answer; the router drained (SIGTERM)
+// the same.
+TEST_F(StreamsThatMove, StreamsOutliveTheRouterForAClientThatResumes) {
+  auto launcher = Launch({"--debug-fault-control", "--shutdown-timeout", "0.2"});
+  ASSERT_TRUE(launcher->ok()) << launcher->Log();
+  const std::string log = launcher->Log(), marker = "fault control at http://127.0.0.1:";
+  const size_t at = log.find(marker);
+  ASSERT_NE(at, std::string::npos) << log;
+  const int control = std::atoi(log.c_str() + at + marker.size());
+  // The reference texts, through the same client without any fault.
+  std::vector<std::string> want;
+  for (int i = 0; i < kStreams; ++i) {
+    StreamTiming t = StreamChat("127.0.0.1", colocated_->port(), Body(i), 120);
+    ASSERT_TRUE(t.error.empty()) << t.error;
+    want.push_back(t.text);
+  }
+  for (const std::string action : {"kill", "drain"}) {
+    std::vector<std::future<StreamTiming>> streams;
+    for (int i = 0; i < kStreams; ++i) {
+      streams.push_back(std::async(std::launch::async, [&, i] {
+        return StreamChat("127.0.0.1", launcher->port(), Body(i), 120, /*resume_within_s=*/30);
+      }));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the streams are under way (a window the fault may hit)
+    ASSERT_EQ(testing::HttpPost(control, "/debug/router/0", json{{"action", action}}.dump()).status, 200) << action;
+    if (action == std::string("kill")) {
+      ASSERT_EQ(testing::HttpPost(control, "/debug/router/0", R"({"action":"restart"})").status, 200);
+    }
+    int resumed = 0;
+    for (int i = 0; i < kStreams; ++i) {
+      const StreamTiming t = streams[size_t(i)].get();
+      EXPECT_EQ(t.error, "") << action << ", stream " << i;
+      EXPECT_EQ(t.text, want[size_t(i)]) << action << ", stream " << i;
+      EXPECT_EQ(t.completion_tokens, 400) << action << ", stream " << i;
+      resumed += t.resumes > 0;
+    }
+    std::cout << "[ router " << action << " ] " << resumed << " of " << kStreams << " streams resumed\n";
+  }
 }
 
 TEST_F(StreamsThatMove, WithTheOnlyPrefillEngineDownPromptsAreComputedOnTheDecodeServers) {
