@@ -34,9 +34,12 @@ echo "== built with the sanitizers at $(( $(date +%s) - start )) s"
 #   provoke races whose timing ASan's slowdown changes; so do the deepseek32
 #   instances (the deepseek32 forward pass runs under ASan in the Dsa* tests
 #   and the in-process Handoff, Tiers, PrefillEngineTest and PrefixReuse
-#   instances) and the in-process ungated index-K test's.
+#   instances) and the in-process ungated index-K test's;
+# - StreamsThatMove (real processes killed and drained under streams) runs
+#   the router's moves and the servers' resumes that the in-process
+#   Migration and Resume tests run under the sanitizers, cut at every event.
 # Two tests at a time, as in the Release run.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan-clang --output-on-failure -j 2 --timeout 900 \
-  -E '^(ForwardReference[.]Preset100m|LongContext[.].*|HandoffProtocol[.].*|ThreadSafety[.].*|Models/(Disagg|Heal|TiersE2E|Agentic)[.].*/Deepseek32.*|Models/Tiers[.](Skipping|OutputsAreIdentical).*/Deepseek32.*|Models/Oracle[.].*|Models/(TiersE2E|Agentic)[.].*|Models/Disagg[.]SixtyFour.*|Models/Heal[.](AnAbortStorm|WithTwoPrefillEngines|ADecodeServerKilled).*|FrontDoor[.].*HoldsThousandsOfStreams.*)$'
+  -E '^(ForwardReference[.]Preset100m|LongContext[.].*|HandoffProtocol[.].*|ThreadSafety[.].*|Models/(Disagg|Heal|TiersE2E|Agentic)[.].*/Deepseek32.*|Models/Tiers[.](Skipping|OutputsAreIdentical).*/Deepseek32.*|Models/Oracle[.].*|Models/(TiersE2E|Agentic)[.].*|Models/Disagg[.]SixtyFour.*|Models/Heal[.](AnAbortStorm|WithTwoPrefillEngines|ADecodeServerKilled).*|FrontDoor[.].*HoldsThousandsOfStreams.*|StreamsThatMove[.].*)$'
 echo "== all tests done in $(( $(date +%s) - start )) s"

@@ -47,6 +47,13 @@ std::vector<int> DecodePorts(const ServerProcess& launcher) {
   return ports;
 }
 
+// The launcher's --debug-fault-control port; 0 when its log does not say it.
+int FaultControlPort(const ServerProcess& launcher) {
+  const std::string log = launcher.Log(), marker = "fault control at http://127.0.0.1:";
+  const size_t at = log.find(marker);
+  return at == std::string::npos ? 0 : std::atoi(log.c_str() + at + marker.size());
+}
+
 json Body(int i) {
   return {{"model", "tiny"},
           {"messages", {{{"role", "user"}, {"content", "Story number " + std::to_string(i)}}}},
@@ -166,10 +173,8 @@ TEST_F(StreamsThatMove, ADrainedDecodeServerHandsItsStreamsOnAndIsRestarted) {
 TEST_F(StreamsThatMove, StreamsOutliveTheRouterForAClientThatResumes) {
   auto launcher = Launch({"--debug-fault-control", "--shutdown-timeout", "0.2"});
   ASSERT_TRUE(launcher->ok()) << launcher->Log();
-  const std::string log = launcher->Log(), marker = "fault control at http://127.0.0.1:";
-  const size_t at = log.find(marker);
-  ASSERT_NE(at, std::string::npos) << log;
-  const int control = std::atoi(log.c_str() + at + marker.size());
+  const int control = FaultControlPort(*launcher);
+  ASSERT_GT(control, 0) << launcher->Log();
   // The reference texts, through the same client without any fault.
   std::vector<std::string> want;
   for (int i = 0; i < kStreams; ++i) {
@@ -204,10 +209,8 @@ TEST_F(StreamsThatMove, StreamsOutliveTheRouterForAClientThatResumes) {
 TEST_F(StreamsThatMove, WithTheOnlyPrefillEngineDownPromptsAreComputedOnTheDecodeServers) {
   auto launcher = Launch({"--debug-fault-control", "--peer-timeout-ms", "500"});
   ASSERT_TRUE(launcher->ok()) << launcher->Log();
-  const std::string log = launcher->Log(), marker = "fault control at http://127.0.0.1:";
-  const size_t at = log.find(marker);
-  ASSERT_NE(at, std::string::npos) << log;
-  const int control = std::atoi(log.c_str() + at + marker.size());
+  const int control = FaultControlPort(*launcher);
+  ASSERT_GT(control, 0) << launcher->Log();
   const std::vector<int> decode = DecodePorts(*launcher);
   ASSERT_EQ(decode.size(), 2u) << launcher->Log();
   EXPECT_EQ(Ask(launcher->port(), 1), reference_[1]);
