@@ -29,10 +29,9 @@ void RegisterRouter(CLI::App& app) {
                   "Times a request may move to another decode server when its own fails or breaks its stream off "
                   "(the stream goes on where it stopped); 0: fail fast")
       ->check(CLI::Range(0, 16));
-  auto move_wait_ms = std::make_shared<int64_t>(o->move_wait.count());
+  auto move_wait_ms = std::make_shared<int64_t>(o->move_wait.count());  // kept alive by the callback
   cmd->add_option("--move-wait-ms", *move_wait_ms, "How long a move may wait for a healthy decode server")
-      ->check(CLI::Range(int64_t(0), int64_t(600'000)))
-      ->each([o](const std::string& v) { o->move_wait = std::chrono::milliseconds(std::stoll(v)); });
+      ->check(CLI::Range(int64_t(0), int64_t(600'000)));
   cmd->add_option("--supervisor-state", o->supervisor_state,
                   "Set by serve --disagg: its supervisor's state file, shown in /health and /metrics");
   AddLogLevel(cmd, level.get());
@@ -42,8 +41,9 @@ void RegisterRouter(CLI::App& app) {
   cmd->add_option("--shutdown-timeout", *shutdown_s,
                   "Seconds to drain on SIGTERM: new requests get 503, those in flight finish")
       ->check(CLI::NonNegativeNumber);
-  cmd->callback([o, level, access, http, shutdown_s] {
+  cmd->callback([o, level, access, http, shutdown_s, move_wait_ms] {
     if (!StartLog("router", *level)) return SetExitCode(2);
+    o->move_wait = std::chrono::milliseconds(*move_wait_ms);
     auto policy = access->Load();
     if (!policy.ok()) {
       TLOG_ERROR("error: %s\n", policy.status().ToString().c_str());
