@@ -243,7 +243,11 @@ TEST_P(Disagg, PrefillDeathFailsRequestsFastAndHealthTurns503) {
       std::chrono::seconds(20), std::chrono::milliseconds(50));
   EXPECT_TRUE(refused) << "requests must fail with 503 once the prefill engine is gone\n" << decode->Log();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
-  const int health = HttpGet(decode->port(), "/health").status;
+  // The engine publishes its health after the step that failed the request:
+  // the client may hear the 503 a moment before /health does.
+  int health = 0;
+  testing::WaitUntil([&] { return (health = HttpGet(decode->port(), "/health").status) == 503; },
+                     std::chrono::seconds(5), std::chrono::milliseconds(10));
   if (testing::LinksUp(decode->Log()) > 1) {
     std::cout << "[ note ] another test's prefill engine took the freed port; the decode server connected to it\n";
   } else {
