@@ -150,6 +150,12 @@ TEST(WriteWindows, APeerOnTheTcpTransportWritesNowhereOutsideItsOpenPages) {
   EXPECT_EQ(region->data[base + 6 * stride], 0);
   mine->Close();
   mine2->Close();
+  // The peer's puts that no Flush confirmed may still be read from `garbage`
+  // until their connection is released (the transport's contract).
+  for (const auto& c : {theirs, theirs2}) {
+    c->Close();
+    EXPECT_TRUE(c->WaitReleased(Clock::now() + 10s));
+  }
 }
 
 }  // namespace

@@ -190,6 +190,14 @@ TEST_P(Disagg, APrefillEngineWithAnotherClusterKeyIsRefusedAtConnect) {
   const std::string dir = testing::MakeTempDir();
   std::ofstream(dir + "/a") << "the first cluster's secret\n";
   std::ofstream(dir + "/b") << "the second cluster's secret\n";
+  // Each side writes its log line as it acts, which can be a moment after the
+  // other side (or the client) has already heard the outcome: wait (bounded).
+  auto logs = [](const ServerProcess& p, const std::string& line) {
+    return testing::WaitUntil([&] { return p.Log().find(line) != std::string::npos; }, std::chrono::seconds(10));
+  };
+  auto health = [](int port, int want) {
+    return testing::WaitUntil([&] { return HttpGet(port, "/health").status == want; }, std::chrono::seconds(10));
+  };
   for (const std::string transport : {"tcp", "auto"}) {
     SCOPED_TRACE(transport);
     const bool ucx = transport != "tcp";
@@ -200,24 +208,24 @@ TEST_P(Disagg, APrefillEngineWithAnotherClusterKeyIsRefusedAtConnect) {
     int request_status = 0;
     Complete(decode->port(), Prompt(1), 4, &request_status);
     EXPECT_NE(request_status, 200);
-    EXPECT_EQ(HttpGet(decode->port(), "/health").status, 503);
-    EXPECT_NE(decode->Log().find(ucx ? "rejected by remote peer" : "refusing the prefill engine"), std::string::npos)
-        << decode->Log();
-    EXPECT_NE(decode->Log().find("cluster-key-file"), std::string::npos) << decode->Log();
+    EXPECT_TRUE(health(decode->port(), 503));
+    EXPECT_TRUE(logs(*decode, ucx ? "rejected by remote peer" : "refusing the prefill engine")) << decode->Log();
+    EXPECT_TRUE(logs(*decode, "cluster-key-file")) << decode->Log();
     const std::string refused = ucx ? "its connection request does not carry the cluster key's knock"
                                     : "does not hold this engine's cluster key";
-    EXPECT_NE(prefill->Log().find(refused), std::string::npos) << prefill->Log();
+    EXPECT_TRUE(logs(*prefill, refused)) << prefill->Log();
     EXPECT_EQ(decode->Terminate(), 0) << decode->Log();
     // No key at all against a keyed prefill engine: refused too.
     auto keyless = Serve("fp8", prefill->port(), {"--transport", transport, "--insecure-no-cluster-key"});
     ASSERT_TRUE(keyless->ok()) << keyless->Log();
     Complete(keyless->port(), Prompt(1), 4, &request_status);
     EXPECT_NE(request_status, 200);
-    if (!ucx) EXPECT_NE(prefill->Log().find("proves no cluster key"), std::string::npos) << prefill->Log();
+    if (!ucx) EXPECT_TRUE(logs(*prefill, "proves no cluster key")) << prefill->Log();
     EXPECT_EQ(keyless->Terminate(), 0) << keyless->Log();
-    // The same key: served.
+    // The same key: served, once its link is up.
     auto same = Serve("fp8", prefill->port(), {"--transport", transport, "--cluster-key-file", dir + "/b"});
     ASSERT_TRUE(same->ok()) << same->Log();
+    EXPECT_TRUE(health(same->port(), 200)) << same->Log();
     Complete(same->port(), Prompt(1), 4, &request_status);
     EXPECT_EQ(request_status, 200) << same->Log();
     EXPECT_EQ(same->Terminate(), 0) << same->Log();
