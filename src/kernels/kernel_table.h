@@ -119,10 +119,32 @@ inline int64_t IndexerScratchFloats(int n_queries, int64_t dims) {
   return 16 * (dims + 1) + 16 * int64_t(n_queries) + dims;
 }
 
+// Token rows of activations quantized for the integer dot products of
+// block-quantized weights (quant_dot.h): token t's int8 values at
+// q + t * cols, its scales (one per `block` elements) at d + t * (cols / block),
+// and its sums of every 16 values at sums + t * (cols / 16).
+struct QuantizedActs {
+  const int8_t* q = nullptr;
+  const float* d = nullptr;
+  const int16_t* sums = nullptr;
+  int64_t cols = 0;
+  int block = 0;  // 32 or 256: ActBlockFor(the weights' type)
+};
+
 struct KernelTable {
   // y[t * y_stride + r] = dot(W[r], x + t * x_stride) for r in [r0, r1), t in [0, n_tokens).
+  // Float weights: the canonical order above; block-quantized ones: x's
+  // quantization (quantize_acts), then matmul_rows_q.
   void (*matmul_rows)(const WeightMatrix& w, const float* x, int64_t x_stride, int n_tokens,
                       float* y, int64_t y_stride, int64_t r0, int64_t r1);
+  // Quantizes token rows x + t * x_stride (cols % block == 0) into q, d and
+  // sums laid out as QuantizedActs says (quant_dot.h, step 1).
+  void (*quantize_acts)(const float* x, int64_t x_stride, int n_tokens, int64_t cols, int block, int8_t* q,
+                        float* d, int16_t* sums);
+  // matmul_rows of a block-quantized W over quantized activations
+  // (x.block == ActBlockFor(w.type), x.cols == w.cols; quant_dot.h, steps 2-3).
+  void (*matmul_rows_q)(const WeightMatrix& w, const QuantizedActs& x, int n_tokens, float* y, int64_t y_stride,
+                        int64_t r0, int64_t r1);
   // Canonical dot product of two fp32 vectors.
   float (*dot)(const float* a, const float* b, int64_t n);
   // y[i] = fma(a, x[i], y[i]) for each i (element-wise, no reduction).

@@ -6,6 +6,7 @@
 #include "kernels/topk.h"
 #include "common/fp8.h"
 #include "kernels/exp_inline.h"
+#include "kernels/quant_dot.h"
 #include "kernels/weight_row.h"
 
 namespace tandem::kernels {
@@ -21,8 +22,30 @@ float RowDot(WeightType type, const uint8_t* row, const float* x, int64_t n) {
   return ReduceLanes(acc);
 }
 
+void QuantizeActs(const float* x, int64_t x_stride, int n_tokens, int64_t cols, int block, int8_t* q, float* d,
+                  int16_t* sums) {
+  for (int t = 0; t < n_tokens; ++t) {
+    for (int64_t b0 = 0; b0 < cols; b0 += block) {
+      const int64_t at = t * cols + b0;
+      QuantizeActBlock(x + t * x_stride + b0, block, q + at, d + at / block, sums + at / 16);
+    }
+  }
+}
+
+void MatMulRowsQ(const WeightMatrix& w, const QuantizedActs& x, int n_tokens, float* y, int64_t y_stride,
+                 int64_t r0, int64_t r1) {
+  const int64_t nb = x.cols / x.block;
+  for (int t = 0; t < n_tokens; ++t) {
+    for (int64_t r = r0; r < r1; ++r) {
+      y[t * y_stride + r] = QuantRowDot(w.type, w.data + r * w.row_bytes, w.cols, x.q + t * x.cols, x.d + t * nb,
+                                        x.sums + t * (x.cols / 16));
+    }
+  }
+}
+
 void MatMulRows(const WeightMatrix& w, const float* x, int64_t x_stride, int n_tokens, float* y,
                 int64_t y_stride, int64_t r0, int64_t r1) {
+  if (ActBlockFor(w.type) > 0) return MatMulRowsViaActs(ScalarTable(), w, x, x_stride, n_tokens, y, y_stride, r0, r1);
   for (int t = 0; t < n_tokens; ++t) {
     for (int64_t r = r0; r < r1; ++r) {
       y[t * y_stride + r] = RowDot(w.type, w.data + r * w.row_bytes, x + t * x_stride, w.cols);
@@ -67,7 +90,7 @@ void SiluMul(float* gate, const float* up, int64_t n) {
 }  // namespace
 
 const KernelTable& ScalarTable() {
-  static const KernelTable table{&MatMulRows, &Dot, &Axpy, &SiluMul, &IndexerScores, &SelectTopKRadix, &Attention};
+  static const KernelTable table{&MatMulRows, &QuantizeActs, &MatMulRowsQ, &Dot, &Axpy, &SiluMul, &IndexerScores, &SelectTopKRadix, &Attention};
   return table;
 }
 

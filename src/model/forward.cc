@@ -118,13 +118,66 @@ void ForwardPass::Resize(int n, int64_t max_context) {
 void ForwardPass::MatMuls(std::span<const MatMulJob> jobs, int n) {
   const auto& kt = kernels::Active();
   const int tasks = pool_.size();
+  // Block-quantized weights multiply quantized activations (kernels/quant_dot.h):
+  // each distinct input is quantized once, then every job on it reads it.
+  struct Input {
+    const float* x;
+    int64_t stride, cols;
+    int block;
+  };
+  std::vector<Input> inputs;
+  std::vector<int> input_of(jobs.size(), -1);
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const int block = kernels::ActBlockFor(jobs[j].w->type);
+    if (block == 0) continue;
+    const Input in{jobs[j].x, jobs[j].x_stride, jobs[j].w->cols, block};
+    auto same = [&](const Input& o) { return o.x == in.x && o.stride == in.stride && o.cols == in.cols && o.block == in.block; };
+    auto it = std::find_if(inputs.begin(), inputs.end(), same);
+    input_of[j] = int(it - inputs.begin());
+    if (it == inputs.end()) inputs.push_back(in);
+  }
+  if (acts_.size() < inputs.size()) acts_.resize(inputs.size());
+  std::vector<kernels::QuantizedActs> acts(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Input& in = inputs[i];
+    kernels::ActStorage& st = acts_[i];
+    const size_t elems = size_t(n) * size_t(in.cols);
+    if (st.q.size() < elems) st.q.resize(elems);
+    if (st.d.size() < elems / size_t(in.block)) st.d.resize(elems / size_t(in.block));
+    if (st.sums.size() < elems / 16) st.sums.resize(elems / 16);
+    acts[i] = {st.q.data(), st.d.data(), st.sums.data(), in.cols, in.block};
+  }
+  auto quantize = [&](size_t i, int t0, int t1) {
+    if (t0 >= t1) return;
+    const Input& in = inputs[i];
+    kernels::ActStorage& st = acts_[i];
+    const int64_t at = int64_t(t0) * in.cols;
+    kt.quantize_acts(in.x + t0 * in.stride, in.stride, t1 - t0, in.cols, in.block, st.q.data() + at,
+                     st.d.data() + at / in.block, st.sums.data() + at / 16);
+  };
+  if (!inputs.empty()) {
+    if (int64_t(n) * inputs[0].cols < (int64_t(1) << 16)) {  // decode: not worth a round of the pool
+      for (size_t i = 0; i < inputs.size(); ++i) quantize(i, 0, n);
+    } else {
+      pool_.ParallelFor(tasks, [&](int t) {
+        const int per = (n + tasks - 1) / tasks;
+        for (size_t i = 0; i < inputs.size(); ++i) quantize(i, std::min(n, t * per), std::min(n, (t + 1) * per));
+      });
+    }
+  }
   pool_.ParallelFor(tasks, [&](int t) {
-    for (const MatMulJob& job : jobs) {
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      const MatMulJob& job = jobs[j];
       const kernels::WeightMatrix& w = *job.w;
       const int64_t per = (w.rows + tasks * 8 - 1) / (tasks * 8) * 8;  // the kernels' row tile
       const int64_t r0 = std::min<int64_t>(w.rows, t * per);
       const int64_t r1 = std::min<int64_t>(w.rows, r0 + per);
-      if (r0 < r1) kt.matmul_rows(w, job.x, job.x_stride, n, job.y, job.y_stride, r0, r1);
+      if (r0 >= r1) continue;
+      if (input_of[j] >= 0) {
+        kt.matmul_rows_q(w, acts[size_t(input_of[j])], n, job.y, job.y_stride, r0, r1);
+      } else {
+        kt.matmul_rows(w, job.x, job.x_stride, n, job.y, job.y_stride, r0, r1);
+      }
     }
   });
 }

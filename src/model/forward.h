@@ -28,6 +28,7 @@
 #include "cache/page_pool.h"
 #include "common/aligned.h"
 #include "common/thread_pool.h"
+#include "kernels/quant_dot.h"
 #include "model/cache_spec.h"
 #include "model/indexer.h"
 #include "model/model.h"
@@ -157,6 +158,8 @@ class ForwardPass {
   std::vector<int64_t> entries_;      // per token: the dense entries it attends to (pos + 1)
   std::vector<float> attn_scratch_;   // [threads x attn_scratch_per_]
   size_t attn_scratch_per_ = 0;
+  // The quantized activations of one MatMuls call's distinct inputs.
+  std::vector<kernels::ActStorage> acts_;
 };
 
 }  // namespace tandem

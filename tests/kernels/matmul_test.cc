@@ -8,6 +8,7 @@
 
 #include "kernels/cpu.h"
 #include "kernels/ops.h"
+#include "kernels/quant_dot.h"
 #include "kernels/weight_row.h"
 #include "model/presets.h"
 #include "support/isas.h"
@@ -62,16 +63,39 @@ TEST(MatMul, AllIsasBitwiseEqualAndAccurate) {
             Active().matmul_rows(w, x.data(), cols, n_tok, y.data(), rows, 0, rows);
             if (ref.empty()) {
               ref = y;
-              // Accuracy against float64 over the exactly-decoded weights.
+              // Accuracy against float64 over the exactly-decoded weights and,
+              // for block-quantized weights, the activations as quantized
+              // (quant_dot.h's step 1): only the kernels' rounding is left.
+              // Against the unquantized activations the error is at most
+              // half a quantization step per element.
+              const int block = ActBlockFor(c.kernel_type);
+              std::vector<double> xq(x.begin(), x.end()), step(x.size(), 0.0);
+              if (block > 0) {
+                std::vector<int8_t> q(static_cast<size_t>(block));
+                std::vector<int16_t> sums(static_cast<size_t>(block / 16));
+                for (size_t b0 = 0; b0 < x.size(); b0 += size_t(block)) {
+                  float da = 0;
+                  QuantizeActBlock(x.data() + b0, block, q.data(), &da, sums.data());
+                  for (int k = 0; k < block; ++k) {
+                    xq[b0 + size_t(k)] = double(q[size_t(k)]) * da;
+                    step[b0 + size_t(k)] = da;
+                  }
+                }
+              }
               for (int t = 0; t < n_tok; ++t) {
                 for (int r = 0; r < rows; ++r) {
-                  double d = 0, mag = 0;
+                  double d = 0, mag = 0, exact = 0, bound = 0;
                   for (int64_t k = 0; k < cols; ++k) {
+                    const size_t i = size_t(t * cols + k);
                     const double wk = WeightAt(c.kernel_type, bytes.data() + size_t(r) * w.row_bytes, k);
-                    d += wk * x[size_t(t * cols + k)];
-                    mag += std::fabs(wk * x[size_t(t * cols + k)]);
+                    d += wk * xq[i];
+                    mag += std::fabs(wk * xq[i]);
+                    exact += wk * x[i];
+                    bound += std::fabs(wk) * step[i] * 0.5001;
                   }
-                  EXPECT_NEAR(y[size_t(t * rows + r)], d, 1e-6 * mag + 1e-30);
+                  const double got = y[size_t(t * rows + r)];
+                  EXPECT_NEAR(got, d, 1e-6 * mag + 1e-30) << int(c.kernel_type) << " cols " << cols;
+                  EXPECT_NEAR(got, exact, bound + 2e-6 * mag + 1e-30) << int(c.kernel_type) << " cols " << cols;
                 }
               }
             } else {

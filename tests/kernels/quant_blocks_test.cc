@@ -15,6 +15,7 @@
 
 #include "common/half.h"
 #include "kernels/cpu.h"
+#include "kernels/quant_dot.h"
 #include "kernels/weight_row.h"
 #include "model/gguf.h"
 #include "model/quantize.h"
@@ -146,9 +147,10 @@ TEST(QuantBlocks, DecodeMatchesAnIndependentDecoderOnRandomBlocks) {
 }
 
 // Random block bytes (any scale bits but NaN/inf, quants anywhere) through
-// every ISA's matmul: with one-hot activations each output is one decoded
-// weight, so the SIMD decodes must give WeightAt's values; with dense
-// activations every ISA gives the same bits.
+// every ISA's matmul: each output is the reference integer dot product of
+// quant_dot.h (with one-hot activations, one decoded weight times the
+// activation's step: within float rounding of WeightAt's value), and every
+// ISA gives the same bits.
 TEST(QuantBlocks, EveryIsaDecodesRandomBlocksLikeTheScalarPath) {
   testing::IsaRestorer restore;
   uint32_t seed = 5;
@@ -181,10 +183,27 @@ TEST(QuantBlocks, EveryIsaDecodesRandomBlocksLikeTheScalarPath) {
         std::vector<float> y(size_t(n_tok * rows)), yd(y.size());
         Active().matmul_rows(m, x.data(), cols, n_tok, y.data(), rows, 0, rows);
         Active().matmul_rows(m, dense.data(), cols, n_tok, yd.data(), rows, 0, rows);
-        for (int j = 0; j < n_tok; ++j) {
-          for (int r = 0; r < rows; ++r) {
-            const float want = WeightAt(t.kernel, w.data() + r * row_bytes, (j * 37) % cols);
-            ASSERT_EQ(y[size_t(j * rows + r)], want) << TensorTypeName(t.file) << " " << IsaName(isa);
+        for (const auto* in : {&x, &dense}) {
+          const std::vector<float>& got = in == &x ? y : yd;
+          for (int j = 0; j < n_tok; ++j) {
+            const int block = ActBlockFor(t.kernel);
+            std::vector<int8_t> q(static_cast<size_t>(cols));
+            std::vector<float> da(size_t(cols / block));
+            std::vector<int16_t> sums(static_cast<size_t>(cols / 16));
+            for (int b0 = 0; b0 < cols; b0 += block) {
+              QuantizeActBlock(in->data() + j * cols + b0, block, q.data() + b0, &da[size_t(b0 / block)],
+                               sums.data() + b0 / 16);
+            }
+            for (int r = 0; r < rows; ++r) {
+              const float want = QuantRowDot(t.kernel, w.data() + r * row_bytes, cols, q.data(), da.data(), sums.data());
+              ASSERT_EQ(FloatToBits(got[size_t(j * rows + r)]), FloatToBits(want))
+                  << TensorTypeName(t.file) << " " << IsaName(isa);
+              if (in == &x) {
+                const float weight = WeightAt(t.kernel, w.data() + r * row_bytes, (j * 37) % cols);
+                // Scales up to 2 times six-bit scales and quants: terms up to 8192.
+                EXPECT_NEAR(want, weight, 1e-6 * (std::fabs(weight) + 8192.0)) << TensorTypeName(t.file);
+              }
+            }
           }
         }
         if (ref.empty()) {

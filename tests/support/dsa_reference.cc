@@ -63,10 +63,12 @@ double RoundToBf16(double x) {
 
 double Silu(double x) { return x / (1.0 + std::exp(-x)); }
 
-Vec Ffn(const Vec& gate, const Vec& up, const Vec& down, int64_t width, const Vec& x) {
-  Vec g = MatVec(gate, x), u = MatVec(up, x);
+// in_block / down_block: the activation blocks of gate and up, and of down.
+Vec Ffn(const Vec& gate, const Vec& up, const Vec& down, int64_t width, const Vec& x, int in_block, int down_block) {
+  const Vec xq = QuantizedActs(x, in_block);
+  Vec g = MatVec(gate, xq), u = MatVec(up, xq);
   for (int64_t i = 0; i < width; ++i) g[size_t(i)] = Silu(g[size_t(i)]) * u[size_t(i)];
-  return MatVec(down, g);
+  return MatVec(down, QuantizedActs(g, down_block));
 }
 
 }  // namespace
@@ -141,6 +143,8 @@ std::vector<double> DsaReference::Forward(const std::vector<int32_t>& tokens, in
                                           bool bf16_index_keys) const {
   if (top_k <= 0) top_k = index_top_k_;
   const int64_t n = int64_t(tokens.size()), qk = nope_ + rope_, latent = kv_lora_ + rope_;
+  // x as the product with tensor `name` sees it (reference_model.h).
+  auto A = [&](const std::string& name, const Vec& x) { return QuantizedActs(x, ActBlock(g_, name)); };
   const Vec embd = T("token_embd.weight");
   std::vector<Vec> h(static_cast<size_t>(n));
   for (int64_t t = 0; t < n; ++t) {
@@ -167,9 +171,9 @@ std::vector<double> DsaReference::Forward(const std::vector<int32_t>& tokens, in
       Vec xn;
       RmsNorm(h[size_t(t)], attn_norm, eps_, xn);
       Vec qr;
-      RmsNorm(MatVec(q_a, xn), q_a_norm, eps_, qr);
-      Vec q = MatVec(q_b, qr);    // heads x [nope | rope]
-      Vec kv = MatVec(kv_a, xn);  // [latent | k_pe]
+      RmsNorm(MatVec(q_a, A(b + "attn_q_a.weight", xn)), q_a_norm, eps_, qr);
+      Vec q = MatVec(q_b, A(b + "attn_q_b.weight", qr));        // heads x [nope | rope]
+      Vec kv = MatVec(kv_a, A(b + "attn_kv_a_mqa.weight", xn));  // [latent | k_pe]
       Vec lat(kv.begin(), kv.begin() + kv_lora_), lat_n;
       RmsNorm(lat, kv_a_norm, eps_, lat_n);
       Vec& row = rows[size_t(t)];
@@ -182,10 +186,11 @@ std::vector<double> DsaReference::Forward(const std::vector<int32_t>& tokens, in
         double* qh = q.data() + hd * qk;
         Rope(qh + nope_, rope_, t, freq_, false);
         // attn_k_b slice hd: [kv_lora rows][nope cols]; absorbed = W q_nope.
+        const Vec q_nope = A(b + "attn_k_b.weight", Vec(qh, qh + nope_));
         for (int64_t r = 0; r < kv_lora_; ++r) {
           double acc = 0;
           for (int64_t c = 0; c < nope_; ++c)
-            acc += k_b[size_t((hd * kv_lora_ + r) * nope_ + c)] * qh[c];
+            acc += k_b[size_t((hd * kv_lora_ + r) * nope_ + c)] * q_nope[size_t(c)];
           qa[size_t(hd * latent + r)] = acc;
         }
         for (int64_t c = 0; c < rope_; ++c) qa[size_t(hd * latent + kv_lora_ + c)] = qh[nope_ + c];
@@ -193,12 +198,12 @@ std::vector<double> DsaReference::Forward(const std::vector<int32_t>& tokens, in
       // The indexer: heads of [rope | nope] dims, NeoX RoPE on the first rope dims, then the
       // Hadamard rotation.
       Vec& iq = index_q[size_t(t)];
-      iq = MatVec(iq_b, qr);
+      iq = MatVec(iq_b, A(b + "indexer.attn_q_b.weight", qr));
       for (int64_t hd = 0; hd < index_heads_; ++hd) {
         Rope(iq.data() + hd * index_dim_, rope_, t, freq_, true);
         Hadamard(iq.data() + hd * index_dim_, index_dim_);
       }
-      Vec k = MatVec(ik_w, xn);
+      Vec k = MatVec(ik_w, A(b + "indexer.attn_k.weight", xn));
       double mean = 0, var = 0;
       for (double v : k) mean += v;
       mean /= double(index_dim_);
@@ -214,7 +219,7 @@ std::vector<double> DsaReference::Forward(const std::vector<int32_t>& tokens, in
         for (double& v : k) v = RoundToBf16(v);
       }
       index_keys[size_t(t)] = k;
-      index_w[size_t(t)] = MatVec(iproj, xn);
+      index_w[size_t(t)] = MatVec(iproj, A(b + "indexer.proj.weight", xn));
       for (double& w : index_w[size_t(t)]) w /= std::sqrt(double(index_dim_ * index_heads_));
     }
     selections_[size_t(l)].resize(static_cast<size_t>(n));
@@ -262,10 +267,10 @@ std::vector<double> DsaReference::Forward(const std::vector<int32_t>& tokens, in
             o[size_t(i)] += logit[j] / sum * rows[size_t(pos[j])][size_t(i)];
         }
         // attn_v_b slice hd: [v_head rows][kv_lora cols].
-        const Vec v = MatVecRows(v_b, kv_lora_, hd * v_head_, v_head_, o);
+        const Vec v = MatVecRows(v_b, kv_lora_, hd * v_head_, v_head_, A(b + "attn_v_b.weight", o));
         std::copy(v.begin(), v.end(), heads_out.begin() + hd * v_head_);
       }
-      const Vec out = MatVec(wo, heads_out);
+      const Vec out = MatVec(wo, A(b + "attn_output.weight", heads_out));
       for (int64_t i = 0; i < dim_; ++i) h[size_t(t)][size_t(i)] += out[size_t(i)];
     }
     // The feed-forward: dense in the leading layers, experts after them.
@@ -289,9 +294,10 @@ std::vector<double> DsaReference::Forward(const std::vector<int32_t>& tokens, in
       RmsNorm(h[size_t(t)], ffn_norm, eps_, xn);
       Vec out(size_t(dim_), 0.0);
       if (dense) {
-        out = Ffn(gate, up, down, int64_t(gate.size()) / dim_, xn);
+        out = Ffn(gate, up, down, int64_t(gate.size()) / dim_, xn, ActBlock(g_, b + "ffn_gate.weight"),
+                  ActBlock(g_, b + "ffn_down.weight"));
       } else {
-        const Vec logits = MatVec(router, xn);
+        const Vec logits = MatVec(router, A(b + "ffn_gate_inp.weight", xn));
         Vec prob(static_cast<size_t>(experts_)), biased(static_cast<size_t>(experts_));
         for (int64_t e = 0; e < experts_; ++e) {
           prob[size_t(e)] = 1.0 / (1.0 + std::exp(-logits[size_t(e)]));
@@ -328,11 +334,13 @@ std::vector<double> DsaReference::Forward(const std::vector<int32_t>& tokens, in
           const Vec gE(ge.begin() + e * in, ge.begin() + (e + 1) * in),
               uE(ue.begin() + e * in, ue.begin() + (e + 1) * in),
               dE(de.begin() + e * outw, de.begin() + (e + 1) * outw);
-          const Vec y = Ffn(gE, uE, dE, expert_ffn_, xn);
+          const Vec y = Ffn(gE, uE, dE, expert_ffn_, xn, ActBlock(g_, b + "ffn_gate_exps.weight"),
+                            ActBlock(g_, b + "ffn_down_exps.weight"));
           for (int64_t i = 0; i < dim_; ++i) out[size_t(i)] += w * y[size_t(i)];
         }
         if (has_shared) {
-          const Vec y = Ffn(gs, us, ds, expert_ffn_ * shared_, xn);
+          const Vec y = Ffn(gs, us, ds, expert_ffn_ * shared_, xn, ActBlock(g_, b + "ffn_gate_shexp.weight"),
+                            ActBlock(g_, b + "ffn_down_shexp.weight"));
           for (int64_t i = 0; i < dim_; ++i) out[size_t(i)] += y[size_t(i)];
         }
       }
@@ -346,7 +354,8 @@ std::vector<double> DsaReference::Forward(const std::vector<int32_t>& tokens, in
   for (int64_t t = 0; t < n; ++t) {
     Vec xn;
     RmsNorm(h[size_t(t)], out_norm, eps_, xn);
-    const Vec row = MatVec(output, xn);
+    const Vec row =
+        MatVec(output, A(g_.FindTensor("output.weight") ? "output.weight" : "token_embd.weight", xn));
     logits.insert(logits.end(), row.begin(), row.end());
   }
   return logits;

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "kernels/quant_dot.h"
 #include "kernels/weight_row.h"
 
 namespace tandem::testing {
@@ -65,6 +66,34 @@ std::vector<double> MatVec(const std::vector<double>& w, const std::vector<doubl
   return y;
 }
 
+int ActBlock(const GgufFile& g, const std::string& name) {
+  const TensorInfo* t = g.FindTensor(name);
+  if (!t) throw std::runtime_error("reference: tensor '" + name + "' is missing");
+  switch (t->type) {
+    case TensorType::kQ8_0: return kernels::ActBlockFor(kernels::WeightType::kQ8_0);
+    case TensorType::kQ4_0: return kernels::ActBlockFor(kernels::WeightType::kQ4_0);
+    case TensorType::kQ5_0: return kernels::ActBlockFor(kernels::WeightType::kQ5_0);
+    case TensorType::kQ4_K: return kernels::ActBlockFor(kernels::WeightType::kQ4_K);
+    case TensorType::kQ5_K: return kernels::ActBlockFor(kernels::WeightType::kQ5_K);
+    case TensorType::kQ6_K: return kernels::ActBlockFor(kernels::WeightType::kQ6_K);
+    default: return 0;
+  }
+}
+
+std::vector<double> QuantizedActs(const std::vector<double>& x, int block) {
+  if (block == 0) return x;
+  std::vector<float> xf(x.begin(), x.end());
+  std::vector<double> out(x.size());
+  std::vector<int8_t> q(static_cast<size_t>(block));
+  std::vector<int16_t> sums(static_cast<size_t>(block / 16));
+  for (size_t b0 = 0; b0 + size_t(block) <= x.size(); b0 += size_t(block)) {
+    float d = 0;
+    kernels::QuantizeActBlock(xf.data() + b0, block, q.data(), &d, sums.data());
+    for (int k = 0; k < block; ++k) out[b0 + size_t(k)] = double(q[size_t(k)]) * double(d);
+  }
+  return out;
+}
+
 std::vector<double> ReferenceTensor(const GgufFile& g, const std::string& name) {
   const TensorInfo* t = g.FindTensor(name);
   if (!t) throw std::runtime_error("reference: tensor '" + name + "' is missing");
@@ -123,7 +152,8 @@ std::vector<double> ReferenceModel::Forward(const std::vector<int32_t>& tokens) 
     std::vector<double> xb;
     for (size_t t = 0; t < n; ++t) {
       RmsNorm(x[t], an, eps_, xb);
-      q[t] = MatVec(wq, xb), k[t] = MatVec(wk, xb), v[t] = MatVec(wv, xb);
+      q[t] = MatVec(wq, Acts(p + "attn_q.weight", xb)), k[t] = MatVec(wk, Acts(p + "attn_k.weight", xb));
+      v[t] = MatVec(wv, Acts(p + "attn_v.weight", xb));
       if (g_.FindTensor(p + "attn_q.bias")) {
         const auto bq = Tensor(p + "attn_q.bias"), bk = Tensor(p + "attn_k.bias"), bv = Tensor(p + "attn_v.bias");
         for (size_t i = 0; i < bq.size(); ++i) q[t][i] += bq[i];
@@ -149,13 +179,13 @@ std::vector<double> ReferenceModel::Forward(const std::vector<int32_t>& tokens) 
           for (int64_t i = 0; i < head_dim_; ++i)
             att[size_t(h * head_dim_ + i)] += s[j] / sum * v[j][size_t(off + i)];
       }
-      const auto o = MatVec(wo, att);
+      const auto o = MatVec(wo, Acts(p + "attn_output.weight", att));
       for (int64_t i = 0; i < dim_; ++i) x[t][size_t(i)] += o[size_t(i)];
       RmsNorm(x[t], fn, eps_, xb);
-      auto g = MatVec(wg, xb);
-      const auto u = MatVec(wu, xb);
+      auto g = MatVec(wg, Acts(p + "ffn_gate.weight", xb));
+      const auto u = MatVec(wu, Acts(p + "ffn_up.weight", xb));
       for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
-      const auto d = MatVec(wd, g);
+      const auto d = MatVec(wd, Acts(p + "ffn_down.weight", g));
       for (int64_t i = 0; i < dim_; ++i) x[t][size_t(i)] += d[size_t(i)];
     }
     (void)kvd;
@@ -166,7 +196,7 @@ std::vector<double> ReferenceModel::Forward(const std::vector<int32_t>& tokens) 
   std::vector<double> xb;
   for (size_t t = 0; t < n; ++t) {
     RmsNorm(x[t], on, eps_, xb);
-    const auto row = MatVec(out, xb);
+    const auto row = MatVec(out, Acts(g_.FindTensor("output.weight") ? "output.weight" : "token_embd.weight", xb));
     logits.insert(logits.end(), row.begin(), row.end());
   }
   return logits;

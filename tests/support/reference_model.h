@@ -11,6 +11,9 @@
 
 namespace tandem::testing {
 
+int ActBlock(const GgufFile& gguf, const std::string& name);
+std::vector<double> QuantizedActs(const std::vector<double>& x, int block);
+
 class ReferenceModel {
  public:
   explicit ReferenceModel(const GgufFile& gguf);
@@ -20,6 +23,10 @@ class ReferenceModel {
 
  private:
   std::vector<double> Tensor(const std::string& name) const;
+  // x as the product with tensor `name` sees it (QuantizedActs).
+  std::vector<double> Acts(const std::string& name, const std::vector<double>& x) const {
+    return QuantizedActs(x, ActBlock(g_, name));
+  }
   const GgufFile& g_;
   std::string arch_;
   int64_t dim_, layers_, heads_, kv_heads_, head_dim_, ffn_, vocab_;
@@ -33,6 +40,14 @@ class ReferenceModel {
 std::vector<double> ReferenceTensor(const GgufFile& gguf, const std::string& name);
 void RmsNorm(const std::vector<double>& x, const std::vector<double>& w, double eps, std::vector<double>& out);
 std::vector<double> MatVec(const std::vector<double>& w, const std::vector<double>& x);
+// The activation block of a tensor's type (kernels/quant_dot.h): 0 for float
+// types; 32 or 256 for block-quantized ones, whose matrix products see their
+// input quantized to 8 bits per element in blocks of that many.
+int ActBlock(const GgufFile& gguf, const std::string& name);
+// x as the runtime's integer dot products see it for an activation block
+// (quant_dot.h's step 1, in fp32 as the runtime does it, then back to
+// double); x itself for block 0.
+std::vector<double> QuantizedActs(const std::vector<double>& x, int block);
 
 // ||a - b|| / ||b|| over all elements.
 double NormalizedError(const std::vector<float>& a, const std::vector<double>& b);
