@@ -12,115 +12,6 @@
 
 namespace tandem::kernels::avx512 {
 
-// 16 block-quantized weights starting at k (k % 16 == 0) as fp32, with the
-// operations of quant_blocks.h's decode: integer unpacking, one conversion,
-// then the same fp32 multiply (and subtract) with the block's scalar factors.
-// An fp16 scale with F16C: exact, like HalfAt.
-inline float HalfF16c(const uint8_t* p) { return _cvtsh_ss(uint16_t(p[0] | (p[1] << 8))); }
-
-inline __m512 Nibbles16(const uint8_t* p, bool high) {
-  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  const __m128i v = high ? _mm_srli_epi16(bytes, 4) : bytes;
-  return _mm512_castsi512_ps(_mm512_cvtepu8_epi32(_mm_and_si128(v, _mm_set1_epi8(0x0f))));
-}
-
-template <WeightType kType>
-inline __m512 LoadQuant16(const uint8_t* row, int64_t k) {
-  if constexpr (kType == WeightType::kQ4_0 || kType == WeightType::kQ5_0) {
-    constexpr bool five = kType == WeightType::kQ5_0;
-    const uint8_t* b = row + (k / 32) * (five ? kQ5_0BlockBytes : kQ4_0BlockBytes);
-    const int e0 = int(k % 32);
-    __m512i q = _mm512_castps_si512(Nibbles16(b + (five ? 6 : 2), e0 != 0));
-    if constexpr (five) {
-      const uint32_t qh = uint32_t(b[2]) | uint32_t(b[3]) << 8 | uint32_t(b[4]) << 16 | uint32_t(b[5]) << 24;
-      q = _mm512_mask_or_epi32(q, __mmask16(qh >> e0), q, _mm512_set1_epi32(16));
-    }
-    q = _mm512_sub_epi32(q, _mm512_set1_epi32(five ? 16 : 8));
-    return _mm512_mul_ps(_mm512_set1_ps(HalfF16c(b)), _mm512_cvtepi32_ps(q));
-  } else if constexpr (kType == WeightType::kQ4_K || kType == WeightType::kQ5_K) {
-    constexpr bool five = kType == WeightType::kQ5_K;
-    const uint8_t* b = row + (k / kSuperBlock) * (five ? kQ5KBlockBytes : kQ4KBlockBytes);
-    const int kk = int(k % kSuperBlock), chunk = kk / 64, i0 = kk % 64, l0 = i0 % 32, sub = 2 * chunk + i0 / 32;
-    int sc, m;
-    ScaleMinK4(b + 4, sub, &sc, &m);
-    const float d1 = HalfF16c(b) * float(sc);
-    const float m1 = HalfF16c(b + 2) * float(m);
-    __m512i q = _mm512_castps_si512(Nibbles16(b + 16 + (five ? 32 : 0) + 32 * chunk + l0, i0 >= 32));
-    if constexpr (five) {
-      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 16 + l0));
-      const __m128i bit = _mm_and_si128(_mm_srl_epi16(h, _mm_cvtsi32_si128(sub)), _mm_set1_epi8(1));
-      q = _mm512_add_epi32(q, _mm512_slli_epi32(_mm512_cvtepu8_epi32(bit), 4));
-    }
-    return _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(d1), _mm512_cvtepi32_ps(q)), _mm512_set1_ps(m1));
-  } else {
-    static_assert(kType == WeightType::kQ6_K);
-    const uint8_t* b = row + (k / kSuperBlock) * kQ6KBlockBytes;
-    const int kk = int(k % kSuperBlock), half = kk / 128, quarter = (kk % 128) / 32, l0 = kk % 32;
-    const float ds = HalfF16c(b + 208) * float(int8_t(b[192 + half * 8 + l0 / 16 + 2 * quarter]));
-    const __m512i lo = _mm512_castps_si512(Nibbles16(b + half * 64 + (quarter & 1) * 32 + l0, quarter >= 2));
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 128 + half * 32 + l0));
-    const __m128i hi2 = _mm_and_si128(_mm_srl_epi16(h, _mm_cvtsi32_si128(2 * quarter)), _mm_set1_epi8(3));
-    __m512i q = _mm512_or_si512(lo, _mm512_slli_epi32(_mm512_cvtepu8_epi32(hi2), 4));
-    q = _mm512_sub_epi32(q, _mm512_set1_epi32(32));
-    return _mm512_mul_ps(_mm512_set1_ps(ds), _mm512_cvtepi32_ps(q));
-  }
-}
-
-// One whole K-quant super-block (256 weights) as fp32 into out[0, 256): the
-// values LoadQuant16 gives for each of its 16 steps, with the scales and
-// mins worked out once per block instead of once per 16 weights.
-template <WeightType kType>
-inline void DecodeSuperBlock(const uint8_t* b, float* out) {
-  const __m128i low4 = _mm_set1_epi8(0x0f);
-  if constexpr (kType == WeightType::kQ4_K || kType == WeightType::kQ5_K) {
-    constexpr bool five = kType == WeightType::kQ5_K;
-    const float d = HalfF16c(b), dmin = HalfF16c(b + 2);
-    const uint8_t* qs = b + 16 + (five ? 32 : 0);
-    for (int sub = 0; sub < 8; ++sub) {
-      int sc, m;
-      ScaleMinK4(b + 4, sub, &sc, &m);
-      const __m512 d1 = _mm512_set1_ps(d * float(sc)), m1 = _mm512_set1_ps(dmin * float(m));
-      const int chunk = sub / 2;
-      const bool high = sub % 2 != 0;
-      for (int half = 0; half < 2; ++half) {
-        const int l0 = 16 * half;
-        __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + 32 * chunk + l0));
-        if (high) bytes = _mm_srli_epi16(bytes, 4);
-        __m512i q = _mm512_cvtepu8_epi32(_mm_and_si128(bytes, low4));
-        if constexpr (five) {
-          const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 16 + l0));
-          const __m128i bit = _mm_and_si128(_mm_srl_epi16(h, _mm_cvtsi32_si128(sub)), _mm_set1_epi8(1));
-          q = _mm512_add_epi32(q, _mm512_slli_epi32(_mm512_cvtepu8_epi32(bit), 4));
-        }
-        _mm512_storeu_ps(out + 64 * chunk + (high ? 32 : 0) + l0,
-                         _mm512_sub_ps(_mm512_mul_ps(d1, _mm512_cvtepi32_ps(q)), m1));
-      }
-    }
-  } else {
-    static_assert(kType == WeightType::kQ6_K);
-    const float d = HalfF16c(b + 208);
-    for (int k = 0; k < kSuperBlock; k += kLanes) {
-      const int half = k / 128, quarter = (k % 128) / 32, l0 = k % 32;
-      const float ds = d * float(int8_t(b[192 + half * 8 + l0 / 16 + 2 * quarter]));
-      __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + half * 64 + (quarter & 1) * 32 + l0));
-      if (quarter >= 2) lo = _mm_srli_epi16(lo, 4);
-      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 128 + half * 32 + l0));
-      const __m128i hi2 = _mm_and_si128(_mm_srl_epi16(h, _mm_cvtsi32_si128(2 * quarter)), _mm_set1_epi8(3));
-      const __m128i q8 = _mm_or_si128(_mm_and_si128(lo, low4), _mm_slli_epi16(hi2, 4));  // 6 bits, no carry
-      const __m512i q = _mm512_sub_epi32(_mm512_cvtepu8_epi32(q8), _mm512_set1_epi32(32));
-      _mm512_storeu_ps(out + k, _mm512_mul_ps(_mm512_set1_ps(ds), _mm512_cvtepi32_ps(q)));
-    }
-  }
-}
-
-template <WeightType kType>
-constexpr bool kIsKQuant = kType == WeightType::kQ4_K || kType == WeightType::kQ5_K || kType == WeightType::kQ6_K;
-
-template <WeightType kType>
-constexpr int64_t SuperBlockBytes() {
-  return kType == WeightType::kQ4_K ? kQ4KBlockBytes : kType == WeightType::kQ5_K ? kQ5KBlockBytes : kQ6KBlockBytes;
-}
-
 // 16 consecutive weights starting at k (k % 16 == 0, k + 16 <= cols) as fp32.
 template <WeightType kType>
 inline __m512 Load16(const uint8_t* row, int64_t k) {
@@ -128,17 +19,10 @@ inline __m512 Load16(const uint8_t* row, int64_t k) {
     return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + k);
   } else if constexpr (kType == WeightType::kF16) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * k)));
-  } else if constexpr (kType == WeightType::kBF16) {
+  } else {
+    static_assert(kType == WeightType::kBF16, "float weights only: block-quantized ones take quant_dot.h's integer path");
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * k));
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  } else if constexpr (kType == WeightType::kQ8_0) {
-    const uint8_t* block = row + (k / kQ8Block) * kQ8BlockBytes;
-    const uint16_t d = uint16_t(block[0] | (block[1] << 8));
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2 + k % kQ8Block));
-    const __m512 qf = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
-    return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(d)), qf);  // F16C: exact, like F16ToFloat
-  } else {
-    return LoadQuant16<kType>(row, k);
   }
 }
 

@@ -95,57 +95,9 @@ void RowBlock(const WeightMatrix& w, const float* x, int64_t x_stride, int n_tok
 // 1024-wide ones.
 constexpr int kTokenBlock = 64;
 
-// Block-quantized weights with several tokens: each block of 6 rows is
-// decoded once per token block into an fp32 panel (the values Load16 gives),
-// which the fp32 tiles then read, so the decode is paid once per 64 tokens.
-template <WeightType kType>
-void MatMulTokensDecoded(const WeightMatrix& w, const float* x, int64_t x_stride, int n_tokens,
-                         float* y, int64_t y_stride, int64_t r0, int64_t r1) {
-  constexpr int kRows = 6;
-  thread_local AlignedFloats panel;  // grows once per thread to the widest matrix
-  if (panel.size() < size_t(kRows * w.cols)) panel.resize(size_t(kRows * w.cols));
-  for (int t = 0; t < n_tokens; t += kTokenBlock) {
-    const int nt = std::min(kTokenBlock, n_tokens - t);
-    for (int64_t r = r0; r < r1; r += kRows) {
-      const int rows = int(std::min<int64_t>(kRows, r1 - r));
-      for (int i = 0; i < rows; ++i) {
-        const uint8_t* row = w.data + (r + i) * int64_t(w.row_bytes);
-        float* out = panel.data() + i * w.cols;
-        if constexpr (avx512::kIsKQuant<kType>) {
-          if (w.cols % kSuperBlock == 0) {
-            for (int64_t k = 0; k < w.cols; k += kSuperBlock) {
-              avx512::DecodeSuperBlock<kType>(row + k / kSuperBlock * avx512::SuperBlockBytes<kType>(), out + k);
-            }
-            continue;
-          }
-        }
-        for (int64_t k = 0; k < w.cols; k += kLanes) _mm512_storeu_ps(out + k, Load16<kType>(row, k));
-      }
-      const WeightMatrix p{WeightType::kF32, reinterpret_cast<const uint8_t*>(panel.data()), rows, w.cols,
-                           size_t(w.cols) * 4};
-      const float* xt = x + t * x_stride;
-      float* yt = y + t * y_stride + r;  // panel row i is output row r + i
-      if (rows == kRows) {
-        RowBlock<WeightType::kF32, kRows, 4>(p, xt, x_stride, nt, yt, y_stride, 0);
-      } else {
-        int i = 0;
-        if (rows >= 4) {
-          RowBlock<WeightType::kF32, 4, 4>(p, xt, x_stride, nt, yt, y_stride, 0);
-          i = 4;
-        }
-        for (; i < rows; ++i) RowBlock<WeightType::kF32, 1, 4>(p, xt, x_stride, nt, yt, y_stride, i);
-      }
-    }
-  }
-}
-
 template <WeightType kType>
 void MatMulTokens(const WeightMatrix& w, const float* x, int64_t x_stride, int n_tokens, float* y,
                   int64_t y_stride, int64_t r0, int64_t r1) {
-  if constexpr (kType != WeightType::kF32 && kType != WeightType::kF16 && kType != WeightType::kBF16 &&
-                kType != WeightType::kQ8_0) {
-    if (w.cols % kLanes == 0) return MatMulTokensDecoded<kType>(w, x, x_stride, n_tokens, y, y_stride, r0, r1);
-  }
   constexpr int kRows = 4, kTokens = 6;
   for (int t = 0; t < n_tokens; t += kTokenBlock) {
     const int nt = std::min(kTokenBlock, n_tokens - t);
@@ -157,56 +109,11 @@ void MatMulTokens(const WeightMatrix& w, const float* x, int64_t x_stride, int n
   }
 }
 
-// K-quant rows for one to three tokens (decode): each super-block of kRows
-// rows is decoded once into an fp32 panel that stays in L1, then every
-// (row, token) accumulator takes its 16 steps of it in the canonical order.
-template <WeightType kType, int kTokens>
-void MatVecSuperBlocks(const WeightMatrix& w, const float* x, int64_t x_stride, float* y, int64_t y_stride,
-                       int64_t r0, int64_t r1) {
-  constexpr int kRows = 8;
-  alignas(64) float panel[kRows][kSuperBlock];
-  for (int64_t r = r0; r < r1; r += kRows) {
-    const int rows = int(std::min<int64_t>(kRows, r1 - r));
-    __m512 acc[kRows][kTokens];
-    for (int i = 0; i < kRows; ++i)
-      for (int t = 0; t < kTokens; ++t) acc[i][t] = _mm512_setzero_ps();
-    for (int64_t k0 = 0; k0 < w.cols; k0 += kSuperBlock) {
-      const int64_t block = k0 / kSuperBlock * avx512::SuperBlockBytes<kType>();
-      for (int i = 0; i < rows; ++i) {
-        const uint8_t* at = w.data + (r + i) * int64_t(w.row_bytes) + block;
-        // The rows after this group stream in while this one computes.
-        const uint8_t* ahead = at + kRows * int64_t(w.row_bytes);
-        for (int64_t b = 0; b < avx512::SuperBlockBytes<kType>(); b += 64) {
-          _mm_prefetch(reinterpret_cast<const char*>(ahead + b), _MM_HINT_T0);
-        }
-        avx512::DecodeSuperBlock<kType>(at, panel[i]);
-      }
-      for (int k = 0; k < kSuperBlock; k += kLanes) {
-        __m512 xv[kTokens];
-        for (int t = 0; t < kTokens; ++t) xv[t] = _mm512_loadu_ps(x + t * x_stride + k0 + k);
-        for (int i = 0; i < rows; ++i) {
-          const __m512 wv = _mm512_load_ps(panel[i] + k);
-          for (int t = 0; t < kTokens; ++t) acc[i][t] = _mm512_fmadd_ps(wv, xv[t], acc[i][t]);
-        }
-      }
-    }
-    for (int i = 0; i < rows; ++i)
-      for (int t = 0; t < kTokens; ++t) y[t * y_stride + r + i] = Reduce(acc[i][t]);
-  }
-}
-
 template <WeightType kType>
 void MatMulTyped(const WeightMatrix& w, const float* x, int64_t x_stride, int n_tokens, float* y,
                  int64_t y_stride, int64_t r0, int64_t r1) {
   if (n_tokens < 1) return;
   if (n_tokens >= 4) return MatMulTokens<kType>(w, x, x_stride, n_tokens, y, y_stride, r0, r1);
-  if constexpr (avx512::kIsKQuant<kType>) {
-    if (w.cols % kSuperBlock == 0) {
-      if (n_tokens == 1) return MatVecSuperBlocks<kType, 1>(w, x, x_stride, y, y_stride, r0, r1);
-      if (n_tokens == 2) return MatVecSuperBlocks<kType, 2>(w, x, x_stride, y, y_stride, r0, r1);
-      return MatVecSuperBlocks<kType, 3>(w, x, x_stride, y, y_stride, r0, r1);  // n_tokens == 3
-    }
-  }
   int64_t r = r0;
   if (n_tokens == 1) {
     for (; r + 8 <= r1; r += 8) Tile<kType, 8, 1>(w, x, x_stride, y, y_stride, r, 0);

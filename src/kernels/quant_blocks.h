@@ -1,7 +1,7 @@
 // The GGUF block-quantized weight types beyond Q8_0, as ggml defines them,
-// and the one scalar decode of each element to fp32 that every kernel uses
-// (the SIMD paths decode through these same functions, so every ISA sees the
-// same fp32 weights). Each decode is a fixed short sequence of fp32 operations:
+// and the one scalar decode of each element to fp32 (WeightAt: embeddings,
+// the references; matrix products use quant_dot.h's integers). Each decode is
+// a fixed short sequence of fp32 operations:
 //   Q4_0  32 per 18-byte block: f16 d, 16 bytes of nibbles;      w = d * (q - 8)
 //   Q5_0  32 per 22-byte block: f16 d, 32 high bits, 16 bytes;   w = d * (q - 16)
 //   Q4_K  256 per 144 bytes: f16 d, f16 dmin, 12 bytes of 6-bit (scale, min) for
@@ -69,49 +69,6 @@ inline float DecodeQ6K(const uint8_t* b, int k) {
   const int q = ((quarter < 2 ? ql & 0xf : ql >> 4) | ((qh >> (2 * quarter)) & 3) << 4) - 32;
   const int8_t sc = int8_t(b[192 + half * 8 + l / 16 + 2 * quarter]);
   return HalfAt(b + 208) * float(sc) * float(q);
-}
-
-// Elements [k, k + 16) of a row (k % 16 == 0): the same formulas as above with
-// each block's scales computed once, for the SIMD paths (the elementwise fp32
-// operations are those of the scalar decode, so the values are identical).
-inline void Decode16Q4_0Q5_0(const uint8_t* row, int64_t k, bool five, float* out) {
-  const uint8_t* b = row + (k / 32) * (five ? kQ5_0BlockBytes : kQ4_0BlockBytes);
-  const int e0 = int(k % 32);
-  const float d = HalfAt(b);
-  const uint32_t qh = five ? uint32_t(b[2]) | uint32_t(b[3]) << 8 | uint32_t(b[4]) << 16 | uint32_t(b[5]) << 24 : 0;
-  const uint8_t* qs = b + (five ? 6 : 2);
-  for (int j = 0; j < 16; ++j) {
-    int q = e0 == 0 ? qs[j] & 0xf : qs[j] >> 4;
-    if (five) q |= int((qh >> (e0 + j)) & 1) << 4;
-    out[j] = d * float(q - (five ? 16 : 8));
-  }
-}
-
-inline void Decode16Q45K(const uint8_t* row, int64_t k, bool five, float* out) {
-  const uint8_t* b = row + (k / kSuperBlock) * (five ? kQ5KBlockBytes : kQ4KBlockBytes);
-  const int kk = int(k % kSuperBlock), chunk = kk / 64, i0 = kk % 64, l0 = i0 % 32, sub = 2 * chunk + i0 / 32;
-  int sc, m;
-  ScaleMinK4(b + 4, sub, &sc, &m);
-  const float d1 = HalfAt(b) * float(sc);
-  const float m1 = HalfAt(b + 2) * float(m);
-  const uint8_t* qs = b + 16 + (five ? 32 : 0) + 32 * chunk + l0;
-  for (int j = 0; j < 16; ++j) {
-    int q = i0 < 32 ? qs[j] & 0xf : qs[j] >> 4;
-    if (five) q += ((b[16 + l0 + j] >> sub) & 1) * 16;
-    out[j] = d1 * float(q) - m1;
-  }
-}
-
-inline void Decode16Q6K(const uint8_t* row, int64_t k, float* out) {
-  const uint8_t* b = row + (k / kSuperBlock) * kQ6KBlockBytes;
-  const int kk = int(k % kSuperBlock), half = kk / 128, quarter = (kk % 128) / 32, l0 = kk % 32;
-  const float ds = HalfAt(b + 208) * float(int8_t(b[192 + half * 8 + l0 / 16 + 2 * quarter]));
-  const uint8_t* ql = b + half * 64 + (quarter & 1) * 32 + l0;
-  const uint8_t* qh = b + 128 + half * 32 + l0;
-  for (int j = 0; j < 16; ++j) {
-    const int q = ((quarter < 2 ? ql[j] & 0xf : ql[j] >> 4) | ((qh[j] >> (2 * quarter)) & 3) << 4) - 32;
-    out[j] = ds * float(q);
-  }
 }
 
 }  // namespace tandem::kernels
