@@ -173,13 +173,24 @@ struct BlockScales {
   float s1 = 0, s2 = 0;
 };
 
-inline BlockScales BlockScalesOf(WeightType type, const uint8_t* b, float da) {
+// The block's fp16 scale d and (Q4_K, Q5_K) min scale dmin, as fp32 (exact).
+struct BlockHalves {
+  float d = 0, dmin = 0;
+};
+
+inline BlockHalves BlockHalvesOf(WeightType type, const uint8_t* b) {
   switch (type) {
     case WeightType::kQ4_K:
-    case WeightType::kQ5_K: return {HalfAt(b) * da, -(HalfAt(b + 2) * da)};
-    case WeightType::kQ6_K: return {HalfAt(b + 208) * da, 0.0f};
-    default: return {HalfAt(b) * da, 0.0f};
+    case WeightType::kQ5_K: return {HalfAt(b), HalfAt(b + 2)};
+    case WeightType::kQ6_K: return {HalfAt(b + 208), 0.0f};
+    default: return {HalfAt(b), 0.0f};
   }
+}
+
+inline BlockScales ScalesFor(BlockHalves h, float da) { return {h.d * da, -(h.dmin * da)}; }
+
+inline BlockScales BlockScalesOf(WeightType type, const uint8_t* b, float da) {
+  return ScalesFor(BlockHalvesOf(type, b), da);
 }
 
 constexpr bool HasMins(WeightType type) { return type == WeightType::kQ4_K || type == WeightType::kQ5_K; }

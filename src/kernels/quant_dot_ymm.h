@@ -168,6 +168,15 @@ inline void BlockInts(const uint8_t* b, const int8_t* const* a, const int16_t* c
   }
 }
 
+// BlockHalvesOf with F16C (exact, like HalfAt).
+template <WeightType kType>
+inline BlockHalves Halves(const uint8_t* b) {
+  auto half = [](const uint8_t* p) { return _cvtsh_ss(uint16_t(p[0] | (p[1] << 8))); };
+  if constexpr (HasMins(kType)) return {half(b), half(b + 2)};
+  if constexpr (kType == WeightType::kQ6_K) return {half(b + 208), 0.0f};
+  return {half(b), 0.0f};
+}
+
 // Row r against tokens [t, t + kT): every block's integers, folded in order.
 template <WeightType kType, int kT>
 inline void RowTokens(const WeightMatrix& w, const QuantizedActs& x, int t, float* y, int64_t y_stride,
@@ -188,8 +197,9 @@ inline void RowTokens(const WeightMatrix& w, const QuantizedActs& x, int t, floa
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* wb = row + b * kBytes;
     BlockInts<kType, kT>(wb, a, s, ints);
+    const BlockHalves halves = Halves<kType>(wb);
     for (int j = 0; j < kT; ++j) {
-      acc[j] = FoldBlock(kType, BlockScalesOf(kType, wb, da[j][b]), ints[j], acc[j]);
+      acc[j] = FoldBlock(kType, ScalesFor(halves, da[j][b]), ints[j], acc[j]);
       a[j] += kBlock;
       s[j] += kBlock / 16;
     }
@@ -207,6 +217,9 @@ void MatMulRowsQ(const WeightMatrix& w, const QuantizedActs& x, int n_tokens, fl
     const int t1 = std::min(n_tokens, t0 + kTokenBlock);
     for (int64_t r = r0; r < r1; ++r) {
       int t = t0;
+#ifdef __AVX512F__  // 32 vector registers: eight tokens' accumulators fit
+      for (; t + 8 <= t1; t += 8) RowTokens<kType, 8>(w, x, t, y, y_stride, r);
+#endif
       for (; t + 4 <= t1; t += 4) RowTokens<kType, 4>(w, x, t, y, y_stride, r);
       switch (t1 - t) {
         case 3: RowTokens<kType, 3>(w, x, t, y, y_stride, r); break;
