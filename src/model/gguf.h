@@ -105,9 +105,11 @@ class GgufFile {
 };
 
 // Builds a GGUF file in memory and writes it. Keys keep insertion order.
+// The default alignment is GGUF's own (32, no general.alignment key), which
+// every GGUF tool reads as it is (llama.cpp's llama-quantize mishandles 64).
 class GgufWriter {
  public:
-  explicit GgufWriter(uint32_t version = 3, uint64_t alignment = 64)
+  explicit GgufWriter(uint32_t version = 3, uint64_t alignment = 32)
       : version_(version), alignment_(alignment) {}
 
   void Set(const std::string& key, GgufValue value);
