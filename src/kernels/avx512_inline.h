@@ -12,6 +12,35 @@
 
 namespace tandem::kernels::avx512 {
 
+// 16 block-quantized weights starting at k (k % 16 == 0) as fp32, with the
+// operations of quant_blocks.h's decode: integer unpacking, one conversion,
+// then the same fp32 multiply (and subtract) with the block's scalar factors.
+// An fp16 scale with F16C: exact, like HalfAt.
+inline float HalfF16c(const uint8_t* p) { return _cvtsh_ss(uint16_t(p[0] | (p[1] << 8))); }
+
+inline __m512 Nibbles16(const uint8_t* p, bool high) {
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i v = high ? _mm_srli_epi16(bytes, 4) : bytes;
+  return _mm512_castsi512_ps(_mm512_cvtepu8_epi32(_mm_and_si128(v, _mm_set1_epi8(0x0f))));
+}
+
+template <WeightType kType>
+inline __m512 LoadQuant16(const uint8_t* row, int64_t k) {
+  static_assert(kType == WeightType::kQ4_0 || kType == WeightType::kQ5_0, "K-quants take quant_dot.h's integer path");
+  {
+    constexpr bool five = kType == WeightType::kQ5_0;
+    const uint8_t* b = row + (k / 32) * (five ? kQ5_0BlockBytes : kQ4_0BlockBytes);
+    const int e0 = int(k % 32);
+    __m512i q = _mm512_castps_si512(Nibbles16(b + (five ? 6 : 2), e0 != 0));
+    if constexpr (five) {
+      const uint32_t qh = uint32_t(b[2]) | uint32_t(b[3]) << 8 | uint32_t(b[4]) << 16 | uint32_t(b[5]) << 24;
+      q = _mm512_mask_or_epi32(q, __mmask16(qh >> e0), q, _mm512_set1_epi32(16));
+    }
+    q = _mm512_sub_epi32(q, _mm512_set1_epi32(five ? 16 : 8));
+    return _mm512_mul_ps(_mm512_set1_ps(HalfF16c(b)), _mm512_cvtepi32_ps(q));
+  }
+}
+
 // 16 consecutive weights starting at k (k % 16 == 0, k + 16 <= cols) as fp32.
 template <WeightType kType>
 inline __m512 Load16(const uint8_t* row, int64_t k) {
@@ -19,10 +48,17 @@ inline __m512 Load16(const uint8_t* row, int64_t k) {
     return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + k);
   } else if constexpr (kType == WeightType::kF16) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * k)));
-  } else {
-    static_assert(kType == WeightType::kBF16, "float weights only: block-quantized ones take quant_dot.h's integer path");
+  } else if constexpr (kType == WeightType::kBF16) {
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * k));
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  } else if constexpr (kType == WeightType::kQ8_0) {
+    const uint8_t* block = row + (k / kQ8Block) * kQ8BlockBytes;
+    const uint16_t d = uint16_t(block[0] | (block[1] << 8));
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2 + k % kQ8Block));
+    const __m512 qf = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
+    return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(d)), qf);  // F16C: exact, like F16ToFloat
+  } else {
+    return LoadQuant16<kType>(row, k);
   }
 }
 

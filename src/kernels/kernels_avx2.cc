@@ -25,13 +25,26 @@ inline Lanes16 Load16(const uint8_t* row, int64_t k) {
   } else if constexpr (kType == WeightType::kF16) {
     const __m128i* p = reinterpret_cast<const __m128i*>(row + 2 * k);
     return {_mm256_cvtph_ps(_mm_loadu_si128(p)), _mm256_cvtph_ps(_mm_loadu_si128(p + 1))};
-  } else {
-    static_assert(kType == WeightType::kBF16, "float weights only: block-quantized ones take quant_dot.h's integer path");
+  } else if constexpr (kType == WeightType::kBF16) {
     const __m128i* p = reinterpret_cast<const __m128i*>(row + 2 * k);
     auto widen = [](__m128i h) {
       return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
     };
     return {widen(_mm_loadu_si128(p)), widen(_mm_loadu_si128(p + 1))};
+  } else if constexpr (kType == WeightType::kQ8_0) {
+    const uint8_t* block = row + (k / kQ8Block) * kQ8BlockBytes;
+    const uint16_t d = uint16_t(block[0] | (block[1] << 8));
+    const __m256 dv = _mm256_set1_ps(F16ToFloat(d));
+    const uint8_t* q = block + 2 + k % kQ8Block;
+    const __m256 lo = _mm256_cvtepi32_ps(
+        _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q))));
+    const __m256 hi = _mm256_cvtepi32_ps(
+        _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 8))));
+    return {_mm256_mul_ps(dv, lo), _mm256_mul_ps(dv, hi)};
+  } else {
+    alignas(32) float w[kLanes];
+    Decode16(kType, row, k, w);
+    return {_mm256_load_ps(w), _mm256_load_ps(w + 8)};
   }
 }
 
@@ -101,6 +114,9 @@ void MatMulRows(const WeightMatrix& w, const float* x, int64_t x_stride, int n_t
     case WeightType::kF32: return MatMulTyped<WeightType::kF32>(w, x, x_stride, n_tokens, y, y_stride, r0, r1);
     case WeightType::kF16: return MatMulTyped<WeightType::kF16>(w, x, x_stride, n_tokens, y, y_stride, r0, r1);
     case WeightType::kBF16: return MatMulTyped<WeightType::kBF16>(w, x, x_stride, n_tokens, y, y_stride, r0, r1);
+    case WeightType::kQ8_0: return MatMulTyped<WeightType::kQ8_0>(w, x, x_stride, n_tokens, y, y_stride, r0, r1);
+    case WeightType::kQ4_0: return MatMulTyped<WeightType::kQ4_0>(w, x, x_stride, n_tokens, y, y_stride, r0, r1);
+    case WeightType::kQ5_0: return MatMulTyped<WeightType::kQ5_0>(w, x, x_stride, n_tokens, y, y_stride, r0, r1);
     default: return MatMulRowsViaActs(Avx2Table(), w, x, x_stride, n_tokens, y, y_stride, r0, r1);
   }
 }

@@ -45,7 +45,7 @@ void MatMulRowsQ(const WeightMatrix& w, const QuantizedActs& x, int n_tokens, fl
 
 void MatMulRows(const WeightMatrix& w, const float* x, int64_t x_stride, int n_tokens, float* y,
                 int64_t y_stride, int64_t r0, int64_t r1) {
-  if (ActBlockFor(w.type) > 0) return MatMulRowsViaActs(ScalarTable(), w, x, x_stride, n_tokens, y, y_stride, r0, r1);
+  if (UsesIntegerDot(w.type)) return MatMulRowsViaActs(ScalarTable(), w, x, x_stride, n_tokens, y, y_stride, r0, r1);
   for (int t = 0; t < n_tokens; ++t) {
     for (int64_t r = r0; r < r1; ++r) {
       y[t * y_stride + r] = RowDot(w.type, w.data + r * w.row_bytes, x + t * x_stride, w.cols);

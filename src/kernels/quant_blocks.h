@@ -1,7 +1,7 @@
 // The GGUF block-quantized weight types beyond Q8_0, as ggml defines them,
-// and the one scalar decode of each element to fp32 (WeightAt: embeddings,
-// the references; matrix products use quant_dot.h's integers). Each decode is
-// a fixed short sequence of fp32 operations:
+// and the one scalar decode of each element to fp32 that every kernel uses
+// (the SIMD paths decode through these same functions, so every ISA sees the
+// same fp32 weights). Each decode is a fixed short sequence of fp32 operations:
 //   Q4_0  32 per 18-byte block: f16 d, 16 bytes of nibbles;      w = d * (q - 8)
 //   Q5_0  32 per 22-byte block: f16 d, 32 high bits, 16 bytes;   w = d * (q - 16)
 //   Q4_K  256 per 144 bytes: f16 d, f16 dmin, 12 bytes of 6-bit (scale, min) for
@@ -69,6 +69,22 @@ inline float DecodeQ6K(const uint8_t* b, int k) {
   const int q = ((quarter < 2 ? ql & 0xf : ql >> 4) | ((qh >> (2 * quarter)) & 3) << 4) - 32;
   const int8_t sc = int8_t(b[192 + half * 8 + l / 16 + 2 * quarter]);
   return HalfAt(b + 208) * float(sc) * float(q);
+}
+
+// Elements [k, k + 16) of a row (k % 16 == 0): the same formulas as above with
+// each block's scales computed once, for the SIMD paths (the elementwise fp32
+// operations are those of the scalar decode, so the values are identical).
+inline void Decode16Q4_0Q5_0(const uint8_t* row, int64_t k, bool five, float* out) {
+  const uint8_t* b = row + (k / 32) * (five ? kQ5_0BlockBytes : kQ4_0BlockBytes);
+  const int e0 = int(k % 32);
+  const float d = HalfAt(b);
+  const uint32_t qh = five ? uint32_t(b[2]) | uint32_t(b[3]) << 8 | uint32_t(b[4]) << 16 | uint32_t(b[5]) << 24 : 0;
+  const uint8_t* qs = b + (five ? 6 : 2);
+  for (int j = 0; j < 16; ++j) {
+    int q = e0 == 0 ? qs[j] & 0xf : qs[j] >> 4;
+    if (five) q |= int((qh >> (e0 + j)) & 1) << 4;
+    out[j] = d * float(q - (five ? 16 : 8));
+  }
 }
 
 }  // namespace tandem::kernels

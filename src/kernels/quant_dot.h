@@ -5,7 +5,7 @@
 //    of 32 (for Q8_0, Q4_0, Q5_0) or 256 (for the K-quants) elements:
 //      amax = max |x_k| over the block (NaNs ignored)
 //      d    = amax / 127                 (fp32 division; d = 0 when amax is 0)
-//      id   = d > 0 ? 1 / d : 0
+//      id   = d >= FLT_MIN ? 1 / d : 0     (a subnormal d: all a_k = 0)
 //      v_k  = x_k * id (fp32), NaN -> 0, clamped to [-127, 127]
 //      a_k  = v_k rounded to nearest, ties to even (int8)
 //    with the integer sum of every 16 a_k beside them.
@@ -27,6 +27,7 @@
 // how rows are split between threads, or how many tokens share a call.
 #pragma once
 
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -40,8 +41,17 @@
 
 namespace tandem::kernels {
 
-// The activation block of a weight type: 32, 256, or 0 for the float types
-// (which multiply fp32 activations, kernel_table.h's order).
+// Which weight types the forward pass multiplies by integer dot products:
+// the K-quants. Q8_0, Q4_0 and Q5_0 have integer kernels here too (tested,
+// block 32), but their products stay on the fp32 path (kernel_table.h's
+// order, weights converted exactly) until those kernels are faster there:
+// one reduction per 32 weights costs them more than the conversion does.
+constexpr bool UsesIntegerDot(WeightType type) {
+  return type == WeightType::kQ4_K || type == WeightType::kQ5_K || type == WeightType::kQ6_K;
+}
+
+// The activation block of a type's integer dot products: 32 or 256 (0 for
+// the float types).
 constexpr int ActBlockFor(WeightType type) {
   switch (type) {
     case WeightType::kQ8_0:
@@ -75,7 +85,7 @@ inline void QuantizeActBlock(const float* x, int block, int8_t* q, float* d, int
     amax = v > amax ? v : amax;
   }
   const float dd = amax / 127.0f;
-  const float id = dd > 0.0f ? 1.0f / dd : 0.0f;
+  const float id = dd >= FLT_MIN ? 1.0f / dd : 0.0f;
   *d = dd;
   for (int k = 0; k < block; ++k) {
     float v = x[k] * id;

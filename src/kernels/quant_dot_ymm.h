@@ -69,7 +69,7 @@ inline void QuantizeActs(const float* x, int64_t x_stride, int n_tokens, int64_t
       m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
       const float amax = _mm_cvtss_f32(m4);
       const float dd = amax / 127.0f;
-      const float id = dd > 0.0f ? 1.0f / dd : 0.0f;
+      const float id = dd >= FLT_MIN ? 1.0f / dd : 0.0f;
       d[(t * cols + b0) / block] = dd;
       const __m256 idv = _mm256_set1_ps(id);
       for (int k = 0; k < block; k += 32) {

@@ -48,6 +48,18 @@ inline float WeightAt(WeightType type, const uint8_t* row, int64_t k) {
   return 0.0f;
 }
 
+// Weights [k, k + 16) of a row (k % 16 == 0, within the row): the
+// block-quantized types' SIMD loads go through this; the values are those of
+// WeightAt, the scalar path's (tests compare every ISA bit for bit).
+inline void Decode16(WeightType type, const uint8_t* row, int64_t k, float* out) {
+  switch (type) {
+    case WeightType::kQ4_0: return Decode16Q4_0Q5_0(row, k, false, out);
+    case WeightType::kQ5_0: return Decode16Q4_0Q5_0(row, k, true, out);
+    default:
+      for (int j = 0; j < kLanes; ++j) out[j] = WeightAt(type, row, k + j);
+  }
+}
+
 // Fills 16 lanes with weights [k0, k0+16) of a row and the matching x values,
 // zero-padding past n. Used for the tail of a row on every ISA.
 inline void LoadTail(WeightType type, const uint8_t* row, const float* x, int64_t k0, int64_t n,

@@ -128,8 +128,9 @@ void ForwardPass::MatMuls(std::span<const MatMulJob> jobs, int n) {
   std::vector<Input> inputs;
   std::vector<int> input_of(jobs.size(), -1);
   for (size_t j = 0; j < jobs.size(); ++j) {
+    if (!kernels::UsesIntegerDot(jobs[j].w->type)) continue;
     const int block = kernels::ActBlockFor(jobs[j].w->type);
-    if (block == 0) continue;
+    TANDEM_CHECK_MSG(jobs[j].w->cols % block == 0, "a block-quantized row is whole blocks");
     const Input in{jobs[j].x, jobs[j].x_stride, jobs[j].w->cols, block};
     auto same = [&](const Input& o) { return o.x == in.x && o.stride == in.stride && o.cols == in.cols && o.block == in.block; };
     auto it = std::find_if(inputs.begin(), inputs.end(), same);

@@ -68,7 +68,7 @@ TEST(MatMul, AllIsasBitwiseEqualAndAccurate) {
               // (quant_dot.h's step 1): only the kernels' rounding is left.
               // Against the unquantized activations the error is at most
               // half a quantization step per element.
-              const int block = ActBlockFor(c.kernel_type);
+              const int block = UsesIntegerDot(c.kernel_type) ? ActBlockFor(c.kernel_type) : 0;
               std::vector<double> xq(x.begin(), x.end()), step(x.size(), 0.0);
               if (block > 0) {
                 std::vector<int8_t> q(static_cast<size_t>(block));

@@ -147,10 +147,11 @@ TEST(QuantBlocks, DecodeMatchesAnIndependentDecoderOnRandomBlocks) {
 }
 
 // Random block bytes (any scale bits but NaN/inf, quants anywhere) through
-// every ISA's matmul: each output is the reference integer dot product of
-// quant_dot.h (with one-hot activations, one decoded weight times the
-// activation's step: within float rounding of WeightAt's value), and every
-// ISA gives the same bits.
+// every ISA's matmul, and every ISA gives the same bits. fp32 products
+// (Q8_0, Q4_0, Q5_0): with one-hot activations each output is one decoded
+// weight. Integer products (the K-quants): each output is the reference
+// integer dot product of quant_dot.h (one-hot: the decoded weight times the
+// activation's step, within float rounding of WeightAt's value).
 TEST(QuantBlocks, EveryIsaDecodesRandomBlocksLikeTheScalarPath) {
   testing::IsaRestorer restore;
   uint32_t seed = 5;
@@ -183,7 +184,16 @@ TEST(QuantBlocks, EveryIsaDecodesRandomBlocksLikeTheScalarPath) {
         std::vector<float> y(size_t(n_tok * rows)), yd(y.size());
         Active().matmul_rows(m, x.data(), cols, n_tok, y.data(), rows, 0, rows);
         Active().matmul_rows(m, dense.data(), cols, n_tok, yd.data(), rows, 0, rows);
+        if (!UsesIntegerDot(t.kernel)) {  // fp32 products: one-hot outputs are the decoded weights
+          for (int j = 0; j < n_tok; ++j) {
+            for (int r = 0; r < rows; ++r) {
+              const float want = WeightAt(t.kernel, w.data() + r * row_bytes, (j * 37) % cols);
+              ASSERT_EQ(y[size_t(j * rows + r)], want) << TensorTypeName(t.file) << " " << IsaName(isa);
+            }
+          }
+        }
         for (const auto* in : {&x, &dense}) {
+          if (!UsesIntegerDot(t.kernel)) break;
           const std::vector<float>& got = in == &x ? y : yd;
           for (int j = 0; j < n_tok; ++j) {
             const int block = ActBlockFor(t.kernel);

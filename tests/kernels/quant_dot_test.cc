@@ -55,7 +55,7 @@ TEST(QuantDot, ActivationsQuantizeToTheSameBytesOnEveryIsa) {
     fill(0, [](int) { return 0.0f; });
     fill(1, [&](int k) { return k == 3 ? nan : float(k) - 7.5f; });
     fill(2, [&](int k) { return k == 5 ? inf : k == 6 ? -inf : float(k); });
-    fill(3, [](int k) { return std::ldexp(float(k % 9) - 4.0f, -140); });  // subnormal: the step underflows
+    fill(3, [](int k) { return std::ldexp(float(k % 9) - 4.0f, -140); });  // subnormal: so is the step
     fill(4, [](int k) { return k == 0 ? 127.0f : float(k % 5) - 2.5f; });  // step 1: exact ties round to even
     fill(5, [](int k) { return (k % 2 ? -1.0f : 1.0f) * std::numeric_limits<float>::max(); });
     fill(6, [](int k) { return -float(k) * 1e-3f; });
@@ -64,6 +64,7 @@ TEST(QuantDot, ActivationsQuantizeToTheSameBytesOnEveryIsa) {
     for (int k = 0; k < block; ++k) EXPECT_EQ(ref.q[size_t(k)], 0);
     EXPECT_EQ(ref.d[0], 0.0f);
     EXPECT_EQ(ref.q[size_t(block + 3)], 0) << "NaN quantizes to 0";
+    for (int k = 0; k < block; ++k) EXPECT_EQ(ref.q[size_t(3 * block + k)], 0) << "a subnormal step quantizes to 0";
     EXPECT_EQ(ref.q[size_t(4 * block)], 127);
     EXPECT_EQ(ref.q[size_t(4 * block + 1)], -2) << "-1.5 rounds to even";
     EXPECT_EQ(ref.q[size_t(4 * block + 3)], 0) << "0.5 rounds to even";
@@ -91,9 +92,10 @@ constexpr Case kQuantCases[] = {{TensorType::kQ8_0, WeightType::kQ8_0}, {TensorT
                                 {TensorType::kQ5_0, WeightType::kQ5_0}, {TensorType::kQ4_K, WeightType::kQ4_K},
                                 {TensorType::kQ5_K, WeightType::kQ5_K}, {TensorType::kQ6_K, WeightType::kQ6_K}};
 
-// matmul_rows over float activations is matmul_rows_q over their
-// quantization, on every ISA; and an output is the same bits whatever rows
-// and tokens share its call.
+// For the types the forward pass multiplies in integers, matmul_rows over
+// float activations is matmul_rows_q over their quantization; matmul_rows_q
+// gives the same bits on every ISA for every type it has; and an output is
+// the same bits whatever rows and tokens share its call.
 TEST(QuantDot, PrequantizedPathAndEverySplitGiveTheSameBits) {
   testing::IsaRestorer restore;
   const int64_t cols = 768, rows = 11;
@@ -108,15 +110,16 @@ TEST(QuantDot, PrequantizedPathAndEverySplitGiveTheSameBits) {
       const KernelTable& kt = Active();
       std::vector<float> all(size_t(n * rows), -1.0f);
       kt.matmul_rows(w, x.data(), cols, n, all.data(), rows, 0, rows);
-      if (ref.empty()) ref = all;
-      ASSERT_EQ(0, std::memcmp(ref.data(), all.data(), all.size() * 4)) << IsaName(isa) << " " << int(c.kernel);
       const int block = ActBlockFor(c.kernel);
       const Quantized q = QuantizeWith(kt, x, n, cols, block);
       const QuantizedActs acts{q.q.data(), q.d.data(), q.sums.data(), cols, block};
       std::vector<float> pre(all.size(), -1.0f);
       kt.matmul_rows_q(w, acts, n, pre.data(), rows, 0, 4);
       kt.matmul_rows_q(w, acts, n, pre.data(), rows, 4, rows);
+      if (ref.empty()) ref = pre;
       ASSERT_EQ(0, std::memcmp(ref.data(), pre.data(), pre.size() * 4)) << IsaName(isa) << " " << int(c.kernel);
+      if (!UsesIntegerDot(c.kernel)) continue;  // its matmul_rows is the fp32 path (matmul_test.cc)
+      ASSERT_EQ(0, std::memcmp(ref.data(), all.data(), all.size() * 4)) << IsaName(isa) << " " << int(c.kernel);
       for (int t : {0, 5, 63, 64, 69}) {  // one token alone, and three from t
         std::vector<float> one(size_t(rows), -1.0f);
         kt.matmul_rows(w, x.data() + t * cols, cols, 1, one.data(), rows, 0, rows);

@@ -45,14 +45,8 @@ TEST(DsaForward, MatchesTheFloat64Reference) {
     const auto dense_want = ref.Forward(tokens, 1 << 30);
     const double dense = ErrorAgainst(model, threads, tokens, kDense, CacheDType::kF32, CacheDType::kBF16, dense_want);
     const double dense_f16 = ErrorAgainst(model, threads, tokens, kDense, CacheDType::kF16, CacheDType::kBF16, dense_want);
-    // Q8_0: 8-bit activations, which the reference quantizes by the same rule
-    // but cannot round identically at every boundary (forward_test.cc); its
-    // routing and top-k then pick other experts and positions where scores
-    // nearly tie: within the error 8-bit activations make here.
-    const bool quantized = type != TensorType::kF32;
-    const double exact = quantized ? 0.25 : 1e-5;
-    EXPECT_LT(dense, exact);
-    EXPECT_LT(dense_f16, quantized ? 0.25 : 5e-3);
+    EXPECT_LT(dense, 1e-5);
+    EXPECT_LT(dense_f16, 5e-3);
     // Sparse: positions past 64 attend to the indexer's top 64, scored with
     // the keys as the bf16 index-K holds them.
     const auto sparse_want = ref.Forward(tokens, 64, true);
@@ -60,7 +54,7 @@ TEST(DsaForward, MatchesTheFloat64Reference) {
         ErrorAgainst(model, threads, tokens, kSparse, CacheDType::kF32, CacheDType::kBF16, sparse_want);
     const double sparse_fp8 =
         ErrorAgainst(model, threads, tokens, kSparse, CacheDType::kF32, CacheDType::kFp8E4M3Scaled, sparse_want);
-    EXPECT_LT(sparse_bf16, exact);
+    EXPECT_LT(sparse_bf16, 1e-5);
     // fp8 keys pick other positions where scores nearly tie (dsa-tiny's 4
     // index heads make many exactly 0): near the reference, not at it.
     EXPECT_LT(sparse_fp8, 0.2);

@@ -70,9 +70,6 @@ int ActBlock(const GgufFile& g, const std::string& name) {
   const TensorInfo* t = g.FindTensor(name);
   if (!t) throw std::runtime_error("reference: tensor '" + name + "' is missing");
   switch (t->type) {
-    case TensorType::kQ8_0: return kernels::ActBlockFor(kernels::WeightType::kQ8_0);
-    case TensorType::kQ4_0: return kernels::ActBlockFor(kernels::WeightType::kQ4_0);
-    case TensorType::kQ5_0: return kernels::ActBlockFor(kernels::WeightType::kQ5_0);
     case TensorType::kQ4_K: return kernels::ActBlockFor(kernels::WeightType::kQ4_K);
     case TensorType::kQ5_K: return kernels::ActBlockFor(kernels::WeightType::kQ5_K);
     case TensorType::kQ6_K: return kernels::ActBlockFor(kernels::WeightType::kQ6_K);

@@ -40,9 +40,9 @@ class ReferenceModel {
 std::vector<double> ReferenceTensor(const GgufFile& gguf, const std::string& name);
 void RmsNorm(const std::vector<double>& x, const std::vector<double>& w, double eps, std::vector<double>& out);
 std::vector<double> MatVec(const std::vector<double>& w, const std::vector<double>& x);
-// The activation block of a tensor's type (kernels/quant_dot.h): 0 for float
-// types; 32 or 256 for block-quantized ones, whose matrix products see their
-// input quantized to 8 bits per element in blocks of that many.
+// The activation block of a tensor's type (kernels/quant_dot.h): 256 for the
+// K-quants, whose matrix products see their input quantized to 8 bits per
+// element in blocks of that many; 0 for the others (fp32 products).
 int ActBlock(const GgufFile& gguf, const std::string& name);
 // x as the runtime's integer dot products see it for an activation block
 // (quant_dot.h's step 1, in fp32 as the runtime does it, then back to
