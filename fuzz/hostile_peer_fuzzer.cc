@@ -143,7 +143,7 @@ struct Session {
 
 std::optional<Session> Handshake(World& w, transfer::SocketTransport& t, Inbox& in) {
   Hello h{"decode", w.engine_hello.layout_fingerprint, w.engine_hello.weights_identity, transfer::NewInstanceId(), 0,
-          {}, {}, w.address};
+          {}, {}, w.address, w.engine_hello.numerics};
   const std::vector<uint8_t> nonce = transfer::SignDecodeHello(w.key, &h);
   auto c = t.Connect(w.address, in.Handlers());
   if (!c.ok() || !(*c)->Send(h.Encode()).ok()) return std::nullopt;

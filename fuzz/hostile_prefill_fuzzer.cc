@@ -42,6 +42,7 @@
 #include "common/log.h"
 #include "fuzz_support.h"
 #include "decode/decode_role.h"
+#include "model/numerics.h"
 #include "model/cache_spec.h"
 #include "model/gguf.h"
 #include "model/model.h"
@@ -153,6 +154,7 @@ World& TheWorld() {
     ro.pool_bytes = size_t(layout.TotalBytes());
     ro.layout_fingerprint = layout.Fingerprint() + ";" + AttentionFingerprint(spec->attention);
     ro.weights_identity = WeightsIdentity(*w->micro.model);
+    ro.numerics = HandshakeNumerics();
     ro.transport = transfer::TransportKind::kTcp;
     ro.peer_timeout = 2s;
     ro.heartbeat_interval = 400ms;
@@ -205,7 +207,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::optional<Destination> open;
   if (mode & 2) {
     Hello mine{"prefill", theirs->layout_fingerprint, theirs->weights_identity, transfer::NewInstanceId(),
-               theirs->instance_id, {}, {}, ""};
+               theirs->instance_id, {}, {}, "", theirs->numerics};
     const std::vector<uint8_t> my_nonce = transfer::SignPrefillHello(w.key, *theirs, &mine);
     (void)conn->Send(mine.Encode());
     auto session = std::make_shared<transfer::MessageAuth>(w.key, theirs->nonce, my_nonce, /*decode_side=*/false);

@@ -15,6 +15,9 @@ namespace tandem::cli {
 constexpr int kExitCorrupt = 3;  // the oracle found corrupt answers
 constexpr int kExitStopped = 4;  // the health gate stopped the sweep, or the server did not recover
 constexpr int kExitFailed = 5;   // rounds timed out or failed
+// Nothing corrupt and nothing failed, but judged across numerics identities
+// (another build, a mixed deployment, an older transcript): drift, at most.
+constexpr int kExitDrift = 6;
 
 // "host:port" or "http://host:port/"; false when it is neither.
 bool SplitUrl(const std::string& url, std::string* host, int* port);

@@ -239,7 +239,9 @@ int Soak(const AgenticArgs& a, const AgenticShape& shape, const std::string& hos
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (const RoundRecord& r : *all) k.sessions = std::max<int64_t>(k.sessions, r.session + 1);
   report->points.push_back(Summarize(0, o.concurrency, *all, wall));
-  report->points.back().handoff_time_share = HandoffShare(before_state, ProbeServer(host, port));
+  const ServerState after_state = ProbeServer(host, port);
+  report->points.back().handoff_time_share = HandoffShare(before_state, after_state);
+  report->points.back().time_split = TimeSplit(before_state, after_state);
   if (const Status after = WaitForBaseline(host, port, a.health_timeout_s); !after.ok()) {
     report->stopped = "after the soak: " + after.message();
     std::fprintf(stderr, "tandem bench agentic: %s\n", report->stopped.c_str());
@@ -279,7 +281,7 @@ int RunAgentic(AgenticArgs& a) {
   header.preset = a.preset;
   header.shape = shape;
   if (Status st = QueryModel(host, port, &header.model, &header.server_attention, &header.server_context,
-                             &header.server_chat_format);
+                             &header.server_chat_format, &header.server_numerics);
       !st.ok()) {
     return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
   }
@@ -305,6 +307,16 @@ int RunAgentic(AgenticArgs& a) {
     if (!m.ok()) return std::fprintf(stderr, "error: %s\n", m.status().ToString().c_str()), 1;
     reference = std::move(m).value();
   }
+  // What the oracle can claim (invariant 9), said before the sweep starts.
+  NumericsJudgement numerics;
+  if (reference) {
+    auto attention = AttentionFromHeader(header.server_attention, AttentionOptions{});
+    if (!attention.ok()) return std::fprintf(stderr, "error: %s\n", attention.status().ToString().c_str()), 1;
+    auto judged = JudgeNumerics(*reference, *attention, header.server_numerics);
+    if (!judged.ok()) return std::fprintf(stderr, "error: %s\n", judged.status().ToString().c_str()), 1;
+    numerics = *judged;
+    std::fprintf(stderr, "%s\n", numerics.note.c_str());
+  }
   std::error_code ec;
   std::filesystem::create_directories(a.out_dir, ec);
   if (ec) return std::fprintf(stderr, "error: cannot create %s: %s\n", a.out_dir.c_str(), ec.message().c_str()), 1;
@@ -312,6 +324,9 @@ int RunAgentic(AgenticArgs& a) {
 
   SweepReport report;
   report.header = header;
+  report.judged_exactly = numerics.exact;
+  report.reference_numerics = numerics.reference_id;
+  report.numerics_note = numerics.note;
   report.target = host + ":" + std::to_string(port);
   report.transcript_path = transcript;
   const bool tty = isatty(2) && !a.quiet;
@@ -334,6 +349,8 @@ int RunAgentic(AgenticArgs& a) {
     auto attention = AttentionFromHeader(header.server_attention, AttentionOptions{});
     if (!attention.ok()) return std::fprintf(stderr, "error: %s\n", attention.status().ToString().c_str()), 1;
     VerifyOptions vo;
+    vo.exact = numerics.exact;
+    vo.near_tie_nats = a.near_tie_nats;
     vo.threads = a.model.threads;
     vo.model_id = header.model;
     vo.server_context = header.server_context;
@@ -366,7 +383,9 @@ int RunAgentic(AgenticArgs& a) {
     }
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     PointSummary s = Summarize(int(i), c, recs, wall);
-    s.handoff_time_share = HandoffShare(before, ProbeServer(host, port));
+    const ServerState after = ProbeServer(host, port);
+    s.handoff_time_share = HandoffShare(before, after);
+    s.time_split = TimeSplit(before, after);
     std::fprintf(stderr, "  %d sessions: %lld rounds in %.1f s, %.1f tok/s, TTFT p50 %.1f ms, %lld timeout, %lld error\n",
                  c, (long long)s.rounds, wall, s.tokens_per_s, s.ttft_p50_s * 1e3, (long long)s.outcomes[kTimeout],
                  (long long)s.outcomes[kError]);
@@ -391,6 +410,8 @@ int RunAgentic(AgenticArgs& a) {
     if (!st.ok()) return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
     report.verified = true;
     report.verified_by = a.reference_url;
+    report.judged_exactly = false;
+    report.numerics_note = "numerics: judged by the reference deployment's log-probabilities (drift or corrupt)";
     Resummarize(&report, all);
     if (Status w = WriteTranscript(transcript, header, all); !w.ok()) {
       return std::fprintf(stderr, "error: %s\n", w.ToString().c_str()), 1;
@@ -409,6 +430,8 @@ int RunAgentic(AgenticArgs& a) {
     std::fprintf(stderr, "verifying %zu rounds on the reference engine (one sequence per session, its own cache)\n",
                  all.size());
     VerifyOptions vo;
+    vo.exact = numerics.exact;
+    vo.near_tie_nats = a.near_tie_nats;
     vo.threads = a.model.threads;
     vo.model_id = header.model;
     vo.server_context = header.server_context;
@@ -432,10 +455,11 @@ int RunAgentic(AgenticArgs& a) {
     return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
   }
   std::fprintf(stderr, "wrote %s/transcript.jsonl, report.json, report.svg\n", a.out_dir.c_str());
-  int64_t corrupt = 0, failed = 0;
+  int64_t corrupt = 0, failed = 0, drift = 0;
   for (const auto& p : report.points) {
     for (const auto& [o, n] : p.outcomes) {
       if (o == kCorrupt) corrupt += n;
+      if (o == kDrift) drift += n;
       if (o == kTimeout || o == kError) failed += n;
     }
   }
@@ -449,7 +473,10 @@ int RunAgentic(AgenticArgs& a) {
   }
   if (corrupt > 0) return kExitCorrupt;  // the finding that matters most
   if (!report.stopped.empty() || !report.soak_section.restarted.empty()) return kExitStopped;
-  return failed > 0 ? kExitFailed : 0;
+  if (failed > 0) return kExitFailed;
+  // Across numerics identities nothing was judged bit for bit: say so in the exit code too.
+  if (report.verified && (drift > 0 || (!report.judged_exactly && report.verified_by.empty()))) return kExitDrift;
+  return 0;
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 
 #include "bin/commands.h"
 #include "bin/model_options.h"
+#include "model/numerics.h"
 #include "common/splitmix.h"
 #include "prefill/prefill_server.h"
 #include "prefix/prefix_index.h"
@@ -141,7 +142,7 @@ StatusOr<BurstResult> RunBurst(const Model& model, const PrefillBenchArgs& a, in
   const uint64_t instance = transfer::NewInstanceId();
   TANDEM_RETURN_IF_ERROR(
       conn->Send(Hello{"decode", decode.pool().layout().Fingerprint() + ";" + AttentionFingerprint(spec.attention),
-                       WeightsIdentity(model), instance, 0, {}, {}}
+                       WeightsIdentity(model), instance, 0, {}, {}, {}, HandshakeNumerics()}
                      .Encode()));
   {
     std::unique_lock<std::mutex> lock(mu);

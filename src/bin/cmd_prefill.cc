@@ -37,6 +37,7 @@ struct PrefillArgs {
   bool no_prefix_cache = false;
   int64_t max_queue = 256;
   int64_t peer_timeout_ms = 5000;
+  bool allow_mixed_numerics = false;
   std::string cluster_key_file;
   bool insecure_no_cluster_key = false;
   std::string transport = "auto";
@@ -78,6 +79,7 @@ int RunPrefill(PrefillArgs& a) {
   po.max_queue = size_t(a.max_queue);
   po.peer_timeout = std::chrono::milliseconds(a.peer_timeout_ms);
   po.heartbeat_interval = transfer::HeartbeatInterval(po.peer_timeout);
+  po.allow_mixed_numerics = a.allow_mixed_numerics;
   if (!a.cluster_key_file.empty()) {
     auto key = transfer::ClusterKey::Load(a.cluster_key_file);
     if (!key.ok()) return TLOG_ERROR("error: %s\n", key.status().message().c_str()), 2;
@@ -128,6 +130,8 @@ int RunPrefill(PrefillArgs& a) {
                a.host.c_str(), server.port(),
                kernels::IsaName(kernels::ActiveIsa()), a.attention.attention.c_str(), worker.layout_fingerprint().c_str(),
                (unsigned long long)worker.instance_id());
+  TLOG_INFO("tandem prefill: numerics %s %s\n", worker.engine().numerics().Id().c_str(),
+            worker.engine().numerics().ToJson().dump().c_str());
   WaitForStopSignal();
   server.Stop();  // no thread of it touches a connection once the transport goes
   const auto s = worker.stats();
@@ -176,6 +180,8 @@ void RegisterPrefill(CLI::App& app) {
   cmd->add_option("--transport", a->transport, "How handoff bytes travel: auto (what UCX finds), shm or tcp");
   cmd->add_option("--cluster-key-file", a->cluster_key_file,
                   "A secret (16+ bytes) decode engines must prove before a destination is taken (transfer/cluster_key.h)");
+  cmd->add_flag("--allow-mixed-numerics", a->allow_mixed_numerics,
+                "Serve decode engines whose numerics identity differs (another build, during a rolling upgrade)");
   cmd->add_flag("--insecure-no-cluster-key", a->insecure_no_cluster_key,
                 "INSECURE, tests only: run without --cluster-key-file (loopback addresses only)");
   cmd->add_option("--peer-timeout-ms", a->peer_timeout_ms,

@@ -113,6 +113,9 @@ DisaggLaunch LaunchFor(const ServeArgs& a) {
     side->insert(side->end(), {"--transport", a.transport, "--peer-timeout-ms", std::to_string(a.peer_timeout_ms)});
   }
   for (const std::string& arg : a.faults.TransportArgs()) l.prefill_args.push_back(arg);
+  if (a.decode.allow_mixed_numerics) {
+    for (auto* side : {&l.prefill_args, &l.decode_args}) side->push_back("--allow-mixed-numerics");
+  }
   for (auto* side : {&l.decode_args, &l.prefill_args}) {
     for (const std::string& arg : a.faults.CacheArgs()) side->push_back(arg);
   }
@@ -259,6 +262,8 @@ int RunServe(ServeArgs& a) {
                kernels::IsaName(kernels::ActiveIsa()), a.model.threads, (long long)a.engine.cache_tokens,
                a.attention.attention.c_str());
   TLOG_INFO("tandem serve: chats are rendered with %s\n", (*model)->chat_format().Describe().c_str());
+  TLOG_INFO("tandem serve: numerics %s %s\n", (*engine)->numerics().Id().c_str(),
+            (*engine)->numerics().ToJson().dump().c_str());
   const int sig = WaitForStopSignal();
   TLOG_INFO("tandem serve: signal %d, draining in-flight requests\n", sig);
   (*engine)->Shutdown(std::chrono::milliseconds(int64_t(a.shutdown_timeout_s * 1000)));
@@ -312,6 +317,10 @@ void RegisterServe(CLI::App& app) {
                   "(its request re-placed or failed)")
       ->check(CLI::Range(int64_t(10), int64_t(3600) * 1000));
   a->access.AddTo(cmd);
+  cmd->add_flag("--allow-mixed-numerics", a->decode.allow_mixed_numerics,
+                "With --prefill or --disagg: link to prefill engines whose numerics identity differs (another "
+                "build, during a rolling upgrade); answers then equal no colocated run exactly, and /v1/models says "
+                "so (a mixed identity: verification judges them as drift)");
   cmd->add_flag("--insecure-no-cluster-key", a->insecure_no_cluster_key,
                 "INSECURE, tests only: with --prefill, run without --cluster-key-file (loopback prefill addresses only)");
   cmd->add_option("--cluster-key-file", a->cluster_key_file,

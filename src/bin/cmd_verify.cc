@@ -33,7 +33,8 @@ struct VerifyArgs {
 
 // One line per session (each round's verdict in order), the totals, and the
 // verification cost by round; writes the verdicts back with --write.
-int PrintVerdicts(const VerifyArgs& a, const TranscriptHeader& header, const std::vector<RoundRecord>& rounds) {
+int PrintVerdicts(const VerifyArgs& a, const TranscriptHeader& header, const std::vector<RoundRecord>& rounds,
+                  bool exact) {
   // One line per session: each round's verdict in order.
   std::map<std::pair<int, int>, std::vector<const RoundRecord*>> sessions;
   std::map<std::string, int64_t> counts;
@@ -47,13 +48,18 @@ int PrintVerdicts(const VerifyArgs& a, const TranscriptHeader& header, const std
                        " sessions) session " + std::to_string(key.second) + ":";
     for (const RoundRecord* r : list) {
       line += " r" + std::to_string(r->round) + "=" + r->outcome;
-      if (r->outcome == kCorrupt) line += "@token" + std::to_string(r->first_mismatch);
+      if (r->outcome == kCorrupt || r->outcome == kDrift) line += "@token" + std::to_string(r->first_mismatch);
     }
     std::printf("%s\n", line.c_str());
   }
-  std::printf("%zu rounds: %lld ok, %lld corrupt, %lld timeout, %lld error\n", rounds.size(),
-              (long long)counts[kOk], (long long)counts[kCorrupt], (long long)counts[kTimeout],
-              (long long)counts[kError]);
+  std::printf("%zu rounds: %lld ok, %lld drift, %lld corrupt, %lld timeout, %lld error, %lld unverified\n",
+              rounds.size(), (long long)counts[kOk], (long long)counts[kDrift], (long long)counts[kCorrupt],
+              (long long)counts[kTimeout], (long long)counts[kError], (long long)counts[kUnverified]);
+  for (const RoundRecord& r : rounds) {
+    if (r.outcome == kDrift) {
+      std::printf("drift: point %d session %d round %d: %s\n", r.point, r.session, r.round, r.verify_note.c_str());
+    }
+  }
   // Verification cost by round number: flat when each round computes only its new tokens.
   std::map<int, std::pair<double, int>> by_round;
   for (const RoundRecord& r : rounds) {
@@ -72,7 +78,13 @@ int PrintVerdicts(const VerifyArgs& a, const TranscriptHeader& header, const std
     }
   }
   if (counts[kCorrupt] > 0) return kExitCorrupt;
-  return counts[kTimeout] + counts[kError] > 0 ? kExitFailed : 0;
+  if (counts[kTimeout] + counts[kError] > 0) return kExitFailed;
+  if (!exact || counts[kDrift] > 0) {
+    std::printf("exit %d: judged across numerics identities: %lld rounds drifted, none corrupt\n", kExitDrift,
+                (long long)counts[kDrift]);
+    return kExitDrift;
+  }
+  return 0;
 }
 
 int RunVerify(VerifyArgs& a) {
@@ -90,7 +102,10 @@ int RunVerify(VerifyArgs& a) {
     if (Status st = VerifyRoundsAgainstReference(d, &rounds, VerifyProgressPrinter(isatty(2))); !st.ok()) {
       return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
     }
-    return PrintVerdicts(a, header, rounds);
+    std::printf("numerics: judged by the reference deployment's log-probabilities (server %s)\n",
+                header.server_numerics.is_object() ? header.server_numerics.value("id", "?").c_str()
+                                                   : "identity not recorded");
+    return PrintVerdicts(a, header, rounds, /*exact=*/true);  // drift, if any, shows in the counts
   }
   auto fallback = a.attention.Resolve();
   if (!fallback.ok()) return std::fprintf(stderr, "error: %s\n", fallback.status().ToString().c_str()), 1;
@@ -98,7 +113,13 @@ int RunVerify(VerifyArgs& a) {
   if (!attention.ok()) return std::fprintf(stderr, "error: %s\n", attention.status().ToString().c_str()), 1;
   auto model = LoadReference(a.model, header.model, !header.server_attention.is_null(), header.server_chat_format);
   if (!model.ok()) return std::fprintf(stderr, "error: %s\n", model.status().ToString().c_str()), 1;
+  auto numerics = JudgeNumerics(**model, *attention, header.server_numerics);
+  if (!numerics.ok()) return std::fprintf(stderr, "error: %s\n", numerics.status().ToString().c_str()), 1;
+  std::printf("%s\n", numerics->note.c_str());
+  std::fflush(stdout);
   VerifyOptions vo;
+  vo.exact = numerics->exact;
+  vo.near_tie_nats = a.near_tie_nats;
   vo.threads = a.model.threads;
   vo.model_id = header.model;
   vo.server_context = header.server_context;
@@ -107,7 +128,7 @@ int RunVerify(VerifyArgs& a) {
   if (Status st = VerifyRounds(**model, *attention, &rounds, vo); !st.ok()) {
     return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
   }
-  return PrintVerdicts(a, header, rounds);
+  return PrintVerdicts(a, header, rounds, numerics->exact);
 }
 
 }  // namespace
@@ -122,7 +143,8 @@ void RegisterVerify(CLI::App& app) {
   cmd->add_option("--reference-url", a->reference_url,
                   "Judge the transcript against this reference deployment (host:port) by its logprobs instead of "
                   "replaying it on the reference engine");
-  cmd->add_option("--near-tie", a->near_tie_nats, "With --reference-url: nats within which a served token is drift")
+  cmd->add_option("--near-tie", a->near_tie_nats,
+                  "Across numerics identities (or with --reference-url): nats within which a served token is drift")
       ->check(CLI::Range(0.0, 100.0));
   cmd->add_flag("--from-scratch", a->from_scratch,
                 "Replay every round from token 0 instead of carrying each session's cache (slow; for checking)");

@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "common/log.h"
+#include "faults/numerics_variant.h"
 
 namespace tandem::cli {
 
@@ -28,6 +29,10 @@ void FaultFlags::AddTo(CLI::App* cmd) {
   cmd->add_flag("--debug-poison-pages", poison_pages,
                 "Debug: fill every cache page (L1 and L2) with a poison pattern the moment it is freed or reserved, "
                 "so a read before its data lands gives garbage (caught by verification), never stale bytes");
+  cmd->add_option("--debug-numerics-variant", numerics_variant,
+                  std::string("Tests only: kernels that round differently (") + faults::NumericsVariantNames() +
+                      "), standing for another build: the numerics identity says so (with --disagg: the prefill "
+                      "engines')");
 }
 
 StatusOr<faults::FaultOptions> FaultFlags::Resolve(bool tiers, bool engine) const {
@@ -43,6 +48,12 @@ StatusOr<faults::FaultOptions> FaultFlags::Resolve(bool tiers, bool engine) cons
   if (ungated_index_k) f.tiers.ungated_buffer = "index_k";
   f.poison_pages = poison_pages;
   if (!engine) return f;
+  if (!numerics_variant.empty()) {
+    TANDEM_RETURN_IF_ERROR(faults::InstallNumericsVariant(numerics_variant));
+    TLOG_WARN("WARNING: --debug-numerics-variant %s: this engine's kernels round differently from this build's "
+              "(its numerics identity says so): tests only\n",
+              numerics_variant.c_str());
+  }
   if (poison_pages) {
     TLOG_WARN("WARNING: --debug-poison-pages: every freed or reserved cache page is overwritten with a poison "
               "pattern (debug; costs a page-sized memset per free)\n");
@@ -70,6 +81,7 @@ std::vector<std::string> FaultFlags::TransportArgs() const {
   if (wedge_after_messages >= 0) {
     a.insert(a.end(), {"--debug-wedge-after-messages", std::to_string(wedge_after_messages)});
   }
+  if (!numerics_variant.empty()) a.insert(a.end(), {"--debug-numerics-variant", numerics_variant});
   return a;
 }
 

@@ -22,6 +22,7 @@ struct FaultFlags {
   int64_t copy_delay_us = 0;
   bool ungated_index_k = false;
   bool poison_pages = false;
+  std::string numerics_variant;  // faults/numerics_variant.h; serve --disagg: the prefill engines'
 
   void AddTo(CLI::App* cmd);
   bool transport_any() const {
@@ -29,9 +30,11 @@ struct FaultFlags {
   }
   // `tiers`: whether the engine has a host tier (the ungated fault is one of
   // its loads). `engine`: this process runs the engine, so it says loudly
-  // which faults are on (a launcher only passes them on, quietly).
+  // which faults are on (a launcher only passes them on, quietly), and
+  // installs the numerics variant.
   StatusOr<faults::FaultOptions> Resolve(bool tiers, bool engine = true) const;
-  // For each prefill engine of serve --disagg (the handoff's sender side).
+  // For each prefill engine of serve --disagg (the handoff's sender side, and
+  // the numerics variant: a rolling upgrade half done).
   std::vector<std::string> TransportArgs() const;
   // For every engine (the cache's faults).
   std::vector<std::string> CacheArgs() const;

@@ -6,8 +6,10 @@
 #include <prometheus/registry.h>
 
 #include <algorithm>
+#include <iterator>
 
 #include "common/log.h"
+#include "model/numerics.h"
 #include "runtime/engine_metrics.h"
 #include "transfer/handshake.h"
 
@@ -64,6 +66,16 @@ struct DecodeRole::Metrics {
         local_logits(MetricCounter(r, "tandem_local_prefills_total", "Prompts this decode server computed itself, by why",
                                    {{"reason", "logits_here"}})) {}
 
+  // tandem_request_phase_seconds_total{phase=NAME}: finished requests' time
+  // by phase, summing to tandem_handoff_request_seconds_total (the report's
+  // time split: where a disaggregated request's time went).
+  prometheus::Counter& Phase(const std::string& phase) {
+    return MetricCounter(registry, "tandem_request_phase_seconds_total",
+                         "Finished requests' arrival-to-finish time by phase (page_wait, prefill_queue, "
+                         "prefill_compute, transfer, commit, decode, failed_attempts, local, other)",
+                         {{"phase", phase}});
+  }
+
   // tandem_handoff_bytes_total{buffer=NAME}: bytes committed handoffs
   // brought, per cache buffer (the registry's names, so the index-K share of
   // every handoff can be read).
@@ -104,6 +116,8 @@ StatusOr<PrefillLinksOptions> DecodeRole::LinksOptions(const Model& model, const
   lo.pool_bytes = size_t(layout.TotalBytes());
   lo.layout_fingerprint = layout.Fingerprint() + ";" + AttentionFingerprint(spec.attention);
   lo.weights_identity = WeightsIdentity(model);
+  lo.numerics = ComputeNumericsIdentity(model, spec).HandshakeFingerprint();
+  lo.allow_mixed_numerics = options.allow_mixed_numerics;
   lo.transport = options.transport;
   lo.peer_timeout = options.peer_timeout;
   lo.cluster_key = options.cluster_key;
@@ -179,7 +193,10 @@ StatusOr<EngineRole::Admission> DecodeRole::Admit(Sequence& seq) {
   h.replaces = 0;
   ++h.placements;
   h.sent = Clock::now();
-  if (h.placements == 1) metrics_->page_wait.Observe(SecondsBetween(seq.arrival, h.sent));
+  if (h.placements == 1) {
+    h.page_wait_s = SecondsBetween(seq.arrival, h.sent);
+    metrics_->page_wait.Observe(h.page_wait_s);
+  }
   open_[id] = &seq;
   return Admission::kHeld;
 }
@@ -206,6 +223,7 @@ void DecodeRole::Poll() {
         TLOG_WARN("tandem decode: handoff %llu failed (%s): placing its request again\n", (unsigned long long)o.id,
                   o.status.message().c_str());
         h.replaces = o.id;
+        h.failed_s += SecondsBetween(h.sent, Clock::now());
         metrics_->replacements.Increment();
         again.push_back(&s);
         continue;
@@ -217,6 +235,10 @@ void DecodeRole::Poll() {
     const double compute = double(o.ready.compute_us) * 1e-6, transfer = double(o.ready.transfer_us) * 1e-6;
     h.seconds += wait;
     h.committed = Clock::now();
+    h.queue_s = double(o.ready.queue_us) * 1e-6;
+    h.compute_s = compute;
+    h.transfer_s = transfer;
+    h.commit_s = std::max(0.0, wait - h.queue_s - compute - transfer);
     metrics_->wait.Observe(wait);
     metrics_->compute.Observe(compute);
     metrics_->transfer.Observe(transfer);
@@ -274,6 +296,21 @@ void DecodeRole::OnEnd(const Sequence& seq, FinishReason reason, const Status& e
   if (h.committed != Clock::time_point{}) metrics_->decode_phase.Observe(SecondsBetween(h.committed, now));
   handoff_seconds_total_ += h.seconds;
   request_seconds_total_ += e2e;
+  // The phases, which add up to e2e: a request prefilled here ("local") has no handoff parts.
+  const bool handed_off = h.committed != Clock::time_point{};
+  const double decode = handed_off ? SecondsBetween(h.committed, now) : 0;
+  const double parts[] = {h.page_wait_s, h.queue_s, h.compute_s, h.transfer_s, h.commit_s, decode, h.failed_s};
+  const char* names[] = {"page_wait", "prefill_queue", "prefill_compute", "transfer", "commit", "decode", "failed_attempts"};
+  double named = 0;
+  for (size_t i = 0; i < std::size(parts); ++i) {
+    if (parts[i] > 0) metrics_->Phase(names[i]).Increment(parts[i]);
+    named += parts[i];
+  }
+  if (!handed_off) {
+    metrics_->Phase("local").Increment(std::max(0.0, e2e - named));
+  } else if (e2e > named) {
+    metrics_->Phase("other").Increment(e2e - named);  // clocks of two processes; admission after the commit
+  }
   metrics_->seconds.Increment(h.seconds);
   metrics_->request_seconds.Increment(e2e);
   if (request_seconds_total_ > 0) metrics_->time_share.Set(handoff_seconds_total_ / request_seconds_total_);

@@ -57,6 +57,9 @@ struct DecodeOptions {
   // (503) until one is back.
   bool local_prefill = true;
   transfer::ClusterKey cluster_key;                   // --cluster-key-file
+  // Link to prefill engines of other numerics (--allow-mixed-numerics, a
+  // rolling upgrade): the engine then reports a mixed numerics identity.
+  bool allow_mixed_numerics = false;
 };
 
 class DecodeRole : public EngineRole {
@@ -82,6 +85,7 @@ class DecodeRole : public EngineRole {
   void OnEnd(const Sequence& seq, FinishReason reason, const Status& error) override;
   bool Healthy() const override;
   std::string HealthNote() const override;  // any thread: the links as of the last Poll
+  bool AdmitsMixedNumerics() const override { return options_.allow_mixed_numerics; }
 
  private:
   // One request's handoff state.
@@ -91,6 +95,10 @@ class DecodeRole : public EngineRole {
     uint64_t replaces = 0;   // a failed attempt (another prefill engine is preferred), 0: none
     std::chrono::steady_clock::time_point page_wait_since{}, sent, committed;
     double seconds = 0;      // waiting for its handoffs, in all
+    // Where its time went (tandem_request_phase_seconds_total): before its
+    // first destination, and the committed attempt's parts as the prefill
+    // engine measured them; failed attempts' waits apart.
+    double page_wait_s = 0, queue_s = 0, compute_s = 0, transfer_s = 0, commit_s = 0, failed_s = 0;
   };
   struct Metrics;
   DecodeRole(DecodeOptions options, std::unique_ptr<PrefillLinks> links, const TimeSource* clock);

@@ -142,7 +142,7 @@ StatusOr<HandoffReceiver::Ready> HandoffReceiver::OnCommit(const Commit& c, uint
   if (stats_.committed_bytes.size() < c.digests.size()) stats_.committed_bytes.resize(c.digests.size());
   for (size_t b = 0; b < c.digests.size(); ++b) stats_.committed_bytes[b] += int64_t(c.digests[b].bytes);
   Ready r{c.handoff_id, std::move(e.prompt), std::move(pages), c.first_token, c.compute_us, c.transfer_us,
-          e.skip_tokens};
+          e.skip_tokens, c.queue_us};
   entries_.erase(it);
   return r;
 }

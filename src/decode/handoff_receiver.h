@@ -63,6 +63,7 @@ class HandoffReceiver {
     int32_t first_token = 0;
     uint64_t compute_us = 0, transfer_us = 0;  // as the sender measured them
     int64_t cached_tokens = 0;  // prompt tokens found in this engine's prefix cache (not sent)
+    uint64_t queue_us = 0;      // as the sender measured it
   };
   // Validates everything before anything changes (first token in the
   // vocabulary, the reservation it names, byte counts, digests when

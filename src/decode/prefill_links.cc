@@ -87,7 +87,7 @@ void PrefillLinks::Attach(PagePool& pool, PrefixIndex* index) {
 }
 
 Hello PrefillLinks::MyHello(uint64_t peer_instance) const {
-  return Hello{"decode", options_.layout_fingerprint, options_.weights_identity, instance_id_, peer_instance, {}, {}};
+  return Hello{"decode", options_.layout_fingerprint, options_.weights_identity, instance_id_, peer_instance, {}, {}, {}, options_.numerics};
 }
 
 bool PrefillLinks::healthy() const {
@@ -271,6 +271,7 @@ void PrefillLinks::Handle(const Arrival& a, std::vector<Outcome>& out) {
       o.ready.cached_tokens = ready->cached_tokens;
       o.ready.compute_us = ready->compute_us;
       o.ready.transfer_us = ready->transfer_us;
+      o.ready.queue_us = ready->queue_us;
     } else {
       o.status = ready.status();
       // Bytes damaged on the way (a digest mismatch; the commit came after

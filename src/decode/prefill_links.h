@@ -58,6 +58,8 @@ struct PrefillLinksOptions {
   std::vector<std::string> addresses;  // "host:port" each
   size_t pool_bytes = 0;
   std::string layout_fingerprint, weights_identity;
+  std::string numerics;               // NumericsIdentity::HandshakeFingerprint
+  bool allow_mixed_numerics = false;  // link to prefill engines of other numerics (transfer/handshake.h)
   transfer::TransportKind transport = transfer::TransportKind::kAuto;
   std::chrono::milliseconds peer_timeout{5000};
   std::chrono::milliseconds heartbeat_interval{500};
@@ -83,6 +85,7 @@ class PrefillLinks {
     int32_t first_token = 0;
     int64_t cached_tokens = 0;   // prompt tokens found in this engine's own prefix cache
     uint64_t compute_us = 0, transfer_us = 0;  // as the computing side measured them
+    uint64_t queue_us = 0;                     // queued there before its first layer
   };
   // How a handoff ended.
   struct Outcome {

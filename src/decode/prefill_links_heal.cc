@@ -110,7 +110,7 @@ void PrefillLinks::LinkDown(size_t i, const std::string& why, bool peer_gone) {
 void PrefillLinks::OnHello(size_t i, const std::vector<uint8_t>& bytes) {
   Link& link = links_[i];
   auto hello = Hello::Decode(bytes);
-  Status st = hello.ok() ? transfer::CheckHello(MyHello(hello->instance_id), *hello) : hello.status();
+  Status st = hello.ok() ? transfer::CheckHello(MyHello(hello->instance_id), *hello, options_.allow_mixed_numerics) : hello.status();
   if (st.ok() && hello->peer_instance_id != instance_id_) {
     st = FailedPrecondition("the prefill engine answered another decode instance (" +
                             std::to_string(hello->peer_instance_id) + ")");

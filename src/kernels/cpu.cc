@@ -25,6 +25,7 @@ const KernelTable* TableFor(Isa isa) {
 struct Selection {
   Isa isa = BestSupportedIsa();
   const KernelTable* table = TableFor(isa);
+  const char* variant = "";
 };
 
 Selection& Current() {
@@ -73,7 +74,16 @@ void SetIsa(Isa isa) {
   TANDEM_CHECK_MSG(IsaSupported(isa), IsaName(isa));
   Current().isa = isa;
   Current().table = TableFor(isa);
+  Current().variant = "";
 }
+
+void InstallVariant(const KernelTable* table, const char* name) {
+  const bool reset = table == nullptr || name == nullptr || *name == '\0';
+  Current().table = reset ? TableFor(Current().isa) : table;
+  Current().variant = reset ? "" : name;
+}
+
+const char* ActiveVariant() { return Current().variant; }
 
 Isa ActiveIsa() { return Current().isa; }
 const KernelTable& Active() { return *Current().table; }

@@ -21,4 +21,13 @@ void SetIsa(Isa isa);
 Isa ActiveIsa();
 const KernelTable& Active();
 
+// Installs another table under a name that enters the numerics identity
+// (model/numerics.h): the fault library's debug variants, which stand for a
+// build whose kernels round differently. "" and nullptr go back to the ISA's
+// own table. REQUIRES: after SetIsa; not called while other threads run
+// kernels; `table` outlives its use.
+void InstallVariant(const KernelTable* table, const char* name);
+// "" unless a variant is installed.
+const char* ActiveVariant();
+
 }  // namespace tandem::kernels

@@ -165,7 +165,7 @@ StatusOr<RoundRecord> RoundFromJson(const Json& j) {
     r.http_status = j.value("http_status", 0);
     r.outcome = j.at("outcome").get<std::string>();
     if (r.outcome != kOk && r.outcome != kCorrupt && r.outcome != kTimeout && r.outcome != kError &&
-        r.outcome != kUnverified) {
+        r.outcome != kUnverified && r.outcome != kDrift) {
       return InvalidArgument("unknown outcome '" + r.outcome + "'");
     }
     r.error = j.value("error", "");
@@ -199,6 +199,7 @@ Json ToJson(const TranscriptHeader& h) {
               {"server_attention", h.server_attention},
               {"server_context", h.server_context},
               {"server_chat_format", h.server_chat_format},
+              {"server_numerics", h.server_numerics},
               {"preset", h.preset},
               {"shape",
                {{"initial_tokens", s.initial_tokens},
@@ -224,6 +225,7 @@ StatusOr<TranscriptHeader> HeaderFromJson(const Json& j) {
     h.server_attention = j.contains("server_attention") ? j["server_attention"] : Json();
     h.server_context = j.value("server_context", int64_t(0));
     h.server_chat_format = j.value("server_chat_format", "");
+    h.server_numerics = j.contains("server_numerics") ? j["server_numerics"] : nlohmann::json();
     h.preset = j.value("preset", "");
     const Json& s = j.at("shape");
     h.shape.initial_tokens = s.at("initial_tokens").get<int64_t>();

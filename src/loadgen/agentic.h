@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,11 @@ inline constexpr const char* kCorrupt = "corrupt";        // verified, differs
 inline constexpr const char* kTimeout = "timeout";        // no complete answer in time
 inline constexpr const char* kError = "error";            // refused or failed
 inline constexpr const char* kUnverified = "unverified";  // answered; not (yet) judged
+// Judged across numerics identities (invariant 9: another build, a mixed
+// deployment, another engine): where the served tokens differ from the
+// reference's, each is a near-tie of the reference's own choice. Numerical
+// drift, not corruption, and not a bitwise match either.
+inline constexpr const char* kDrift = "drift";
 
 struct RoundRecord {
   int point = 0;  // index in the sweep
@@ -99,6 +105,9 @@ struct TranscriptHeader {
   nlohmann::json server_attention;     // /v1/models "tandem.attention", or null
   int64_t server_context = 0;          // /v1/models "context_length", or 0
   std::string server_chat_format;      // /v1/models "tandem.chat_format" (ChatFormat::Identity), or ""
+  // /v1/models "tandem.numerics" (model/numerics.h, NumericsIdentity::ToJson),
+  // or null from a server (or a transcript) that does not say.
+  nlohmann::json server_numerics;
   std::string preset;
   AgenticShape shape;
 };
@@ -127,6 +136,9 @@ struct ServerState {
   // handoffs, and their whole time (counters; a point's share is the ratio of
   // their growth over it).
   double handoff_s = 0, handoff_request_s = 0;
+  // tandem_request_phase_seconds_total by phase (decode servers): where
+  // finished requests' time went; the phases sum to handoff_request_s.
+  std::map<std::string, double> phase_s;
   // "host:port started at T" for the server and each backend behind it that
   // exports tandem_process_start_time_seconds: a change means a restart.
   std::vector<std::string> instances;
@@ -148,8 +160,9 @@ Status WaitForBaseline(const std::string& host, int port, double deadline_s,
 // The model id, the tandem attention extension and the context length (0
 // when not reported) from GET /v1/models.
 // chat_format (when given): /v1/models "tandem.chat_format", or "" from a server that does not say.
+// numerics (when given): /v1/models "tandem.numerics", or null.
 Status QueryModel(const std::string& host, int port, std::string* id, nlohmann::json* attention, int64_t* context,
-                  std::string* chat_format = nullptr);
+                  std::string* chat_format = nullptr, nlohmann::json* numerics = nullptr);
 
 // ---------------------------------------------------------------- running
 

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string_view>
+
+#include "model/unicode.h"
 
 namespace tandem {
 namespace {
@@ -31,6 +34,20 @@ std::string EntryBytes(const Json& e) {
 double EntryLogprob(const Json& e) {
   return e.is_object() && e.contains("logprob") && e["logprob"].is_number() ? e["logprob"].get<double>() : -1e30;
 }
+
+// Whether `bytes` are not whole valid UTF-8 on their own: an incomplete or
+// invalid sequence, which a server's text shows as U+FFFD (or not yet at all).
+bool NotWholeUtf8(const std::string& bytes) {
+  for (size_t pos = 0; pos < bytes.size();) {
+    unicode::SequenceStatus status;
+    const int n = unicode::ClassifySequence(bytes, pos, &status);
+    if (status != unicode::SequenceStatus::kComplete) return true;
+    pos += size_t(n);
+  }
+  return false;
+}
+
+constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD, as a server renders broken UTF-8
 
 std::string Shown(std::string s) {
   if (s.size() > 24) s = s.substr(0, 24) + "...";
@@ -99,6 +116,37 @@ Divergence Compare(const Json& reference, const std::string& reference_text, con
       taken_text = a;
     }
     d.token = int64_t(i);
+    // Inside broken UTF-8 the text cannot show which bytes a server took: it
+    // shows U+FFFD for any incomplete or invalid sequence. Judged by the bytes:
+    // an alternative whose bytes would render so is the one taken (the most
+    // likely such), and its margin decides; if only the reference's own
+    // choice would, the texts cannot tell the tokens apart (not judged).
+    if (rank < 0 && rest.compare(0, kReplacement.size(), kReplacement) == 0) {
+      int broken = -1;
+      for (size_t k = 0; k < top.size(); ++k) {
+        const std::string a = EntryBytes(top[k]);
+        if (a == t || !NotWholeUtf8(a)) continue;
+        if (broken < 0 || EntryLogprob(top[k]) > EntryLogprob(top[size_t(broken)])) broken = int(k);
+      }
+      if (broken >= 0) {
+        d.margin = best - EntryLogprob(top[size_t(broken)]);
+        const bool tie = d.margin <= near_tie_nats;
+        d.kind = tie ? Divergence::Kind::kNearTie : Divergence::Kind::kCorrupt;
+        char m[32];
+        std::snprintf(m, sizeof(m), "%.4g", d.margin);
+        d.detail = "token " + std::to_string(i) + ": the server's text shows U+FFFD (broken UTF-8) where the " +
+                   "reference has " + Shown(t) + "; by the bytes, its alternative of rank " + std::to_string(broken + 1) +
+                   " is an incomplete sequence, " + m + " nats below" +
+                   (tie ? ": a near-tie, numerical drift; not judged past it" : "");
+        return d;
+      }
+      if (NotWholeUtf8(t)) {
+        d.kind = Divergence::Kind::kUnjudged;
+        d.detail = "token " + std::to_string(i) + ": the server's text shows U+FFFD where the reference's own token " +
+                   "is an incomplete UTF-8 sequence: its text cannot say which bytes it took (not judged)";
+        return d;
+      }
+    }
     if ((rank < 0 || best - taken > near_tie_nats) && ambiguous.token >= 0 && ambiguous.margin <= near_tie_nats) {
       char m[32];
       std::snprintf(m, sizeof(m), "%.4g", ambiguous.margin);
@@ -189,8 +237,11 @@ void JudgeOnce(const DifferentialOptions& o, const Json& messages, RoundRecord* 
   const Divergence d = Compare((*lp)["content"], text, round->text, round->finish_reason, o.near_tie_nats);
   switch (d.kind) {
     case Divergence::Kind::kSame:
-    case Divergence::Kind::kNearTie:
       round->outcome = kOk;
+      break;
+    case Divergence::Kind::kNearTie:
+      round->outcome = kDrift;
+      round->first_mismatch = d.token;
       break;
     case Divergence::Kind::kCorrupt:
       round->outcome = kCorrupt;

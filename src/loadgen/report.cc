@@ -14,15 +14,24 @@ using report_text::Fmt;
 
 namespace {
 
-constexpr const char* kOutcomes[] = {kOk, kCorrupt, kTimeout, kError, kUnverified};
+constexpr const char* kOutcomes[] = {kOk, kDrift, kCorrupt, kTimeout, kError, kUnverified};
 
 void CountOutcomes(PointSummary* s, const std::vector<RoundRecord>& rounds) {
   s->outcomes.clear();
   for (const char* o : kOutcomes) s->outcomes[o] = 0;
   s->first_mismatches.clear();
+  s->drifts.clear();
   for (const RoundRecord& r : rounds) {
     if (r.point != s->point) continue;
     ++s->outcomes[r.outcome];
+    if (r.outcome == kDrift && s->drifts.size() < 20) {
+      const size_t at = r.verify_note.find(" nats");
+      const size_t open = r.verify_note.rfind('(', at);
+      const std::string margin =
+          at != std::string::npos && open != std::string::npos ? r.verify_note.substr(open, at + 5 - open) + ")" : "";
+      s->drifts.push_back("session " + std::to_string(r.session) + " round " + std::to_string(r.round) + ": token " +
+                          std::to_string(r.first_mismatch) + (margin.empty() ? "" : " " + margin));
+    }
     if (r.outcome == kCorrupt && s->first_mismatches.size() < 20) {
       s->first_mismatches.push_back("session " + std::to_string(r.session) + " round " + std::to_string(r.round) +
                                     ": token " + std::to_string(r.first_mismatch));
@@ -66,6 +75,18 @@ PointSummary Summarize(int point, int concurrency, const std::vector<RoundRecord
   return s;
 }
 
+std::map<std::string, double> TimeSplit(const ServerState& before, const ServerState& after) {
+  std::map<std::string, double> out;
+  const double total = after.handoff_request_s - before.handoff_request_s;
+  if (!(total > 0)) return out;
+  for (const auto& [phase, s] : after.phase_s) {
+    const auto it = before.phase_s.find(phase);
+    const double d = s - (it == before.phase_s.end() ? 0 : it->second);
+    if (d > 0) out[phase] = d / total;
+  }
+  return out;
+}
+
 void Resummarize(SweepReport* report, const std::vector<RoundRecord>& rounds) {
   for (PointSummary& p : report->points) CountOutcomes(&p, rounds);
 }
@@ -104,12 +125,13 @@ std::string ReportTable(const SweepReport& r) {
                                   : ", every greedy answer judged against the reference deployment at " + r.verified_by) +
          "\n";
   char line[512];
-  std::snprintf(line, sizeof(line), "%5s %6s | %5s %7s %7s %5s %10s | %8s %8s | %7s %7s | %8s | %6s %6s %8s\n", "conc",
-                "rounds", "ok", "corrupt", "timeout", "error", "unverified", "TTFTp50", "TTFTp99", "ITLp50", "ITLp99",
-                "tok/s", "hit%", "ctxmax", "handoff%");
+  if (!r.numerics_note.empty()) out += r.numerics_note + "\n";
+  std::snprintf(line, sizeof(line), "%5s %6s | %5s %5s %7s %7s %5s %10s | %8s %8s | %7s %7s | %8s | %6s %6s %8s\n",
+                "conc", "rounds", "ok", "drift", "corrupt", "timeout", "error", "unverified", "TTFTp50", "TTFTp99",
+                "ITLp50", "ITLp99", "tok/s", "hit%", "ctxmax", "handoff%");
   out += line;
-  std::snprintf(line, sizeof(line), "%5s %6s | %5s %7s %7s %5s %10s | %8s %8s | %7s %7s | %8s | %6s %6s %8s\n", "", "", "",
-                "", "", "", "", "ms", "ms", "ms", "ms", "", "r>=1", "tokens", "of time");
+  std::snprintf(line, sizeof(line), "%5s %6s | %5s %5s %7s %7s %5s %10s | %8s %8s | %7s %7s | %8s | %6s %6s %8s\n", "",
+                "", "", "", "", "", "", "", "ms", "ms", "ms", "ms", "", "r>=1", "tokens", "of time");
   out += line;
   for (const PointSummary& p : r.points) {
     auto n = [&](const char* o) {
@@ -117,13 +139,28 @@ std::string ReportTable(const SweepReport& r) {
       return (long long)(it == p.outcomes.end() ? 0 : it->second);
     };
     std::snprintf(line, sizeof(line),
-                  "%5d %6lld | %5lld %7lld %7lld %5lld %10lld | %8.1f %8.1f | %7.2f %7.2f | %8.1f | %6.1f %6lld %8s\n",
-                  p.concurrency, (long long)p.rounds, n(kOk), n(kCorrupt), n(kTimeout), n(kError), n(kUnverified),
+                  "%5d %6lld | %5lld %5lld %7lld %7lld %5lld %10lld | %8.1f %8.1f | %7.2f %7.2f | %8.1f | %6.1f %6lld %8s\n",
+                  p.concurrency, (long long)p.rounds, n(kOk), n(kDrift), n(kCorrupt), n(kTimeout), n(kError),
+                  n(kUnverified),
                   p.ttft_p50_s * 1e3, p.ttft_p99_s * 1e3, p.itl_p50_s * 1e3, p.itl_p99_s * 1e3, p.tokens_per_s,
                   p.later_round_hit_rate * 100, (long long)p.max_prompt_tokens,
                   p.handoff_time_share < 0 ? "-" : Fmt("%.1f", p.handoff_time_share * 100).c_str());
     out += line;
+    if (!p.time_split.empty()) {
+      // Where the requests' time went: the prefill queue, not "the handoff", is usually the cost.
+      std::string split = "      time:";
+      double sum = 0;
+      for (const char* phase : {"prefill_queue", "prefill_compute", "transfer", "commit", "decode", "page_wait",
+                                "failed_attempts", "local", "other"}) {
+        auto it = p.time_split.find(phase);
+        if (it == p.time_split.end()) continue;
+        split += Fmt(" %s %.1f%%", phase, it->second * 100);
+        sum += it->second;
+      }
+      out += split + Fmt(" (sum %.1f%%)\n", sum * 100);
+    }
     for (const std::string& m : p.first_mismatches) out += "      corrupt: " + m + "\n";
+    for (const std::string& m : p.drifts) out += "      drift: " + m + "\n";
   }
   if (r.soak) out += SoakTable(r.soak_section);
   if (!r.stopped.empty()) out += "SWEEP STOPPED: " + r.stopped + "\n";
@@ -160,7 +197,9 @@ Json ReportJson(const SweepReport& r) {
                       {"later_round_hit_rate", p.later_round_hit_rate},
                       {"handoff_time_share", p.handoff_time_share < 0 ? Json() : Json(p.handoff_time_share)},
                       {"max_prompt_tokens", p.max_prompt_tokens},
-                      {"first_mismatches", p.first_mismatches}});
+                      {"first_mismatches", p.first_mismatches},
+                      {"drifts", p.drifts},
+                      {"time_split", p.time_split.empty() ? Json() : Json(p.time_split)}});
   }
   Json soak;
   if (r.soak) {
@@ -188,6 +227,11 @@ Json ReportJson(const SweepReport& r) {
               {"server_attention", r.header.server_attention},
               {"verified", r.verified},
               {"verified_by", r.verified_by.empty() ? Json("reference engine") : Json(r.verified_by)},
+              {"numerics",
+               {{"server", r.header.server_numerics},
+                {"reference_id", r.reference_numerics.empty() ? Json() : Json(r.reference_numerics)},
+                {"judged_exactly", r.verified && r.judged_exactly},
+                {"note", r.numerics_note}}},
               {"stopped", r.stopped.empty() ? Json() : Json(r.stopped)},
               {"transcript", r.transcript_path},
               {"points", points}};

@@ -82,6 +82,11 @@ void AddEngineMetrics(const std::vector<Sample>& samples, ServerState* s) {
       s->handoff_s += m.value;
     } else if (m.name == "tandem_handoff_request_seconds_total") {
       s->handoff_request_s += m.value;
+    } else if (m.name == "tandem_request_phase_seconds_total") {
+      const size_t at = m.labels.find("phase=\"");
+      if (at == std::string::npos) continue;
+      const size_t end = m.labels.find('"', at + 7);
+      if (end != std::string::npos) s->phase_s[m.labels.substr(at + 7, end - at - 7)] += m.value;
     }
   }
 }
@@ -201,7 +206,7 @@ Status WaitForBaseline(const std::string& host, int port, double deadline_s,
 }
 
 Status QueryModel(const std::string& host, int port, std::string* id, Json* attention, int64_t* context,
-                  std::string* chat_format) {
+                  std::string* chat_format, Json* numerics) {
   int status = 0;
   std::string body;
   if (!GetText(host, port, "/v1/models", &status, &body)) {
@@ -223,6 +228,11 @@ Status QueryModel(const std::string& host, int port, std::string* id, Json* atte
     const bool said = m.contains("tandem") && m["tandem"].is_object() && m["tandem"].contains("chat_format") &&
                       m["tandem"]["chat_format"].is_string();
     *chat_format = said ? m["tandem"]["chat_format"].get<std::string>() : std::string();
+  }
+  if (numerics != nullptr) {
+    const bool said = m.contains("tandem") && m["tandem"].is_object() && m["tandem"].contains("numerics") &&
+                      m["tandem"]["numerics"].is_object();
+    *numerics = said ? m["tandem"]["numerics"] : Json();
   }
   *context = m.contains("context_length") && m["context_length"].is_number_integer() ? m["context_length"].get<int64_t>() : 0;
   return Status::Ok();

@@ -7,6 +7,7 @@
 
 #include "cache/page_pool.h"
 #include "model/forward.h"
+#include "model/numerics.h"
 #include "runtime/generator.h"
 #include "runtime/sampler.h"
 
@@ -22,8 +23,14 @@ int64_t RoundTokens(const RoundRecord& r) {
 }  // namespace
 
 ReferenceVerifier::ReferenceVerifier(const Model& model, const CacheSpec& spec, ThreadPool& threads,
-                                     int64_t ctx_tokens, const std::string& model_id)
-    : model_(model), spec_(spec), threads_(threads), ctx_tokens_(ctx_tokens) {
+                                     int64_t ctx_tokens, const std::string& model_id, bool exact,
+                                     double near_tie_nats)
+    : model_(model),
+      spec_(spec),
+      threads_(threads),
+      ctx_tokens_(ctx_tokens),
+      exact_(exact),
+      near_tie_nats_(near_tie_nats) {
   info_.id = model_id.empty() ? model.config().name : model_id;
   info_.context_length = ctx_tokens;
   info_.tokenizer = &model.tokenizer();
@@ -83,7 +90,17 @@ int64_t ReferenceVerifier::Judge(const Json& messages, RoundRecord* round, Refer
     v = JudgeText(req, round, &computed);
   }
   if (v == Verdict::kSame && round->has_token_ids) v = CheckTextMatchesIds(req, round);
-  round->outcome = v == Verdict::kSame ? kOk : v == Verdict::kDiffers ? kCorrupt : kError;
+  if (v == Verdict::kDrift && round->has_token_ids) {
+    // The ids must still spell the text (a decoder's bug is no numerics' drift).
+    std::string note = round->verify_note;
+    if (CheckTextMatchesIds(req, round) == Verdict::kDiffers) v = Verdict::kDiffers;
+    else round->verify_note = note;
+  }
+  round->outcome = v == Verdict::kSame      ? kOk
+                   : v == Verdict::kDrift   ? kDrift
+                   : v == Verdict::kDiffers ? kCorrupt
+                   : v == Verdict::kUnjudged ? kUnverified
+                                             : kError;
   return computed;
 }
 
@@ -175,6 +192,39 @@ ReferenceVerifier::Verdict ReferenceVerifier::JudgeTokens(const ParsedRequest& r
   }
   int64_t checked = 0;  // output positions judged so far
   const int64_t n_out = int64_t(served.size());
+  // Across numerics identities: each differing token is judged by its margin,
+  // the reference's logit for its own choice minus the served token's (the
+  // softmax's normalizer cancels, so this is the difference of their logprobs).
+  const bool greedy = req.spec.sampling.temperature <= 0.0f;
+  struct {
+    int64_t count = 0, first = -1;
+    double first_margin = 0, largest = 0;
+    std::string first_note;
+  } drift;
+  auto margin_of = [](std::span<const float> l, int32_t want, int32_t taken) {
+    return double(l[size_t(want)]) - double(l[size_t(taken)]);
+  };
+  // True (and noted) when the differing token at output index i is a near-tie.
+  auto drifts = [&](std::span<const float> l, int64_t i, int32_t want, int32_t taken, const std::string& what) {
+    if (exact_ || !greedy || taken < 0) return false;
+    const double m = margin_of(l, want, taken);
+    if (!(m <= near_tie_nats_)) return false;  // NaN logits are never a near-tie
+    if (drift.count++ == 0) {
+      drift.first = i;
+      drift.first_margin = m;
+      drift.first_note = what;
+    }
+    drift.largest = std::max(drift.largest, m);
+    return true;
+  };
+  auto margin_note = [&](std::span<const float> l, int32_t want, int32_t taken) {
+    if (exact_ || taken < 0) return std::string();
+    if (!greedy) return std::string(" (sampled: across numerics identities a draw is not judged by margins)");
+    char m[64];
+    std::snprintf(m, sizeof m, " (%.4g nats below the reference's choice: more than a near-tie of %.4g)",
+                  margin_of(l, want, taken), near_tie_nats_);
+    return std::string(m);
+  };
   const bool expect_stop =
       round->finish_reason == "stop" && !req.spec.ignore_eos && req.spec.stop.empty() && n_out < req.spec.max_tokens;
   for (; start < total; start += kChunk) {
@@ -191,13 +241,26 @@ ReferenceVerifier::Verdict ReferenceVerifier::JudgeTokens(const ParsedRequest& r
       if (i < n_out) {
         const bool stops_here = !req.spec.ignore_eos && tok.IsEndOfGeneration(want);
         if (want != served[size_t(i)] || stops_here) {
+          const std::string what = "token " + std::to_string(i) + ": server " + std::to_string(served[size_t(i)]) +
+                                   ", reference " + std::to_string(want) + (stops_here ? " (end of generation)" : "");
+          if (drifts(l, i, want, served[size_t(i)], what)) {
+            ++checked;
+            continue;
+          }
+          if (!exact_ && !greedy) {
+            round->first_mismatch = i;
+            round->verify_note += what + margin_note(l, want, served[size_t(i)]);
+            return Verdict::kUnjudged;
+          }
           round->first_mismatch = i;
-          round->verify_note += "token " + std::to_string(i) + ": server " + std::to_string(served[size_t(i)]) +
-                                ", reference " + std::to_string(want) + (stops_here ? " (end of generation)" : "");
+          round->verify_note += what + margin_note(l, want, served[size_t(i)]);
           return Verdict::kDiffers;
         }
         ++checked;
       } else if (expect_stop && !tok.IsEndOfGeneration(want)) {
+        const std::string what = "the server stopped at token " + std::to_string(i) +
+                                 "; the reference goes on with " + std::to_string(want);
+        if (drifts(l, i, want, tok.eos_id(), what)) continue;
         round->first_mismatch = i;
         round->verify_note += "the server stopped at token " + std::to_string(i) + "; the reference goes on with " +
                               std::to_string(want);
@@ -211,6 +274,15 @@ ReferenceVerifier::Verdict ReferenceVerifier::JudgeTokens(const ParsedRequest& r
     round->verify_note += "the server stopped after " + std::to_string(n_out) + " of " +
                           std::to_string(req.spec.max_tokens) + " tokens with room left";
     return Verdict::kDiffers;
+  }
+  if (drift.count > 0) {
+    char m[160];
+    std::snprintf(m, sizeof m, " (%.4g nats; largest %.4g)", drift.first_margin, drift.largest);
+    round->first_mismatch = drift.first;
+    round->verify_note += "drift across numerics identities: " + std::to_string(drift.count) + " of " +
+                          std::to_string(checked) + " tokens differ, each a near-tie of the reference's choice; first " +
+                          drift.first_note + m;
+    return Verdict::kDrift;
   }
   round->verify_note += std::to_string(checked) + " tokens identical";
   return Verdict::kSame;
@@ -244,6 +316,11 @@ ReferenceVerifier::Verdict ReferenceVerifier::JudgeText(const ParsedRequest& req
   }
   round->first_mismatch = i;
   round->verify_note += "text differs from reference token " + std::to_string(i);
+  if (!exact_) {
+    // Without the served ids there is no position to take the margin at.
+    round->verify_note += ": across numerics identities, a round without token ids is not judged";
+    return Verdict::kUnjudged;
+  }
   return Verdict::kDiffers;
 }
 
@@ -289,7 +366,7 @@ Status VerifyRounds(const Model& model, const AttentionOptions& attention, std::
                           ? options.server_context
                           : std::max<int64_t>(model.config().context_length, longest + kPageTokens);
   ThreadPool pool(std::max(1, options.threads));
-  ReferenceVerifier verifier(model, spec, pool, ctx, options.model_id);
+  ReferenceVerifier verifier(model, spec, pool, ctx, options.model_id, options.exact, options.near_tie_nats);
   const auto t0 = std::chrono::steady_clock::now();
   for (auto& [key, list] : sessions) {
     int64_t session_longest = 0;
@@ -314,6 +391,28 @@ Status VerifyRounds(const Model& model, const AttentionOptions& attention, std::
     }
   }
   return Status::Ok();
+}
+
+StatusOr<NumericsJudgement> JudgeNumerics(const Model& reference, const AttentionOptions& attention,
+                                          const Json& server_numerics) {
+  TANDEM_ASSIGN_OR_RETURN(CacheSpec spec, MakeCacheSpec(reference.config(), attention));
+  const NumericsIdentity mine = ComputeNumericsIdentity(reference, spec);
+  NumericsJudgement j;
+  j.reference_id = mine.Id();
+  if (server_numerics.is_null()) {
+    j.note = "numerics: the server did not say its identity (an older build or another engine); the reference is " +
+             j.reference_id + ": differing tokens are judged by the reference's log-probabilities (drift or corrupt)";
+    return j;
+  }
+  auto theirs = NumericsIdentity::FromJson(server_numerics);
+  if (!theirs.ok()) return InvalidArgument("the transcript's server_numerics: " + theirs.status().message());
+  j.server_id = theirs->Id();
+  j.exact = *theirs == mine;
+  j.note = j.exact ? "numerics: server and reference are both " + j.reference_id + ": judged exactly, bit for bit"
+                   : "numerics: server " + j.server_id + ", reference " + j.reference_id + " (they differ in " +
+                         mine.Differences(*theirs) +
+                         "): differing tokens are judged by the reference's log-probabilities (drift or corrupt)";
+  return j;
 }
 
 std::function<void(const VerifyProgress&)> VerifyProgressPrinter(bool tty, double log_every_s) {

@@ -12,6 +12,13 @@
 // server got wrong. Without token ids (another server) the reference
 // generates freely and texts are compared.
 //
+// Across numerics identities (invariant 9: the transcript's server ran
+// another build, a mixed deployment, or did not say) bits are not expected to
+// match, so a differing token is judged by the reference's log-probabilities
+// at its position instead: a near-tie of the reference's own choice (within
+// `near_tie_nats`) is drift, anything further is corruption. Teacher forcing
+// lets every position be judged this way, not only the first divergence.
+//
 // Linear time: a session's rounds are judged in order on one ReferenceSession
 // that keeps the K/V (and index-K) of every token the reference itself has
 // computed and checked; each round computes only the tokens past the longest
@@ -70,8 +77,10 @@ class ReferenceSession {
 class ReferenceVerifier {
  public:
   // ctx_tokens: the largest prompt + output to replay.
+  // exact: the server's numerics identity equals the reference's (every
+  // token must match); else differing tokens are judged by near_tie_nats.
   ReferenceVerifier(const Model& model, const CacheSpec& spec, ThreadPool& threads, int64_t ctx_tokens,
-                    const std::string& model_id);
+                    const std::string& model_id, bool exact = true, double near_tie_nats = 0.5);
 
   // Judges one answered round given the messages its request carried. Sets
   // outcome (ok / corrupt), first_mismatch and verify_note; a round the
@@ -83,7 +92,7 @@ class ReferenceVerifier {
   int64_t Judge(const nlohmann::json& messages, RoundRecord* round, ReferenceSession* session = nullptr);
 
  private:
-  enum class Verdict { kSame, kDiffers, kNotReplayed };
+  enum class Verdict { kSame, kDrift, kDiffers, kUnjudged, kNotReplayed };
   Verdict JudgeTokens(const ParsedRequest& req, RoundRecord* round, ReferenceSession& session, int64_t* computed);
   Verdict JudgeText(const ParsedRequest& req, RoundRecord* round, int64_t* computed);
   // The served ids must spell the served text (a decoder that loses bytes
@@ -95,7 +104,21 @@ class ReferenceVerifier {
   ThreadPool& threads_;
   int64_t ctx_tokens_;
   ModelInfo info_;
+  bool exact_;
+  double near_tie_nats_;
 };
+
+// What a verification of a transcript can claim (invariant 9).
+struct NumericsJudgement {
+  bool exact = false;        // equal identities: judged bit for bit
+  std::string server_id;     // "" : the server (or an older transcript) did not say
+  std::string reference_id;  // this build's, for the reference model and attention
+  std::string note;          // one line for reports: the two ids, and what differs
+};
+// Compares the server's identity (a transcript header's server_numerics, or
+// null) with the reference's: `reference` under `attention` on this build's kernels.
+StatusOr<NumericsJudgement> JudgeNumerics(const Model& reference, const AttentionOptions& attention,
+                                          const nlohmann::json& server_numerics);
 
 // The attention options a transcript's server reported (header
 // server_attention), or `fallback` when it reported none.
@@ -120,6 +143,8 @@ struct VerifyOptions {
   std::string model_id;        // the id the server reported ("" : the model's name)
   int64_t server_context = 0;  // the server's context length (0: unknown), so the reference stops where it had to
   bool from_scratch = false;   // replay every round from token 0 (quadratic; to check the incremental path)
+  bool exact = true;           // JudgeNumerics(...).exact: false judges differing tokens as drift or corruption
+  double near_tie_nats = 0.5;  // across identities: a served token this close to the reference's best is drift
   std::function<void(const VerifyProgress&)> on_progress;  // after each judged round
 };
 

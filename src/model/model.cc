@@ -133,7 +133,12 @@ StatusOr<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<GgufFile> gguf,
   return m;
 }
 
-std::string WeightsIdentity(const Model& model) { return WeightsIdentity(model.gguf()); }
+std::string WeightsIdentity(const Model& model) { return model.weights_identity(); }
+
+const std::string& Model::weights_identity() const {
+  std::call_once(weights_identity_once_, [this] { weights_identity_ = WeightsIdentity(*gguf_); });
+  return weights_identity_;
+}
 
 std::string WeightsIdentity(const GgufFile& file) {
   std::string identity;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -36,6 +37,9 @@ class Model {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   // How chats become prompts: the model's template, or the override it was loaded with.
   const ChatFormat& chat_format() const { return chat_format_; }
+  // WeightsIdentity(gguf()), computed on first use (it reads every tensor's
+  // bytes) and kept. Thread-safe.
+  const std::string& weights_identity() const;
 
  private:
   std::unique_ptr<GgufFile> gguf_;
@@ -44,6 +48,8 @@ class Model {
   std::unique_ptr<RopeTable> rope_;
   std::unique_ptr<Tokenizer> tokenizer_;
   ChatFormat chat_format_;
+  mutable std::once_flag weights_identity_once_;
+  mutable std::string weights_identity_;  // set once under weights_identity_once_
 };
 
 // Names everything in the file that decides the computation, so that a cache

@@ -40,6 +40,7 @@ StatusOr<std::unique_ptr<PrefillEngine>> PrefillEngine::Create(const Model& mode
                                        (p->options_.engine.cache_tokens + kPageTokens - 1) / kPageTokens)
                                .Fingerprint() +
                            ";" + AttentionFingerprint(spec.attention);
+  p->numerics_ = p->engine_->numerics().HandshakeFingerprint();
   p->heartbeat_thread_ = std::thread([e = p.get()] { e->RunHeartbeats(); });
   return p;
 }
@@ -80,8 +81,8 @@ void PrefillEngine::OnAccept(std::shared_ptr<transfer::Connection> connection) {
 Status PrefillEngine::CheckFirstMessage(std::span<const uint8_t> bytes, std::vector<uint8_t>* reply) const {
   const std::vector<uint8_t> message(bytes.begin(), bytes.end());
   auto hello = Hello::Decode(message);
-  Hello mine{"prefill", layout_fingerprint_, weights_identity_, instance_id_, hello.ok() ? hello->instance_id : 0, {}, {}};
-  Status st = hello.ok() ? transfer::CheckHello(mine, *hello) : hello.status();
+  Hello mine{"prefill", layout_fingerprint_, weights_identity_, instance_id_, hello.ok() ? hello->instance_id : 0, {}, {}, {}, numerics_};
+  Status st = hello.ok() ? transfer::CheckHello(mine, *hello, options_.allow_mixed_numerics) : hello.status();
   if (st.ok()) st = transfer::CheckDecodeHello(options_.cluster_key, *hello, /*seen=*/nullptr, ListenAddress());
   if (!st.ok()) *reply = mine.Encode();
   return st;
@@ -92,8 +93,8 @@ Status PrefillEngine::CheckFirstMessage(std::span<const uint8_t> bytes, std::vec
 void PrefillEngine::OnHello(Peer& peer, const std::vector<uint8_t>& bytes) {
   auto hello = Hello::Decode(bytes);
   const uint64_t theirs = hello.ok() ? hello->instance_id : 0;
-  Hello mine{"prefill", layout_fingerprint_, weights_identity_, instance_id_, theirs, {}, {}};
-  Status st = hello.ok() ? transfer::CheckHello(mine, *hello) : hello.status();
+  Hello mine{"prefill", layout_fingerprint_, weights_identity_, instance_id_, theirs, {}, {}, {}, numerics_};
+  Status st = hello.ok() ? transfer::CheckHello(mine, *hello, options_.allow_mixed_numerics) : hello.status();
   if (st.ok()) st = transfer::CheckDecodeHello(options_.cluster_key, *hello, &seen_nonces_, ListenAddress());
   if (!st.ok()) {
     TLOG_WARN("tandem prefill: refusing decode engine %llu: %s\n", (unsigned long long)theirs,
@@ -153,7 +154,7 @@ void PrefillEngine::OnMessage(std::shared_ptr<transfer::Connection> connection, 
     // refused handshake, said plainly (our Hello names our version), not a silent drop.
     TLOG_WARN("tandem prefill: refusing a decode engine whose first message is unreadable: %s\n",
                  type.status().ToString().c_str());
-    (void)connection->Send(Hello{"prefill", layout_fingerprint_, weights_identity_, instance_id_, 0, {}, {}}.Encode());
+    (void)connection->Send(Hello{"prefill", layout_fingerprint_, weights_identity_, instance_id_, 0, {}, {}, {}, numerics_}.Encode());
     ++stats_.peers_closed;
     DropPeerLocked(connection->id());
     return;
@@ -241,6 +242,7 @@ void PrefillEngine::OnDestination(Peer& peer, const std::shared_ptr<transfer::Co
   }
   auto h = std::make_shared<Handoff>(std::chrono::milliseconds(d->time_budget_ms), Clock::now());
   h->connection = connection;
+  h->taken = Clock::now();
   h->decode_instance = peer.decode_instance;
   h->deadline = Clock::now() + std::chrono::milliseconds(d->time_budget_ms);
   h->remote_layout = std::make_unique<CacheLayout>(engine_->cache_spec().registry, int(model_.config().n_layers),
@@ -465,6 +467,7 @@ bool PrefillEngine::SendCommit(uint64_t request, std::span<const int32_t> prompt
   commit.digests = DigestPages(pool, pages, d.skip_tokens, int64_t(prompt.size()));
   commit.compute_us = Micros(flush_start - (h->compute_start == Clock::time_point{} ? flush_start : h->compute_start));
   commit.transfer_us = Micros(flush_end - flush_start);
+  commit.queue_us = Micros((h->compute_start == Clock::time_point{} ? flush_start : h->compute_start) - h->taken);
   MutexLock lock(mu_);
   if (h->handle->cancelled()) return false;  // an Abort came first: acknowledged in OnEnd
   Status sent = h->connection->Send(commit.Encode());

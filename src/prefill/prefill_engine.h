@@ -47,6 +47,7 @@ struct PrefillOptions {
   std::chrono::milliseconds peer_timeout{5000};       // silence that declares a decode engine dead
   std::chrono::milliseconds heartbeat_interval{500};  // how often this engine says it is alive
   transfer::ClusterKey cluster_key;                   // decode engines must prove it (transfer/cluster_key.h)
+  bool allow_mixed_numerics = false;  // serve decode engines of other numerics (transfer/handshake.h)
 };
 
 namespace transfer {
@@ -164,6 +165,7 @@ class PrefillEngine : public EngineRole {
     bool out_of_budget = false;  // loop: `error` says its time budget ran out
     Status error;                // loop: a write or flush failed
     transfer::Clock::time_point compute_start{};  // loop: its first layer written
+    transfer::Clock::time_point taken{};          // when its destination was taken (set once, at creation)
   };
   PrefillEngine(const Model& model, PrefillOptions options);
   void RunHeartbeats() EXCLUDES(mu_);
@@ -194,6 +196,7 @@ class PrefillEngine : public EngineRole {
   const uint64_t instance_id_;
   const std::string weights_identity_;
   std::string layout_fingerprint_;
+  std::string numerics_;  // engine_->numerics().HandshakeFingerprint(), set by Create
   mutable Mutex address_mu_;
   std::string listen_address_ GUARDED_BY(address_mu_);
   std::string ListenAddress() const EXCLUDES(address_mu_) {

@@ -108,6 +108,19 @@ Engine::Engine(const Model& model, const EngineOptions& options, CacheSpec spec,
                                   [this](Sequence& s, FinishReason why) { Finish(s, why); },
                                   [this](Sequence& s) { Retire(s); }}) {
   if (options.page_hook) pool_->SetPageHook(options.page_hook);
+  numerics_ = ComputeNumericsIdentity(model, spec_);
+  numerics_.mixed = role_->AdmitsMixedNumerics();
+  MetricGauge(*metrics_.registry(), "tandem_numerics_info",
+              "What decides this engine's tokens' bits (invariant 9): equal ids give equal tokens",
+              {{"id", numerics_.Id()},
+               {"version", std::to_string(numerics_.version)},
+               {"kernel_variant", numerics_.kernel_variant},
+               {"weights", numerics_.weights},
+               {"attention", numerics_.attention},
+               {"cache", numerics_.cache},
+               {"chat_format", numerics_.chat_format},
+               {"mixed", numerics_.mixed ? "true" : "false"}})
+      .Set(1);
   loop_alive_ = true;
 }
 

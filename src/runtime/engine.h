@@ -32,6 +32,7 @@
 #include "common/mutex.h"
 #include "model/cache_spec.h"
 #include "model/forward.h"
+#include "model/numerics.h"
 #include "prefix/prefix_index.h"
 #include "prefix/tiers.h"
 #include "runtime/engine_metrics.h"
@@ -67,6 +68,8 @@ class Engine final : private RoleHost {
   const EngineOptions& options() const { return options_; }
   int64_t context_tokens() const { return context_tokens_; }
   const CacheSpec& cache_spec() const override { return spec_; }
+  // What decides this engine's tokens' bits (invariant 9; model/numerics.h). Thread-safe.
+  const NumericsIdentity& numerics() const { return numerics_; }
   // Whether the engine serves `spec` (its role's limits included). Thread-safe.
   Status CheckRole(const RequestSpec& spec) const { return role_->Validate(spec); }
   EngineMetrics& metrics() { return metrics_; }
@@ -125,6 +128,7 @@ class Engine final : private RoleHost {
   const EngineOptions options_;
   const CacheSpec spec_;
   const int64_t context_tokens_;
+  NumericsIdentity numerics_;  // set by the constructor
   ThreadPool threads_;
   // May own the pool's memory and pages of it: ~Engine resets it explicitly,
   // after the prefix index and before the pool (the pool's destructor does

@@ -137,6 +137,10 @@ class EngineRole {
   // Any thread: why the role serves in a degraded way (say, prompts
   // computed here for want of a peer), "" when it does not.
   virtual std::string HealthNote() const { return {}; }
+  // Whether the role takes computed rows from peers of other numerics (a
+  // decode server with --allow-mixed-numerics): the engine's numerics
+  // identity then says "mixed" (model/numerics.h).
+  virtual bool AdmitsMixedNumerics() const { return false; }
 };
 
 }  // namespace tandem

@@ -325,6 +325,7 @@ HttpServer::HttpServer(Engine& engine, const Model& model, ServerOptions options
   info_.chat_format = &model.chat_format();
   info_.created = UnixNow();
   info_.attention = engine.cache_spec().attention;
+  info_.numerics = &engine.numerics();
   RequestSpec with_logprobs;  // whether the engine's role serves logprobs
   with_logprobs.logprobs = 0;
   info_.logprobs = engine.CheckRole(with_logprobs).ok();

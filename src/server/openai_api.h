@@ -19,6 +19,7 @@
 #include "common/status.h"
 #include "model/cache_spec.h"
 #include "model/chat_template.h"
+#include "model/numerics.h"
 #include "model/tokenizer.h"
 #include "runtime/request.h"
 
@@ -53,6 +54,7 @@ struct ModelInfo {
   const ChatFormat* chat_format = nullptr;  // not owned; outlives every call
   int64_t created = 0;  // unix seconds, for /v1/models
   AttentionOptions attention;  // reported by /v1/models (extension "tandem")
+  const NumericsIdentity* numerics = nullptr;  // not owned; reported by /v1/models when set
   bool logprobs = true;        // false: requests with logprobs are refused (a disaggregated decode server)
 };
 

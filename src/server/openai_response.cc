@@ -279,6 +279,9 @@ Out ModelObject(const ModelInfo& model) {
   attention["kv_dtype"] = CacheDTypeName(model.attention.kv_dtype);
   out["tandem"] = {{"attention", std::move(attention)}};
   if (model.chat_format != nullptr) out["tandem"]["chat_format"] = model.chat_format->Identity();
+  // What a verdict on this server's outputs may claim (invariant 9): equal
+  // identities are judged exactly, others by the reference's logprobs.
+  if (model.numerics != nullptr) out["tandem"]["numerics"] = Out(model.numerics->ToJson());
   return out;
 }
 

@@ -19,12 +19,22 @@ std::vector<std::string> Parts(const std::string& fingerprint) {
 
 }  // namespace
 
-Status CheckHello(const Hello& mine, const Hello& theirs) {
+Status CheckHello(const Hello& mine, const Hello& theirs, bool allow_mixed_numerics) {
   if (mine.role == theirs.role) {
     return FailedPrecondition("both ends of the connection are " + mine.role + " engines");
   }
   if (mine.layout_fingerprint == theirs.layout_fingerprint) {
-    if (mine.weights_identity == theirs.weights_identity) return Status::Ok();
+    if (mine.weights_identity == theirs.weights_identity) {
+      if (mine.numerics == theirs.numerics || allow_mixed_numerics) return Status::Ok();
+      auto cut = [](const std::string& s) { return s.substr(0, 120); };  // a peer's string, in a log line
+      return FailedPrecondition(
+          "numerics mismatch between " + mine.role + " engine " + std::to_string(mine.instance_id) + " (" +
+          cut(mine.numerics) + ") and " + theirs.role + " engine " + std::to_string(theirs.instance_id) + " (" +
+          cut(theirs.numerics) + "): they differ in " + DescribeDifferingParts(mine.numerics, theirs.numerics) +
+          ", so a prompt computed by one and decoded by the other equals no run of either exactly (another "
+          "build's kernels); start both from the same build, or pass --allow-mixed-numerics to both during a "
+          "rolling upgrade");
+    }
     // The identities are keyed fingerprints (model/model.h): the message names
     // what differs ("metadata llama.rope.freq_base", "tensor data") rather
     // than printing two long strings.

@@ -216,6 +216,7 @@ std::vector<uint8_t> Hello::Encode() const {
   w.PutBytes(nonce);
   w.PutBytes(proof);
   w.PutString(target);
+  w.PutString(numerics);
   return std::move(w).Finish();
 }
 
@@ -230,8 +231,10 @@ StatusOr<Hello> Hello::Decode(std::span<const uint8_t> bytes) {
   m.nonce = r.Bytes("nonce");
   m.proof = r.Bytes("proof");
   m.target = r.String("target");
+  m.numerics = r.String("numerics");
   if (r.ok() && (m.nonce.size() > 64 || m.proof.size() > 64)) r.Fail("nonce", "a nonce or proof over 64 bytes");
   if (r.ok() && m.target.size() > 256) r.Fail("target", "an address over 256 bytes");
+  if (r.ok() && m.numerics.size() > 256) r.Fail("numerics", "a numerics fingerprint over 256 bytes");
   if (r.ok() && m.role != "prefill" && m.role != "decode") {
     r.Fail("role", "'" + m.role.substr(0, 64) + "' is neither \"prefill\" nor \"decode\"");
   }
@@ -357,6 +360,7 @@ std::vector<uint8_t> Commit::Encode() const {
   }
   w.Put(compute_us);
   w.Put(transfer_us);
+  w.Put(queue_us);
   return std::move(w).Finish();
 }
 
@@ -376,6 +380,7 @@ StatusOr<Commit> Commit::Decode(std::span<const uint8_t> bytes) {
   }
   m.compute_us = r.Get<uint64_t>("compute_us");
   m.transfer_us = r.Get<uint64_t>("transfer_us");
+  m.queue_us = r.Get<uint64_t>("queue_us");
   TANDEM_RETURN_IF_ERROR(r.Finish());
   return m;
 }

@@ -24,7 +24,7 @@
 namespace tandem {
 
 constexpr uint32_t kHandoffMagic = 0x4F484454;  // bytes "TDHO" read as little-endian u32
-constexpr uint16_t kHandoffVersion = 5;  // 5: authenticated messages (transfer/message_auth.h), Hello.target
+constexpr uint16_t kHandoffVersion = 6;  // 5: authenticated messages (transfer/message_auth.h), Hello.target; 6: Hello.numerics, Commit.queue_us
 constexpr size_t kHandoffHeaderBytes = 12;
 
 // Decoding caps. A message beyond any of them is rejected before allocating.
@@ -77,6 +77,10 @@ struct Hello {
   // captured on its way to one prefill engine is refused by another. At most
   // 256 bytes; empty from the prefill side.
   std::string target;
+  // What decides a cache row's bits besides the layout and the weights: the
+  // numerics identity's version and kernel variant (model/numerics.h,
+  // NumericsIdentity::HandshakeFingerprint), a keyed fingerprint. At most 256 bytes.
+  std::string numerics;
 
   std::vector<uint8_t> Encode() const;
   static StatusOr<Hello> Decode(std::span<const uint8_t> bytes);
@@ -152,6 +156,7 @@ struct Commit {
   std::vector<BufferDigest> digests;  // one per registered buffer, registry order
   uint64_t compute_us = 0;            // prefill side: forward passes of this prompt
   uint64_t transfer_us = 0;           // prefill side: writes after the last layer + the flush
+  uint64_t queue_us = 0;              // prefill side: destination taken until its first layer was written
 
   std::vector<uint8_t> Encode() const;
   static StatusOr<Commit> Decode(std::span<const uint8_t> bytes);

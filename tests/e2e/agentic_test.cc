@@ -5,11 +5,14 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <thread>
 
+#include "model/numerics.h"
 #include "support/http_client.h"
 #include "support/process.h"
 #include "support/server_process.h"
@@ -55,6 +58,15 @@ std::string Bench(int port, const std::string& dir, const std::string& extra) {
 }
 
 int64_t Outcome(const json& point, const char* o) { return point["outcomes"][o].get<int64_t>(); }
+
+// The identity an older build (numerics version one lower) would have reported.
+json OlderBuild(const json& numerics) {
+  auto n = NumericsIdentity::FromJson(numerics);
+  EXPECT_TRUE(n.ok()) << numerics.dump();
+  NumericsIdentity older = n.ok() ? *n : NumericsIdentity{};
+  older.version -= 1;
+  return older.ToJson();
+}
 
 // The soak: two prefill engines behind the decode server, every kind of
 // fault once (a prefill engine killed and restarted, the other stopped past
@@ -143,7 +155,8 @@ TEST_P(Agentic, SweepToSixtyFourSessionsOnDisaggBf16SparseIsClean) {
   // `tandem verify` on the saved transcript agrees.
   auto v = RunTandem("verify " + dir + "/transcript.jsonl -m " + Model(), 300);
   EXPECT_EQ(v.exit_code, 0) << v.output;
-  EXPECT_NE(v.output.find("160 rounds: 160 ok, 0 corrupt, 0 timeout, 0 error"), std::string::npos) << v.output;
+  EXPECT_NE(v.output.find("160 rounds: 160 ok, 0 drift, 0 corrupt, 0 timeout, 0 error"), std::string::npos) << v.output;
+  EXPECT_NE(v.output.find("judged exactly, bit for bit"), std::string::npos) << v.output;
   // The differential oracle on the same clean transcript: nothing corrupt.
   ServerProcess reference({"serve", "-m", Model(), "--attention", "sparse", "--topk", "32",
                            "--index-k-dtype", "bf16"});
@@ -151,7 +164,7 @@ TEST_P(Agentic, SweepToSixtyFourSessionsOnDisaggBf16SparseIsClean) {
   auto d = RunTandem("verify --reference-url 127.0.0.1:" + std::to_string(reference.port()) + " " + dir +
                          "/transcript.jsonl", 300);
   EXPECT_EQ(d.exit_code, 0) << d.output;
-  EXPECT_NE(d.output.find("160 rounds: 160 ok, 0 corrupt"), std::string::npos) << d.output;
+  EXPECT_NE(d.output.find("160 rounds: 160 ok, 0 drift, 0 corrupt"), std::string::npos) << d.output;
   // logprobs need every token's logits where it is drawn: the decode server computes such a prompt itself.
   const auto lp = testing::HttpPost(server->port(), "/v1/completions",
                                     R"({"prompt":"Once upon a time","max_tokens":4,"logprobs":1})");
@@ -224,6 +237,97 @@ TEST_P(Agentic, UnsafeEarlyCommitWithDelayedWritesIsReportedCorrupt) {
   auto v = RunTandem("verify " + dir + "/transcript.jsonl -m " + Model(), 300);
   EXPECT_EQ(v.exit_code, 3) << v.output;
   EXPECT_NE(v.output.find("=corrupt@token"), std::string::npos) << v.output;
+  // Judged as if another build had served it (the header's numerics identity
+  // says an older version): the drift rule still calls the stale index-K reads corrupt.
+  std::ifstream original(dir + "/transcript.jsonl");
+  std::string header_line, rest;
+  std::getline(original, header_line);
+  json header = json::parse(header_line);
+  ASSERT_TRUE(header["server_numerics"].is_object()) << header_line.substr(0, 400);
+  header["server_numerics"] = OlderBuild(header["server_numerics"]);
+  const std::string older = dir + "/older.jsonl";
+  {
+    std::ofstream out(older);
+    out << header.dump() << "\n" << original.rdbuf();
+  }
+  auto across = RunTandem("verify " + older + " -m " + Model(), 300);
+  EXPECT_EQ(across.exit_code, 3) << across.output;
+  EXPECT_NE(across.output.find("they differ in version"), std::string::npos) << across.output;
+  EXPECT_NE(across.output.find("=corrupt@token"), std::string::npos) << across.output;
+}
+
+// Invariant 9. A server whose kernels round differently (the fault library's
+// numerics variant stands for another build) answers a little differently
+// from the reference: nothing is corrupt, the report says the identities
+// differ and which rounds drifted, and the exit code says "drift". The same
+// transcript judged by `verify`, exactly and against a reference deployment:
+// 0 corrupt either way.
+TEST_P(Agentic, AnotherBuildsAnswersAreDriftNotCorruption) {
+  ServerProcess server({"serve", "-m", Model(), "--debug-numerics-variant", "ulp"});
+  ASSERT_TRUE(server.ok()) << server.Log();
+  const std::string dir = testing::MakeTempDir();
+  auto r = RunTandem(Bench(server.port(), dir, "--sweep 8 --rounds 3 --initial-tokens 300 --gen-tokens 48"), 300);
+  EXPECT_EQ(r.exit_code, 6) << r.output;  // 6: judged across numerics identities, none corrupt
+  const json report = ReadJson(dir + "/report.json");
+  ASSERT_FALSE(report.is_discarded()) << r.output;
+  EXPECT_FALSE(report["numerics"]["judged_exactly"].get<bool>()) << report["numerics"].dump();
+  EXPECT_EQ(report["numerics"]["server"]["kernel_variant"], "debug-ulp");
+  EXPECT_NE(report["numerics"]["note"].get<std::string>().find("kernel variant"), std::string::npos);
+  const json& p = report["points"][0];
+  EXPECT_EQ(Outcome(p, "corrupt"), 0) << p.dump();
+  EXPECT_EQ(Outcome(p, "ok") + Outcome(p, "drift"), p["rounds"].get<int64_t>()) << p.dump();
+  std::cout << "[ numerics ] " << Outcome(p, "drift") << " of " << p["rounds"] << " rounds drifted\n";
+  auto v = RunTandem("verify " + dir + "/transcript.jsonl -m " + Model(), 300);
+  EXPECT_EQ(v.exit_code, 6) << v.output;
+  EXPECT_NE(v.output.find(" 0 corrupt"), std::string::npos) << v.output;
+  EXPECT_NE(v.output.find("judged across numerics identities"), std::string::npos) << v.output;
+  ServerProcess reference({"serve", "-m", Model()});
+  ASSERT_TRUE(reference.ok()) << reference.Log();
+  auto d = RunTandem("verify --reference-url 127.0.0.1:" + std::to_string(reference.port()) + " " + dir +
+                         "/transcript.jsonl", 300);
+  EXPECT_TRUE(d.exit_code == 0 || d.exit_code == 6) << d.output;
+  EXPECT_NE(d.output.find(" 0 corrupt"), std::string::npos) << d.output;
+}
+
+// A prefill engine of other numerics and a decode server refuse each other,
+// naming both identities; with --allow-mixed-numerics they serve, the decode
+// server reports a mixed identity, and the oracle judges by the drift rule.
+TEST_P(Agentic, MixedNumericsAreRefusedUnlessAllowedAndThenJudgedAsDrift) {
+  {
+    auto refused = Disagg({"--debug-numerics-variant", "ulp", "--peer-timeout-ms", "1000"});
+    ASSERT_TRUE(refused->ok()) << refused->Log();
+    bool said = false;
+    for (int i = 0; i < 100 && !said; ++i) {
+      said = refused->Log().find("numerics mismatch") != std::string::npos;
+      if (!said) std::this_thread::sleep_for(std::chrono::milliseconds(100));  // polling the log file
+    }
+    EXPECT_TRUE(said) << refused->Log();
+    EXPECT_NE(refused->Log().find("debug-ulp"), std::string::npos) << refused->Log();
+    EXPECT_NE(refused->Log().find("--allow-mixed-numerics"), std::string::npos) << refused->Log();
+  }
+  auto mixed = Disagg({"--debug-numerics-variant", "ulp", "--allow-mixed-numerics"});
+  ASSERT_TRUE(mixed->ok()) << mixed->Log();
+  const auto models = testing::HttpGet(mixed->port(), "/v1/models");
+  ASSERT_EQ(models.status, 200) << models.body;
+  const json m = json::parse(models.body, nullptr, false);
+  EXPECT_TRUE(m["data"][0]["tandem"]["numerics"]["mixed"].get<bool>()) << models.body;
+  const std::string dir = testing::MakeTempDir();
+  auto r = RunTandem(Bench(mixed->port(), dir, "--sweep 4 --rounds 2 --initial-tokens 300 --gen-tokens 32"), 300);
+  EXPECT_EQ(r.exit_code, 6) << r.output;
+  const json report = ReadJson(dir + "/report.json");
+  ASSERT_FALSE(report.is_discarded()) << r.output;
+  EXPECT_FALSE(report["numerics"]["judged_exactly"].get<bool>());
+  EXPECT_NE(report["numerics"]["note"].get<std::string>().find("mixed deployment"), std::string::npos)
+      << report["numerics"].dump();
+  const json& p = report["points"][0];
+  EXPECT_EQ(Outcome(p, "corrupt"), 0) << p.dump();
+  EXPECT_EQ(Outcome(p, "ok") + Outcome(p, "drift"), p["rounds"].get<int64_t>()) << p.dump();
+  // The decode server's metrics split the requests' time; the phases add up to it.
+  ASSERT_TRUE(p["time_split"].is_object()) << p.dump();
+  double sum = 0;
+  for (const auto& [phase, share] : p["time_split"].items()) sum += share.get<double>();
+  EXPECT_NEAR(sum, 1.0, 0.05) << p["time_split"].dump();
+  EXPECT_GT(p["time_split"].value("prefill_compute", 0.0), 0.0) << p["time_split"].dump();
 }
 
 TEST_P(Agentic, AWedgedServerStopsTheSweepWithAClearMessage) {

@@ -322,7 +322,8 @@ TEST(HostilePeers, AHelloMeantForAnotherPrefillEngineOrSentAgainIsRefusedAsARepl
     engine = *Hello::Decode(*m);
   }
   auto hello_to = [&](const std::string& target) {
-    Hello h{"decode", engine.layout_fingerprint, engine.weights_identity, transfer::NewInstanceId(), 0, {}, {}, target};
+    Hello h{"decode", engine.layout_fingerprint, engine.weights_identity, transfer::NewInstanceId(), 0, {}, {}, target,
+            engine.numerics};
     transfer::SignDecodeHello(*key, &h);
     return h;
   };
@@ -392,7 +393,7 @@ TEST(HostilePeers, AForgedAbortAckIsRefusedAndTheLinkClosedWithTheReason) {
   ASSERT_TRUE(hello.ok());
   ASSERT_TRUE(transfer::CheckDecodeHello(*key, *hello, nullptr, testing::Loopback(fake.transport.listen_port())).ok());
   Hello mine{"prefill", hello->layout_fingerprint, hello->weights_identity, transfer::NewInstanceId(),
-             hello->instance_id, {}, {}, ""};
+             hello->instance_id, {}, {}, "", hello->numerics};
   const std::vector<uint8_t> my_nonce = transfer::SignPrefillHello(*key, *hello, &mine);
   {
     std::unique_lock<std::mutex> lock(mu);

@@ -14,6 +14,7 @@
 #include "loadgen/differential.h"
 #include "loadgen/report.h"
 #include "loadgen/verify.h"
+#include "model/numerics.h"
 #include "runtime/generator.h"
 #include "support/paths.h"
 #include "support/process.h"
@@ -313,6 +314,67 @@ TEST_P(Oracle, CarryingTheSessionCacheGivesTheVerdictsOfReplayingFromScratch) {
   }
 }
 
+// Invariant 9: across numerics identities a differing token is judged by its
+// margin at the reference: a near-tie is drift, anything further corruption;
+// a sampled draw is not judged by margins (unverified); clean rounds stay ok.
+TEST_P(Oracle, AcrossNumericsIdentitiesDifferingTokensAreJudgedByTheirMargin) {
+  for (float temperature : {0.0f, 0.9f}) {
+    std::vector<RoundRecord> bad = Session({}, temperature);
+    bad[1].token_ids[5] = (bad[1].token_ids[5] + 1) % int32_t(m_->model->config().vocab_size);
+    bad[1].text.clear();  // the ids are the served answer here; the text check needs it to match
+    {
+      StreamDecoder d(m_->model->tokenizer());
+      for (int32_t t : bad[1].token_ids) bad[1].text += d.Push(t);
+      bad[1].text += d.Flush();
+    }
+    VerifyOptions lenient = Opts(), strict = Opts();
+    lenient.exact = strict.exact = false;
+    lenient.near_tie_nats = 1e6;  // every token a near-tie
+    strict.near_tie_nats = 0;     // no token a near-tie
+    std::vector<RoundRecord> a = bad, b = bad;
+    ASSERT_TRUE(VerifyRounds(*m_->model, {}, &a, lenient).ok());
+    ASSERT_TRUE(VerifyRounds(*m_->model, {}, &b, strict).ok());
+    EXPECT_EQ(a[0].outcome, kOk) << a[0].verify_note;
+    EXPECT_EQ(b[0].outcome, kOk) << b[0].verify_note;
+    if (temperature > 0) {
+      EXPECT_EQ(a[1].outcome, kUnverified) << a[1].verify_note;
+      EXPECT_NE(a[1].verify_note.find("sampled"), std::string::npos) << a[1].verify_note;
+      continue;
+    }
+    EXPECT_EQ(a[1].outcome, kDrift) << a[1].verify_note;
+    EXPECT_EQ(a[1].first_mismatch, 5) << a[1].verify_note;
+    EXPECT_NE(a[1].verify_note.find("nats"), std::string::npos) << a[1].verify_note;
+    EXPECT_EQ(b[1].outcome, kCorrupt) << b[1].verify_note;
+    EXPECT_EQ(b[1].first_mismatch, 5);
+    EXPECT_NE(b[1].verify_note.find("more than a near-tie"), std::string::npos) << b[1].verify_note;
+  }
+}
+
+TEST_P(Oracle, TheNumericsIdentitySaysWhetherVerdictsAreExact) {
+  auto spec = MakeCacheSpec(m_->model->config(), {});
+  ASSERT_TRUE(spec.ok());
+  const NumericsIdentity mine = ComputeNumericsIdentity(*m_->model, *spec);
+  auto same = JudgeNumerics(*m_->model, {}, mine.ToJson());
+  ASSERT_TRUE(same.ok());
+  EXPECT_TRUE(same->exact) << same->note;
+  EXPECT_EQ(same->server_id, mine.Id());
+  NumericsIdentity older = mine;
+  older.version = kNumericsVersion - 1;
+  auto across = JudgeNumerics(*m_->model, {}, older.ToJson());
+  ASSERT_TRUE(across.ok());
+  EXPECT_FALSE(across->exact);
+  EXPECT_NE(across->note.find("they differ in version"), std::string::npos) << across->note;
+  auto unknown = JudgeNumerics(*m_->model, {}, Json());
+  ASSERT_TRUE(unknown.ok());
+  EXPECT_FALSE(unknown->exact);
+  EXPECT_NE(unknown->note.find("did not say"), std::string::npos) << unknown->note;
+  // Another attention is another identity; a hand-edited id is refused.
+  EXPECT_FALSE(JudgeNumerics(*m_->model, Sparse(CacheDType::kBF16), mine.ToJson())->exact);
+  Json edited = mine.ToJson();
+  edited["kernel_variant"] = "x";
+  EXPECT_FALSE(JudgeNumerics(*m_->model, {}, edited).ok());
+}
+
 TEST_P(Oracle, AMissingRoundIsReported) {
   std::vector<RoundRecord> rounds = Session({}, 0.0f);
   rounds.erase(rounds.begin());
@@ -334,6 +396,34 @@ Json Entry(const std::string& token, double logprob, std::vector<std::pair<std::
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, Oracle, testing::kTestModels, testing::ModelInstanceName);
+
+// Issue 31: byte-fallback tokens are incomplete UTF-8; a server's text shows
+// broken sequences as U+FFFD, so judging by text called a near-tie corrupt
+// ("continues with '\xEF\xBF\xBDbun...', not among the reference's top 5").
+// Judged by the bytes now.
+TEST(Differential, BrokenUtf8IsJudgedByTheBytesNotTheText) {
+  const std::string e6("\xE6"), e5("\xE5"), fffd("\xEF\xBF\xBD");
+  const Json ref = Json::array({Entry("Once", -0.1, {{"Once", -0.1}}),
+                                Entry(" upon", -0.70, {{" upon", -0.70}, {e5, -0.71}, {" a", -3.0}}),
+                                Entry(" a", -0.2, {{" a", -0.2}})});
+  // The server took the incomplete byte 0.01 nats below " upon": drift.
+  Divergence d = Compare(ref, "Once upon a", "Once" + fffd + "bun", "length", 0.5);
+  EXPECT_EQ(d.kind, Divergence::Kind::kNearTie) << d.detail;
+  EXPECT_EQ(d.token, 1);
+  EXPECT_NEAR(d.margin, 0.01, 1e-9);
+  EXPECT_NE(d.detail.find("U+FFFD"), std::string::npos) << d.detail;
+  // Far below, it is still corruption, said the same way.
+  const Json far = Json::array({Entry("Once", -0.1, {{"Once", -0.1}}),
+                                Entry(" upon", -0.70, {{" upon", -0.70}, {e5, -6.0}})});
+  EXPECT_EQ(Compare(far, "Once upon", "Once" + fffd, "length", 0.5).kind, Divergence::Kind::kCorrupt);
+  // Where the reference's own token is the incomplete one, the text cannot tell: not judged.
+  const Json own = Json::array({Entry("Once", -0.1, {{"Once", -0.1}}), Entry(e6, -0.3, {{e6, -0.3}, {" a", -2.0}}),
+                                Entry("\x97\xA5", -0.1, {{"\x97\xA5", -0.1}})});
+  d = Compare(own, "Once\xE6\x97\xA5", "Once" + fffd + "x", "length", 0.5);
+  EXPECT_EQ(d.kind, Divergence::Kind::kUnjudged) << d.detail;
+  // A whole character split across byte tokens walks as bytes: identical.
+  EXPECT_EQ(Compare(own, "Once\xE6\x97\xA5", "Once\xE6\x97\xA5", "length", 0.5).kind, Divergence::Kind::kSame);
+}
 
 TEST(Differential, IdenticalNearTieAndCorruptDivergencesAreTold) {
   const Json ref = Json::array({Entry("Once", -0.1, {{"Once", -0.1}, {"Then", -2.5}}),

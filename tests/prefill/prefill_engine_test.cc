@@ -2,6 +2,7 @@
 // test per defect it once had: handoff ids matched across connections, an abort
 // acknowledged after a flush that did not confirm, an unbounded queue, and
 // destinations served without an accepted handshake.
+#include "model/numerics.h"
 #include "prefill/prefill_server.h"
 
 #include <gtest/gtest.h>
@@ -83,7 +84,7 @@ class FakeDecode {
   }
   Hello MyHello(const std::string& weights) const {
     return Hello{"decode", pool_.layout().Fingerprint() + ";" + AttentionFingerprint(attention_), weights, instance_, 0,
-                 {}, {}};
+                 {}, {}, {}, HandshakeNumerics()};
   }
   // auth: the destination's proof of the cluster key (empty: none).
   std::vector<uint8_t> DestinationFor(uint64_t id, const std::vector<int32_t>& prompt,

@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "model/numerics.h"
 #include "prefill/prefill_server.h"
 #include "support/test_models.h"
 #include "support/tiny_model.h"
@@ -66,7 +67,7 @@ TEST_P(AbortStorm, HalfAbortedTenRoundsThenACleanRound) {
   std::shared_ptr<Connection> decode_side = *conn;
   const uint64_t instance = NewInstanceId();
   ASSERT_TRUE(decode_side->Send(Hello{"decode", decode_pool.layout().Fingerprint() + ";" + AttentionFingerprint(spec.attention),
-                                      WeightsIdentity(model), instance, 0, {}, {}}
+                                      WeightsIdentity(model), instance, 0, {}, {}, {}, HandshakeNumerics()}
                                     .Encode())
                   .ok());
   {

@@ -10,6 +10,7 @@
 #include <functional>
 #include <thread>
 
+#include "model/numerics.h"
 #include "prefill/prefill_server.h"
 
 #include "runtime/generator.h"
@@ -97,7 +98,7 @@ class HandoffHarness {
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     to_prefill_ = *c;
     const Hello mine{"decode", decode_pool_.layout().Fingerprint() + ";" + AttentionFingerprint(spec_.attention),
-                     WeightsIdentity(model), instance_, 0, {}, {}};
+                     WeightsIdentity(model), instance_, 0, {}, {}, {}, HandshakeNumerics()};
     EXPECT_TRUE(to_prefill_->Send(mine.Encode()).ok());
     std::unique_lock<std::mutex> lock(mu_);
     EXPECT_TRUE(cv_.wait_for(lock, 10s, [&] { return hello_ || closed_; }) && hello_) << "no Hello from the prefill engine";

@@ -42,6 +42,31 @@ TEST(Handshake, Fp8AgainstBf16IndexKIsRefusedWithAClearMessage) {
   EXPECT_FALSE(CheckHello(d, *wire).ok());
 }
 
+// Invariant 9: engines of different numerics (another build's kernels) agree
+// on layouts and weights, so they connected and served answers that equal no
+// colocated run exactly. Refused by default, naming both; allowed by name.
+TEST(Handshake, OtherNumericsAreRefusedNamingBothUnlessAllowed) {
+  const std::string layout = Fingerprint(CacheDType::kBF16);
+  Hello p{"prefill", layout, "tiny:1", 1, 2, {}, {}}, d{"decode", layout, "tiny:1", 2, 0, {}, {}};
+  p.numerics = "numerics%20version=1;kernel%20variant=debug-ulp";
+  d.numerics = "numerics%20version=1;kernel%20variant=";
+  for (const Status& st : {CheckHello(d, p), CheckHello(p, d)}) {
+    ASSERT_EQ(st.code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(st.message().find("numerics mismatch"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("debug-ulp"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("they differ in kernel variant"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("--allow-mixed-numerics"), std::string::npos) << st.message();
+  }
+  EXPECT_TRUE(CheckHello(d, p, /*allow_mixed_numerics=*/true).ok());
+  EXPECT_TRUE(CheckHello(p, d, /*allow_mixed_numerics=*/true).ok());
+  // Allowing mixed numerics allows nothing else.
+  Hello other_weights = p;
+  other_weights.weights_identity = "tiny:2";
+  EXPECT_FALSE(CheckHello(d, other_weights, true).ok());
+  d.numerics = p.numerics;
+  EXPECT_TRUE(CheckHello(d, p).ok());
+}
+
 TEST(Handshake, TwoEnginesOfTheSameRoleAreRefused) {
   const Hello a{"decode", "x", "w", 1, 0, {}, {}}, b{"decode", "x", "w", 2, 0, {}, {}};
   EXPECT_NE(CheckHello(a, b).message().find("both ends"), std::string::npos);

@@ -96,6 +96,9 @@ TEST(HandoffMessages, RoundTrip) {
   ExpectRoundTrip(SampleHello());
   ExpectRoundTrip(Hello{"prefill", "", "", 1, 0});
   ExpectRoundTrip(Hello{"prefill", "f", "w", 1, 2, std::vector<uint8_t>(32, 7), std::vector<uint8_t>(32, 9)});
+  ExpectRoundTrip(Hello{"decode", "f", "w", 1, 2, {}, {}, "127.0.0.1:9", "numerics version=1;kernel variant="});
+  Hello long_numerics{"decode", "f", "w", 1, 2, {}, {}, "", std::string(257, 'n')};
+  EXPECT_TRUE(IsDataLoss(Hello::Decode(long_numerics.Encode()).status(), "'numerics'"));
   ExpectRoundTrip(SampleDestination());
   Destination whole_prompt_cached;
   whole_prompt_cached.tokens.assign(128, 1);
