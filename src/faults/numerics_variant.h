@@ -6,8 +6,10 @@
 // depends only on its row and its input), it just differs in the last bits,
 // the way a changed reduction order does.
 //
-//   "ulp": every matrix product's outputs of rows r with r % 8 == 3 are moved
-//          one ulp toward zero.
+//   "ulp":    every matrix product's outputs of rows r with r % 8 == 3 are
+//             moved one ulp toward zero (the size of a reordered sum's change);
+//   "coarse": those outputs are scaled by 1 - 2^-12 instead, which flips
+//             greedy near-ties often enough for short tests to see drift.
 #pragma once
 
 #include <string>
@@ -16,7 +18,7 @@
 
 namespace tandem::faults {
 
-// The names InstallNumericsVariant accepts, for help texts: "ulp".
+// The names InstallNumericsVariant accepts, for help texts: "ulp, coarse".
 const char* NumericsVariantNames();
 
 // Installs the variant over the active ISA's kernels. REQUIRES: after the ISA

@@ -261,12 +261,14 @@ TEST_P(Agentic, UnsafeEarlyCommitWithDelayedWritesIsReportedCorrupt) {
 // from the reference: nothing is corrupt, the report says the identities
 // differ and which rounds drifted, and the exit code says "drift". The same
 // transcript judged by `verify`, exactly and against a reference deployment:
-// 0 corrupt either way.
+// 0 corrupt either way. (The variant moves outputs by one ulp, a reordered
+// sum's size; "coarse", 2^-12, flips dsa-tiny's sparse selections enough
+// that some tokens fall 0.8-1.1 nats below the reference's: see issue 31's note.)
 TEST_P(Agentic, AnotherBuildsAnswersAreDriftNotCorruption) {
   ServerProcess server({"serve", "-m", Model(), "--debug-numerics-variant", "ulp"});
   ASSERT_TRUE(server.ok()) << server.Log();
   const std::string dir = testing::MakeTempDir();
-  auto r = RunTandem(Bench(server.port(), dir, "--sweep 8 --rounds 3 --initial-tokens 300 --gen-tokens 48"), 300);
+  auto r = RunTandem(Bench(server.port(), dir, "--sweep 16 --rounds 3 --initial-tokens 300 --gen-tokens 128"), 300);
   EXPECT_EQ(r.exit_code, 6) << r.output;  // 6: judged across numerics identities, none corrupt
   const json report = ReadJson(dir + "/report.json");
   ASSERT_FALSE(report.is_discarded()) << r.output;
@@ -277,6 +279,9 @@ TEST_P(Agentic, AnotherBuildsAnswersAreDriftNotCorruption) {
   EXPECT_EQ(Outcome(p, "corrupt"), 0) << p.dump();
   EXPECT_EQ(Outcome(p, "ok") + Outcome(p, "drift"), p["rounds"].get<int64_t>()) << p.dump();
   std::cout << "[ numerics ] " << Outcome(p, "drift") << " of " << p["rounds"] << " rounds drifted\n";
+  // Deterministic (invariant 5): the llama model's greedy answers flip at one
+  // near-tie here (6e-6 nats); dsa-tiny's at none.
+  if (GetParam() == "tiny") EXPECT_GE(Outcome(p, "drift"), 1) << p.dump();
   auto v = RunTandem("verify " + dir + "/transcript.jsonl -m " + Model(), 300);
   EXPECT_EQ(v.exit_code, 6) << v.output;
   EXPECT_NE(v.output.find(" 0 corrupt"), std::string::npos) << v.output;
