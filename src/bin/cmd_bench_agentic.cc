@@ -19,6 +19,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "bin/commands.h"
@@ -26,6 +27,7 @@
 #include "bin/model_options.h"
 #include "loadgen/agentic.h"
 #include "loadgen/differential.h"
+#include "loadgen/trace.h"
 #include "loadgen/report.h"
 #include "loadgen/soak.h"
 #include "loadgen/verify.h"
@@ -53,6 +55,11 @@ struct AgenticArgs {
   double near_tie_nats = 0.5;
   bool quiet = false;
   bool plain_openai = false;
+  // A published trace instead of the preset's sessions (loadgen/trace.h).
+  std::string trace, trace_format;
+  double trace_speed = 1, trace_scale = 1;
+  int64_t trace_limit = 0;
+  int trace_workers = 64;
   // The soak (loadgen/soak.h): sessions back to back at the last sweep value.
   double soak_s = 0;
   std::string faults;
@@ -317,6 +324,22 @@ int RunAgentic(AgenticArgs& a) {
     numerics = *judged;
     std::fprintf(stderr, "%s\n", numerics.note.c_str());
   }
+  std::optional<Trace> trace;
+  if (!a.trace.empty()) {
+    if (a.soak_s > 0) return std::fprintf(stderr, "error: --trace and --soak are different workloads: pick one\n"), 1;
+    TraceOptions to;
+    to.format = a.trace_format;
+    to.tokens_per_word = shape.tokens_per_word;
+    to.length_scale = a.trace_scale;
+    to.limit = a.trace_limit;
+    auto loaded = LoadTrace(a.trace, to);
+    if (!loaded.ok()) return std::fprintf(stderr, "error: %s\n", loaded.status().ToString().c_str()), 1;
+    trace = std::move(loaded).value();
+    header.preset = "trace:" + std::filesystem::path(a.trace).filename().string();
+    std::fprintf(stderr, "trace %s (%s): %zu sessions, %lld requests, %lld shared prefix blocks\n", a.trace.c_str(),
+                 trace->format.c_str(), trace->sessions.size(), (long long)trace->requests,
+                 (long long)trace->shared_blocks);
+  }
   std::error_code ec;
   std::filesystem::create_directories(a.out_dir, ec);
   if (ec) return std::fprintf(stderr, "error: cannot create %s: %s\n", a.out_dir.c_str(), ec.message().c_str()), 1;
@@ -364,7 +387,31 @@ int RunAgentic(AgenticArgs& a) {
       return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
     }
   }
-  for (size_t i = 0; a.soak_s <= 0 && i < shape.sweep.size(); ++i) {
+  if (trace) {
+    PointProgress progress;
+    const ServerState before = ProbeServer(host, port);
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<RoundRecord> recs;
+    {
+      ProgressBar bar(tty, "  trace", &progress);
+      recs = RunTrace(host, port, header.model, *trace, shape, 0, a.trace_workers, a.trace_speed, &progress);
+    }
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    PointSummary s = Summarize(0, a.trace_workers, recs, wall);
+    const ServerState after = ProbeServer(host, port);
+    s.handoff_time_share = HandoffShare(before, after);
+    s.time_split = TimeSplit(before, after);
+    std::fprintf(stderr, "  trace: %lld requests in %.1f s, %.1f tok/s, TTFT p50 %.1f ms, prefix hit %.1f%%\n",
+                 (long long)s.rounds, wall, s.tokens_per_s, s.ttft_p50_s * 1e3,
+                 s.prompt_tokens > 0 ? 100.0 * double(s.cached_tokens) / double(s.prompt_tokens) : 0.0);
+    report.points.push_back(std::move(s));
+    if (during) during->Add(recs);
+    all.insert(all.end(), std::make_move_iterator(recs.begin()), std::make_move_iterator(recs.end()));
+    if (Status st = WriteTranscript(transcript, header, all); !st.ok()) {
+      return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
+    }
+  }
+  for (size_t i = 0; !trace && a.soak_s <= 0 && i < shape.sweep.size(); ++i) {
     const int c = shape.sweep[i];
     const Status gate = WaitForBaseline(host, port, a.health_timeout_s);
     if (!gate.ok()) {
@@ -494,6 +541,22 @@ void RegisterAgenticBench(CLI::App& bench) {
   cmd->add_option("--tool-tokens", a->tool_tokens, "Tool-result size range MIN,MAX in tokens")->delimiter(',');
   cmd->add_option("--think-ms", a->think_ms, "Pause between rounds, up to this")->check(CLI::Range(0, 3600000));
   cmd->add_option("--sweep", a->sweep, "Concurrent sessions per point, e.g. 16,32,48,64,80")->delimiter(',');
+  cmd->add_option("--trace", a->trace,
+                  "Replay a published trace instead of the preset's sessions: Mooncake's request JSONL (timestamp, "
+                  "input_length, output_length, hash_ids) or multi-turn conversations ({session_id, turns: [{text, "
+                  "output_length, delay}]}), verified and reported like a sweep point");
+  cmd->add_option("--trace-format", a->trace_format, "mooncake or conversations (default: told by the first line)");
+  cmd->add_option("--trace-speed", a->trace_speed,
+                  "The trace's arrival times divided by this (2: twice as fast; 0: every request as soon as a worker "
+                  "is free)")
+      ->check(CLI::Range(0.0, 1e6));
+  cmd->add_option("--trace-scale", a->trace_scale,
+                  "Every trace length (and Mooncake's 512-token block) times this, for small models")
+      ->check(CLI::Range(1e-3, 16.0));
+  cmd->add_option("--trace-limit", a->trace_limit, "Replay at most this many requests (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--trace-workers", a->trace_workers, "Sessions in flight at most (client threads)")
+      ->check(CLI::Range(1, 4096));
   cmd->add_option("--seed", a->seed, "Seed of every prompt");
   cmd->add_option("--request-timeout", a->request_timeout_s, "Seconds one round may take (client side)")
       ->check(CLI::PositiveNumber);

@@ -333,6 +333,30 @@ void RunSession(const std::string& host, int port, const std::string& model, con
       rec.request["ignore_eos"] = true;
       rec.request["return_token_ids"] = true;
     }
+    SendRound(host, port, messages, shape, t0, &rec);
+    const bool ok = rec.outcome == kUnverified;
+    const std::string answer = rec.text;
+    out->push_back(std::move(rec));
+    ++progress->rounds_done;
+    if (!ok) {
+      ++progress->failures;
+      progress->rounds_done += shape.rounds - r - 1;  // the rest will not be sent
+      return;
+    }
+    seed = SplitMix64(seed + uint64_t(r));
+    const int64_t tool = shape.tool_min + int64_t(seed % uint64_t(std::max(1, shape.tool_max - shape.tool_min + 1)));
+    append = Json::array();
+    append.push_back({{"role", "assistant"}, {"content", answer}});
+    append.push_back({{"role", "tool"},
+                      {"tool_call_id", "call_" + std::to_string(session) + "_" + std::to_string(r)},
+                      {"content", "Tool output:\n" + SyntheticText(seed, tool, shape.tokens_per_word)}});
+  }
+}
+
+void SendRound(const std::string& host, int port, const Json& messages, const AgenticShape& shape,
+               Clock::time_point t0, RoundRecord* out) {
+  RoundRecord& rec = *out;
+  {
     Json body = rec.request;
     body["messages"] = messages;
     rec.start_s = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -359,22 +383,6 @@ void RunSession(const std::string& host, int port, const std::string& model, con
     } else {
       rec.outcome = kUnverified;
     }
-    const bool ok = rec.outcome == kUnverified;
-    const std::string answer = rec.text;
-    out->push_back(std::move(rec));
-    ++progress->rounds_done;
-    if (!ok) {
-      ++progress->failures;
-      progress->rounds_done += shape.rounds - r - 1;  // the rest will not be sent
-      return;
-    }
-    seed = SplitMix64(seed + uint64_t(r));
-    const int64_t tool = shape.tool_min + int64_t(seed % uint64_t(std::max(1, shape.tool_max - shape.tool_min + 1)));
-    append = Json::array();
-    append.push_back({{"role", "assistant"}, {"content", answer}});
-    append.push_back({{"role", "tool"},
-                      {"tool_call_id", "call_" + std::to_string(session) + "_" + std::to_string(r)},
-                      {"content", "Tool output:\n" + SyntheticText(seed, tool, shape.tokens_per_word)}});
   }
 }
 

@@ -177,6 +177,13 @@ void RunSession(const std::string& host, int port, const std::string& model, con
                 int point, int concurrency, int session, std::chrono::steady_clock::time_point t0,
                 PointProgress* progress, std::vector<RoundRecord>* out, const std::atomic<bool>* stop = nullptr);
 
+// Sends one round: rec->request plus `messages` as one streamed chat request
+// (with resumption under extensions), filling in the answer, its timings and
+// its outcome (unverified when complete, else timeout or error); start_s is
+// measured from t0.
+void SendRound(const std::string& host, int port, const nlohmann::json& messages, const AgenticShape& shape,
+               std::chrono::steady_clock::time_point t0, RoundRecord* rec);
+
 // Runs `concurrency` sessions at once (one thread each) and returns every
 // round they sent, sorted by (session, round). A session stops at its first
 // failed round (later rounds would depend on an answer it never got).

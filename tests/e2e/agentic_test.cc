@@ -335,6 +335,39 @@ TEST_P(Agentic, MixedNumericsAreRefusedUnlessAllowedAndThenJudgedAsDrift) {
   EXPECT_GT(p["time_split"].value("prefill_compute", 0.0), 0.0) << p["time_split"].dump();
 }
 
+// Published traces through serve --disagg, verified: a Mooncake request trace
+// (its shared hash-id blocks become shared prompt prefixes, which the prefix
+// caches then serve) and multi-turn conversations.
+TEST_P(Agentic, PublishedTracesReplayVerifiedThroughDisagg) {
+  auto server = Disagg({});
+  ASSERT_TRUE(server->ok()) << server->Log();
+  const std::string traces = std::string(TANDEM_SOURCE_DIR) + "/tests/loadgen/traces/";
+  const std::string dir = testing::MakeTempDir();
+  auto r = RunTandem(Bench(server->port(), dir + "/m",
+                           "--trace " + traces + "mooncake_1000.jsonl --trace-limit 200 --trace-scale 0.05 "
+                           "--trace-speed 0 --trace-workers 16"),
+                     600);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  json report = ReadJson(dir + "/m/report.json");
+  ASSERT_FALSE(report.is_discarded()) << r.output;
+  EXPECT_EQ(report["preset"], "trace:mooncake_1000.jsonl");
+  json p = report["points"][0];
+  EXPECT_EQ(p["rounds"], 200);
+  EXPECT_EQ(Outcome(p, "ok"), 200) << p.dump();
+  EXPECT_GT(p["cached_tokens"].get<int64_t>(), 0) << "shared hash ids are shared prefixes: " << p.dump();
+  EXPECT_TRUE(p["time_split"].is_object()) << p.dump();
+  auto c = RunTandem(Bench(server->port(), dir + "/c",
+                           "--trace " + traces + "conversations.jsonl --trace-speed 4 --trace-workers 8"),
+                     600);
+  EXPECT_EQ(c.exit_code, 0) << c.output;
+  report = ReadJson(dir + "/c/report.json");
+  ASSERT_FALSE(report.is_discarded()) << c.output;
+  p = report["points"][0];
+  EXPECT_GE(p["rounds"].get<int64_t>(), 72);
+  EXPECT_EQ(Outcome(p, "ok"), p["rounds"].get<int64_t>()) << p.dump();
+  EXPECT_GT(p["later_round_hit_rate"].get<double>(), 0.5) << p.dump();  // each turn re-sends the conversation
+}
+
 TEST_P(Agentic, AWedgedServerStopsTheSweepWithAClearMessage) {
   // The prefill engine stops sending after 6 messages: commits, heartbeats and
   // abort acknowledgements never arrive. The decode server declares it dead
