@@ -23,7 +23,7 @@ struct Outcome {
   const char* color;
 };
 constexpr Outcome kOutcomeColors[] = {
-    {kOk, "#2ca02c"}, {kCorrupt, "#d62728"}, {kTimeout, "#ff7f0e"}, {kError, "#7f7f7f"}, {kUnverified, "#c7c7c7"}};
+    {kOk, "#2ca02c"}, {kDrift, "#bcbd22"}, {kCorrupt, "#d62728"}, {kTimeout, "#ff7f0e"}, {kError, "#7f7f7f"}, {kUnverified, "#c7c7c7"}};
 
 // Round ticks from 0 to at least vmax: steps of 1, 2, 2.5 or 5 x 10^k.
 struct Ticks {
@@ -157,6 +157,36 @@ class Panels {
     return g + "</g>\n";
   }
 
+  // Stacked shares of each point's request time by phase (disaggregated
+  // servers' tandem_request_phase_seconds_total): the queue, not "the
+  // handoff", is where the time usually goes.
+  std::string TimePanel(int panel) const {
+    static constexpr Outcome kPhases[] = {{"prefill_queue", "#ff7f0e"}, {"prefill_compute", "#1f77b4"},
+                                          {"transfer", "#9467bd"},      {"commit", "#8c564b"},
+                                          {"decode", "#2ca02c"},        {"page_wait", "#e377c2"},
+                                          {"failed_attempts", "#d62728"}, {"local", "#17becf"},
+                                          {"other", "#c7c7c7"}};
+    std::string g = Begin(panel, "where request time went (%)");
+    std::vector<std::pair<std::string, std::string>> legend;
+    for (const Outcome& o : kPhases) legend.push_back({o.name, o.color});
+    g += Legend(kLeft - 40, 32, legend);
+    g += YAxis(Ticks{25, 100, 0}, kLeft, kPlotTop, kPlotW, kPlotH) + XAxis();
+    const double bar_w = n_ == 0 ? 0 : std::min(34.0, kPlotW / double(n_) * 0.6);
+    for (size_t i = 0; i < n_; ++i) {
+      double y = kPlotTop + kPlotH;
+      for (const Outcome& o : kPhases) {
+        auto it = r_.points[i].time_split.find(o.name);
+        if (it == r_.points[i].time_split.end() || !(it->second > 0)) continue;
+        const double h = kPlotH * std::min(it->second, 1.0);
+        y -= h;
+        g += Fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"", X(i) - bar_w / 2, y, bar_w, h) +
+             o.color + "\"><title>" + Fmt("%.1f%% ", it->second * 100) + o.name + "</title></rect>\n";
+      }
+      if (r_.points[i].time_split.empty()) g += Text(X(i), kPlotTop + kPlotH - 6, "n/a", "text-anchor=\"middle\"");
+    }
+    return g + "</g>\n";
+  }
+
  private:
   const SweepReport& r_;
   const size_t n_;
@@ -217,11 +247,13 @@ std::string Timeline(const SweepReport& r, const std::vector<RoundRecord>& round
 
 std::string ReportSvg(const SweepReport& r, const std::vector<RoundRecord>& rounds) {
   const bool timeline = r.soak && !rounds.empty();
+  bool split = false;
+  for (const PointSummary& p : r.points) split = split || !p.time_split.empty();
   const double height = 30 + kPanelH + (timeline ? kTimelineH : 0);
   std::string svg = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
   svg += Fmt("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" "
              "font-size=\"11\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
-             4 * kPanelW, height);
+             (split ? 5 : 4) * kPanelW, height);
   svg += Text(10, 20,
               "tandem bench agentic — " + r.header.model + ", preset " + r.header.preset + ", " + r.target +
                   (r.verified ? ", verified" : ", NOT verified") + (r.stopped.empty() ? "" : " (sweep stopped)"),
@@ -239,6 +271,7 @@ std::string ReportSvg(const SweepReport& r, const std::vector<RoundRecord>& roun
   svg += panels.LinePanel(1, "inter-token latency (ms)", {{"p50", "#1f77b4", i50}, {"p99", "#d62728", i99}});
   svg += panels.LinePanel(2, "generated tokens per second", {{"tokens/s", "#2ca02c", tps}});
   svg += panels.OutcomePanel(3);
+  if (split) svg += panels.TimePanel(4);
   if (timeline) svg += Timeline(r, rounds, 30 + kPanelH);
   return svg + "</svg>\n";
 }

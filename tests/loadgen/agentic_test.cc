@@ -539,6 +539,19 @@ TEST(AgenticReport, JsonMatchesTheDocumentedSchemaAndSvgIsWellFormed) {
   std::vector<RoundRecord> rounds;
   SweepReport rep = SampleReport(&rounds);
   const std::string dir = testing::MakeTempDir();
+  // The time split of a disaggregated server, from two probes of its metrics.
+  ServerState before, after;
+  before.handoff_request_s = 10;
+  before.phase_s = {{"prefill_queue", 4}, {"decode", 5}};
+  after.handoff_request_s = 30;
+  after.phase_s = {{"prefill_queue", 16}, {"prefill_compute", 3}, {"decode", 9}, {"transfer", 0.001}};
+  rep.points[0].time_split = TimeSplit(before, after);
+  EXPECT_NEAR(rep.points[0].time_split["prefill_queue"], 0.6, 1e-12);
+  EXPECT_NEAR(rep.points[0].time_split["decode"], 0.2, 1e-12);
+  EXPECT_TRUE(TimeSplit(after, after).empty());  // no requests finished in between: unknown
+  EXPECT_NE(ReportTable(rep).find("time: prefill_queue 60.0% prefill_compute 15.0%"), std::string::npos)
+      << ReportTable(rep);
+  EXPECT_NE(ReportSvg(rep).find("where request time went"), std::string::npos);
   for (bool stopped : {false, true}) {
     if (stopped) rep.stopped = "before the 64-session point: did not return to baseline";
     std::ofstream(dir + "/report.json") << ReportJson(rep).dump(2);
