@@ -60,6 +60,7 @@ struct AgenticArgs {
   double trace_speed = 1, trace_scale = 1;
   int64_t trace_limit = 0;
   int trace_workers = 64;
+  double trace_max_s = 3600;
   // The soak (loadgen/soak.h): sessions back to back at the last sweep value.
   double soak_s = 0;
   std::string faults;
@@ -335,6 +336,13 @@ int RunAgentic(AgenticArgs& a) {
     auto loaded = LoadTrace(a.trace, to);
     if (!loaded.ok()) return std::fprintf(stderr, "error: %s\n", loaded.status().ToString().c_str()), 1;
     trace = std::move(loaded).value();
+    if (const double span = TraceSeconds(*trace, a.trace_speed); !(span <= a.trace_max_s)) {
+      return std::fprintf(stderr,
+                          "error: replaying %s at --trace-speed %g takes %.0f s of arrivals and delays, more than "
+                          "--trace-max-s %.0f: raise the speed, limit the requests, or raise the limit\n",
+                          a.trace.c_str(), a.trace_speed, span, a.trace_max_s),
+             1;
+    }
     header.preset = "trace:" + std::filesystem::path(a.trace).filename().string();
     std::fprintf(stderr, "trace %s (%s): %zu sessions, %lld requests, %lld shared prefix blocks\n", a.trace.c_str(),
                  trace->format.c_str(), trace->sessions.size(), (long long)trace->requests,
@@ -557,6 +565,9 @@ void RegisterAgenticBench(CLI::App& bench) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--trace-workers", a->trace_workers, "Sessions in flight at most (client threads)")
       ->check(CLI::Range(1, 4096));
+  cmd->add_option("--trace-max-s", a->trace_max_s,
+                  "Refuse a trace whose arrivals and delays at --trace-speed span more than this many seconds")
+      ->check(CLI::Range(1.0, 7 * 86400.0));
   cmd->add_option("--seed", a->seed, "Seed of every prompt");
   cmd->add_option("--request-timeout", a->request_timeout_s, "Seconds one round may take (client side)")
       ->check(CLI::PositiveNumber);

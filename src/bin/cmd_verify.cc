@@ -103,8 +103,10 @@ int RunVerify(VerifyArgs& a) {
       return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
     }
     std::printf("numerics: judged by the reference deployment's log-probabilities (server %s)\n",
-                header.server_numerics.is_object() ? header.server_numerics.value("id", "?").c_str()
-                                                   : "identity not recorded");
+                header.server_numerics.is_object() && header.server_numerics.contains("id") &&
+                        header.server_numerics["id"].is_string()
+                    ? header.server_numerics["id"].get<std::string>().substr(0, 80).c_str()
+                    : "identity not recorded");
     return PrintVerdicts(a, header, rounds, /*exact=*/true);  // drift, if any, shows in the counts
   }
   auto fallback = a.attention.Resolve();

@@ -72,7 +72,8 @@ struct DecodeRole::Metrics {
   prometheus::Counter& Phase(const std::string& phase) {
     return MetricCounter(registry, "tandem_request_phase_seconds_total",
                          "Finished requests' arrival-to-finish time by phase (page_wait, prefill_queue, "
-                         "prefill_compute, transfer, commit, decode, failed_attempts, local, other)",
+                         "prefill_compute, transfer, commit, decode, failed_attempts, local, abandoned, other: the "
+                         "time between a failed attempt and the next)",
                          {{"phase", phase}});
   }
 
@@ -235,10 +236,12 @@ void DecodeRole::Poll() {
     const double compute = double(o.ready.compute_us) * 1e-6, transfer = double(o.ready.transfer_us) * 1e-6;
     h.seconds += wait;
     h.committed = Clock::now();
-    h.queue_s = double(o.ready.queue_us) * 1e-6;
-    h.compute_s = compute;
-    h.transfer_s = transfer;
-    h.commit_s = std::max(0.0, wait - h.queue_s - compute - transfer);
+    // The peer's own measurements, bounded by the wait this side saw (another
+    // process's clock, or a peer that misreports, cannot push the parts past it).
+    h.queue_s = std::min(double(o.ready.queue_us) * 1e-6, wait);
+    h.compute_s = std::min(compute, wait - h.queue_s);
+    h.transfer_s = std::min(transfer, wait - h.queue_s - h.compute_s);
+    h.commit_s = std::max(0.0, wait - h.queue_s - h.compute_s - h.transfer_s);
     metrics_->wait.Observe(wait);
     metrics_->compute.Observe(compute);
     metrics_->transfer.Observe(transfer);
@@ -306,7 +309,10 @@ void DecodeRole::OnEnd(const Sequence& seq, FinishReason reason, const Status& e
     if (parts[i] > 0) metrics_->Phase(names[i]).Increment(parts[i]);
     named += parts[i];
   }
-  if (!handed_off) {
+  if (!handed_off && h.id != 0) {
+    // Ended (cancelled, or its stop came) while a handoff was still open.
+    metrics_->Phase("abandoned").Increment(std::max(0.0, e2e - named));
+  } else if (!handed_off) {
     metrics_->Phase("local").Increment(std::max(0.0, e2e - named));
   } else if (e2e > named) {
     metrics_->Phase("other").Increment(e2e - named);  // clocks of two processes; admission after the commit

@@ -122,6 +122,12 @@ Divergence Compare(const Json& reference, const std::string& reference_text, con
     // likely such), and its margin decides; if only the reference's own
     // choice would, the texts cannot tell the tokens apart (not judged).
     if (rank < 0 && rest.compare(0, kReplacement.size(), kReplacement) == 0) {
+      if (NotWholeUtf8(t)) {  // the server may well have taken t itself and parted later
+        d.kind = Divergence::Kind::kUnjudged;
+        d.detail = "token " + std::to_string(i) + ": the server's text shows U+FFFD where the reference's own token " +
+                   "is an incomplete UTF-8 sequence: its text cannot say which bytes it took (not judged)";
+        return d;
+      }
       int broken = -1;
       for (size_t k = 0; k < top.size(); ++k) {
         const std::string a = EntryBytes(top[k]);
@@ -138,12 +144,6 @@ Divergence Compare(const Json& reference, const std::string& reference_text, con
                    "reference has " + Shown(t) + "; by the bytes, its alternative of rank " + std::to_string(broken + 1) +
                    " is an incomplete sequence, " + m + " nats below" +
                    (tie ? ": a near-tie, numerical drift; not judged past it" : "");
-        return d;
-      }
-      if (NotWholeUtf8(t)) {
-        d.kind = Divergence::Kind::kUnjudged;
-        d.detail = "token " + std::to_string(i) + ": the server's text shows U+FFFD where the reference's own token " +
-                   "is an incomplete UTF-8 sequence: its text cannot say which bytes it took (not judged)";
         return d;
       }
     }

@@ -98,8 +98,8 @@ std::string SoakTable(const SoakSection& k) {
                         (long long)k.sessions) +
                     k.faults + Fmt(" (a fault's window runs %.0f s past its end)\n", k.settle_s);
   char line[512];
-  std::snprintf(line, sizeof(line), "%-7s %8s %8s | %5s %7s %7s %5s %10s | %9s %9s  %s\n", "window", "from s", "to s", "ok",
-                "corrupt", "timeout", "error", "unverified", "healthy s", "answer s", "fault");
+  std::snprintf(line, sizeof(line), "%-7s %8s %8s | %5s %5s %7s %7s %5s %10s | %9s %9s  %s\n", "window", "from s",
+                "to s", "ok", "drift", "corrupt", "timeout", "error", "unverified", "healthy s", "answer s", "fault");
   out += line;
   for (const SoakWindow& w : k.windows) {
     auto n = [&](const char* o) {
@@ -108,8 +108,8 @@ std::string SoakTable(const SoakSection& k) {
     };
     const std::string healthy = w.fault ? (w.healthy_after_s < 0 ? "never" : Fmt("%.2f", w.healthy_after_s)) : "";
     const std::string answer = w.fault ? (w.recovery_s < 0 ? "never" : Fmt("%.2f", w.recovery_s)) : "";
-    std::snprintf(line, sizeof(line), "%-7s %8.1f %8.1f | %5lld %7lld %7lld %5lld %10lld | %9s %9s  %s\n",
-                  w.fault ? "FAULT" : "quiet", w.from_s, w.to_s, n(kOk), n(kCorrupt), n(kTimeout), n(kError),
+    std::snprintf(line, sizeof(line), "%-7s %8.1f %8.1f | %5lld %5lld %7lld %7lld %5lld %10lld | %9s %9s  %s\n",
+                  w.fault ? "FAULT" : "quiet", w.from_s, w.to_s, n(kOk), n(kDrift), n(kCorrupt), n(kTimeout), n(kError),
                   n(kUnverified), healthy.c_str(), answer.c_str(), w.fault ? w.label.c_str() : "");
     out += line;
   }
@@ -151,7 +151,7 @@ std::string ReportTable(const SweepReport& r) {
       std::string split = "      time:";
       double sum = 0;
       for (const char* phase : {"prefill_queue", "prefill_compute", "transfer", "commit", "decode", "page_wait",
-                                "failed_attempts", "local", "other"}) {
+                                "failed_attempts", "local", "abandoned", "other"}) {
         auto it = p.time_split.find(phase);
         if (it == p.time_split.end()) continue;
         split += Fmt(" %s %.1f%%", phase, it->second * 100);

@@ -164,7 +164,7 @@ class Panels {
     static constexpr Outcome kPhases[] = {{"prefill_queue", "#ff7f0e"}, {"prefill_compute", "#1f77b4"},
                                           {"transfer", "#9467bd"},      {"commit", "#8c564b"},
                                           {"decode", "#2ca02c"},        {"page_wait", "#e377c2"},
-                                          {"failed_attempts", "#d62728"}, {"local", "#17becf"},
+                                          {"failed_attempts", "#d62728"}, {"local", "#17becf"}, {"abandoned", "#7f7f7f"},
                                           {"other", "#c7c7c7"}};
     std::string g = Begin(panel, "where request time went (%)");
     std::vector<std::pair<std::string, std::string>> legend;

@@ -445,7 +445,7 @@ std::vector<SoakWindow> SoakWindows(const std::vector<FaultEvent>& events, const
     const double fault_end = events[e++].end_s;
     double first = -1;
     for (const RoundRecord& r : rounds) {
-      if (r.start_s < fault_end || (r.outcome != kOk && r.outcome != kUnverified)) continue;
+      if (r.start_s < fault_end || (r.outcome != kOk && r.outcome != kUnverified && r.outcome != kDrift)) continue;
       const double done = r.start_s + r.e2e_s;
       if (first < 0 || done < first) first = done;
     }

@@ -20,6 +20,7 @@ constexpr size_t kMaxLineBytes = 16u << 20;
 constexpr int64_t kMaxInputTokens = 1 << 20;
 constexpr size_t kMaxListed = 4096;  // hash ids of a request, turns of a conversation
 constexpr int64_t kMooncakeBlockTokens = 512;
+constexpr size_t kMaxTraceTextBytes = size_t(256) << 20;  // every prompt the trace makes, together
 
 Status LineError(int64_t line, const std::string& what) {
   return InvalidArgument("trace line " + std::to_string(line) + ": " + what);
@@ -60,7 +61,7 @@ Status AddMooncake(const Json& j, int64_t line, const TraceOptions& o, std::map<
   // The prompt: each block's text (a pure function of its id), the last one
   // cut to the request's length; without ids, text of the line's own.
   const int64_t block = Scaled(kMooncakeBlockTokens, o.length_scale);
-  const int64_t want = Scaled(input, o.length_scale);
+  const int64_t want = std::min(Scaled(input, o.length_scale), kMaxInputTokens);
   std::string prompt;
   if (ids.empty()) {
     prompt = SyntheticText(SplitMix64(0x6d6f6f6e63616b65ull ^ uint64_t(line)), want, o.tokens_per_word);
@@ -131,6 +132,10 @@ StatusOr<Trace> LoadTrace(const std::string& path, const TraceOptions& o) {
       return InvalidArgument("trace format must be mooncake or conversations, not '" + t.format + "'");
     }
     t.requests += int64_t(t.sessions.back().turns.size());
+    for (const TraceTurn& turn : t.sessions.back().turns) t.text_bytes += turn.text.size();
+    if (t.text_bytes > kMaxTraceTextBytes) {
+      return LineError(line, "the trace's prompts pass 256 MiB of text (use --trace-limit or --trace-scale)");
+    }
     if (o.limit > 0 && t.requests >= o.limit) break;
   }
   if (t.sessions.empty()) return InvalidArgument("trace " + path + " has no requests");
@@ -138,6 +143,18 @@ StatusOr<Trace> LoadTrace(const std::string& path, const TraceOptions& o) {
   std::stable_sort(t.sessions.begin(), t.sessions.end(),
                    [](const TraceSession& a, const TraceSession& b) { return a.turns[0].at_s < b.turns[0].at_s; });
   return t;
+}
+
+double TraceSeconds(const Trace& trace, double speed) {
+  if (!(speed > 0) || trace.sessions.empty()) return 0;
+  double first = trace.sessions.front().turns[0].at_s, last = first, delays = 0;
+  for (const TraceSession& s : trace.sessions) {
+    last = std::max(last, s.turns[0].at_s);
+    double own = 0;
+    for (const TraceTurn& t : s.turns) own += t.delay_s;
+    delays = std::max(delays, own);
+  }
+  return (last - first + delays) / speed;
 }
 
 std::vector<RoundRecord> RunTrace(const std::string& host, int port, const std::string& model, const Trace& trace,
@@ -150,6 +167,8 @@ std::vector<RoundRecord> RunTrace(const std::string& host, int port, const std::
   std::atomic<size_t> next{0};
   const auto t0 = Clock::now();
   const double first = trace.sessions.front().turns[0].at_s;
+  // REQUIRES (the caller checked): TraceSeconds(trace, speed) is a sane
+  // number of seconds, so no sleep below overflows or outlasts the run.
   auto run = [&](size_t s) {
     const TraceSession& session = trace.sessions[s];
     if (speed > 0) {  // the trace's own pace, scaled

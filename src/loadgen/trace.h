@@ -45,6 +45,7 @@ struct Trace {
   std::vector<TraceSession> sessions;  // by first arrival
   int64_t requests = 0;                // turns, all sessions together
   int64_t shared_blocks = 0;           // mooncake: hash-id blocks that more than one request uses
+  size_t text_bytes = 0;               // every prompt's text, together (at most 256 MiB)
 };
 
 struct TraceOptions {
@@ -59,6 +60,10 @@ struct TraceOptions {
 // lines, 16 MiB a line, 1,048,576 input tokens, 4,096 hash ids or turns),
 // naming the line of the first problem.
 StatusOr<Trace> LoadTrace(const std::string& path, const TraceOptions& options);
+
+// How long the replay's waits take at `speed` (0: none): from the first
+// arrival to the last, plus the longest conversation's delays.
+double TraceSeconds(const Trace& trace, double speed);
 
 // Replays the trace: each session on one of `workers` threads, starting at its
 // arrival time divided by `speed` (0: as fast as the workers go), its turns in

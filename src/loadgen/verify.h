@@ -130,7 +130,9 @@ using SessionRounds = std::map<std::pair<int, int>, std::vector<RoundRecord*>>;
 // Fails naming the first session with a missing round (its messages could not be rebuilt).
 StatusOr<SessionRounds> GroupSessions(std::vector<RoundRecord>* rounds);
 // Verification judges these (timeouts and errors stay what they are).
-inline bool Judgeable(const RoundRecord& r) { return r.outcome == kUnverified || r.outcome == kOk || r.outcome == kCorrupt; }
+inline bool Judgeable(const RoundRecord& r) {
+  return r.outcome == kUnverified || r.outcome == kOk || r.outcome == kCorrupt || r.outcome == kDrift;
+}
 
 struct VerifyProgress {
   size_t rounds_done = 0, rounds_total = 0;

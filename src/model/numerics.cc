@@ -39,7 +39,10 @@ nlohmann::json NumericsIdentity::ToJson() const {
 StatusOr<NumericsIdentity> NumericsIdentity::FromJson(const nlohmann::json& j) {
   NumericsIdentity n;
   try {
-    n.version = j.at("version").get<int>();
+    if (!j.at("version").is_number_integer() || j["version"].get<int64_t>() < 0 || j["version"].get<int64_t>() > 1000000) {
+      return InvalidArgument("bad numerics identity: its version is not a small integer");
+    }
+    n.version = int(j["version"].get<int64_t>());
     n.kernel_variant = j.at("kernel_variant").get<std::string>();
     n.weights = j.at("weights").get<std::string>();
     n.attention = j.at("attention").get<std::string>();
