@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "bin/attention_flags.h"
+#include "bin/discovery_flags.h"
 #include "bin/stop_signals.h"
 #include "bin/commands.h"
 #include "common/log.h"
@@ -43,6 +44,7 @@ struct PrefillArgs {
   std::string transport = "auto";
   TierFlags tiers;
   FaultFlags faults;
+  DiscoveryFlags discovery;
 };
 
 int RunPrefill(PrefillArgs& a) {
@@ -55,6 +57,11 @@ int RunPrefill(PrefillArgs& a) {
   if (a.cluster_key_file.empty()) {
     TLOG_WARN("WARNING: --insecure-no-cluster-key: any local process can connect to this prefill engine as a decode "
               "engine and have cache pages written where it says (tests only)\n");
+  }
+  if (a.discovery.enabled()) {
+    if (auto advertised = a.discovery.Advertised(a.host, a.port); !advertised.ok()) {
+      return TLOG_ERROR("error: %s\n", advertised.status().message().c_str()), 2;
+    }
   }
   BlockStopSignals();
   auto model = a.model.Load();
@@ -132,7 +139,27 @@ int RunPrefill(PrefillArgs& a) {
                (unsigned long long)worker.instance_id());
   TLOG_INFO("tandem prefill: numerics %s %s\n", worker.engine().numerics().Id().c_str(),
             worker.engine().numerics().ToJson().dump().c_str());
+  std::unique_ptr<discovery::Discovery> discovery;
+  if (a.discovery.enabled()) {
+    auto started = a.discovery.Start();
+    if (!started.ok()) return TLOG_ERROR("error: %s\n", started.status().message().c_str()), 2;
+    discovery = std::move(started).value();
+    discovery::EngineRecord me;
+    me.role = "prefill";
+    me.instance = worker.instance_id();
+    me.address = *a.discovery.Advertised(a.host, server.port());
+    me.transport = *lanes == transfer::TransportKind::kTcp ? "tcp" : "ucx";
+    me.layout = worker.layout_fingerprint();
+    me.weights = worker.weights_identity();
+    me.numerics = worker.engine().numerics().Id();
+    discovery->Register([me, &worker] {
+      discovery::EngineRecord now = me;
+      now.load = worker.stats().in_flight;
+      return now;
+    });
+  }
   WaitForStopSignal();
+  if (discovery) discovery->Stop();  // leave every list before the engine goes
   server.Stop();  // no thread of it touches a connection once the transport goes
   const auto s = worker.stats();
   const EngineStats e = worker.engine().Stats();
@@ -189,6 +216,7 @@ void RegisterPrefill(CLI::App& app) {
       ->check(CLI::Range(int64_t(100), int64_t(3600) * 1000));
   a->tiers.AddTo(cmd);
   a->faults.AddTo(cmd);
+  a->discovery.AddTo(cmd, /*registers=*/true);
   AddLogLevel(cmd, &a->log_level);
   cmd->callback([a] { SetExitCode(RunPrefill(*a)); });
 }

@@ -6,6 +6,7 @@
 
 #include "bin/stop_signals.h"
 #include "bin/access_flags.h"
+#include "bin/discovery_flags.h"
 #include "bin/http_flags.h"
 #include "bin/commands.h"
 #include "common/log.h"
@@ -18,12 +19,13 @@ void RegisterRouter(CLI::App& app) {
   auto level = std::make_shared<std::string>("info");
   auto access = std::make_shared<AccessFlags>();
   auto http = std::make_shared<HttpFlags>();
+  auto found = std::make_shared<DiscoveryFlags>();
   CLI::App* cmd = app.add_subcommand("router", "Route OpenAI requests to disaggregated decode servers");
   cmd->add_option("--host", o->host, "Address to listen on");
   cmd->add_option("--port", o->port, "Port (0: any free port)")->check(CLI::Range(0, 65535));
-  cmd->add_option("--decode", o->backends, "Decode server host:port (repeatable or comma-separated)")
-      ->delimiter(',')
-      ->required();
+  cmd->add_option("--decode", o->backends,
+                  "Decode server host:port (repeatable or comma-separated; needed unless --discovery)")
+      ->delimiter(',');
   cmd->add_option("--request-timeout", o->request_timeout_s, "Seconds before an upstream request is abandoned");
   cmd->add_option("--max-moves", o->max_moves,
                   "Times a request may move to another decode server when its own fails or breaks its stream off "
@@ -35,14 +37,31 @@ void RegisterRouter(CLI::App& app) {
   cmd->add_option("--supervisor-state", o->supervisor_state,
                   "Set by serve --disagg: its supervisor's state file, shown in /health and /metrics");
   AddLogLevel(cmd, level.get());
+  found->AddTo(cmd, /*registers=*/false);
   access->AddTo(cmd);
   http->AddTo(cmd);
   auto shutdown_s = std::make_shared<double>(30);
   cmd->add_option("--shutdown-timeout", *shutdown_s,
                   "Seconds to drain on SIGTERM: new requests get 503, those in flight finish")
       ->check(CLI::NonNegativeNumber);
-  cmd->callback([o, level, access, http, shutdown_s, move_wait_ms] {
+  cmd->callback([o, level, access, http, shutdown_s, move_wait_ms, found] {
     if (!StartLog("router", *level)) return SetExitCode(2);
+    if (o->backends.empty() && !found->enabled()) {
+      TLOG_ERROR("error: the router needs --decode HOST:PORT or --discovery etcd://HOST:PORT/PREFIX\n");
+      return SetExitCode(2);
+    }
+    std::unique_ptr<discovery::Discovery> discovery;
+    if (found->enabled()) {
+      auto started = found->Start();
+      if (!started.ok()) {
+        TLOG_ERROR("error: %s\n", started.status().message().c_str());
+        return SetExitCode(2);
+      }
+      discovery = std::move(started).value();
+      o->discovered_backends = true;
+      o->discovery_health = [d = discovery.get()] { return d->Health(); };
+      o->discovery_metrics = [d = discovery.get()] { return d->MetricsText(); };
+    }
     o->move_wait = std::chrono::milliseconds(*move_wait_ms);
     auto policy = access->Load();
     if (!policy.ok()) {
@@ -58,9 +77,19 @@ void RegisterRouter(CLI::App& app) {
       SetExitCode(1);
       return;
     }
-    TLOG_INFO("tandem router: http://%s:%d -> %zu decode backend(s)\n", o->host.c_str(), router.port(),
-                 o->backends.size());
+    TLOG_INFO("tandem router: http://%s:%d -> %zu decode backend(s)%s\n", o->host.c_str(), router.port(),
+              o->backends.size(), discovery ? (" and those registered at " + found->url).c_str() : "");
+    if (discovery) {
+      discovery->Watch("decode", [&router, fixed = o->backends](const std::vector<discovery::EngineRecord>& records) {
+        std::vector<std::string> addresses = MatchingAddresses(records, {});
+        for (const std::string& f : fixed) {
+          if (std::find(addresses.begin(), addresses.end(), f) == addresses.end()) addresses.push_back(f);
+        }
+        if (Status st = router.SetBackends(addresses); !st.ok()) TLOG_WARN("tandem router: %s\n", st.message().c_str());
+      });
+    }
     WaitForStopSignal();
+    if (discovery) discovery->Stop();
     TLOG_INFO("tandem router: draining (up to %.0f s)\n", *shutdown_s);
     router.Drain(std::chrono::milliseconds(int64_t(*shutdown_s * 1000)));
     router.Stop();

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "bin/attention_flags.h"
+#include "bin/discovery_flags.h"
 #include "bin/stop_signals.h"
 #include "bin/commands.h"
 #include "common/log.h"
@@ -49,7 +50,48 @@ struct ServeArgs {
   int64_t handoff_timeout_ms = 60000;
   std::string cluster_key_file;
   bool insecure_no_cluster_key = false;  // with --prefill
+  DiscoveryFlags discovery;              // a decode server: registers, follows the prefill engines
 };
+
+bool IsDecodeServer(const ServeArgs& a) { return !a.decode.prefill_addresses.empty() || a.discovery.enabled(); }
+
+// A decode server in discovery: registers itself, and links to every prefill
+// engine registered that matches it (besides any --prefill given).
+Status StartDiscovery(ServeArgs& a, const Model& model, Engine& engine, decode::DecodeRole& role, int port,
+                      discovery::Discovery& found) {
+  TANDEM_ASSIGN_OR_RETURN(decode::PrefillLinksOptions links, decode::DecodeRole::LinksOptions(model, a.engine, a.decode));
+  discovery::EngineRecord me;
+  me.role = "decode";
+  me.address = *a.discovery.Advertised(a.server.host, port);
+  me.instance = 0;
+  me.layout = links.layout_fingerprint;
+  me.weights = links.weights_identity;
+  me.numerics = engine.numerics().Id();
+  me.instance = role.instance_id();
+  found.Register([me, &engine] {
+    discovery::EngineRecord now = me;
+    const EngineStats s = engine.Stats();
+    now.load = s.running + s.waiting;
+    return now;
+  });
+  discovery::EngineRecord want;
+  want.layout = links.layout_fingerprint;
+  want.weights = links.weights_identity;
+  want.transport = a.decode.transport == transfer::TransportKind::kTcp ? "tcp" : "ucx";
+  const std::vector<std::string> fixed = links.addresses;
+  const std::string key_file = a.cluster_key_file;
+  const bool insecure = a.insecure_no_cluster_key;
+  found.Watch("prefill", [&role, want, fixed, key_file, insecure](const std::vector<discovery::EngineRecord>& records) {
+    std::vector<std::string> addresses = MatchingAddresses(records, want, [&](const std::string& address) {
+      return transfer::RequireClusterKey(key_file, insecure, {address}, "tandem serve --discovery");
+    });
+    for (const std::string& f : fixed) {
+      if (std::find(addresses.begin(), addresses.end(), f) == addresses.end()) addresses.push_back(f);
+    }
+    role.SetPrefillAddresses(std::move(addresses));
+  });
+  return Status::Ok();
+}
 
 std::vector<std::string> SplitCommas(const std::string& list) {
   std::vector<std::string> out;
@@ -153,7 +195,20 @@ Status ApplyTierFlags(ServeArgs& a) {
 }
 
 int RunServe(ServeArgs& a) {
-  if (!StartLog(a.disagg ? "disagg" : !a.decode.prefill_addresses.empty() ? "decode" : "serve", a.log_level)) return 2;
+  if (!StartLog(a.disagg ? "disagg" : IsDecodeServer(a) ? "decode" : "serve", a.log_level)) return 2;
+  if (a.disagg && a.discovery.enabled()) {
+    TLOG_ERROR("error: --discovery is for engines started one by one (tandem prefill, serve, router); --disagg wires "
+               "its own children by address\n");
+    return 2;
+  }
+  if (a.discovery.enabled()) {
+    if (auto url = discovery::ParseEtcdUrl(a.discovery.url); !url.ok()) {
+      return TLOG_ERROR("error: %s\n", url.status().message().c_str()), 2;
+    }
+    if (auto advertised = a.discovery.Advertised(a.server.host, a.server.port); !advertised.ok()) {
+      return TLOG_ERROR("error: %s\n", advertised.status().message().c_str()), 2;
+    }
+  }
   if (!a.disagg && (a.prefill_engines != 1 || a.decode_servers != 1 || a.fault_control)) {
     TLOG_ERROR("error: --prefill-engines, --decode-servers and --debug-fault-control are options of --disagg\n");
     return 2;
@@ -166,8 +221,8 @@ int RunServe(ServeArgs& a) {
                "pass them to `tandem prefill`)\n");
     return 2;
   }
-  if (!a.cluster_key_file.empty() && !a.disagg && a.decode.prefill_addresses.empty()) {
-    TLOG_ERROR("error: --cluster-key-file is the engines' shared secret: it needs --prefill or --disagg\n");
+  if (!a.cluster_key_file.empty() && !a.disagg && !IsDecodeServer(a)) {
+    TLOG_ERROR("error: --cluster-key-file is the engines' shared secret: it needs --prefill, --discovery or --disagg\n");
     return 2;
   }
   auto access = a.access.Load();
@@ -211,10 +266,12 @@ int RunServe(ServeArgs& a) {
   a.decode.transport = *lanes;
   a.decode.peer_timeout = std::chrono::milliseconds(a.peer_timeout_ms);
   a.decode.handoff_timeout = std::chrono::milliseconds(a.handoff_timeout_ms);
-  if (a.decode.prefill_addresses.empty()) {
+  a.decode.discovered = a.discovery.enabled();
+  if (!IsDecodeServer(a)) {
     // A colocated server: no engine plane.
   } else if (Status st = transfer::RequireClusterKey(a.cluster_key_file, a.insecure_no_cluster_key,
-                                                     SplitCommas(a.decode.prefill_addresses), "tandem serve --prefill");
+                                                     SplitCommas(a.decode.prefill_addresses),
+                                                     a.discovery.enabled() ? "tandem serve --discovery" : "tandem serve --prefill");
              !st.ok()) {
     return TLOG_ERROR("error: %s\n", st.message().c_str()), 2;
   } else if (a.cluster_key_file.empty()) {
@@ -238,12 +295,14 @@ int RunServe(ServeArgs& a) {
   }
   // Colocated, or the decode role: prompts are computed by the prefill engines and handed off.
   std::unique_ptr<EngineRole> role = std::make_unique<EngineRole>();
-  if (!a.decode.prefill_addresses.empty()) {
+  decode::DecodeRole* decode_role = nullptr;
+  if (IsDecodeServer(a)) {
     auto decode = decode::DecodeRole::Connect(**model, a.engine, a.decode);
     if (!decode.ok()) {
       TLOG_ERROR("error: %s\n", decode.status().ToString().c_str());
       return 1;
     }
+    decode_role = decode->get();
     role = std::move(decode).value();
   }
   auto engine = Engine::Create(**model, a.engine, std::move(role));
@@ -252,10 +311,24 @@ int RunServe(ServeArgs& a) {
     return 1;
   }
   a.server.on_drain = [] { kill(getpid(), SIGTERM); };  // the same drain as the signal's (WaitForStopSignal)
+  std::unique_ptr<discovery::Discovery> found;
+  if (a.discovery.enabled()) {
+    auto started = a.discovery.Start();
+    if (!started.ok()) return TLOG_ERROR("error: %s\n", started.status().message().c_str()), 2;
+    found = std::move(started).value();
+    a.server.discovery_health = [d = found.get()] { return d->Health(); };
+    a.server.discovery_metrics = [d = found.get()] { return d->MetricsText(); };
+  }
   HttpServer server(**engine, **model, a.server);
   if (Status st = server.Start(); !st.ok()) {
     TLOG_ERROR("error: %s\n", st.ToString().c_str());
     return 1;
+  }
+  if (found) {
+    if (Status st = StartDiscovery(a, **model, **engine, *decode_role, server.port(), *found); !st.ok()) {
+      TLOG_ERROR("error: %s\n", st.ToString().c_str());
+      return 1;
+    }
   }
   TLOG_INFO("tandem serve: %s on http://%s:%d (%s kernels, %d threads, %lld cache tokens, %s attention)\n",
                (*model)->config().name.c_str(), a.server.host.c_str(), server.port(),
@@ -266,6 +339,7 @@ int RunServe(ServeArgs& a) {
             (*engine)->numerics().ToJson().dump().c_str());
   const int sig = WaitForStopSignal();
   TLOG_INFO("tandem serve: signal %d, draining in-flight requests\n", sig);
+  if (found) found->Stop();  // leave the router's list first: no new requests come while draining
   (*engine)->Shutdown(std::chrono::milliseconds(int64_t(a.shutdown_timeout_s * 1000)));
   server.Stop();
   TLOG_INFO("tandem serve: stopped\n");
@@ -345,6 +419,7 @@ void RegisterServe(CLI::App& app) {
                 "--faults uses it)");
   a->tiers.AddTo(cmd);
   a->faults.AddTo(cmd);
+  a->discovery.AddTo(cmd, /*registers=*/true);
   AddLogLevel(cmd, &a->log_level);
   cmd->callback([a] { SetExitCode(RunServe(*a)); });
 }

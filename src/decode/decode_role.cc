@@ -114,6 +114,7 @@ StatusOr<PrefillLinksOptions> DecodeRole::LinksOptions(const Model& model, const
     if (comma > begin) lo.addresses.push_back(list.substr(begin, comma - begin));
     begin = comma + 1;
   }
+  lo.discovered = options.discovered;
   lo.pool_bytes = size_t(layout.TotalBytes());
   lo.layout_fingerprint = layout.Fingerprint() + ";" + AttentionFingerprint(spec.attention);
   lo.weights_identity = WeightsIdentity(model);

@@ -45,6 +45,7 @@ namespace tandem::decode {
 // The decode role's options (serve --prefill ...).
 struct DecodeOptions {
   std::string prefill_addresses;  // "host:port", comma-separated
+  bool discovered = false;        // the prefill engines come from discovery (SetPrefillAddresses)
   transfer::VerifyMode verify = transfer::VerifyMode::kAll;
   transfer::TransportKind transport = transfer::TransportKind::kAuto;
   std::chrono::milliseconds peer_timeout{5000};       // a prefill engine silent this long is declared dead
@@ -86,6 +87,9 @@ class DecodeRole : public EngineRole {
   bool Healthy() const override;
   std::string HealthNote() const override;  // any thread: the links as of the last Poll
   bool AdmitsMixedNumerics() const override { return options_.allow_mixed_numerics; }
+  // Discovery's view of the prefill engines (any thread): PrefillLinks::SetAddresses.
+  void SetPrefillAddresses(std::vector<std::string> addresses) { links_->SetAddresses(std::move(addresses)); }
+  uint64_t instance_id() const { return links_->instance_id(); }
 
  private:
   // One request's handoff state.

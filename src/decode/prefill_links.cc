@@ -19,7 +19,7 @@ PrefillLinks::PrefillLinks(PrefillLinksOptions options)
     : options_(std::move(options)), instance_id_(transfer::NewInstanceId()) {}
 
 StatusOr<std::unique_ptr<PrefillLinks>> PrefillLinks::Connect(PrefillLinksOptions options) {
-  if (options.addresses.empty()) return InvalidArgument("no prefill engine address");
+  if (options.addresses.empty() && !options.discovered) return InvalidArgument("no prefill engine address");
   if (options.clock == nullptr) return InvalidArgument("the prefill links need a clock");
   auto r = std::unique_ptr<PrefillLinks>(new PrefillLinks(std::move(options)));
   if (r->options_.make_transport) {
@@ -91,14 +91,51 @@ Hello PrefillLinks::MyHello(uint64_t peer_instance) const {
 }
 
 bool PrefillLinks::healthy() const {
-  return std::any_of(links_.begin(), links_.end(), [](const Link& l) { return l.state == LinkState::kUp; });
+  return std::any_of(links_.begin(), links_.end(), [](const Link& l) { return l.state == LinkState::kUp && l.listed; });
+}
+
+void PrefillLinks::SetAddresses(std::vector<std::string> addresses) {
+  {
+    MutexLock lock(mu_);
+    named_ = std::move(addresses);
+  }
+  arrived_.notify_all();
+}
+
+void PrefillLinks::ApplyAddresses(const std::vector<std::string>& addresses, Clock::time_point now) {
+  for (Link& link : links_) {
+    const bool named = std::find(addresses.begin(), addresses.end(), link.address) != addresses.end();
+    if (named == link.listed) continue;
+    link.listed = named;
+    TLOG_INFO("tandem decode: prefill engine %s %s\n", link.address.c_str(),
+              named ? "is registered again" : "is no longer registered: no new handoffs go there");
+    if (named && link.state == LinkState::kDown) {
+      link.backoff = options_.reconnect_min;
+      link.retry_at = now;
+    }
+  }
+  for (const std::string& address : addresses) {
+    if (std::any_of(links_.begin(), links_.end(), [&](const Link& l) { return l.address == address; })) continue;
+    if (links_.size() == kMaxLinks) {
+      TLOG_WARN("tandem decode: not linking to prefill engine %s: %zu addresses known (restart to forget old ones)\n",
+                address.c_str(), kMaxLinks);
+      continue;
+    }
+    TLOG_INFO("tandem decode: prefill engine %s is registered: connecting\n", address.c_str());
+    Link link;
+    link.address = address;
+    link.backoff = options_.reconnect_min;
+    links_.push_back(std::move(link));
+    Reconnect(links_.size() - 1, now);
+  }
 }
 
 std::string PrefillLinks::problem() const {
   std::string out;
   for (const Link& l : links_) {
-    if (l.state != LinkState::kUp) out += (out.empty() ? "" : "; ") + l.address + ": " + l.problem;
+    if (l.state != LinkState::kUp && l.listed) out += (out.empty() ? "" : "; ") + l.address + ": " + l.problem;
   }
+  if (out.empty()) out = "no prefill engine is registered";
   return out;
 }
 
@@ -122,7 +159,7 @@ PrefillLinks::Counters PrefillLinks::counters() const {
 }
 
 int64_t PrefillLinks::links_up() const {
-  return std::count_if(links_.begin(), links_.end(), [](const Link& l) { return l.state == LinkState::kUp; });
+  return std::count_if(links_.begin(), links_.end(), [](const Link& l) { return l.state == LinkState::kUp && l.listed; });
 }
 
 Status PrefillLinks::Start(uint64_t handoff_id, const std::vector<int32_t>& tokens, const SamplingParams& sampling,
@@ -145,7 +182,9 @@ Status PrefillLinks::Start(uint64_t handoff_id, const std::vector<int32_t>& toke
   int picked = -1;
   for (int pass = 0; pass < 2 && picked < 0; ++pass) {
     std::vector<bool> usable(links_.size());
-    for (size_t i = 0; i < links_.size(); ++i) usable[i] = links_[i].state == LinkState::kUp && (pass == 1 || i != avoid);
+    for (size_t i = 0; i < links_.size(); ++i) {
+      usable[i] = links_[i].state == LinkState::kUp && links_[i].listed && (pass == 1 || i != avoid);
+    }
     picked = PickTarget(load, usable, preferred, &next_link_);
   }
   if (picked < 0) return Unavailable("no prefill engine is available: " + problem());
@@ -315,10 +354,13 @@ void PrefillLinks::Handle(const Arrival& a, std::vector<Outcome>& out) {
 
 std::vector<PrefillLinks::Outcome> PrefillLinks::Poll() {
   std::deque<Arrival> inbox;
+  std::optional<std::vector<std::string>> named;
   {
     MutexLock lock(mu_);
     inbox.swap(inbox_);
+    named.swap(named_);
   }
+  if (named) ApplyAddresses(*named, Now());
   std::vector<Outcome> out;
   for (const Arrival& a : inbox) Handle(a, out);
   const auto now = Now();

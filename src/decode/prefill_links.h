@@ -34,6 +34,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "common/clock.h"
@@ -56,6 +57,8 @@ namespace tandem::decode {
 
 struct PrefillLinksOptions {
   std::vector<std::string> addresses;  // "host:port" each
+  // The addresses come from discovery (SetAddresses) and may be none at start.
+  bool discovered = false;
   size_t pool_bytes = 0;
   std::string layout_fingerprint, weights_identity;
   std::string numerics;               // NumericsIdentity::HandshakeFingerprint
@@ -128,6 +131,14 @@ class PrefillLinks {
   // deadlines; returns the handoffs that ended since the last call.
   std::vector<Outcome> Poll();
 
+  // Replaces the set of prefill engines (discovery's view; any thread; the
+  // next Poll applies it). A new address is connected; one no longer named
+  // takes no new handoff and its link closes once those on it have ended; a
+  // name that comes back is connected again. At most kMaxLinks different
+  // addresses over the links' life.
+  void SetAddresses(std::vector<std::string> addresses);
+  static constexpr size_t kMaxLinks = 256;
+
   // True while at least one prefill engine link is up.
   bool healthy() const;
   Counters counters() const;
@@ -139,6 +150,7 @@ class PrefillLinks {
   static constexpr int kAckWaitPeerTimeouts = 8;
   struct Link {
     std::string address;
+    bool listed = true;  // false: discovery no longer names it (no new handoffs, then closed)
     std::shared_ptr<transfer::Connection> connection;  // null while down
     uint64_t connection_id = 0;                         // of `connection`; arrivals of others are stale
     LinkState state = LinkState::kDown;
@@ -184,6 +196,7 @@ class PrefillLinks {
   void LinkUp(size_t link);
   void Handle(const Arrival& a, std::vector<Outcome>& out);
   void KeepAlive(transfer::Clock::time_point now);
+  void ApplyAddresses(const std::vector<std::string>& addresses, transfer::Clock::time_point now);
   static long long Ms(transfer::Clock::duration d);  // whole milliseconds, for messages and budgets
   Hello MyHello(uint64_t peer_instance) const;
 
@@ -208,6 +221,7 @@ class PrefillLinks {
   Mutex mu_;
   std::condition_variable arrived_;
   std::deque<Arrival> inbox_ GUARDED_BY(mu_);
+  std::optional<std::vector<std::string>> named_ GUARDED_BY(mu_);  // SetAddresses' newest, until Poll applies it
   // The heartbeat thread's view: connections of links not down. Its own
   // thread, so a slow engine step never makes us look dead to a prefill engine.
   std::map<size_t, std::shared_ptr<transfer::Connection>> beating_ GUARDED_BY(mu_);

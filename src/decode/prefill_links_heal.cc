@@ -165,8 +165,13 @@ void PrefillLinks::LinkUp(size_t i) {
 void PrefillLinks::KeepAlive(Clock::time_point now) {
   for (size_t i = 0; i < links_.size(); ++i) {
     Link& link = links_[i];
+    if (!link.listed && link.state != LinkState::kDown &&
+        std::none_of(handoff_link_.begin(), handoff_link_.end(), [&](const auto& h) { return h.second == i; })) {
+      // Unlisted, and nothing of ours is on it any more: close it.
+      LinkDown(i, "no longer registered in discovery");
+    }
     if (link.state == LinkState::kDown) {
-      if (now >= link.retry_at) {
+      if (link.listed && now >= link.retry_at) {
         ++reconnects_;
         Reconnect(i, now);
       }

@@ -95,6 +95,7 @@ class PrefillEngine : public EngineRole {
 
   std::string layout_fingerprint() const { return layout_fingerprint_; }
   uint64_t instance_id() const { return instance_id_; }
+  const std::string& weights_identity() const { return weights_identity_; }
   Engine& engine() { return *engine_; }
 
   struct Stats {

@@ -9,6 +9,7 @@
 
 #include <fstream>
 
+#include "common/log.h"
 #include "common/process_start.h"
 #include "server/openai_api.h"
 #include "server/request_body.h"
@@ -16,25 +17,55 @@
 namespace tandem {
 
 Router::Router(RouterOptions options) : options_(std::move(options)) {
-  for (const std::string& b : options_.backends) {
-    auto backend = std::make_unique<Backend>();
+  if (Status st = SetBackends(options_.backends); !st.ok()) TLOG_ERROR("tandem router: %s\n", st.message().c_str());
+}
+
+Status Router::SetBackends(const std::vector<std::string>& addresses) {
+  MutexLock lock(set_mu_);
+  std::vector<std::pair<std::string, int>> named;
+  for (const std::string& b : addresses) {
     const size_t colon = b.rfind(':');
-    backend->host = colon == std::string::npos ? b : b.substr(0, colon);
-    backend->port = colon == std::string::npos ? 80 : std::atoi(b.c_str() + colon + 1);
-    backends_.push_back(std::move(backend));
+    const std::string host = colon == std::string::npos ? b : b.substr(0, colon);
+    const int port = colon == std::string::npos ? 80 : std::atoi(b.c_str() + colon + 1);
+    if (host.empty() || port <= 0 || port > 65535) return InvalidArgument("'" + b + "' is not a decode server's host:port");
+    named.emplace_back(host, port);
   }
+  size_t count = backend_count_.load();
+  for (size_t i = 0; i < count; ++i) {
+    Backend& b = *backends_[i];
+    const bool now = std::find(named.begin(), named.end(), std::make_pair(b.host, b.port)) != named.end();
+    if (b.listed.exchange(now) != now) {
+      TLOG_INFO("tandem router: decode server %s:%d %s\n", b.host.c_str(), b.port, now ? "listed again" : "unlisted");
+    }
+    if (!now) b.healthy = false;
+    named.erase(std::remove(named.begin(), named.end(), std::make_pair(b.host, b.port)), named.end());
+  }
+  for (const auto& [host, port] : named) {
+    if (count == kMaxBackends) {
+      return ResourceExhausted("the router has known " + std::to_string(kMaxBackends) +
+                               " decode servers: restart it to list " + host + ":" + std::to_string(port));
+    }
+    auto backend = std::make_unique<Backend>();
+    backend->host = host;
+    backend->port = port;
+    backends_[count] = std::move(backend);
+    backend_count_.store(++count, std::memory_order_release);
+    if (core_) TLOG_INFO("tandem router: decode server %s:%d listed\n", host.c_str(), port);
+  }
+  return Status::Ok();
 }
 
 Router::~Router() { Stop(); }
 
 void Router::CheckHealth() {
   while (!stop_) {
-    for (auto& b : backends_) {
+    for (auto& b : Backends()) {
+      if (!b->listed) continue;
       httplib::Client cli(b->host, b->port);
       cli.set_connection_timeout(0, 300'000);
       cli.set_read_timeout(1, 0);
       auto res = cli.Get("/health");
-      b->healthy = res && res->status == 200;
+      b->healthy = res && res->status == 200 && b->listed;
     }
     const auto until = std::chrono::steady_clock::now() + options_.health_interval;
     while (!stop_ && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -64,36 +95,43 @@ Router::Backend* Router::Pick(uint64_t conversation, const std::vector<const Bac
   std::vector<int64_t> load;
   std::vector<bool> usable;
   bool other = false;  // a healthy backend outside `avoid`
-  for (auto& b : backends_) {
+  const auto backends = Backends();
+  for (auto& b : backends) {
     load.push_back(b->in_flight->load());
     const bool avoided = std::find(avoid.begin(), avoid.end(), b.get()) != avoid.end();
-    usable.push_back(b->healthy.load() && !avoided);
+    usable.push_back(b->healthy.load() && b->listed.load() && !avoided);
     other = other || usable.back();
   }
   if (!other) {  // every healthy one was tried: any healthy one again
-    for (size_t i = 0; i < backends_.size(); ++i) usable[i] = backends_[i]->healthy.load();
+    for (size_t i = 0; i < backends.size(); ++i) usable[i] = backends[i]->healthy.load() && backends[i]->listed.load();
   }
   const int preferred = conversation != 0 ? affinity_.Find(conversation) : -1;
   const int i = PickTarget(load, usable, preferred, &next_);
   if (i < 0) return nullptr;
   if (conversation != 0) affinity_.Record(conversation, i);
   if (i == preferred) ++affinity_hits_;
-  ++*backends_[size_t(i)]->in_flight;  // counted before the next Pick looks (the caller gives it back)
-  return backends_[size_t(i)].get();
+  ++*backends[size_t(i)]->in_flight;  // counted before the next Pick looks (the caller gives it back)
+  return backends[size_t(i)].get();
 }
 
 Status Router::Start() {
-  if (backends_.empty()) return InvalidArgument("the router needs at least one --decode backend");
+  if (Backends().empty() && !options_.discovered_backends) {
+    return InvalidArgument("the router needs at least one --decode backend (or --discovery)");
+  }
   client_ = std::make_unique<HttpClient>();
   core_ = std::make_unique<HttpCore>(options_.http, options_.access);
   core_->Route("GET", "/health", [this](HttpRequest&, std::shared_ptr<HttpReply> reply) {
-    const bool any = !draining_ && std::any_of(backends_.begin(), backends_.end(), [](const auto& b) { return b->healthy.load(); });
+    const auto backends = Backends();
+    const bool any = !draining_ && std::any_of(backends.begin(), backends.end(), [](const auto& b) { return b->healthy.load(); });
     nlohmann::json health = {{"status", draining_ ? "draining" : any ? "ok" : "no healthy backend"}};
+    if (options_.discovery_health) health["discovery"] = options_.discovery_health();
     if (auto state = SupervisorState(); !state.empty()) health["supervisor"] = std::move(state);
     reply->Send(any ? 200 : 503, "application/json", health.dump());
   }, /*quick=*/true);
   core_->Route("GET", "/metrics", [this](HttpRequest&, std::shared_ptr<HttpReply> reply) {
-    reply->Send(200, "text/plain; version=0.0.4", MetricsText() + core_->MetricsText("tandem_router_"));
+    reply->Send(200, "text/plain; version=0.0.4",
+                MetricsText() + core_->MetricsText("tandem_router_") +
+                    (options_.discovery_metrics ? options_.discovery_metrics() : std::string()));
   }, /*quick=*/true);
   auto forward = [this](HttpRequest& req, std::shared_ptr<HttpReply> reply) { Forward(req, reply); };
   core_->Route("POST", "/v1/chat/completions", forward);
@@ -101,7 +139,11 @@ Status Router::Start() {
   core_->Route("GET", "/v1/models", forward);
   health_ = std::thread([this] { CheckHealth(); });
   // Wait for the first health round so the first request is routed correctly.
-  for (int i = 0; i < 100 && std::none_of(backends_.begin(), backends_.end(), [](const auto& b) { return b->healthy.load(); }); ++i) {
+  auto none_healthy = [this] {
+    const auto backends = Backends();
+    return std::none_of(backends.begin(), backends.end(), [](const auto& b) { return b->healthy.load(); });
+  };
+  for (int i = 0; i < 100 && !Backends().empty() && none_healthy(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return core_->Start(options_.host, options_.port);
@@ -111,7 +153,8 @@ void Router::Drain(std::chrono::milliseconds deadline) {
   draining_ = true;
   const auto until = std::chrono::steady_clock::now() + deadline;
   auto busy = [&] {
-    return std::any_of(backends_.begin(), backends_.end(), [](const auto& b) { return b->in_flight->load() > 0; });
+    const auto backends = Backends();
+    return std::any_of(backends.begin(), backends.end(), [](const auto& b) { return b->in_flight->load() > 0; });
   };
   while (busy() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
 }
@@ -143,12 +186,13 @@ std::string Router::MetricsText() const {
                                 "# TYPE tandem_process_start_time_seconds gauge\ntandem_process_start_time_seconds ") +
                     start + "\n# HELP tandem_router_backend_healthy 1 when the decode backend answers /health\n"
                     "# TYPE tandem_router_backend_healthy gauge\n";
-  for (const auto& b : backends_) {
+  for (const auto& b : Backends()) {
+    if (!b->listed) continue;
     out += "tandem_router_backend_healthy{backend=\"" + b->host + ":" + std::to_string(b->port) + "\"} " +
            (b->healthy ? "1" : "0") + "\n";
   }
   out += "# HELP tandem_router_forwarded_total Requests forwarded per backend\n# TYPE tandem_router_forwarded_total counter\n";
-  for (const auto& b : backends_) {
+  for (const auto& b : Backends()) {
     out += "tandem_router_forwarded_total{backend=\"" + b->host + ":" + std::to_string(b->port) + "\"} " +
            std::to_string(b->forwarded.load()) + "\n";
   }
@@ -179,7 +223,7 @@ std::string Router::MetricsText() const {
          "# TYPE tandem_router_affinity_hits_total counter\ntandem_router_affinity_hits_total " +
          std::to_string(affinity_hits_.load()) + "\n";
   out += "# HELP tandem_router_backend_in_flight Requests forwarded and not yet answered\n# TYPE tandem_router_backend_in_flight gauge\n";
-  for (const auto& b : backends_) {
+  for (const auto& b : Backends()) {
     out += "tandem_router_backend_in_flight{backend=\"" + b->host + ":" + std::to_string(b->port) + "\"} " +
            std::to_string(b->in_flight->load()) + "\n";
   }

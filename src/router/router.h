@@ -25,8 +25,11 @@
 // max_moves moves a request; then the client gets an error that says so.
 #pragma once
 
+#include <array>
 #include <atomic>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -47,6 +50,11 @@ struct RouterOptions {
   std::string host = "127.0.0.1";
   int port = 8080;
   std::vector<std::string> backends;  // decode servers, "host:port"
+  // The backends come from discovery (SetBackends) and may be none at start.
+  bool discovered_backends = false;
+  // Discovery's part of /health (a "discovery" member) and of /metrics.
+  std::function<nlohmann::json()> discovery_health;
+  std::function<std::string()> discovery_metrics;
   std::chrono::milliseconds health_interval{200};
   double request_timeout_s = 600;
   AccessPolicy access;  // API keys and CORS; the client's Authorization goes on to the backend
@@ -74,11 +82,18 @@ class Router {
   // waits up to `deadline` for the ones in flight to finish.
   void Drain(std::chrono::milliseconds deadline);
   void Stop();
+  // Replaces the set of decode servers (discovery's view; any thread): new
+  // ones are health-checked and used, ones no longer named are unlisted (no
+  // new request goes there; streams on them finish or move). At most
+  // kMaxBackends different addresses over the router's life.
+  Status SetBackends(const std::vector<std::string>& addresses);
+  static constexpr size_t kMaxBackends = 256;
 
  private:
   struct Backend {
     std::string host;
     int port = 0;
+    std::atomic<bool> listed{true};  // false: discovery no longer names it
     std::atomic<bool> healthy{false};
     std::atomic<int64_t> forwarded{0}, failed{0};
     // Requests forwarded and not yet answered (shared with stream relays,
@@ -93,8 +108,17 @@ class Router {
   std::string MetricsText() const;
   nlohmann::json SupervisorState() const;  // {} when none is set or readable
 
+  // Every backend ever named, in the order first named: a slot is written
+  // once, before backend_count_ covers it, and never freed (relays hold raw
+  // pointers), so readers need no lock.
+  std::span<const std::unique_ptr<Backend>> Backends() const {
+    return {backends_.data(), backend_count_.load(std::memory_order_acquire)};
+  }
+
   RouterOptions options_;
-  std::vector<std::unique_ptr<Backend>> backends_;
+  std::array<std::unique_ptr<Backend>, kMaxBackends> backends_;
+  std::atomic<size_t> backend_count_{0};
+  Mutex set_mu_;  // one SetBackends at a time
   Mutex place_mu_;
   size_t next_ GUARDED_BY(place_mu_) = 0;
   AffinityMap affinity_ GUARDED_BY(place_mu_);  // conversation -> backend index

@@ -350,6 +350,7 @@ Status HttpServer::Start() {
     } else {
       health["status"] = "ok";
     }
+    if (options_.discovery_health) health["discovery"] = options_.discovery_health();
     reply->Send(healthy ? 200 : 503, "application/json", health.dump());
   }, /*quick=*/true);
   if (options_.on_drain) {
@@ -359,7 +360,9 @@ Status HttpServer::Start() {
     }, /*quick=*/true);
   }
   core_->Route("GET", "/metrics", [this](HttpRequest&, std::shared_ptr<HttpReply> reply) {
-    reply->Send(200, "text/plain; version=0.0.4", engine_.metrics().Text() + core_->MetricsText("tandem_"));
+    reply->Send(200, "text/plain; version=0.0.4",
+                engine_.metrics().Text() + core_->MetricsText("tandem_") +
+                    (options_.discovery_metrics ? options_.discovery_metrics() : std::string()));
   }, /*quick=*/true);
   core_->Route("GET", "/v1/models", [this](HttpRequest&, std::shared_ptr<HttpReply> reply) {
     reply->Send(200, "application/json", ModelsJson(info_));

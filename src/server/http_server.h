@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -31,6 +32,10 @@ struct ServerOptions {
   // POST /admin/drain (an API key is required): what begins this server's
   // drain (serve: a SIGTERM to itself). None: the route answers 404.
   std::function<void()> on_drain;
+  // Discovery's part of /health (a "discovery" member) and of /metrics, when
+  // the server registers itself (discovery/discovery.h); none: left out.
+  std::function<nlohmann::json()> discovery_health;
+  std::function<std::string()> discovery_metrics;
 };
 
 class HttpServer {

@@ -1,0 +1,278 @@
+#include "discovery/discovery.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <set>
+
+#include "common/log.h"
+
+namespace tandem::discovery {
+
+using nlohmann::json;
+
+std::string EngineRecord::ToJson() const {
+  return json{{"role", role},         {"instance", std::to_string(instance)},
+              {"address", address},   {"transport", transport},
+              {"layout", layout},     {"weights", weights},
+              {"numerics", numerics}, {"load", load}}
+      .dump();
+}
+
+StatusOr<EngineRecord> EngineRecord::FromJson(const std::string& text) {
+  if (text.size() > 64 * 1024) return InvalidArgument("an engine record is over 64 KiB");
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return InvalidArgument("an engine record is not a JSON object");
+  EngineRecord r;
+  auto str = [&](const char* field, std::string* out) -> Status {
+    auto it = j.find(field);
+    if (it == j.end()) return Status::Ok();
+    if (!it->is_string()) return InvalidArgument(std::string("an engine record's ") + field + " is not a string");
+    *out = it->get<std::string>();
+    return Status::Ok();
+  };
+  std::string instance;
+  TANDEM_RETURN_IF_ERROR(str("role", &r.role));
+  TANDEM_RETURN_IF_ERROR(str("instance", &instance));
+  TANDEM_RETURN_IF_ERROR(str("address", &r.address));
+  TANDEM_RETURN_IF_ERROR(str("transport", &r.transport));
+  TANDEM_RETURN_IF_ERROR(str("layout", &r.layout));
+  TANDEM_RETURN_IF_ERROR(str("weights", &r.weights));
+  TANDEM_RETURN_IF_ERROR(str("numerics", &r.numerics));
+  if (auto it = j.find("load"); it != j.end() && it->is_number_integer()) r.load = it->get<int64_t>();
+  if (r.role.empty() || r.address.empty()) return InvalidArgument("an engine record names no role or no address");
+  if (r.address.rfind(':') == std::string::npos) return InvalidArgument("an engine record's address has no port: " + r.address);
+  char* end = nullptr;
+  r.instance = std::strtoull(instance.c_str(), &end, 10);
+  if (instance.empty() || end == nullptr || *end != '\0') return InvalidArgument("an engine record's instance is not a number");
+  return r;
+}
+
+Discovery::Discovery(DiscoveryOptions options) : options_(std::move(options)), etcd_(options_.etcd, options_.call_timeout) {}
+
+Discovery::~Discovery() { Stop(); }
+
+std::string Discovery::KeyOf(const std::string& role, uint64_t instance) const {
+  char id[24];
+  std::snprintf(id, sizeof(id), "%016" PRIx64, instance);
+  return options_.etcd.prefix + "/" + role + "/" + id;
+}
+
+void Discovery::Register(std::function<EngineRecord()> describe) {
+  {
+    MutexLock lock(mu_);
+    if (registering_) return;
+    registering_ = true;
+  }
+  MutexLock lock(threads_mu_);
+  threads_.emplace_back([this, d = std::move(describe)]() mutable { RunRegistration(std::move(d)); });
+}
+
+void Discovery::Watch(const std::string& role, std::function<void(const std::vector<EngineRecord>&)> on_change) {
+  MutexLock lock(threads_mu_);
+  threads_.emplace_back([this, role, f = std::move(on_change)]() mutable { RunWatch(role, std::move(f)); });
+}
+
+void Discovery::Stop() {
+  {
+    MutexLock lock(mu_);  // a waiter checks stop_ under mu_: the notify cannot fall between its check and its wait
+    stop_ = true;
+  }
+  stop_cv_.notify_all();
+  std::vector<std::thread> threads;
+  {
+    MutexLock lock(threads_mu_);
+    threads.swap(threads_);
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+bool Discovery::WaitFor(std::chrono::milliseconds d) {
+  UniqueLock lock(mu_);
+  stop_cv_.wait_for(lock.native(), d, [&] { return stop_.load(); });
+  return !stop_;
+}
+
+void Discovery::Failed(const Status& why) {
+  ++errors_;
+  const bool was = reachable_.exchange(false);
+  {
+    MutexLock lock(mu_);
+    last_error_ = why.message();
+  }
+  if (was) TLOG_WARN("tandem discovery: %s unreachable, keeping the last view: %s\n", options_.etcd.ToString().c_str(), why.message().c_str());
+}
+
+void Discovery::Answered() {
+  if (!reachable_.exchange(true)) TLOG_INFO("tandem discovery: %s answers\n", options_.etcd.ToString().c_str());
+}
+
+// Grant a lease, put the record under it, keep it alive; a lease found gone
+// (etcd lost it, or kept none across an outage longer than the TTL) is
+// granted again and the record put again.
+void Discovery::RunRegistration(std::function<EngineRecord()> describe) {
+  int64_t lease = 0;
+  std::string key, value;
+  const auto beat = std::chrono::milliseconds(std::max<int64_t>(100, options_.ttl_s * 1000 / 3));
+  while (!stop_) {
+    Status st = Status::Ok();
+    const EngineRecord record = describe();
+    const std::string now_value = record.ToJson();
+    if (lease == 0) {
+      auto granted = etcd_.GrantLease(options_.ttl_s);
+      st = granted.status();
+      if (st.ok()) {
+        key = KeyOf(record.role, record.instance);
+        st = etcd_.Put(key, now_value, *granted);
+        if (st.ok()) {
+          lease = *granted;
+          value = now_value;
+          ++lease_grants_;
+          registered_ = true;
+          TLOG_INFO("tandem discovery: registered %s as %s (lease %" PRId64 ", TTL %" PRId64 " s)\n", record.address.c_str(),
+                    key.c_str(), lease, options_.ttl_s);
+        } else {
+          (void)etcd_.Revoke(*granted);  // best effort: it lapses anyway
+        }
+      }
+    } else {
+      auto ttl = etcd_.KeepAlive(lease);
+      st = ttl.status();
+      if (st.code() == StatusCode::kNotFound) {
+        TLOG_WARN("tandem discovery: %s: registering again\n", st.message().c_str());
+        lease = 0;
+        registered_ = false;
+        Answered();  // etcd answered: it no longer knows the lease
+        continue;
+      }
+      if (st.ok() && now_value != value) {
+        st = etcd_.Put(key, now_value, lease);
+        if (st.ok()) value = now_value;
+      }
+    }
+    if (st.ok()) {
+      Answered();
+    } else {
+      Failed(st);
+    }
+    if (!WaitFor(st.ok() ? beat : options_.retry)) break;
+  }
+  if (lease != 0) {
+    // Leave every list now rather than after the TTL.
+    EtcdClient quick(options_.etcd, std::chrono::milliseconds(500));
+    (void)quick.Revoke(lease);
+  }
+  registered_ = false;
+}
+
+// Read the role's keys, then watch from the next revision; read everything
+// again after any break (an idle watch too, which is how an etcd that went
+// away is noticed).
+void Discovery::RunWatch(std::string role, std::function<void(const std::vector<EngineRecord>&)> on_change) {
+  const std::string prefix = options_.etcd.prefix + "/" + role + "/";
+  std::map<std::string, std::string> view;  // key -> value
+  std::set<std::string> logged;             // unreadable keys already logged
+  std::vector<EngineRecord> delivered;
+  bool first = true;
+  auto deliver = [&] {
+    std::vector<EngineRecord> records;
+    for (const auto& [key, value] : view) {
+      auto r = EngineRecord::FromJson(value);
+      if (!r.ok() || r->role != role) {
+        if (logged.insert(key).second) {
+          TLOG_WARN("tandem discovery: ignoring %s: %s\n", key.c_str(),
+                    r.ok() ? ("it says it is a " + r->role).c_str() : r.status().message().c_str());
+        }
+        continue;
+      }
+      records.push_back(std::move(r).value());
+    }
+    auto same = [](const std::vector<EngineRecord>& a, const std::vector<EngineRecord>& b) {
+      if (a.size() != b.size()) return false;
+      for (size_t i = 0; i < a.size(); ++i) {
+        if (a[i].ToJson() != b[i].ToJson()) return false;
+      }
+      return true;
+    };
+    if (!first && same(records, delivered)) return;
+    first = false;
+    {
+      MutexLock lock(mu_);
+      peers_[role] = int64_t(records.size());
+      ++changes_[role];
+    }
+    delivered = records;
+    on_change(records);
+  };
+  while (!stop_) {
+    auto range = etcd_.RangePrefix(prefix);
+    if (!range.ok()) {
+      Failed(range.status());
+      if (!WaitFor(options_.retry)) break;
+      continue;
+    }
+    Answered();
+    view.clear();
+    for (EtcdKv& kv : range->kvs) view[kv.key] = std::move(kv.value);
+    deliver();
+    Status st = etcd_.Watch(
+        prefix, range->revision + 1,
+        [&](const std::vector<EtcdEvent>& events, int64_t) {
+          for (const EtcdEvent& e : events) {
+            if (e.deleted) {
+              view.erase(e.kv.key);
+            } else {
+              view[e.kv.key] = e.kv.value;
+            }
+          }
+          deliver();
+          return true;
+        },
+        stop_, options_.watch_idle);
+    if (!st.ok() && st.code() != StatusCode::kOutOfRange) {
+      Failed(st);
+      if (!WaitFor(options_.retry)) break;
+    }
+  }
+}
+
+json Discovery::Health() const {
+  MutexLock lock(mu_);
+  json h = {{"etcd", options_.etcd.ToString()}, {"reachable", reachable_.load()}};
+  if (!reachable_ && !last_error_.empty()) h["error"] = last_error_;
+  if (registering_) h["registered"] = registered_.load();
+  json peers = json::object();
+  for (const auto& [role, n] : peers_) peers[role] = n;
+  h["peers"] = std::move(peers);
+  return h;
+}
+
+std::string Discovery::MetricsText() const {
+  MutexLock lock(mu_);
+  std::string out =
+      "# HELP tandem_discovery_reachable 1 while etcd answers (0: serving with the last view)\n"
+      "# TYPE tandem_discovery_reachable gauge\n"
+      "tandem_discovery_reachable " + std::string(reachable_ ? "1" : "0") + "\n"
+      "# HELP tandem_discovery_errors_total Calls to etcd that failed\n"
+      "# TYPE tandem_discovery_errors_total counter\n"
+      "tandem_discovery_errors_total " + std::to_string(errors_.load()) + "\n";
+  if (registering_) {
+    out += "# HELP tandem_discovery_registered 1 while this engine's record is under a live lease\n"
+           "# TYPE tandem_discovery_registered gauge\n"
+           "tandem_discovery_registered " + std::string(registered_ ? "1" : "0") + "\n"
+           "# HELP tandem_discovery_lease_grants_total Leases granted (more than one: a lease was lost and renewed)\n"
+           "# TYPE tandem_discovery_lease_grants_total counter\n"
+           "tandem_discovery_lease_grants_total " + std::to_string(lease_grants_.load()) + "\n";
+  }
+  if (!peers_.empty()) {
+    out += "# HELP tandem_discovery_peers Engines of a role in the current view\n# TYPE tandem_discovery_peers gauge\n";
+    for (const auto& [role, n] : peers_) out += "tandem_discovery_peers{role=\"" + role + "\"} " + std::to_string(n) + "\n";
+    out += "# HELP tandem_discovery_view_changes_total Views of a role delivered\n"
+           "# TYPE tandem_discovery_view_changes_total counter\n";
+    for (const auto& [role, n] : changes_) {
+      out += "tandem_discovery_view_changes_total{role=\"" + role + "\"} " + std::to_string(n) + "\n";
+    }
+  }
+  return out;
+}
+
+}  // namespace tandem::discovery

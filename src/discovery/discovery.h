@@ -1,0 +1,104 @@
+// Engines find each other on etcd (discovery/etcd_client.h). Each engine
+// registers what it is under <prefix>/<role>/<instance>, a key bound to a
+// lease it keeps alive: an engine that dies or is cut off leaves every list
+// when its lease lapses (its TTL), one that stops cleanly at once (it revokes
+// the lease). Watchers keep a view of one role's engines (decode servers
+// watch prefill engines, routers watch decode servers) and hear every change.
+//
+// etcd unreachable: registrations and views stay as they were (engines go on
+// serving with the last view they had), Health() and the metrics say so, and
+// everything is read again when etcd answers: a lease that lapsed meanwhile
+// is granted anew and the record put again; a view is read whole again.
+//
+// Thread safety: every method may be called from any thread. Callbacks run
+// on the discovery's own threads, one per Register and per Watch.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/mutex.h"
+#include "common/status.h"
+#include "discovery/etcd_client.h"
+
+namespace tandem::discovery {
+
+// What an engine says of itself in etcd.
+struct EngineRecord {
+  std::string role;       // "prefill" or "decode"
+  uint64_t instance = 0;  // the engine's instance id (a restarted engine has a new one)
+  std::string address;    // where peers reach it: a prefill engine's handoff host:port, a decode server's HTTP host:port
+  std::string transport;  // how handoff bytes travel (prefill): "tcp", "ucx", "shm"
+  std::string layout, weights, numerics;  // what peers must match (the handshake checks them again)
+  int64_t load = 0;       // requests it holds now
+  std::string ToJson() const;
+  static StatusOr<EngineRecord> FromJson(const std::string& text);
+};
+
+struct DiscoveryOptions {
+  EtcdEndpoint etcd;
+  int64_t ttl_s = 10;                               // the lease: how long a silent engine stays listed
+  std::chrono::milliseconds retry{1000};            // etcd unreachable: asked again this often
+  std::chrono::milliseconds call_timeout{2000};     // one call to etcd
+  std::chrono::milliseconds watch_idle{2000};       // a watch that hears nothing this long reads the view again
+};
+
+class Discovery {
+ public:
+  explicit Discovery(DiscoveryOptions options);
+  ~Discovery();  // Stop()
+  Discovery(const Discovery&) = delete;
+  Discovery& operator=(const Discovery&) = delete;
+
+  // Keeps this engine registered while the discovery lives. `describe` is
+  // asked again at every keep-alive; a changed record (its load) is put again.
+  // Once per Discovery.
+  void Register(std::function<EngineRecord()> describe);
+  // Calls on_change with every engine of `role` registered now: when first
+  // read, then at each change (records that do not parse are left out, and
+  // logged once). Not called while etcd is unreachable: the last view stands.
+  void Watch(const std::string& role, std::function<void(const std::vector<EngineRecord>&)> on_change);
+  // Ends the threads; a registration's lease is revoked (its key goes now).
+  void Stop();
+
+  // {"etcd", "reachable", "error" (the last), "registered", "peers": {role: n}}
+  nlohmann::json Health() const;
+  // tandem_discovery_* lines for /metrics.
+  std::string MetricsText() const;
+  // True once etcd has answered every caller at least once since it last failed.
+  bool reachable() const { return reachable_.load(); }
+
+  std::string KeyOf(const std::string& role, uint64_t instance) const;
+
+ private:
+  void RunRegistration(std::function<EngineRecord()> describe);
+  void RunWatch(std::string role, std::function<void(const std::vector<EngineRecord>&)> on_change);
+  void Failed(const Status& why);
+  void Answered();
+  bool WaitFor(std::chrono::milliseconds d);  // false: stopping
+
+  const DiscoveryOptions options_;
+  EtcdClient etcd_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> reachable_{false};
+  std::atomic<bool> registered_{false};
+  std::atomic<int64_t> errors_{0}, lease_grants_{0};
+  mutable Mutex mu_;
+  std::condition_variable stop_cv_;
+  std::string last_error_ GUARDED_BY(mu_);
+  std::map<std::string, int64_t> peers_ GUARDED_BY(mu_);    // role -> engines in the view
+  std::map<std::string, int64_t> changes_ GUARDED_BY(mu_);  // role -> views delivered
+  bool registering_ GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;  // started by Register/Watch, joined by Stop (callers' thread)
+  Mutex threads_mu_;
+};
+
+}  // namespace tandem::discovery
