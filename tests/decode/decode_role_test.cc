@@ -75,14 +75,15 @@ class DecodeRoleTest : public ::testing::Test {
   }
 
   // The decode engine, its links on the loopback transport and the fake clock.
-  void StartDecode(DecodeOptions options = {}, int64_t cache_tokens = 64 * kPageTokens) {
+  void StartDecode(DecodeOptions options = {}, int64_t cache_tokens = 64 * kPageTokens,
+                   std::vector<std::string> addresses = {"prefill"}) {
     EngineOptions eo;
     eo.threads = 1;
     eo.cache_tokens = cache_tokens;
     options.peer_timeout = kPeerTimeout;
     auto links = DecodeRole::LinksOptions(*model_->model, eo, options);
     ASSERT_TRUE(links.ok()) << links.status().ToString();
-    links->addresses = {"prefill"};
+    links->addresses = std::move(addresses);
     links->make_transport = [net = net_]() -> StatusOr<std::unique_ptr<transfer::Transport>> {
       return std::unique_ptr<transfer::Transport>(new transfer::LoopbackTransport(net));
     };
@@ -92,6 +93,7 @@ class DecodeRoleTest : public ::testing::Test {
     links->heartbeat_interval = 20ms;
     auto role = DecodeRole::Start(options, std::move(links).value());
     ASSERT_TRUE(role.ok()) << role.status().ToString();
+    role_ = role->get();
     auto engine = Engine::Create(*model_->model, eo, std::move(role).value());
     ASSERT_TRUE(engine.ok()) << engine.status().ToString();
     engine_ = std::move(engine).value();
@@ -138,6 +140,7 @@ class DecodeRoleTest : public ::testing::Test {
   int accepted_ = 0;  // guarded by mu_
   std::unique_ptr<PrefillServer> server_;
   std::unique_ptr<Engine> engine_;
+  DecodeRole* role_ = nullptr;  // engine_'s
 };
 
 // A prefill engine that answers the handshake and then says nothing (a wedge):
@@ -337,6 +340,38 @@ TEST_F(DecodeRoleTest, ARequestWaitingForPagesPastThePageWaitFailsNamingTheWait)
       << end.ToString();
   EXPECT_FALSE(first->finished()) << "the request holding the pages goes on";
   EXPECT_EQ(Metric("tandem_handoffs_in_flight"), 1);
+}
+
+
+// Discovery's view of the prefill engines changes under a running decode
+// server: an engine named later is linked and takes handoffs; one no longer
+// named takes none and its link closes (prompts are then computed here);
+// named again, it is linked again.
+TEST_F(DecodeRoleTest, PrefillEnginesNamedByDiscoveryAreLinkedAndUnlinkedWhileServing) {
+  StartPrefill();
+  DecodeOptions options;
+  options.discovered = true;
+  StartDecode(options, 64 * kPageTokens, /*addresses=*/{});
+  EXPECT_FALSE(Healthy()) << "no prefill engine is named yet";
+  role_->SetPrefillAddresses({"prefill"});
+  ASSERT_TRUE(WaitUntil([&] { return Healthy(); }, 5s, 1ms)) << engine_->HealthNote();
+  auto first = Submit(1);
+  ASSERT_TRUE(first);
+  EXPECT_TRUE(EndOf(*first).ok());
+  EXPECT_EQ(Metric("tandem_handoffs_total{outcome=\"committed\"}"), 1);
+  role_->SetPrefillAddresses({});
+  ASSERT_TRUE(WaitUntil([&] { return Metric("tandem_prefill_links_up") == 0; }, 5s, 1ms));
+  EXPECT_FALSE(Healthy());
+  auto local = Submit(2);
+  ASSERT_TRUE(local);
+  EXPECT_TRUE(EndOf(*local).ok());
+  EXPECT_EQ(Metric("tandem_handoffs_total{outcome=\"committed\"}"), 1) << "an unlisted engine took a handoff";
+  role_->SetPrefillAddresses({"prefill"});
+  ASSERT_TRUE(WaitUntil([&] { return Healthy(); }, 5s, 1ms)) << engine_->HealthNote();
+  auto again = Submit(3);
+  ASSERT_TRUE(again);
+  EXPECT_TRUE(EndOf(*again).ok());
+  EXPECT_EQ(Metric("tandem_handoffs_total{outcome=\"committed\"}"), 2);
 }
 
 }  // namespace

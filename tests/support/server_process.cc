@@ -8,11 +8,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <chrono>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
+#include "support/netns.h"
 #include "support/paths.h"
 #include "support/process.h"
 #include "support/wait.h"
@@ -46,13 +48,14 @@ bool ReapBefore(pid_t pid, std::chrono::steady_clock::time_point until, int* sta
 }  // namespace
 
 ServerProcess::ServerProcess(std::vector<std::string> args, int startup_timeout_s, std::string marker,
-                             int fixed_port) {
+                             int fixed_port, std::string netns) {
   log_path_ = MakeTempDir() + "/server.log";
   // Engines are authenticated by default: a test that gives no key (nor asks
   // for none by name) runs its engines with this test process's shared key,
   // so the sealed protocol is what every end-to-end test speaks.
   auto has = [&](const char* flag) { return std::find(args.begin(), args.end(), flag) != args.end(); };
-  const bool engine = !args.empty() && (args[0] == "prefill" || (args[0] == "serve" && has("--prefill")));
+  const bool engine =
+      !args.empty() && (args[0] == "prefill" || (args[0] == "serve" && (has("--prefill") || has("--discovery"))));
   if (engine && !has("--cluster-key-file") && !has("--insecure-no-cluster-key")) {
     static const std::string key = [] {
       const std::string path = MakeTempDir() + "/cluster.key";
@@ -69,6 +72,10 @@ ServerProcess::ServerProcess(std::vector<std::string> args, int startup_timeout_
     const int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(fd, 1);
     dup2(fd, 2);
+    if (!netns.empty() && !EnterNetns(netns)) {
+      std::fprintf(stderr, "cannot enter network namespace %s\n", netns.c_str());
+      _exit(126);
+    }
     std::vector<char*> argv;
     std::string bin = TandemBinary();
     argv.push_back(bin.data());

@@ -17,8 +17,9 @@ class ServerProcess {
   // marker: the log text right before the port ("http://127.0.0.1:" for
   // HTTP servers, "ucx://127.0.0.1:" or "tcp://127.0.0.1:" for a prefill engine).
   // fixed_port > 0 passes --port fixed_port instead of 0.
+  // netns: the network namespace (support/netns.h) it runs in; empty: this one.
   explicit ServerProcess(std::vector<std::string> args, int startup_timeout_s = 60,
-                         std::string marker = "http://127.0.0.1:", int fixed_port = 0);
+                         std::string marker = "http://127.0.0.1:", int fixed_port = 0, std::string netns = "");
   ~ServerProcess();
   ServerProcess(const ServerProcess&) = delete;
   ServerProcess& operator=(const ServerProcess&) = delete;
