@@ -5,13 +5,17 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <fstream>
 #include <future>
+#include <sstream>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "support/disagg_client.h"
 #include "support/etcd_process.h"
 #include "support/http_client.h"
 #include "support/netns.h"
+#include "support/paths.h"
 #include "support/process.h"
 #include "support/server_process.h"
 #include "support/tiny_model.h"
@@ -129,6 +133,170 @@ TEST(DiscoveryE2E, MisconfiguredDiscoveryIsRefusedWithTheReason) {
   r = testing::RunTandem("serve --disagg -m " + m + " --discovery etcd://127.0.0.1:1/p", 60);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--disagg wires"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace tandem
+
+namespace tandem {
+namespace {
+
+// What a test host's process sees at http://address:port (the test's own
+// thread enters that host's namespace for the call).
+struct HostView {
+  const testing::TestHosts& hosts;
+  int from;  // the host the calls are made from
+  testing::HttpResult Get(const std::string& address, int port, const std::string& path) const {
+    testing::HttpResult out;
+    hosts.RunIn(from, [&] {
+      httplib::Client cli(address, port);
+      cli.set_connection_timeout(std::chrono::milliseconds(500));
+      cli.set_read_timeout(std::chrono::seconds(5));
+      if (auto res = cli.Get(path)) out = {res->status, res->body, {}};
+    });
+    return out;
+  }
+  testing::HttpResult Post(const std::string& address, int port, const std::string& path, const std::string& body) const {
+    testing::HttpResult out;
+    hosts.RunIn(from, [&] {
+      httplib::Client cli(address, port);
+      cli.set_connection_timeout(std::chrono::milliseconds(500));
+      cli.set_read_timeout(std::chrono::seconds(60));
+      if (auto res = cli.Post(path, body, "application/json")) out = {res->status, res->body, {}};
+    });
+    return out;
+  }
+  json Health(const std::string& address, int port) const {
+    return json::parse(Get(address, port, "/health").body, nullptr, false);
+  }
+  double Metric(const std::string& address, int port, const std::string& name) const {
+    auto m = testing::ParseMetrics(Get(address, port, "/metrics").body);
+    auto it = m.find(name);
+    return it == m.end() ? -1 : it->second;
+  }
+};
+
+// The deployment of six hosts (etcd, a router, two decode servers, two
+// prefill engines) plus a client and a spare, every engine given nothing but
+// etcd's address: agentic sessions run verified while a prefill host is cut
+// off (it leaves every list within its lease and no round fails), a new
+// prefill host joins (it is linked and takes handoffs) and etcd is stopped
+// (nothing fails, /health says so); then the router restarts and finds every
+// decode server again.
+TEST(AcrossHosts, SixHostsStartedFromDiscoveryAloneStayExactThroughACutAJoinAndAnEtcdOutage) {
+  TANDEM_REQUIRE_ETCD();
+  testing::TestHosts hosts(8);
+  if (!hosts.ok()) GTEST_SKIP() << "SKIPPED LOUDLY: no test hosts: " << hosts.why();
+  enum { kEtcd, kRouter, kDecode0, kDecode1, kPrefill0, kPrefill1, kClient, kLate };
+  const HostView client{hosts, kClient};
+  EtcdProcess etcd(hosts.address(kEtcd), hosts.name(kEtcd));
+  ASSERT_TRUE(etcd.Start()) << etcd.why();
+  const std::string url = etcd.Url("/six");
+  auto start = [&](std::vector<std::string> args, int host, const std::string& scheme, int port = 0) {
+    args.insert(args.end(), {"--host", hosts.address(host)});
+    if (args[0] != "router") args = Engine(args, url);
+    return std::make_unique<ServerProcess>(args, 60, scheme + hosts.address(host) + ":", port, hosts.name(host));
+  };
+  auto prefill0 = start({"prefill"}, kPrefill0, "tcp://");
+  auto prefill1 = start({"prefill"}, kPrefill1, "tcp://");
+  auto decode0 = start({"serve"}, kDecode0, "http://");
+  auto decode1 = start({"serve"}, kDecode1, "http://");
+  const std::vector<std::string> router_args = {"router", "--discovery", url, "--discovery-ttl", "3"};
+  auto router = start(router_args, kRouter, "http://", 8080);
+  for (auto* p : {prefill0.get(), prefill1.get(), decode0.get(), decode1.get(), router.get()}) {
+    ASSERT_TRUE(p->ok()) << p->Log();
+  }
+  const std::string r_addr = hosts.address(kRouter);
+  const std::vector<std::pair<std::string, int>> decodes = {{hosts.address(kDecode0), decode0->port()},
+                                                            {hosts.address(kDecode1), decode1->port()}};
+  auto links_up = [&](double want) {
+    for (const auto& [a, p] : decodes) {
+      if (client.Metric(a, p, "tandem_prefill_links_up") != want) return false;
+    }
+    return true;
+  };
+  auto prefill_peers = [&](int64_t want) {
+    for (const auto& [a, p] : decodes) {
+      if (Peers(client.Health(a, p), "prefill") != want) return false;
+    }
+    return true;
+  };
+  ASSERT_TRUE(WaitUntil([&] { return prefill_peers(2) && links_up(2); }, seconds(30)))
+      << client.Health(decodes[0].first, decodes[0].second).dump() << decode0->Log();
+  ASSERT_TRUE(WaitUntil([&] { return Peers(client.Health(r_addr, 8080), "decode") == 2 &&
+                                     client.Health(r_addr, 8080)["status"] == "ok"; }, seconds(30)))
+      << client.Health(r_addr, 8080).dump() << router->Log();
+
+  // Sessions from the client host, verified against the reference engine, for 30 s.
+  const std::string dir = testing::MakeTempDir();
+  auto bench = std::async(std::launch::async, [&] {
+    return testing::RunShell("ip netns exec " + hosts.name(kClient) + " " + testing::TandemBinary() +
+                                 " bench agentic --quiet --url " + r_addr + ":8080 -m " + testing::TinyModelPath() +
+                                 " --preset small --out-dir " + dir +
+                                 " --sweep 32 --rounds 2 --initial-tokens 384 --gen-tokens 16 --soak 30",
+                             300);
+  });
+  // A prefill host cut off: gone from both decode servers' lists within its lease (3 s).
+  ASSERT_TRUE(WaitUntil([&] { return bench.wait_for(seconds(0)) == std::future_status::ready ||
+                                     client.Metric(decodes[0].first, decodes[0].second,
+                                                   "tandem_handoffs_total{outcome=\"committed\"}") > 10; },
+                        seconds(30)));
+  ASSERT_NE(bench.wait_for(seconds(0)), std::future_status::ready)
+      << (bench.wait_for(seconds(0)) == std::future_status::ready ? bench.get().output : "bench still running")
+      << client.Get(decodes[0].first, decodes[0].second, "/metrics").body.substr(0, 3000);
+  ASSERT_TRUE(hosts.Cut(kPrefill0));
+  const auto cut = std::chrono::steady_clock::now();
+  ASSERT_TRUE(WaitUntil([&] { return prefill_peers(1); }, seconds(15)));
+  const double left_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - cut).count();
+  EXPECT_LT(left_s, 3.0 + 2.5) << "the lease is 3 s";
+  // A new prefill host: linked by both decode servers without a restart.
+  const auto joined = std::chrono::steady_clock::now();  // its start-up (model load) included
+  auto late = start({"prefill"}, kLate, "tcp://");
+  ASSERT_TRUE(late->ok()) << late->Log();
+  ASSERT_TRUE(WaitUntil([&] { return prefill_peers(2) && links_up(2); }, seconds(15)));
+  const double join_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - joined).count();
+  EXPECT_LT(join_s, 5.0);
+  // etcd stopped: nothing fails, and every process says so.
+  etcd.Stop();
+  ASSERT_TRUE(WaitUntil([&] { return client.Health(r_addr, 8080)["discovery"]["reachable"] == false; }, seconds(10)));
+  ASSERT_TRUE(WaitUntil([&] {
+    return client.Health(decodes[0].first, decodes[0].second)["discovery"]["reachable"] == false;
+  }, seconds(10)));
+  EXPECT_EQ(client.Health(r_addr, 8080)["status"], "ok");
+  EXPECT_EQ(Peers(client.Health(r_addr, 8080), "decode"), 2) << "the last view stands";
+  EXPECT_TRUE(prefill_peers(2));
+  std::this_thread::sleep_for(seconds(6));  // the outage itself: sessions keep running through it
+  ASSERT_TRUE(etcd.Start()) << etcd.why();
+  ASSERT_TRUE(WaitUntil([&] { return client.Health(r_addr, 8080)["discovery"]["reachable"] == true; }, seconds(15)));
+
+  ASSERT_EQ(bench.wait_for(seconds(240)), std::future_status::ready);
+  const testing::ProcessResult r = bench.get();
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(dir + "/report.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  const json report = json::parse(text.str(), nullptr, false);
+  ASSERT_FALSE(report.is_discarded()) << r.output;
+  EXPECT_TRUE(report["verified"].get<bool>());
+  const json& outcomes = report["points"][0]["outcomes"];
+  EXPECT_GT(outcomes["ok"].get<int64_t>(), 32) << outcomes.dump();
+  for (const char* bad : {"corrupt", "timeout", "error"}) EXPECT_EQ(outcomes[bad].get<int64_t>(), 0) << bad << outcomes.dump();
+
+  // The router restarted: it finds every decode server again from etcd.
+  router.reset();
+  router = start(router_args, kRouter, "http://", 8080);
+  ASSERT_TRUE(router->ok()) << router->Log();
+  ASSERT_TRUE(WaitUntil([&] { return Peers(client.Health(r_addr, 8080), "decode") == 2 &&
+                                     client.Health(r_addr, 8080)["status"] == "ok"; }, seconds(15)))
+      << client.Health(r_addr, 8080).dump();
+  const auto answer = client.Post(r_addr, 8080, "/v1/completions",
+                                  R"({"prompt":"across hosts","max_tokens":4,"temperature":0})");
+  EXPECT_EQ(answer.status, 200) << answer.body;
+  // The engine that joined took handoffs.
+  late->Terminate();
+  EXPECT_GT(testing::NumberAfter(late->Log(), "stopping ("), 0) << late->Log();
+  std::printf("across hosts: cut prefill left both lists in %.1f s; the new one was linked by both in %.1f s; "
+              "%lld rounds ok\n", left_s, join_s, (long long)outcomes["ok"].get<int64_t>());
 }
 
 }  // namespace
