@@ -1,6 +1,6 @@
 #include "prefix/prefix_index.h"
 
-#include <xxhash.h>
+#include "common/chain_key.h"
 
 #include <algorithm>
 #include <string>
@@ -15,9 +15,11 @@ std::span<const int32_t> PageTokens(std::span<const int32_t> tokens, int64_t pag
 
 }  // namespace
 
-// Hashes host-order bytes: keys never leave the process.
+// common/chain_key.h: the same key on every engine (KV events carry it to
+// other hosts; tandem builds for little-endian x86-64 only, so the tokens'
+// bytes are the same everywhere).
 uint64_t PrefixIndex::DefaultChainKey(uint64_t parent_key, std::span<const int32_t> page_tokens) {
-  return XXH3_64bits_withSeed(page_tokens.data(), page_tokens.size_bytes(), parent_key);
+  return ChainKey(parent_key, page_tokens);
 }
 
 PrefixIndex::PrefixIndex(PagePool& pool, ChainKeyFn chain_key)
@@ -84,6 +86,7 @@ int64_t PrefixIndex::Insert(std::span<const int32_t> tokens, std::span<const int
   std::vector<Entry*> chain;
   Entry* parent = nullptr;
   int64_t inserted = 0;
+  Event stored;  // the new entries follow the indexed ones: one chain
   for (int64_t i = 0; i < n_pages; ++i) {
     const std::span<const int32_t> page_tokens = PageTokens(tokens, i);
     const uint64_t key = chain_key_(parent ? parent->key : kRootSeed, page_tokens);
@@ -102,17 +105,25 @@ int64_t PrefixIndex::Insert(std::span<const int32_t> tokens, std::span<const int
       e.lru = lru_.insert(lru_.end(), &e);
       if (parent != nullptr) ++parent->children;
       ++inserted;
+      if (event_hook_) {
+        if (stored.keys.empty()) stored.parent_key = parent ? parent->key : kRootSeed;
+        stored.keys.push_back(key);
+        stored.tokens.insert(stored.tokens.end(), page_tokens.begin(), page_tokens.end());
+      }
     }
     chain.push_back(&e);
     parent = &e;
   }
   TouchChain(chain);
   stats_.inserted_pages += inserted;
+  if (event_hook_ && !stored.keys.empty()) event_hook_(std::move(stored));
   return inserted;
 }
 
 int64_t PrefixIndex::Evict(int64_t n) {
   int64_t freed = 0;
+  Event removed;
+  removed.kind = Event::Kind::kRemoved;
   // Children precede their parents in LRU order, so a parent left childless
   // by this walk is still ahead of the cursor and is considered in turn.
   for (auto it = lru_.begin(); it != lru_.end() && freed < n;) {
@@ -123,10 +134,12 @@ int64_t PrefixIndex::Evict(int64_t n) {
       evict_hook_(e->key, e->parent != nullptr ? e->parent->key : kRootSeed,
                   std::span<const int32_t>(e->tokens.data(), e->tokens.size()), e->page);
     }
+    if (event_hook_) removed.keys.push_back(e->key);
     Remove(e);
     ++freed;
   }
   stats_.evicted_pages += freed;
+  if (event_hook_ && !removed.keys.empty()) event_hook_(std::move(removed));
   return freed;
 }
 
@@ -148,8 +161,14 @@ void PrefixIndex::Clear() {
   pages.reserve(entries_.size());
   for (const auto& [key, e] : entries_) pages.push_back(e.page);
   lru_.clear();
+  const bool any = !entries_.empty();
   entries_.clear();
   pool_.Release(pages);
+  if (event_hook_ && any) {
+    Event cleared;
+    cleared.kind = Event::Kind::kCleared;
+    event_hook_(std::move(cleared));
+  }
 }
 
 Status PrefixIndex::CheckInvariants() const {

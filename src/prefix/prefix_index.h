@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "cache/layout.h"
+#include "common/chain_key.h"
 #include "cache/page_pool.h"
 #include "common/status.h"
 
@@ -87,6 +88,20 @@ class PrefixIndex {
   using EvictHook = std::function<void(uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens, int32_t page)>;
   void SetEvictHook(EvictHook hook) { evict_hook_ = std::move(hook); }
 
+  // What the index now holds, as it changes (the KV events other engines
+  // place requests by): pages stored (one chain: each page's key, the key
+  // before the first — kRootSeed for a prompt's first page — and all their
+  // tokens), pages removed, or everything cleared. Called on the caller's
+  // thread, inside Insert, Evict and Clear.
+  struct Event {
+    enum class Kind { kStored, kRemoved, kCleared } kind = Kind::kStored;
+    std::vector<uint64_t> keys;
+    uint64_t parent_key = kRootSeed;  // kStored
+    std::vector<int32_t> tokens;      // kStored: kPageTokens per key
+  };
+  using EventHook = std::function<void(Event)>;
+  void SetEventHook(EventHook hook) { event_hook_ = std::move(hook); }
+
   int64_t cached_pages() const { return int64_t(entries_.size()); }
   // Pages Evict could free right now: entries whose page and every indexed
   // descendant's page are referenced only by the index.
@@ -106,7 +121,7 @@ class PrefixIndex {
   // For tests and idle-time integrity checks; O(cached pages).
   Status CheckInvariants() const;
 
-  static constexpr uint64_t kRootSeed = 0x74616e64656d7078ull;  // "tandempx"
+  static constexpr uint64_t kRootSeed = kChainRootSeed;  // common/chain_key.h
 
  private:
   struct Entry;
@@ -140,6 +155,7 @@ class PrefixIndex {
   LruList lru_;
   Stats stats_;
   EvictHook evict_hook_;
+  EventHook event_hook_;
 };
 
 }  // namespace tandem

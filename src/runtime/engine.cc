@@ -108,6 +108,7 @@ Engine::Engine(const Model& model, const EngineOptions& options, CacheSpec spec,
                                   [this](Sequence& s, FinishReason why) { Finish(s, why); },
                                   [this](Sequence& s) { Retire(s); }}) {
   if (options.page_hook) pool_->SetPageHook(options.page_hook);
+  if (index_ && options.prefix_events) index_->SetEventHook(options.prefix_events);
   numerics_ = ComputeNumericsIdentity(model, spec_);
   numerics_.mixed = role_->AdmitsMixedNumerics();
   MetricGauge(*metrics_.registry(), "tandem_numerics_info",
@@ -131,6 +132,7 @@ Engine::~Engine() {
     tiers_->Poll();   // and drops it
   }
   if (index_) index_->SetEvictHook(nullptr);
+  if (index_) index_->SetEventHook(nullptr);  // the publisher may go before the engine
   tiers_.reset();
   index_.reset();        // releases cached pages while the pool lives
   owned_role_.reset();   // the role's pages and links; memory it lent the pool goes with it

@@ -8,6 +8,7 @@
 #include "cache/page_pool.h"
 #include "common/status.h"
 #include "model/cache_spec.h"
+#include "prefix/prefix_index.h"
 #include "prefix/tiers.h"
 
 namespace tandem {
@@ -43,6 +44,10 @@ struct EngineOptions {
   double grammar_time_share = 0.1;
   // Host (L2) and disk (L3) tiers under the prefix cache; off when host_pages is 0.
   TierOptions tiers;
+  // What the prefix cache holds, as it changes (PrefixIndex::SetEventHook),
+  // on the loop thread: a KV events publisher (discovery/kv_events.h). None:
+  // nothing is published.
+  PrefixIndex::EventHook prefix_events;
   // Called with every page freed or reserved, L1 and L2 (PagePool::SetPageHook);
   // none in production. The fault library's page poisoning comes this way.
   PagePool::PageHook page_hook;

@@ -1,5 +1,7 @@
 #include "prefix/prefix_index.h"
 
+#include "common/chain_key.h"
+
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -273,6 +275,39 @@ TEST_F(PrefixIndexTest, ClearAndDestructorReturnEveryPage) {
     Cache(index, a);
     EXPECT_EQ(pool_.used_pages(), 3);
   }
+  ExpectBaseline();
+}
+
+// The events KV-event publishers send: one chain per Insert (only the new
+// pages, keyed as every engine keys them), the keys each Evict frees, Clear.
+TEST_F(PrefixIndexTest, EventsNameEveryPageStoredAndRemovedWithTheSharedChainKeys) {
+  PrefixIndex index(pool_);
+  std::vector<PrefixIndex::Event> events;
+  index.SetEventHook([&](PrefixIndex::Event e) { events.push_back(std::move(e)); });
+  const auto a = Tokens(2 * kPage, 1);
+  Cache(index, a);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind, PrefixIndex::Event::Kind::kStored);
+  EXPECT_EQ(events[0].keys, ChainKeys(a, kPage));
+  EXPECT_EQ(events[0].parent_key, kChainRootSeed);
+  EXPECT_EQ(events[0].tokens, a);
+  auto longer = a;
+  const auto more = Tokens(kPage, 500);
+  longer.insert(longer.end(), more.begin(), more.end());
+  Cache(index, longer);  // its first two pages are indexed already: one new page
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1].keys, std::vector<uint64_t>{ChainKeys(longer, kPage)[2]});
+  EXPECT_EQ(events[1].parent_key, ChainKeys(a, kPage)[1]);
+  EXPECT_EQ(events[1].tokens, more);
+  Cache(index, a);  // nothing new: no event
+  EXPECT_EQ(events.size(), 2u);
+  EXPECT_EQ(index.Evict(1), 1);
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[2].kind, PrefixIndex::Event::Kind::kRemoved);
+  EXPECT_EQ(events[2].keys, std::vector<uint64_t>{ChainKeys(longer, kPage)[2]});
+  index.Clear();
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[3].kind, PrefixIndex::Event::Kind::kCleared);
   ExpectBaseline();
 }
 

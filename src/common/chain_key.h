@@ -1,0 +1,20 @@
+// The names of cache pages across engines: page i of a token sequence holds
+// tokens [P i, P i + P) (P = the page's tokens) and is named by
+//   key_i = XXH3_64(tokens of page i, seed = key_{i-1}),  key_{-1} = kChainRootSeed
+// so one key names a whole prefix. The prefix index (prefix/prefix_index.h),
+// the tiers, KV events and every placement use these keys.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace tandem {
+
+inline constexpr uint64_t kChainRootSeed = 0x74616e64656d7078ull;  // "tandempx"
+
+uint64_t ChainKey(uint64_t parent_key, std::span<const int32_t> page_tokens);
+// The keys of every whole page of `tokens`, first page first.
+std::vector<uint64_t> ChainKeys(std::span<const int32_t> tokens, size_t page_tokens);
+
+}  // namespace tandem

@@ -1,0 +1,464 @@
+#include "discovery/kv_events.h"
+
+#include <zmq.h>
+
+#include <chrono>
+#include <unordered_map>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "common/log.h"
+#include "discovery/kv_events_wire.h"
+
+namespace tandem::discovery {
+namespace {
+
+constexpr size_t kMaxEventsPerBatch = 4096;
+constexpr size_t kMaxQueuedItems = size_t(1) << 22;  // keys and tokens waiting for the publisher thread
+constexpr int64_t kMaxMessageBytes = int64_t(16) << 20;
+constexpr size_t kMaxHeldBatches = 4096;
+constexpr auto kSnapshotDeadline = std::chrono::seconds(5);
+const char* const kZapEndpoint = "inproc://zeromq.zap.01";
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string Port(const std::string& last_endpoint) { return last_endpoint.substr(last_endpoint.rfind(':') + 1); }
+
+}  // namespace
+
+StatusOr<KvCurveKeys> DeriveKvCurveKeys(const std::vector<uint8_t>& secret) {
+  KvCurveKeys k;
+  if (secret.empty()) return k;
+  if (secret.size() != 32) return InvalidArgument("a KV events key is derived from 32 bytes");
+  char z85[41] = {0}, pub[41] = {0};
+  if (zmq_z85_encode(z85, secret.data(), secret.size()) == nullptr) return Internal("z85 encoding failed");
+  if (zmq_curve_public(pub, z85) != 0) return Unavailable("this ZeroMQ has no CURVE security (built without libsodium)");
+  k.secret_z85 = z85;
+  k.public_z85 = pub;
+  return k;
+}
+
+// ---------------------------------------------------------------- publisher
+
+struct KvEventPublisher::Impl {
+  zmq::context_t context{1};
+  zmq::socket_t pub{context, zmq::socket_type::pub};
+  zmq::socket_t snapshot{context, zmq::socket_type::router};
+  std::unique_ptr<zmq::socket_t> zap;  // with CURVE keys
+  std::string client_public;           // the one client key admitted (32 bytes)
+  struct Page {
+    bool has_parent = false;
+    uint64_t parent = 0;
+    std::vector<int32_t> tokens;
+  };
+  std::unordered_map<uint64_t, Page> mirror;  // what the index holds, as published
+};
+
+KvEventPublisher::KvEventPublisher(KvPublisherOptions options)
+    : options_(std::move(options)), impl_(std::make_unique<Impl>()) {}
+
+StatusOr<std::unique_ptr<KvEventPublisher>> KvEventPublisher::Start(KvPublisherOptions options) {
+  auto p = std::unique_ptr<KvEventPublisher>(new KvEventPublisher(std::move(options)));
+  Impl& i = *p->impl_;
+  const KvPublisherOptions& o = p->options_;
+  try {
+    for (zmq::socket_t* s : {&i.pub, &i.snapshot}) {
+      s->set(zmq::sockopt::linger, 0);
+      s->set(zmq::sockopt::maxmsgsize, kMaxMessageBytes);
+      if (o.keys.enabled()) {
+        s->set(zmq::sockopt::zap_domain, "tandem");
+        s->set(zmq::sockopt::curve_server, 1);
+        s->set(zmq::sockopt::curve_secretkey, o.keys.secret_z85);
+      }
+    }
+    i.pub.set(zmq::sockopt::sndhwm, 100'000);
+    if (o.keys.enabled()) {
+      i.zap = std::make_unique<zmq::socket_t>(i.context, zmq::socket_type::rep);
+      i.zap->bind(kZapEndpoint);  // before any CURVE socket binds: no handshake is ever unchecked
+      i.client_public.resize(32);
+      zmq_z85_decode(reinterpret_cast<uint8_t*>(i.client_public.data()), o.keys.public_z85.c_str());
+    }
+    i.pub.bind("tcp://" + o.host + ":*");
+    i.snapshot.bind("tcp://" + o.host + ":*");
+    const std::string host = o.advertise.empty() ? o.host : o.advertise;
+    p->events_endpoint_ = "tcp://" + host + ":" + Port(i.pub.get(zmq::sockopt::last_endpoint));
+    p->snapshot_endpoint_ = "tcp://" + host + ":" + Port(i.snapshot.get(zmq::sockopt::last_endpoint));
+  } catch (const zmq::error_t& e) {
+    return Unavailable(std::string("KV events cannot listen on ") + o.host + ": " + e.what());
+  }
+  p->thread_ = std::thread([raw = p.get()] { raw->Run(); });
+  return p;
+}
+
+KvEventPublisher::~KvEventPublisher() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+void KvEventPublisher::Publish(PrefixIndex::Event event) {
+  MutexLock lock(mu_);
+  const size_t items = event.keys.size() + event.tokens.size() + 1;
+  if (queued_items_ + items > kMaxQueuedItems) {
+    // The publisher thread is far behind: drop what waits, and tell everyone
+    // to forget this engine's cache (a hint lost, never a wrong one).
+    queue_.clear();
+    queued_items_ = 0;
+    overflowed_ = true;
+    return;
+  }
+  queued_items_ += items;
+  queue_.push_back(std::move(event));
+}
+
+void KvEventPublisher::Run() {
+  Impl& i = *impl_;
+  auto send_batch = [&](std::vector<KvEvent>& events) {
+    for (size_t at = 0; at < events.size(); at += kMaxEventsPerBatch) {
+      KvEventBatch batch;
+      batch.ts = Now();
+      const size_t end = std::min(events.size(), at + kMaxEventsPerBatch);
+      batch.events.assign(std::make_move_iterator(events.begin() + long(at)), std::make_move_iterator(events.begin() + long(end)));
+      const std::string payload = EncodeKvEventBatch(batch);
+      const std::string seq = EncodeSequence(++seq_);
+      try {
+        i.pub.send(zmq::buffer(options_.topic), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+        i.pub.send(zmq::buffer(seq), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+        i.pub.send(zmq::buffer(payload), zmq::send_flags::dontwait);
+      } catch (const zmq::error_t&) {
+        // A full queue drops it: subscribers see the gap and ask for a snapshot.
+      }
+    }
+  };
+  while (!stop_) {
+    std::vector<zmq::pollitem_t> items = {{i.snapshot.handle(), 0, ZMQ_POLLIN, 0}};
+    if (i.zap) items.push_back({i.zap->handle(), 0, ZMQ_POLLIN, 0});
+    try {
+      zmq::poll(items.data(), items.size(), options_.flush);
+      if (i.zap && (items[1].revents & ZMQ_POLLIN)) {
+        std::vector<zmq::message_t> request;
+        (void)zmq::recv_multipart(*i.zap, std::back_inserter(request));
+        const bool ok = request.size() >= 7 && request[5].to_string() == "CURVE" && request[6].to_string() == i.client_public;
+        const std::string id = request.size() >= 2 ? request[1].to_string() : "";
+        std::array<zmq::const_buffer, 6> reply = {zmq::str_buffer("1.0"), zmq::buffer(id),
+                                                  ok ? zmq::str_buffer("200") : zmq::str_buffer("400"),
+                                                  ok ? zmq::str_buffer("OK") : zmq::str_buffer("not this cluster's key"),
+                                                  zmq::str_buffer(""), zmq::str_buffer("")};
+        (void)zmq::send_multipart(*i.zap, reply);
+      }
+      if (items[0].revents & ZMQ_POLLIN) {
+        std::vector<zmq::message_t> request;
+        (void)zmq::recv_multipart(i.snapshot, std::back_inserter(request));
+        if (!request.empty()) {
+          const std::string who = request[0].to_string();
+          std::vector<KvEvent> state(1);
+          state[0].kind = KvEvent::Kind::kCleared;
+          for (const auto& [key, page] : i.mirror) {
+            KvEvent e;
+            e.keys = {key};
+            e.has_parent = page.has_parent;
+            e.parent = page.parent;
+            e.tokens = page.tokens;
+            e.block_size = int64_t(page.tokens.size());
+            e.medium = options_.medium;
+            state.push_back(std::move(e));
+          }
+          const std::string seq = EncodeSequence(seq_.load());
+          for (size_t at = 0; at < state.size(); at += kMaxEventsPerBatch) {
+            KvEventBatch batch;
+            batch.ts = Now();
+            batch.events.assign(state.begin() + long(at), state.begin() + long(std::min(state.size(), at + kMaxEventsPerBatch)));
+            const std::string payload = EncodeKvEventBatch(batch);
+            std::array<zmq::const_buffer, 3> reply = {zmq::buffer(who), zmq::buffer(seq), zmq::buffer(payload)};
+            (void)zmq::send_multipart(i.snapshot, reply, zmq::send_flags::dontwait);
+          }
+          const std::string end = EncodeSequence(-1);
+          std::array<zmq::const_buffer, 3> done = {zmq::buffer(who), zmq::buffer(end), zmq::str_buffer("")};
+          (void)zmq::send_multipart(i.snapshot, done, zmq::send_flags::dontwait);
+        }
+      }
+    } catch (const zmq::error_t& e) {
+      TLOG_WARN("tandem kv events: %s\n", e.what());
+    }
+    std::deque<PrefixIndex::Event> queue;
+    bool overflowed = false;
+    {
+      MutexLock lock(mu_);
+      queue.swap(queue_);
+      queued_items_ = 0;
+      std::swap(overflowed, overflowed_);
+    }
+    std::vector<KvEvent> events;
+    if (overflowed) {
+      i.mirror.clear();
+      events.emplace_back().kind = KvEvent::Kind::kCleared;
+    }
+    for (PrefixIndex::Event& e : queue) {
+      KvEvent out;
+      out.keys = e.keys;
+      out.medium = options_.medium;
+      switch (e.kind) {
+        case PrefixIndex::Event::Kind::kStored: {
+          out.kind = KvEvent::Kind::kStored;
+          out.has_parent = e.parent_key != kChainRootSeed;
+          out.parent = out.has_parent ? e.parent_key : 0;
+          out.block_size = kPageTokens;
+          for (size_t k = 0; k < e.keys.size(); ++k) {
+            Impl::Page& page = i.mirror[e.keys[k]];
+            page.has_parent = k > 0 || out.has_parent;
+            page.parent = k > 0 ? e.keys[k - 1] : out.parent;
+            page.tokens.assign(e.tokens.begin() + long(k * kPageTokens),
+                               e.tokens.begin() + long(std::min(e.tokens.size(), (k + 1) * kPageTokens)));
+          }
+          out.tokens = std::move(e.tokens);
+          break;
+        }
+        case PrefixIndex::Event::Kind::kRemoved:
+          out.kind = KvEvent::Kind::kRemoved;
+          for (uint64_t k : e.keys) i.mirror.erase(k);
+          break;
+        case PrefixIndex::Event::Kind::kCleared:
+          out.kind = KvEvent::Kind::kCleared;
+          out.keys.clear();
+          i.mirror.clear();
+          break;
+      }
+      events.push_back(std::move(out));
+    }
+    if (!events.empty()) send_batch(events);
+  }
+}
+
+// ---------------------------------------------------------------- subscriber
+
+struct KvEventSubscriber::Impl {
+  zmq::context_t context{1};
+  zmq::socket_t sub{context, zmq::socket_type::sub};
+  struct Source {
+    KvSource spec;
+    int64_t last = -1;  // the last batch applied; -1: not read yet
+    bool syncing = false;
+    std::unique_ptr<zmq::socket_t> dealer;  // while a snapshot comes
+    std::chrono::steady_clock::time_point asked;
+    int64_t snapshot_seq = -1;
+    std::vector<KvEvent> snapshot;
+    std::deque<std::pair<int64_t, std::vector<KvEvent>>> held;  // numbered batches that came meanwhile
+  };
+  std::map<std::string, Source> sources;  // by name
+};
+
+KvEventSubscriber::KvEventSubscriber(CachedPrefixes& into, KvCurveKeys keys)
+    : into_(into), keys_(std::move(keys)), impl_(std::make_unique<Impl>()) {}
+
+StatusOr<std::unique_ptr<KvEventSubscriber>> KvEventSubscriber::Start(CachedPrefixes& into, KvCurveKeys keys) {
+  auto s = std::unique_ptr<KvEventSubscriber>(new KvEventSubscriber(into, std::move(keys)));
+  try {
+    zmq::socket_t& sub = s->impl_->sub;
+    sub.set(zmq::sockopt::linger, 0);
+    sub.set(zmq::sockopt::maxmsgsize, kMaxMessageBytes);
+    sub.set(zmq::sockopt::rcvhwm, 100'000);
+    if (s->keys_.enabled()) {
+      sub.set(zmq::sockopt::curve_serverkey, s->keys_.public_z85);
+      sub.set(zmq::sockopt::curve_publickey, s->keys_.public_z85);
+      sub.set(zmq::sockopt::curve_secretkey, s->keys_.secret_z85);
+    }
+    sub.set(zmq::sockopt::subscribe, "");
+  } catch (const zmq::error_t& e) {
+    return Unavailable(std::string("KV events subscriber: ") + e.what());
+  }
+  s->thread_ = std::thread([raw = s.get()] { raw->Run(); });
+  return s;
+}
+
+KvEventSubscriber::~KvEventSubscriber() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+void KvEventSubscriber::SetSources(std::vector<KvSource> sources) {
+  MutexLock lock(mu_);
+  wanted_ = std::move(sources);
+}
+
+KvEventSubscriber::Counters KvEventSubscriber::counters() const {
+  MutexLock lock(mu_);
+  return counters_;
+}
+
+bool KvEventSubscriber::synced() const {
+  MutexLock lock(mu_);
+  return synced_;
+}
+
+std::string KvEventSubscriber::MetricsText() const {
+  const Counters c = counters();
+  auto line = [](const char* name, const char* help, const char* type, int64_t v) {
+    return std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " +
+           std::to_string(v) + "\n";
+  };
+  return line("tandem_kv_events_batches_total", "KV event batches applied from the engines followed", "counter", c.batches) +
+         line("tandem_kv_events_snapshots_total", "Whole-cache snapshots read (a join or a gap)", "counter", c.snapshots) +
+         line("tandem_kv_events_gaps_total", "Batches found missing (a snapshot was read again)", "counter", c.gaps) +
+         line("tandem_kv_events_refused_total", "Messages refused (unknown engine, malformed)", "counter", c.refused) +
+         line("tandem_kv_events_synced", "1 when every engine followed has been read whole", "gauge", synced() ? 1 : 0);
+}
+
+void KvEventSubscriber::Run() {
+  Impl& impl = *impl_;
+  auto apply = [&](const std::string& name, const std::vector<KvEvent>& events) {
+    for (const KvEvent& e : events) {
+      switch (e.kind) {
+        case KvEvent::Kind::kStored: into_.Stored(name, e.keys); break;
+        case KvEvent::Kind::kRemoved: into_.Removed(name, e.keys); break;
+        case KvEvent::Kind::kCleared: into_.Clear(name); break;
+      }
+    }
+  };
+  auto ask = [&](Impl::Source& s) {
+    s.dealer = std::make_unique<zmq::socket_t>(impl.context, zmq::socket_type::dealer);
+    s.dealer->set(zmq::sockopt::linger, 0);
+    s.dealer->set(zmq::sockopt::maxmsgsize, kMaxMessageBytes);
+    if (keys_.enabled()) {
+      s.dealer->set(zmq::sockopt::curve_serverkey, keys_.public_z85);
+      s.dealer->set(zmq::sockopt::curve_publickey, keys_.public_z85);
+      s.dealer->set(zmq::sockopt::curve_secretkey, keys_.secret_z85);
+    }
+    s.dealer->connect(s.spec.snapshot);
+    const std::string from = EncodeSequence(0);
+    (void)s.dealer->send(zmq::buffer(from), zmq::send_flags::dontwait);
+    s.syncing = true;
+    s.asked = std::chrono::steady_clock::now();
+    s.snapshot.clear();
+    s.snapshot_seq = -1;
+  };
+  auto count = [&](auto field, int64_t n = 1) {
+    MutexLock lock(mu_);
+    counters_.*field += n;
+  };
+  while (!stop_) {
+    try {
+      std::optional<std::vector<KvSource>> wanted;
+      {
+        MutexLock lock(mu_);
+        wanted.swap(wanted_);
+      }
+      if (wanted) {
+        for (auto it = impl.sources.begin(); it != impl.sources.end();) {
+          const bool keep = std::find(wanted->begin(), wanted->end(), it->second.spec) != wanted->end();
+          if (keep) {
+            ++it;
+            continue;
+          }
+          impl.sub.disconnect(it->second.spec.events);
+          into_.Forget(it->first);
+          it = impl.sources.erase(it);
+        }
+        for (const KvSource& w : *wanted) {
+          if (impl.sources.count(w.name)) continue;
+          Impl::Source& s = impl.sources[w.name];
+          s.spec = w;
+          impl.sub.connect(w.events);  // first: what follows the snapshot is held
+          ask(s);
+        }
+      }
+      std::vector<zmq::pollitem_t> items = {{impl.sub.handle(), 0, ZMQ_POLLIN, 0}};
+      std::vector<Impl::Source*> asking;
+      for (auto& [name, s] : impl.sources) {
+        if (s.dealer) {
+          items.push_back({s.dealer->handle(), 0, ZMQ_POLLIN, 0});
+          asking.push_back(&s);
+        }
+      }
+      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(50));
+      if (items[0].revents & ZMQ_POLLIN) {
+        for (int n = 0; n < 256; ++n) {
+          std::vector<zmq::message_t> frames;
+          if (!zmq::recv_multipart(impl.sub, std::back_inserter(frames), zmq::recv_flags::dontwait)) break;
+          auto it = frames.size() == 3 ? impl.sources.find(frames[0].to_string()) : impl.sources.end();
+          auto seq = frames.size() == 3 ? DecodeSequence(frames[1].to_string()) : StatusOr<int64_t>(InvalidArgument("frames"));
+          auto batch = seq.ok() ? DecodeKvEventBatch(frames[2].to_string()) : StatusOr<KvEventBatch>(seq.status());
+          if (it == impl.sources.end() || !batch.ok()) {
+            count(&Counters::refused);
+            continue;
+          }
+          Impl::Source& s = it->second;
+          if (s.syncing) {
+            if (s.held.size() >= kMaxHeldBatches) {
+              s.held.clear();
+              ask(s);
+            }
+            s.held.emplace_back(*seq, std::move(batch->events));
+          } else if (*seq <= s.last) {
+            // Already in the snapshot.
+          } else if (*seq == s.last + 1) {
+            apply(it->first, batch->events);
+            s.last = *seq;
+            count(&Counters::batches);
+          } else {
+            count(&Counters::gaps);
+            s.held.emplace_back(*seq, std::move(batch->events));
+            ask(s);
+          }
+        }
+      }
+      for (size_t k = 0; k < asking.size(); ++k) {
+        Impl::Source& s = *asking[k];
+        const std::string name = s.spec.name;
+        if (!(items[k + 1].revents & ZMQ_POLLIN)) {
+          if (std::chrono::steady_clock::now() - s.asked > kSnapshotDeadline) ask(s);  // a fresh connection
+          continue;
+        }
+        for (int n = 0; n < 64 && s.dealer; ++n) {
+          std::vector<zmq::message_t> frames;
+          if (!zmq::recv_multipart(*s.dealer, std::back_inserter(frames), zmq::recv_flags::dontwait)) break;
+          auto seq = frames.size() == 2 ? DecodeSequence(frames[0].to_string()) : StatusOr<int64_t>(InvalidArgument("frames"));
+          if (!seq.ok()) {
+            count(&Counters::refused);
+            continue;
+          }
+          if (*seq >= 0) {
+            auto batch = DecodeKvEventBatch(frames[1].to_string());
+            if (!batch.ok() || s.snapshot.size() + batch->events.size() > CachedPrefixes::kMaxKeysPerEngine) {
+              count(&Counters::refused);
+              continue;
+            }
+            s.snapshot_seq = *seq;
+            for (KvEvent& e : batch->events) s.snapshot.push_back(std::move(e));
+            continue;
+          }
+          // The end: the snapshot, then what came after it, in order.
+          into_.Clear(name);
+          apply(name, s.snapshot);
+          s.last = std::max<int64_t>(s.snapshot_seq, 0);
+          s.snapshot.clear();
+          s.dealer.reset();
+          s.syncing = false;
+          count(&Counters::snapshots);
+          std::sort(s.held.begin(), s.held.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+          for (auto& [hseq, events] : s.held) {
+            if (hseq <= s.last) continue;
+            if (hseq != s.last + 1) {
+              count(&Counters::gaps);
+              ask(s);
+              break;
+            }
+            apply(name, events);
+            s.last = hseq;
+            count(&Counters::batches);
+          }
+          if (!s.syncing) s.held.clear();
+          break;
+        }
+      }
+      bool all = true;
+      for (const auto& [name, s] : impl.sources) all = all && !s.syncing && s.last >= 0;
+      MutexLock lock(mu_);
+      synced_ = all;
+    } catch (const zmq::error_t& e) {
+      TLOG_WARN("tandem kv events: %s\n", e.what());
+    }
+  }
+}
+
+}  // namespace tandem::discovery
