@@ -102,6 +102,14 @@ int RunPrefill(PrefillArgs& a) {
   if (!lanes.ok()) return TLOG_ERROR("error: %s\n", lanes.status().message().c_str()), 1;
   auto transport = transfer::MakeTransport(*lanes, po.cluster_key.Knock());
   if (!transport.ok()) return TLOG_ERROR("error: %s\n", transport.status().ToString().c_str()), 1;
+  // KV events first (the engine's prefix index reports to it), gone last.
+  std::unique_ptr<discovery::KvEventPublisher> kv_events;
+  if (a.discovery.enabled()) {
+    auto started = StartKvPublisher(a.discovery, a.host, a.cluster_key_file);
+    if (!started.ok()) return TLOG_ERROR("error: %s\n", started.status().message().c_str()), 1;
+    kv_events = std::move(started).value();
+    po.engine.prefix_events = kv_events->Hook();
+  }
   auto created = PrefillServer::Create(**model, po, std::move(transport).value());
   if (!created.ok()) return TLOG_ERROR("error: %s\n", created.status().ToString().c_str()), 1;
   PrefillServer& server = **created;
@@ -152,6 +160,9 @@ int RunPrefill(PrefillArgs& a) {
     me.layout = worker.layout_fingerprint();
     me.weights = worker.weights_identity();
     me.numerics = worker.engine().numerics().Id();
+    me.kv_topic = kv_events->topic();
+    me.kv_events = kv_events->events_endpoint();
+    me.kv_snapshot = kv_events->snapshot_endpoint();
     discovery->Register([me, &worker] {
       discovery::EngineRecord now = me;
       now.load = worker.stats().in_flight;

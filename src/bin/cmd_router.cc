@@ -7,6 +7,7 @@
 #include "bin/stop_signals.h"
 #include "bin/access_flags.h"
 #include "bin/discovery_flags.h"
+#include "bin/model_options.h"
 #include "bin/http_flags.h"
 #include "bin/commands.h"
 #include "common/log.h"
@@ -20,6 +21,9 @@ void RegisterRouter(CLI::App& app) {
   auto access = std::make_shared<AccessFlags>();
   auto http = std::make_shared<HttpFlags>();
   auto found = std::make_shared<DiscoveryFlags>();
+  auto prompt_model = std::make_shared<std::string>();
+  auto chat_template = std::make_shared<std::string>();
+  auto cluster_key_file = std::make_shared<std::string>();
   CLI::App* cmd = app.add_subcommand("router", "Route OpenAI requests to disaggregated decode servers");
   cmd->add_option("--host", o->host, "Address to listen on");
   cmd->add_option("--port", o->port, "Port (0: any free port)")->check(CLI::Range(0, 65535));
@@ -38,13 +42,19 @@ void RegisterRouter(CLI::App& app) {
                   "Set by serve --disagg: its supervisor's state file, shown in /health and /metrics");
   AddLogLevel(cmd, level.get());
   found->AddTo(cmd, /*registers=*/false);
+  cmd->add_option("-m,--model", *prompt_model,
+                  "With --discovery: the decode servers' GGUF file, to tokenize prompts here and place each where "
+                  "the decode servers' KV events say its longest prefix is cached");
+  cmd->add_option("--chat-template", *chat_template, "With -m: the decode servers' --chat-template, if they have one");
+  cmd->add_option("--cluster-key-file", *cluster_key_file,
+                  "With --discovery: the engines' key (the decode servers' KV events are encrypted with it)");
   access->AddTo(cmd);
   http->AddTo(cmd);
   auto shutdown_s = std::make_shared<double>(30);
   cmd->add_option("--shutdown-timeout", *shutdown_s,
                   "Seconds to drain on SIGTERM: new requests get 503, those in flight finish")
       ->check(CLI::NonNegativeNumber);
-  cmd->callback([o, level, access, http, shutdown_s, move_wait_ms, found] {
+  cmd->callback([o, level, access, http, shutdown_s, move_wait_ms, found, prompt_model, chat_template, cluster_key_file] {
     if (!StartLog("router", *level)) return SetExitCode(2);
     if (o->backends.empty() && !found->enabled()) {
       TLOG_ERROR("error: the router needs --decode HOST:PORT or --discovery etcd://HOST:PORT/PREFIX\n");
@@ -60,7 +70,47 @@ void RegisterRouter(CLI::App& app) {
       discovery = std::move(started).value();
       o->discovered_backends = true;
       o->discovery_health = [d = discovery.get()] { return d->Health(); };
-      o->discovery_metrics = [d = discovery.get()] { return d->MetricsText(); };
+    }
+    auto by_kv = found->ByKvEvents(!prompt_model->empty(), "needs -m (the model, to tokenize prompts as the decode servers do)");
+    if (!by_kv.ok()) {
+      TLOG_ERROR("error: %s\n", by_kv.status().message().c_str());
+      return SetExitCode(2);
+    }
+    std::unique_ptr<Model> model;
+    std::unique_ptr<CachedPrefixes> cached;
+    std::unique_ptr<discovery::KvEventSubscriber> subscriber;
+    if (*by_kv) {
+      ModelOptions mo;
+      mo.model_path = *prompt_model;
+      mo.chat_template_path = *chat_template;
+      auto loaded = mo.Load();
+      auto keys = KvKeys(*cluster_key_file);
+      if (!loaded.ok() || !keys.ok()) {
+        TLOG_ERROR("error: %s\n", (!loaded.ok() ? loaded.status() : keys.status()).message().c_str());
+        return SetExitCode(2);
+      }
+      model = std::move(loaded).value();
+      cached = std::make_unique<CachedPrefixes>();
+      auto started = discovery::KvEventSubscriber::Start(*cached, *keys);
+      if (!started.ok()) {
+        TLOG_ERROR("error: %s\n", started.status().message().c_str());
+        return SetExitCode(1);
+      }
+      subscriber = std::move(started).value();
+      ModelInfo info;
+      info.id = model->config().name;
+      info.context_length = model->config().context_length;
+      info.tokenizer = &model->tokenizer();
+      info.chat_format = &model->chat_format();
+      o->prompt_model = info;
+      o->cached = cached.get();
+      TLOG_INFO("tandem router: placing requests by the decode servers' KV events (prompts tokenized with %s)\n",
+                prompt_model->c_str());
+    }
+    if (discovery) {
+      o->discovery_metrics = [d = discovery.get(), s = subscriber.get()] {
+        return d->MetricsText() + (s != nullptr ? s->MetricsText() : std::string());
+      };
     }
     o->move_wait = std::chrono::milliseconds(*move_wait_ms);
     auto policy = access->Load();
@@ -80,11 +130,12 @@ void RegisterRouter(CLI::App& app) {
     TLOG_INFO("tandem router: http://%s:%d -> %zu decode backend(s)%s\n", o->host.c_str(), router.port(),
               o->backends.size(), discovery ? (" and those registered at " + found->url).c_str() : "");
     if (discovery) {
-      discovery->Watch("decode", [&router, fixed = o->backends](const std::vector<discovery::EngineRecord>& records) {
+      discovery->Watch("decode", [&router, fixed = o->backends, s = subscriber.get()](const std::vector<discovery::EngineRecord>& records) {
         std::vector<std::string> addresses = MatchingAddresses(records, {});
         for (const std::string& f : fixed) {
           if (std::find(addresses.begin(), addresses.end(), f) == addresses.end()) addresses.push_back(f);
         }
+        if (s != nullptr) s->SetSources(KvSources(records, addresses));
         if (Status st = router.SetBackends(addresses); !st.ok()) TLOG_WARN("tandem router: %s\n", st.message().c_str());
       });
     }

@@ -57,8 +57,14 @@ bool IsDecodeServer(const ServeArgs& a) { return !a.decode.prefill_addresses.emp
 
 // A decode server in discovery: registers itself, and links to every prefill
 // engine registered that matches it (besides any --prefill given).
+struct KvPlane {  // a decode server's KV events: its own, and its prefill engines' it follows
+  std::unique_ptr<discovery::KvEventPublisher> publisher;
+  std::unique_ptr<CachedPrefixes> cached;
+  std::unique_ptr<discovery::KvEventSubscriber> subscriber;
+};
+
 Status StartDiscovery(ServeArgs& a, const Model& model, Engine& engine, decode::DecodeRole& role, int port,
-                      discovery::Discovery& found) {
+                      discovery::Discovery& found, KvPlane& kv) {
   TANDEM_ASSIGN_OR_RETURN(decode::PrefillLinksOptions links, decode::DecodeRole::LinksOptions(model, a.engine, a.decode));
   discovery::EngineRecord me;
   me.role = "decode";
@@ -68,6 +74,11 @@ Status StartDiscovery(ServeArgs& a, const Model& model, Engine& engine, decode::
   me.weights = links.weights_identity;
   me.numerics = engine.numerics().Id();
   me.instance = role.instance_id();
+  if (kv.publisher) {
+    me.kv_topic = kv.publisher->topic();
+    me.kv_events = kv.publisher->events_endpoint();
+    me.kv_snapshot = kv.publisher->snapshot_endpoint();
+  }
   found.Register([me, &engine] {
     discovery::EngineRecord now = me;
     const EngineStats s = engine.Stats();
@@ -81,13 +92,15 @@ Status StartDiscovery(ServeArgs& a, const Model& model, Engine& engine, decode::
   const std::vector<std::string> fixed = links.addresses;
   const std::string key_file = a.cluster_key_file;
   const bool insecure = a.insecure_no_cluster_key;
-  found.Watch("prefill", [&role, want, fixed, key_file, insecure](const std::vector<discovery::EngineRecord>& records) {
+  discovery::KvEventSubscriber* subscriber = kv.subscriber.get();
+  found.Watch("prefill", [&role, want, fixed, key_file, insecure, subscriber](const std::vector<discovery::EngineRecord>& records) {
     std::vector<std::string> addresses = MatchingAddresses(records, want, [&](const std::string& address) {
       return transfer::RequireClusterKey(key_file, insecure, {address}, "tandem serve --discovery");
     });
     for (const std::string& f : fixed) {
       if (std::find(addresses.begin(), addresses.end(), f) == addresses.end()) addresses.push_back(f);
     }
+    if (subscriber != nullptr) subscriber->SetSources(KvSources(records, addresses));
     role.SetPrefillAddresses(std::move(addresses));
   });
   return Status::Ok();
@@ -293,6 +306,25 @@ int RunServe(ServeArgs& a) {
     TLOG_ERROR("error: --verify-handoff must be off, sample or all, not '%s'\n", a.verify.c_str());
     return 1;
   }
+  // KV events: this server's prefix cache published, its prefill engines' followed.
+  KvPlane kv;
+  if (a.discovery.enabled()) {
+    auto publisher = StartKvPublisher(a.discovery, a.server.host, a.cluster_key_file);
+    if (!publisher.ok()) return TLOG_ERROR("error: %s\n", publisher.status().message().c_str()), 1;
+    kv.publisher = std::move(publisher).value();
+    a.engine.prefix_events = kv.publisher->Hook();
+  }
+  auto by_kv = a.discovery.ByKvEvents(IsDecodeServer(a), "is for decode servers");
+  if (!by_kv.ok()) return TLOG_ERROR("error: %s\n", by_kv.status().message().c_str()), 2;
+  if (*by_kv) {
+    auto keys = KvKeys(a.cluster_key_file);
+    if (!keys.ok()) return TLOG_ERROR("error: %s\n", keys.status().message().c_str()), 2;
+    kv.cached = std::make_unique<CachedPrefixes>();
+    auto subscriber = discovery::KvEventSubscriber::Start(*kv.cached, *keys);
+    if (!subscriber.ok()) return TLOG_ERROR("error: %s\n", subscriber.status().message().c_str()), 1;
+    kv.subscriber = std::move(subscriber).value();
+    a.decode.cached = kv.cached.get();
+  }
   // Colocated, or the decode role: prompts are computed by the prefill engines and handed off.
   std::unique_ptr<EngineRole> role = std::make_unique<EngineRole>();
   decode::DecodeRole* decode_role = nullptr;
@@ -317,7 +349,9 @@ int RunServe(ServeArgs& a) {
     if (!started.ok()) return TLOG_ERROR("error: %s\n", started.status().message().c_str()), 2;
     found = std::move(started).value();
     a.server.discovery_health = [d = found.get()] { return d->Health(); };
-    a.server.discovery_metrics = [d = found.get()] { return d->MetricsText(); };
+    a.server.discovery_metrics = [d = found.get(), s = kv.subscriber.get()] {
+      return d->MetricsText() + (s != nullptr ? s->MetricsText() : std::string());
+    };
   }
   HttpServer server(**engine, **model, a.server);
   if (Status st = server.Start(); !st.ok()) {
@@ -325,7 +359,7 @@ int RunServe(ServeArgs& a) {
     return 1;
   }
   if (found) {
-    if (Status st = StartDiscovery(a, **model, **engine, *decode_role, server.port(), *found); !st.ok()) {
+    if (Status st = StartDiscovery(a, **model, **engine, *decode_role, server.port(), *found, kv); !st.ok()) {
       TLOG_ERROR("error: %s\n", st.ToString().c_str());
       return 1;
     }

@@ -4,6 +4,8 @@
 #include <set>
 
 #include "common/log.h"
+#include "transfer/cluster_key.h"
+#include "transfer/handshake.h"
 
 namespace tandem::cli {
 
@@ -15,6 +17,11 @@ void DiscoveryFlags::AddTo(CLI::App* cmd, bool registers) {
   cmd->add_option("--discovery-ttl", ttl_s,
                   "Seconds an engine that stops answering stays registered (its lease; kept alive every third)")
       ->check(CLI::Range(int64_t(2), int64_t(3600)));
+  cmd->add_option("--placement", placement,
+                  "Where requests go: kv-events (where the KV events of the engines found say the longest prefix "
+                  "of the prompt is cached), conversation (where the conversation went before), auto (kv-events "
+                  "with --discovery)")
+      ->check(CLI::IsMember({"auto", "kv-events", "conversation"}));
   if (registers) {
     cmd->add_option("--advertise", advertise,
                     "With --discovery: the host peers reach this engine at (default: --host, which must then not be "
@@ -36,6 +43,43 @@ StatusOr<std::string> DiscoveryFlags::Advertised(const std::string& host, int po
                            "', give --advertise HOST");
   }
   return h + ":" + std::to_string(port);
+}
+
+StatusOr<bool> DiscoveryFlags::ByKvEvents(bool can, const std::string& why_not) const {
+  if (placement == "conversation") return false;
+  if (placement == "kv-events" && !enabled()) return InvalidArgument("--placement kv-events follows engines found by --discovery");
+  if (placement == "kv-events" && !can) return InvalidArgument("--placement kv-events " + why_not);
+  return enabled() && can;
+}
+
+StatusOr<discovery::KvCurveKeys> KvKeys(const std::string& cluster_key_file) {
+  if (cluster_key_file.empty()) return discovery::KvCurveKeys{};
+  TANDEM_ASSIGN_OR_RETURN(transfer::ClusterKey key, transfer::ClusterKey::Load(cluster_key_file));
+  return discovery::DeriveKvCurveKeys(key.Prove("tandem kv-events curve key", {}));
+}
+
+StatusOr<std::unique_ptr<discovery::KvEventPublisher>> StartKvPublisher(const DiscoveryFlags& flags,
+                                                                         const std::string& host,
+                                                                         const std::string& cluster_key_file) {
+  discovery::KvPublisherOptions o;
+  o.host = host;
+  o.advertise = flags.advertise;
+  char topic[32];
+  std::snprintf(topic, sizeof(topic), "tandem-%016llx", (unsigned long long)transfer::NewInstanceId());
+  o.topic = topic;
+  TANDEM_ASSIGN_OR_RETURN(o.keys, KvKeys(cluster_key_file));
+  return discovery::KvEventPublisher::Start(std::move(o));
+}
+
+std::vector<discovery::KvSource> KvSources(const std::vector<discovery::EngineRecord>& records,
+                                           const std::vector<std::string>& addresses) {
+  std::vector<discovery::KvSource> out;
+  for (const auto& r : records) {
+    if (r.kv_events.empty() || r.kv_snapshot.empty() || r.kv_topic.empty()) continue;
+    if (std::find(addresses.begin(), addresses.end(), r.address) == addresses.end()) continue;
+    out.push_back({r.address, r.kv_topic, r.kv_events, r.kv_snapshot});
+  }
+  return out;
 }
 
 std::vector<std::string> MatchingAddresses(const std::vector<discovery::EngineRecord>& records,

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "discovery/discovery.h"
+#include "discovery/kv_events.h"
 
 namespace tandem::cli {
 
@@ -18,9 +19,14 @@ struct DiscoveryFlags {
   std::string url;        // etcd://HOST:PORT/PREFIX; empty: static addresses only
   int64_t ttl_s = 10;     // the registration's lease
   std::string advertise;  // the host peers reach this engine at (default: --host)
+  std::string placement = "auto";  // auto | kv-events | conversation
 
   void AddTo(CLI::App* cmd, bool registers);
   bool enabled() const { return !url.empty(); }
+  // Whether requests are placed by the KV events of the engines found
+  // (auto: with discovery, and where `can` says this role can); an error for
+  // a placement this role cannot do.
+  StatusOr<bool> ByKvEvents(bool can, const std::string& why_not) const;
   // The discovery client (not yet registered nor watching).
   StatusOr<std::unique_ptr<discovery::Discovery>> Start() const;
   // host:port peers should dial: --advertise, else the listening host, which
@@ -31,6 +37,17 @@ struct DiscoveryFlags {
 // The addresses of `records` (a discovery view), leaving out, with a
 // warning logged once each, those that do not match `want` (an empty field of
 // want matches anything) or that `allowed` refuses.
+// The KV event keys of a cluster: derived from its key file's secret; none
+// without one.
+StatusOr<discovery::KvCurveKeys> KvKeys(const std::string& cluster_key_file);
+// This engine's KV events publisher: listening on `host`, reached at --advertise (or host).
+StatusOr<std::unique_ptr<discovery::KvEventPublisher>> StartKvPublisher(const DiscoveryFlags& flags,
+                                                                         const std::string& host,
+                                                                         const std::string& cluster_key_file);
+// The KV event sources of `records` (those that publish), named by their addresses.
+std::vector<discovery::KvSource> KvSources(const std::vector<discovery::EngineRecord>& records,
+                                           const std::vector<std::string>& addresses);
+
 std::vector<std::string> MatchingAddresses(const std::vector<discovery::EngineRecord>& records,
                                            const discovery::EngineRecord& want,
                                            const std::function<Status(const std::string&)>& allowed = nullptr);

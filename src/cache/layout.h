@@ -7,6 +7,8 @@
 // i * row_bytes(b) (per-token scales, when a dtype has them, follow all rows).
 #pragma once
 
+#include "common/chain_key.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -16,6 +18,7 @@
 namespace tandem {
 
 constexpr int kPageTokens = 64;
+static_assert(kPageTokens == int(kChainPageTokens), "a page's tokens are the chain keys' page (common/chain_key.h)");
 
 class CacheLayout {
  public:

@@ -11,6 +11,9 @@
 
 namespace tandem {
 
+// A page's tokens: cache/layout.h's kPageTokens (checked there), for the
+// layers that place requests without knowing the cache layout.
+inline constexpr size_t kChainPageTokens = 64;
 inline constexpr uint64_t kChainRootSeed = 0x74616e64656d7078ull;  // "tandempx"
 
 uint64_t ChainKey(uint64_t parent_key, std::span<const int32_t> page_tokens);

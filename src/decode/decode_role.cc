@@ -56,6 +56,9 @@ struct DecodeRole::Metrics {
                                    "Requests placed on a prefill engine again after their handoff's link or peer failed")),
         affinity_hits(MetricCounter(r, "tandem_prefill_affinity_hits_total",
                                     "Handoffs placed on the prefill engine that computed a prefix of their prompt")),
+        cached_hits(MetricCounter(r, "tandem_prefill_cached_placements_total",
+                                  "Handoffs placed on the prefill engine whose KV events say it holds the longest "
+                                  "prefix of their prompt")),
         messages(MetricCounter(r, "tandem_prefill_link_messages_total",
                                "Messages received from prefill engines (heartbeats included)")),
         local_no_link(MetricCounter(r, "tandem_local_prefills_total",
@@ -92,7 +95,7 @@ struct DecodeRole::Metrics {
   prometheus::Gauge& time_share;
   prometheus::Counter &seconds, &request_seconds;
   prometheus::Gauge& links_up;
-  prometheus::Counter &reconnects, &links_declared_dead, &replacements, &affinity_hits, &messages;
+  prometheus::Counter &reconnects, &links_declared_dead, &replacements, &affinity_hits, &cached_hits, &messages;
   prometheus::Counter &local_no_link, &local_resumed, &local_logits;
 };
 
@@ -115,6 +118,7 @@ StatusOr<PrefillLinksOptions> DecodeRole::LinksOptions(const Model& model, const
     begin = comma + 1;
   }
   lo.discovered = options.discovered;
+  lo.cached = options.cached;
   lo.pool_bytes = size_t(layout.TotalBytes());
   lo.layout_fingerprint = layout.Fingerprint() + ";" + AttentionFingerprint(spec.attention);
   lo.weights_identity = WeightsIdentity(model);
@@ -281,6 +285,7 @@ void DecodeRole::ExportCounters() {
   advance(m.reconnects, r.reconnects, seen_.reconnects);
   advance(m.links_declared_dead, r.links_declared_dead, seen_.links_declared_dead);
   advance(m.affinity_hits, r.affinity_hits, seen_.affinity_hits);
+  advance(m.cached_hits, r.cached_hits, seen_.cached_hits);
   advance(m.messages, r.messages, seen_.messages);
 }
 

@@ -46,6 +46,9 @@ namespace tandem::decode {
 struct DecodeOptions {
   std::string prefill_addresses;  // "host:port", comma-separated
   bool discovered = false;        // the prefill engines come from discovery (SetPrefillAddresses)
+  // What the prefill engines hold, from their KV events (by address); none:
+  // a prompt goes where this server sent its prefix before.
+  const CachedPrefixes* cached = nullptr;
   transfer::VerifyMode verify = transfer::VerifyMode::kAll;
   transfer::TransportKind transport = transfer::TransportKind::kAuto;
   std::chrono::milliseconds peer_timeout{5000};       // a prefill engine silent this long is declared dead

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "common/chain_key.h"
 #include "common/placement.h"
 #include "transfer/handshake.h"
 
@@ -154,6 +155,7 @@ PrefillLinks::Counters PrefillLinks::counters() const {
   c.reconnects = reconnects_;
   c.links_declared_dead = peers_declared_dead_;
   c.affinity_hits = affinity_hits_;
+  c.cached_hits = cached_hits_;
   c.messages = messages_;
   return c;
 }
@@ -169,13 +171,15 @@ Status PrefillLinks::Start(uint64_t handoff_id, const std::vector<int32_t>& toke
   // Where the conversation's prefix is cached: the engine that computed the
   // longest full-page prefix of this prompt (as far as we know), unless it
   // is clearly busier than the others (common/placement.h).
-  std::vector<uint64_t> keys;
-  for (uint64_t parent = 0, p = 0; (p + 1) * kPageTokens <= tokens.size(); ++p) {
-    parent = PrefixIndex::DefaultChainKey(
-        parent, std::span<const int32_t>(tokens).subspan(size_t(p * kPageTokens), size_t(kPageTokens)));
-    keys.push_back(parent);
-  }
+  const std::vector<uint64_t> keys = ChainKeys(tokens, kPageTokens);
   int preferred = -1;
+  bool by_cache = false;
+  if (options_.cached != nullptr) {
+    std::vector<std::string> names;
+    for (const Link& l : links_) names.push_back(l.address);
+    preferred = options_.cached->Longest(names, keys);
+    by_cache = preferred >= 0;
+  }
   for (size_t k = keys.size(); k-- > 0 && preferred < 0;) preferred = affinity_.Find(keys[k]);
   std::vector<int64_t> load(links_.size(), 0);
   for (const auto& [id, l] : handoff_link_) ++load[l];
@@ -200,7 +204,11 @@ Status PrefillLinks::Start(uint64_t handoff_id, const std::vector<int32_t>& toke
   Status st = links_[link].connection->Send(d.Encode());
   if (st.ok()) {
     for (uint64_t k : keys) affinity_.Record(k, int(link));  // its full pages will be cached there
-    if (preferred >= 0) ++affinity_hits_;
+    if (by_cache && picked == preferred) {
+      ++cached_hits_;
+    } else if (preferred >= 0) {
+      ++affinity_hits_;
+    }
   }
   if (!st.ok()) {
     handoff_link_.erase(handoff_id);  // the caller fails this one now

@@ -37,6 +37,7 @@
 #include <optional>
 #include <thread>
 
+#include "common/cached_prefixes.h"
 #include "common/clock.h"
 #include "common/mutex.h"
 #include "common/placement.h"
@@ -59,6 +60,10 @@ struct PrefillLinksOptions {
   std::vector<std::string> addresses;  // "host:port" each
   // The addresses come from discovery (SetAddresses) and may be none at start.
   bool discovered = false;
+  // What each prefill engine holds (its KV events, by address): a prompt goes
+  // to the one holding its longest prefix; none, or none holding any: to the
+  // one this side sent its prefix to before (as far as it remembers).
+  const CachedPrefixes* cached = nullptr;
   size_t pool_bytes = 0;
   std::string layout_fingerprint, weights_identity;
   std::string numerics;               // NumericsIdentity::HandshakeFingerprint
@@ -101,7 +106,7 @@ class PrefillLinks {
   struct Counters {
     int64_t committed = 0, failed = 0, aborted = 0, verified = 0, digest_mismatches = 0;
     int64_t quarantined_pages = 0, in_flight = 0;
-    int64_t links_up = 0, reconnects = 0, links_declared_dead = 0, affinity_hits = 0;
+    int64_t links_up = 0, reconnects = 0, links_declared_dead = 0, affinity_hits = 0, cached_hits = 0;
     int64_t messages = 0;  // received from prefill engines, heartbeats included
     std::vector<int64_t> buffer_bytes;  // per cache buffer (registry order), of committed handoffs
   };
@@ -216,6 +221,7 @@ class PrefillLinks {
   size_t next_link_ = 0;
   AffinityMap affinity_;        // prompt prefixes (page chain keys) -> the link that computed them
   int64_t affinity_hits_ = 0;   // handoffs placed where a prefix of theirs was computed
+  int64_t cached_hits_ = 0;     // handoffs placed where KV events say a prefix of theirs is held
   int64_t reconnects_ = 0, peers_declared_dead_ = 0, messages_ = 0;
   transfer::Clock::time_point Now() const { return options_.clock->now(); }
   Mutex mu_;

@@ -14,7 +14,9 @@ std::string EngineRecord::ToJson() const {
   return json{{"role", role},         {"instance", std::to_string(instance)},
               {"address", address},   {"transport", transport},
               {"layout", layout},     {"weights", weights},
-              {"numerics", numerics}, {"load", load}}
+              {"numerics", numerics}, {"load", load},
+              {"kv_topic", kv_topic}, {"kv_events", kv_events},
+              {"kv_snapshot", kv_snapshot}}
       .dump();
 }
 
@@ -38,6 +40,14 @@ StatusOr<EngineRecord> EngineRecord::FromJson(const std::string& text) {
   TANDEM_RETURN_IF_ERROR(str("layout", &r.layout));
   TANDEM_RETURN_IF_ERROR(str("weights", &r.weights));
   TANDEM_RETURN_IF_ERROR(str("numerics", &r.numerics));
+  TANDEM_RETURN_IF_ERROR(str("kv_topic", &r.kv_topic));
+  TANDEM_RETURN_IF_ERROR(str("kv_events", &r.kv_events));
+  TANDEM_RETURN_IF_ERROR(str("kv_snapshot", &r.kv_snapshot));
+  for (const std::string* endpoint : {&r.kv_events, &r.kv_snapshot}) {
+    if (!endpoint->empty() && endpoint->rfind("tcp://", 0) != 0) {
+      return InvalidArgument("an engine record's KV events endpoint is not tcp://: " + endpoint->substr(0, 100));
+    }
+  }
   if (auto it = j.find("load"); it != j.end() && it->is_number_integer()) r.load = it->get<int64_t>();
   if (r.role.empty() || r.address.empty()) return InvalidArgument("an engine record names no role or no address");
   if (r.address.rfind(':') == std::string::npos) return InvalidArgument("an engine record's address has no port: " + r.address);

@@ -39,6 +39,9 @@ struct EngineRecord {
   std::string transport;  // how handoff bytes travel (prefill): "tcp", "ucx", "shm"
   std::string layout, weights, numerics;  // what peers must match (the handshake checks them again)
   int64_t load = 0;       // requests it holds now
+  // Its KV events (discovery/kv_events.h): the topic its messages carry and
+  // the two endpoints; empty when it publishes none.
+  std::string kv_topic, kv_events, kv_snapshot;
   std::string ToJson() const;
   static StatusOr<EngineRecord> FromJson(const std::string& text);
 };

@@ -246,6 +246,7 @@ struct KvEventSubscriber::Impl {
     std::deque<std::pair<int64_t, std::vector<KvEvent>>> held;  // numbered batches that came meanwhile
   };
   std::map<std::string, Source> sources;  // by name
+  std::map<std::string, std::string> by_topic;  // topic -> name
 };
 
 KvEventSubscriber::KvEventSubscriber(CachedPrefixes& into, KvCurveKeys keys)
@@ -351,13 +352,16 @@ void KvEventSubscriber::Run() {
             continue;
           }
           impl.sub.disconnect(it->second.spec.events);
+          impl.by_topic.erase(it->second.spec.topic);
           into_.Forget(it->first);
           it = impl.sources.erase(it);
         }
         for (const KvSource& w : *wanted) {
           if (impl.sources.count(w.name)) continue;
+          if (impl.by_topic.count(w.topic)) continue;  // two names, one publisher: the first
           Impl::Source& s = impl.sources[w.name];
           s.spec = w;
+          impl.by_topic[w.topic] = w.name;
           impl.sub.connect(w.events);  // first: what follows the snapshot is held
           ask(s);
         }
@@ -375,7 +379,8 @@ void KvEventSubscriber::Run() {
         for (int n = 0; n < 256; ++n) {
           std::vector<zmq::message_t> frames;
           if (!zmq::recv_multipart(impl.sub, std::back_inserter(frames), zmq::recv_flags::dontwait)) break;
-          auto it = frames.size() == 3 ? impl.sources.find(frames[0].to_string()) : impl.sources.end();
+          auto named = frames.size() == 3 ? impl.by_topic.find(frames[0].to_string()) : impl.by_topic.end();
+          auto it = named != impl.by_topic.end() ? impl.sources.find(named->second) : impl.sources.end();
           auto seq = frames.size() == 3 ? DecodeSequence(frames[1].to_string()) : StatusOr<int64_t>(InvalidArgument("frames"));
           auto batch = seq.ok() ? DecodeKvEventBatch(frames[2].to_string()) : StatusOr<KvEventBatch>(seq.status());
           if (it == impl.sources.end() || !batch.ok()) {

@@ -66,6 +66,7 @@ class KvEventPublisher {
   PrefixIndex::EventHook Hook() {
     return [this](PrefixIndex::Event e) { Publish(std::move(e)); };
   }
+  const std::string& topic() const { return options_.topic; }
   const std::string& events_endpoint() const { return events_endpoint_; }      // tcp://advertise:port
   const std::string& snapshot_endpoint() const { return snapshot_endpoint_; }  // tcp://advertise:port
   int64_t published() const { return seq_.load(); }
@@ -87,9 +88,10 @@ class KvEventPublisher {
   std::thread thread_;
 };
 
-// An engine to follow: its name (what placement calls it) and its endpoints.
+// An engine to follow: its name (what placement calls it: its address), the
+// topic its messages carry, and its endpoints.
 struct KvSource {
-  std::string name, events, snapshot;
+  std::string name, topic, events, snapshot;
   bool operator==(const KvSource&) const = default;
 };
 

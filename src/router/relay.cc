@@ -57,6 +57,7 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
         authorization_(req.Header("Authorization")),
         stream_(stream),
         conversation_(ConversationKey(body)),
+        chain_(router.PromptChain(req.target, req.body, body)),
         deadline_(std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(router.options_.request_timeout_s * 1000))) {
     body_ = std::move(req.body);
     // A client that traces its stream itself gets the traces.
@@ -132,7 +133,7 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
   // The next backend's turn; none healthy: waits (a move, up to move_wait).
   void Attempt() {
     if (reply_->gone()) return;
-    Backend* b = router_.Pick(conversation_, tried_);
+    Backend* b = router_.Pick(conversation_, tried_, chain_);
     if (b == nullptr) {
       if (attempts_ == 0) {  // a new request: at once (Retry-After), as before any move
         ++router_.unavailable_;
@@ -374,6 +375,7 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
   const std::string method_, target_, authorization_;
   const bool stream_;
   const uint64_t conversation_;
+  const std::vector<uint64_t> chain_;  // the prompt's page keys (placement by what is cached), or none
   const std::chrono::steady_clock::time_point deadline_;  // the whole request's, across its moves
   std::string body_;  // the client's, with the router's fields (seed, tandem_trace)
 

@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "common/log.h"
+#include "common/chain_key.h"
 #include "common/process_start.h"
 #include "server/openai_api.h"
 #include "server/request_body.h"
@@ -90,7 +91,22 @@ uint64_t ConversationKey(const nlohmann::json& body) {
   return XXH3_64bits(text.data(), text.size()) | 1;
 }
 
-Router::Backend* Router::Pick(uint64_t conversation, const std::vector<const Backend*>& avoid) {
+std::vector<uint64_t> Router::PromptChain(const std::string& path, const std::string& body,
+                                         const nlohmann::json& parsed) const {
+  if (!options_.prompt_model || options_.cached == nullptr) return {};
+  ModelInfo info = *options_.prompt_model;
+  if (auto m = parsed.find("model"); m != parsed.end() && m->is_string()) info.id = m->get<std::string>();
+  info.logprobs = true;  // what the backend allows is its own check
+  const ParseResult r = path == "/v1/chat/completions" ? ParseChatCompletionRequest(body, info)
+                        : path == "/v1/completions"     ? ParseCompletionRequest(body, info)
+                                                        : ParseResult(ApiError{});
+  const ParsedRequest* p = std::get_if<ParsedRequest>(&r);
+  if (p == nullptr) return {};
+  return ChainKeys(p->spec.prompt, kChainPageTokens);
+}
+
+Router::Backend* Router::Pick(uint64_t conversation, const std::vector<const Backend*>& avoid,
+                              const std::vector<uint64_t>& chain) {
   MutexLock lock(place_mu_);  // one placement at a time: each sees the ones before it
   std::vector<int64_t> load;
   std::vector<bool> usable;
@@ -105,11 +121,24 @@ Router::Backend* Router::Pick(uint64_t conversation, const std::vector<const Bac
   if (!other) {  // every healthy one was tried: any healthy one again
     for (size_t i = 0; i < backends.size(); ++i) usable[i] = backends[i]->healthy.load() && backends[i]->listed.load();
   }
-  const int preferred = conversation != 0 ? affinity_.Find(conversation) : -1;
+  int preferred = -1;
+  int64_t held = 0;
+  if (!chain.empty() && options_.cached != nullptr) {
+    std::vector<std::string> names;
+    for (const auto& b : backends) names.push_back(b->host + ":" + std::to_string(b->port));
+    preferred = options_.cached->Longest(names, chain, &held);
+  }
+  const bool by_cache = preferred >= 0;
+  if (!by_cache && conversation != 0) preferred = affinity_.Find(conversation);
   const int i = PickTarget(load, usable, preferred, &next_);
   if (i < 0) return nullptr;
   if (conversation != 0) affinity_.Record(conversation, i);
-  if (i == preferred) ++affinity_hits_;
+  if (i == preferred && by_cache) {
+    ++cached_placements_;
+    cached_pages_ += held;
+  } else if (i == preferred) {
+    ++affinity_hits_;
+  }
   ++*backends[size_t(i)]->in_flight;  // counted before the next Pick looks (the caller gives it back)
   return backends[size_t(i)].get();
 }
@@ -222,6 +251,12 @@ std::string Router::MetricsText() const {
   out += "# HELP tandem_router_affinity_hits_total Requests placed on the backend that served their conversation before\n"
          "# TYPE tandem_router_affinity_hits_total counter\ntandem_router_affinity_hits_total " +
          std::to_string(affinity_hits_.load()) + "\n";
+  out += "# HELP tandem_router_cached_placements_total Requests placed on the decode server its KV events say holds the "
+         "longest prefix of the prompt\n# TYPE tandem_router_cached_placements_total counter\ntandem_router_cached_placements_total " +
+         std::to_string(cached_placements_.load()) + "\n";
+  out += "# HELP tandem_router_cached_prefix_pages_total Prompt pages those placements found held there\n"
+         "# TYPE tandem_router_cached_prefix_pages_total counter\ntandem_router_cached_prefix_pages_total " +
+         std::to_string(cached_pages_.load()) + "\n";
   out += "# HELP tandem_router_backend_in_flight Requests forwarded and not yet answered\n# TYPE tandem_router_backend_in_flight gauge\n";
   for (const auto& b : Backends()) {
     out += "tandem_router_backend_in_flight{backend=\"" + b->host + ":" + std::to_string(b->port) + "\"} " +

@@ -37,6 +37,9 @@
 #include <vector>
 
 #include "server/access.h"
+#include "server/openai_api.h"
+#include "common/cached_prefixes.h"
+#include <optional>
 
 #include "common/mutex.h"
 #include "common/placement.h"
@@ -55,6 +58,13 @@ struct RouterOptions {
   // Discovery's part of /health (a "discovery" member) and of /metrics.
   std::function<nlohmann::json()> discovery_health;
   std::function<std::string()> discovery_metrics;
+  // Placement by what is cached (KV events, discovery/kv_events.h): with both
+  // set, a prompt is tokenized here as its decode server would (the model's
+  // tokenizer and chat template) and goes where the longest prefix of its
+  // pages is held (common/cached_prefixes.h, by "host:port"), load breaking
+  // ties; otherwise, and when no server holds any of it, by conversation.
+  std::optional<ModelInfo> prompt_model;
+  const CachedPrefixes* cached = nullptr;
   std::chrono::milliseconds health_interval{200};
   double request_timeout_s = 600;
   AccessPolicy access;  // API keys and CORS; the client's Authorization goes on to the backend
@@ -103,7 +113,13 @@ class Router {
   class Relay;  // one client request across its backends (router/relay.cc)
   void CheckHealth();
   // A healthy backend, one not in `avoid` if there is any; null: none healthy.
-  Backend* Pick(uint64_t conversation, const std::vector<const Backend*>& avoid = {});
+  // `chain`: the prompt's page keys (common/chain_key.h), for placement by
+  // what is cached; empty: by conversation.
+  Backend* Pick(uint64_t conversation, const std::vector<const Backend*>& avoid = {},
+                const std::vector<uint64_t>& chain = {});
+  // The prompt's page keys when placement by what is cached is on and the
+  // body parses; empty otherwise (the backend will say what is wrong).
+  std::vector<uint64_t> PromptChain(const std::string& path, const std::string& body, const nlohmann::json& parsed) const;
   void Forward(HttpRequest& req, const std::shared_ptr<HttpReply>& reply);
   std::string MetricsText() const;
   nlohmann::json SupervisorState() const;  // {} when none is set or readable
@@ -123,6 +139,7 @@ class Router {
   size_t next_ GUARDED_BY(place_mu_) = 0;
   AffinityMap affinity_ GUARDED_BY(place_mu_);  // conversation -> backend index
   std::atomic<int64_t> affinity_hits_{0};
+  std::atomic<int64_t> cached_placements_{0}, cached_pages_{0};  // placed where KV events say the prefix is
   std::atomic<bool> stop_{false};
   std::atomic<bool> draining_{false};
   std::atomic<int64_t> unavailable_{0};

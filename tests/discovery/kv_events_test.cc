@@ -103,11 +103,11 @@ TEST(KvEvents, SubscribersFollowAPublisherJoinLateBySnapshotAndWithoutTheKeyHear
   auto keys = DeriveKvCurveKeys(secret);
   ASSERT_TRUE(keys.ok()) << keys.status().message();
   KvPublisherOptions po;
-  po.topic = "decode-a";
+  po.topic = "tandem-0123456789abcdef";
   po.keys = *keys;
   auto pub = KvEventPublisher::Start(po);
   ASSERT_TRUE(pub.ok()) << pub.status().message();
-  const KvSource source{"decode-a", (*pub)->events_endpoint(), (*pub)->snapshot_endpoint()};
+  const KvSource source{"decode-a", (*pub)->topic(), (*pub)->events_endpoint(), (*pub)->snapshot_endpoint()};
 
   CachedPrefixes early_view;
   auto early = KvEventSubscriber::Start(early_view, *keys);
