@@ -117,6 +117,71 @@ TEST(DiscoveryE2E, EnginesStartedFromDiscoveryAloneFollowEveryChange) {
   EXPECT_NE(metrics.find("tandem_discovery_reachable 1"), std::string::npos) << metrics;
 }
 
+// Placement by KV events: a router that restarts knows nothing of the
+// conversations it placed, yet sends each one's next round to the decode
+// server holding its prefix (the decode servers' snapshots tell it), and
+// decode servers send prompts to the prefill engine holding their prefix.
+// (With --placement conversation the restarted router spreads them by load:
+// the synced wait and the placement count below fail.)
+TEST(DiscoveryE2E, RequestsGoWhereTheirPrefixIsCachedEvenAfterTheRouterRestarts) {
+  TANDEM_REQUIRE_ETCD();
+  EtcdProcess etcd;
+  ASSERT_TRUE(etcd.Start()) << etcd.why();
+  const std::string url = etcd.Url("/kv");
+  std::vector<std::unique_ptr<ServerProcess>> engines;
+  for (int i = 0; i < 2; ++i) {
+    engines.push_back(std::make_unique<ServerProcess>(Engine({"prefill"}, url), 60, "tcp://127.0.0.1:"));
+    engines.push_back(std::make_unique<ServerProcess>(Engine({"serve"}, url)));
+  }
+  for (auto& e : engines) ASSERT_TRUE(e->ok()) << e->Log();
+  const std::vector<int> decodes = {engines[1]->port(), engines[3]->port()};
+  const std::vector<std::string> router_args = {"router", "--discovery", url, "-m", testing::TinyModelPath()};
+  auto router = std::make_unique<ServerProcess>(router_args);
+  ASSERT_TRUE(router->ok()) << router->Log();
+  auto metric = [](int port, const std::string& name) {
+    return testing::ParseMetrics(testing::HttpGet(port, "/metrics").body)[name];
+  };
+  auto synced = [&](int port) { return metric(port, "tandem_kv_events_synced") == 1; };
+  ASSERT_TRUE(WaitUntil([&] {
+    return Peers(Health(router->port()), "decode") == 2 && Health(router->port())["status"] == "ok" &&
+           synced(router->port()) && Peers(Health(decodes[0]), "prefill") == 2 && Peers(Health(decodes[1]), "prefill") == 2 &&
+           synced(decodes[0]) && synced(decodes[1]);
+  }, seconds(30))) << Health(router->port()).dump() << router->Log();
+  // Four conversations, each round resending the whole history (many pages).
+  std::vector<std::vector<int32_t>> history(4);
+  for (int c = 0; c < 4; ++c) history[size_t(c)] = testing::Prompt(40 + c);
+  auto round = [&](int port) {
+    for (auto& h : history) {
+      const std::vector<int32_t> more = testing::Prompt(int(h.size()) % 7);
+      h.insert(h.end(), more.begin(), more.end());
+      int status = 0;
+      const std::string text = testing::Complete(port, h, 4, &status);
+      ASSERT_EQ(status, 200) << text;
+    }
+  };
+  auto hits = [&] { return metric(decodes[0], "tandem_prefix_cache_hit_tokens_total") +
+                           metric(decodes[1], "tandem_prefix_cache_hit_tokens_total"); };
+  round(router->port());
+  round(router->port());
+  EXPECT_GE(metric(router->port(), "tandem_router_cached_placements_total"), 4);
+  // The router restarts: no conversation memory; the KV events' snapshots say where each prefix is.
+  router.reset();
+  router = std::make_unique<ServerProcess>(router_args);
+  ASSERT_TRUE(router->ok()) << router->Log();
+  ASSERT_TRUE(WaitUntil([&] { return Peers(Health(router->port()), "decode") == 2 && synced(router->port()) &&
+                                     Health(router->port())["status"] == "ok"; }, seconds(30)));
+  int64_t held_pages = 0;
+  for (const auto& h : history) held_pages += int64_t(h.size()) / 64;
+  const double before = hits();
+  round(router->port());
+  const double gained = hits() - before;
+  EXPECT_EQ(metric(router->port(), "tandem_router_cached_placements_total"), 4);
+  EXPECT_GE(gained, double(held_pages - 4) * 64) << "a round after the restart went where its prefix was not";
+  // And the decode servers placed prompts on the prefill engine holding their prefix.
+  EXPECT_GT(metric(decodes[0], "tandem_prefill_cached_placements_total") +
+                metric(decodes[1], "tandem_prefill_cached_placements_total"), 0);
+}
+
 // Refusals with the reason: a bad discovery URL, an unadvertisable address,
 // a router with neither --decode nor --discovery, discovery under --disagg.
 TEST(DiscoveryE2E, MisconfiguredDiscoveryIsRefusedWithTheReason) {

@@ -54,8 +54,10 @@ ServerProcess::ServerProcess(std::vector<std::string> args, int startup_timeout_
   // for none by name) runs its engines with this test process's shared key,
   // so the sealed protocol is what every end-to-end test speaks.
   auto has = [&](const char* flag) { return std::find(args.begin(), args.end(), flag) != args.end(); };
-  const bool engine =
-      !args.empty() && (args[0] == "prefill" || (args[0] == "serve" && (has("--prefill") || has("--discovery"))));
+  // (A router with discovery reads the decode servers' KV events, sealed with the key.)
+  const bool engine = !args.empty() && (args[0] == "prefill" ||
+                                        (args[0] == "serve" && (has("--prefill") || has("--discovery"))) ||
+                                        (args[0] == "router" && has("--discovery")));
   if (engine && !has("--cluster-key-file") && !has("--insecure-no-cluster-key")) {
     static const std::string key = [] {
       const std::string path = MakeTempDir() + "/cluster.key";
