@@ -266,7 +266,8 @@ TEST(AcrossHosts, SixHostsStartedFromDiscoveryAloneStayExactThroughACutAJoinAndA
   auto prefill1 = start({"prefill"}, kPrefill1, "tcp://");
   auto decode0 = start({"serve"}, kDecode0, "http://");
   auto decode1 = start({"serve"}, kDecode1, "http://");
-  const std::vector<std::string> router_args = {"router", "--discovery", url, "--discovery-ttl", "3"};
+  const std::vector<std::string> router_args = {"router", "--discovery", url, "--discovery-ttl", "3", "-m",
+                                                testing::TinyModelPath()};
   auto router = start(router_args, kRouter, "http://", 8080);
   for (auto* p : {prefill0.get(), prefill1.get(), decode0.get(), decode1.get(), router.get()}) {
     ASSERT_TRUE(p->ok()) << p->Log();
@@ -360,6 +361,7 @@ TEST(AcrossHosts, SixHostsStartedFromDiscoveryAloneStayExactThroughACutAJoinAndA
   // The engine that joined took handoffs.
   late->Terminate();
   EXPECT_GT(testing::NumberAfter(late->Log(), "stopping ("), 0) << late->Log();
+  EXPECT_GT(client.Metric(r_addr, 8080, "tandem_kv_events_synced"), 0) << "the router follows the decode servers' KV events";
   std::printf("across hosts: cut prefill left both lists in %.1f s; the new one was linked by both in %.1f s; "
               "%lld rounds ok\n", left_s, join_s, (long long)outcomes["ok"].get<int64_t>());
 }
