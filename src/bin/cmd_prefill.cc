@@ -163,9 +163,12 @@ int RunPrefill(PrefillArgs& a) {
     me.kv_topic = kv_events->topic();
     me.kv_events = kv_events->events_endpoint();
     me.kv_snapshot = kv_events->snapshot_endpoint();
-    discovery->Register([me, &worker] {
+    auto sign = RecordSigner(a.cluster_key_file);
+    if (!sign.ok()) return TLOG_ERROR("error: %s\n", sign.status().message().c_str()), 2;
+    discovery->Register([me, &worker, sign = *sign] {
       discovery::EngineRecord now = me;
       now.load = worker.stats().in_flight;
+      sign(&now);
       return now;
     });
   }

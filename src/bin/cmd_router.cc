@@ -129,9 +129,18 @@ void RegisterRouter(CLI::App& app) {
     }
     TLOG_INFO("tandem router: http://%s:%d -> %zu decode backend(s)%s\n", o->host.c_str(), router.port(),
               o->backends.size(), discovery ? (" and those registered at " + found->url).c_str() : "");
+    auto check = RecordChecker(*cluster_key_file);
+    if (!check.ok()) {
+      TLOG_ERROR("error: %s\n", check.status().message().c_str());
+      return SetExitCode(2);
+    }
+    if (discovery && cluster_key_file->empty()) {
+      TLOG_WARN("WARNING: --discovery without --cluster-key-file: the router sends requests (and clients' API keys) "
+                "to any decode server registered under the prefix, whoever wrote it into etcd\n");
+    }
     if (discovery) {
-      discovery->Watch("decode", [&router, fixed = o->backends, s = subscriber.get()](const std::vector<discovery::EngineRecord>& records) {
-        std::vector<std::string> addresses = MatchingAddresses(records, {});
+      discovery->Watch("decode", [&router, fixed = o->backends, s = subscriber.get(), check = *check](const std::vector<discovery::EngineRecord>& records) {
+        std::vector<std::string> addresses = MatchingAddresses(records, {}, check);
         for (const std::string& f : fixed) {
           if (std::find(addresses.begin(), addresses.end(), f) == addresses.end()) addresses.push_back(f);
         }

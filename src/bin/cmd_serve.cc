@@ -79,10 +79,13 @@ Status StartDiscovery(ServeArgs& a, const Model& model, Engine& engine, decode::
     me.kv_events = kv.publisher->events_endpoint();
     me.kv_snapshot = kv.publisher->snapshot_endpoint();
   }
-  found.Register([me, &engine] {
+  TANDEM_ASSIGN_OR_RETURN(auto sign, RecordSigner(a.cluster_key_file));
+  TANDEM_ASSIGN_OR_RETURN(auto check, RecordChecker(a.cluster_key_file));
+  found.Register([me, &engine, sign] {
     discovery::EngineRecord now = me;
     const EngineStats s = engine.Stats();
     now.load = s.running + s.waiting;
+    sign(&now);
     return now;
   });
   discovery::EngineRecord want;
@@ -93,9 +96,10 @@ Status StartDiscovery(ServeArgs& a, const Model& model, Engine& engine, decode::
   const std::string key_file = a.cluster_key_file;
   const bool insecure = a.insecure_no_cluster_key;
   discovery::KvEventSubscriber* subscriber = kv.subscriber.get();
-  found.Watch("prefill", [&role, want, fixed, key_file, insecure, subscriber](const std::vector<discovery::EngineRecord>& records) {
-    std::vector<std::string> addresses = MatchingAddresses(records, want, [&](const std::string& address) {
-      return transfer::RequireClusterKey(key_file, insecure, {address}, "tandem serve --discovery");
+  found.Watch("prefill", [&role, want, fixed, key_file, insecure, subscriber, check](const std::vector<discovery::EngineRecord>& records) {
+    std::vector<std::string> addresses = MatchingAddresses(records, want, [&](const discovery::EngineRecord& r) {
+      TANDEM_RETURN_IF_ERROR(check(r));
+      return transfer::RequireClusterKey(key_file, insecure, {r.address}, "tandem serve --discovery");
     });
     for (const std::string& f : fixed) {
       if (std::find(addresses.begin(), addresses.end(), f) == addresses.end()) addresses.push_back(f);

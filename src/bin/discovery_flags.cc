@@ -23,6 +23,10 @@ void DiscoveryFlags::AddTo(CLI::App* cmd, bool registers) {
                   "with --discovery)")
       ->check(CLI::IsMember({"auto", "kv-events", "conversation"}));
   if (registers) {
+    cmd->add_option("--kv-events-port", kv_events_port,
+                    "With --discovery: the port this engine publishes its prefix cache's KV events on (ZeroMQ; "
+                    "snapshots on the next port); 0: any free ports (registered in etcd either way)")
+        ->check(CLI::Range(0, 65534));
     cmd->add_option("--advertise", advertise,
                     "With --discovery: the host peers reach this engine at (default: --host, which must then not be "
                     "0.0.0.0)");
@@ -64,6 +68,7 @@ StatusOr<std::unique_ptr<discovery::KvEventPublisher>> StartKvPublisher(const Di
   discovery::KvPublisherOptions o;
   o.host = host;
   o.advertise = flags.advertise;
+  o.port = flags.kv_events_port;
   char topic[32];
   std::snprintf(topic, sizeof(topic), "tandem-%016llx", (unsigned long long)transfer::NewInstanceId());
   o.topic = topic;
@@ -82,9 +87,42 @@ std::vector<discovery::KvSource> KvSources(const std::vector<discovery::EngineRe
   return out;
 }
 
+namespace {
+constexpr std::string_view kRecordLabel = "tandem discovery record";
+std::span<const uint8_t> Bytes(const std::string& s) { return {reinterpret_cast<const uint8_t*>(s.data()), s.size()}; }
+std::string Hex(const std::vector<uint8_t>& bytes) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (uint8_t b : bytes) out += {digits[b >> 4], digits[b & 15]};
+  return out;
+}
+}  // namespace
+
+StatusOr<std::function<void(discovery::EngineRecord*)>> RecordSigner(const std::string& cluster_key_file) {
+  if (cluster_key_file.empty()) return std::function<void(discovery::EngineRecord*)>([](discovery::EngineRecord*) {});
+  TANDEM_ASSIGN_OR_RETURN(transfer::ClusterKey key, transfer::ClusterKey::Load(cluster_key_file));
+  return std::function<void(discovery::EngineRecord*)>([key](discovery::EngineRecord* r) {
+    r->proof = Hex(key.Prove(kRecordLabel, {Bytes(r->UnsignedJson())}));
+  });
+}
+
+StatusOr<std::function<Status(const discovery::EngineRecord&)>> RecordChecker(const std::string& cluster_key_file) {
+  using Checker = std::function<Status(const discovery::EngineRecord&)>;
+  if (cluster_key_file.empty()) return Checker([](const discovery::EngineRecord&) { return Status::Ok(); });
+  TANDEM_ASSIGN_OR_RETURN(transfer::ClusterKey key, transfer::ClusterKey::Load(cluster_key_file));
+  return Checker([key](const discovery::EngineRecord& r) {
+    const Status refused = PermissionDenied("its record is not signed with this cluster's key");
+    if (r.proof.size() != 64 || r.proof.find_first_not_of("0123456789abcdef") != std::string::npos) return refused;
+    std::vector<uint8_t> proof;
+    auto nibble = [](char c) { return uint8_t(c <= '9' ? c - '0' : c - 'a' + 10); };
+    for (size_t i = 0; i < r.proof.size(); i += 2) proof.push_back(uint8_t(nibble(r.proof[i]) << 4 | nibble(r.proof[i + 1])));
+    return key.Verify(kRecordLabel, {Bytes(r.UnsignedJson())}, proof) ? Status::Ok() : refused;
+  });
+}
+
 std::vector<std::string> MatchingAddresses(const std::vector<discovery::EngineRecord>& records,
                                            const discovery::EngineRecord& want,
-                                           const std::function<Status(const std::string&)>& allowed) {
+                                           const std::function<Status(const discovery::EngineRecord&)>& allowed) {
   static std::mutex mu;
   static std::set<std::string> warned;  // "address: why", each logged once
   std::vector<std::string> out;
@@ -94,7 +132,7 @@ std::vector<std::string> MatchingAddresses(const std::vector<discovery::EngineRe
     else if (!want.weights.empty() && r.weights != want.weights) why = "its weights differ";
     else if (!want.transport.empty() && r.transport != want.transport) why = "it moves handoffs over " + r.transport;
     else if (allowed) {
-      if (Status st = allowed(r.address); !st.ok()) why = st.message();
+      if (Status st = allowed(r); !st.ok()) why = st.message();
     }
     if (why.empty()) {
       if (std::find(out.begin(), out.end(), r.address) == out.end()) out.push_back(r.address);

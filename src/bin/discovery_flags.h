@@ -20,6 +20,7 @@ struct DiscoveryFlags {
   int64_t ttl_s = 10;     // the registration's lease
   std::string advertise;  // the host peers reach this engine at (default: --host)
   std::string placement = "auto";  // auto | kv-events | conversation
+  int kv_events_port = 0;          // this engine's KV events (and + 1: their snapshots); 0: any free ports
 
   void AddTo(CLI::App* cmd, bool registers);
   bool enabled() const { return !url.empty(); }
@@ -33,6 +34,13 @@ struct DiscoveryFlags {
   // must then be a specific address (not 0.0.0.0 or ::).
   StatusOr<std::string> Advertised(const std::string& host, int port) const;
 };
+
+// Records are signed with the cluster key and checked by those that read
+// them: a record etcd holds that no engine of this cluster wrote (etcd's
+// writers are not trusted) is left out. Without a key file, nothing is
+// signed or checked (loopback deployments only, transfer/cluster_key.h).
+StatusOr<std::function<void(discovery::EngineRecord*)>> RecordSigner(const std::string& cluster_key_file);
+StatusOr<std::function<Status(const discovery::EngineRecord&)>> RecordChecker(const std::string& cluster_key_file);
 
 // The addresses of `records` (a discovery view), leaving out, with a
 // warning logged once each, those that do not match `want` (an empty field of
@@ -48,8 +56,9 @@ StatusOr<std::unique_ptr<discovery::KvEventPublisher>> StartKvPublisher(const Di
 std::vector<discovery::KvSource> KvSources(const std::vector<discovery::EngineRecord>& records,
                                            const std::vector<std::string>& addresses);
 
+// `allowed` may refuse a record (its proof, its address) with the reason.
 std::vector<std::string> MatchingAddresses(const std::vector<discovery::EngineRecord>& records,
                                            const discovery::EngineRecord& want,
-                                           const std::function<Status(const std::string&)>& allowed = nullptr);
+                                           const std::function<Status(const discovery::EngineRecord&)>& allowed = nullptr);
 
 }  // namespace tandem::cli

@@ -10,14 +10,21 @@ namespace tandem::discovery {
 
 using nlohmann::json;
 
+std::string EngineRecord::UnsignedJson() const {
+  EngineRecord r = *this;
+  r.proof.clear();
+  return r.ToJson();
+}
+
 std::string EngineRecord::ToJson() const {
-  return json{{"role", role},         {"instance", std::to_string(instance)},
+  json j{{"role", role},         {"instance", std::to_string(instance)},
               {"address", address},   {"transport", transport},
               {"layout", layout},     {"weights", weights},
               {"numerics", numerics}, {"load", load},
               {"kv_topic", kv_topic}, {"kv_events", kv_events},
-              {"kv_snapshot", kv_snapshot}}
-      .dump();
+              {"kv_snapshot", kv_snapshot}};
+  if (!proof.empty()) j["proof"] = proof;
+  return j.dump();
 }
 
 StatusOr<EngineRecord> EngineRecord::FromJson(const std::string& text) {
@@ -43,6 +50,7 @@ StatusOr<EngineRecord> EngineRecord::FromJson(const std::string& text) {
   TANDEM_RETURN_IF_ERROR(str("kv_topic", &r.kv_topic));
   TANDEM_RETURN_IF_ERROR(str("kv_events", &r.kv_events));
   TANDEM_RETURN_IF_ERROR(str("kv_snapshot", &r.kv_snapshot));
+  TANDEM_RETURN_IF_ERROR(str("proof", &r.proof));
   for (const std::string* endpoint : {&r.kv_events, &r.kv_snapshot}) {
     if (!endpoint->empty() && endpoint->rfind("tcp://", 0) != 0) {
       return InvalidArgument("an engine record's KV events endpoint is not tcp://: " + endpoint->substr(0, 100));

@@ -42,7 +42,12 @@ struct EngineRecord {
   // Its KV events (discovery/kv_events.h): the topic its messages carry and
   // the two endpoints; empty when it publishes none.
   std::string kv_topic, kv_events, kv_snapshot;
+  // Hex of an HMAC over the rest of the record with the cluster key (the
+  // engine's proof that it belongs: etcd's writers are not trusted to say
+  // where requests go); empty without a key.
+  std::string proof;
   std::string ToJson() const;
+  std::string UnsignedJson() const;  // ToJson() without the proof: what it covers
   static StatusOr<EngineRecord> FromJson(const std::string& text);
 };
 

@@ -80,8 +80,8 @@ StatusOr<std::unique_ptr<KvEventPublisher>> KvEventPublisher::Start(KvPublisherO
       i.client_public.resize(32);
       zmq_z85_decode(reinterpret_cast<uint8_t*>(i.client_public.data()), o.keys.public_z85.c_str());
     }
-    i.pub.bind("tcp://" + o.host + ":*");
-    i.snapshot.bind("tcp://" + o.host + ":*");
+    i.pub.bind("tcp://" + o.host + ":" + (o.port > 0 ? std::to_string(o.port) : "*"));
+    i.snapshot.bind("tcp://" + o.host + ":" + (o.port > 0 ? std::to_string(o.port + 1) : "*"));
     const std::string host = o.advertise.empty() ? o.host : o.advertise;
     p->events_endpoint_ = "tcp://" + host + ":" + Port(i.pub.get(zmq::sockopt::last_endpoint));
     p->snapshot_endpoint_ = "tcp://" + host + ":" + Port(i.snapshot.get(zmq::sockopt::last_endpoint));

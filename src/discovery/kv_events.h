@@ -50,6 +50,7 @@ StatusOr<KvCurveKeys> DeriveKvCurveKeys(const std::vector<uint8_t>& secret);
 struct KvPublisherOptions {
   std::string host = "127.0.0.1";  // listened on
   std::string advertise;           // what peers dial (default: host)
+  int port = 0;                    // events on port, snapshots on port + 1; 0: any free ports
   std::string topic;               // this engine's name (its address): every message's first frame
   std::string medium = "device";
   KvCurveKeys keys;

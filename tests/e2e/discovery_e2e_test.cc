@@ -11,6 +11,7 @@
 #include <thread>
 #include <nlohmann/json.hpp>
 
+#include "discovery/discovery.h"
 #include "support/disagg_client.h"
 #include "support/etcd_process.h"
 #include "support/http_client.h"
@@ -77,6 +78,21 @@ TEST(DiscoveryE2E, EnginesStartedFromDiscoveryAloneFollowEveryChange) {
   ASSERT_TRUE(WaitUntil([&] { return Health(router.port())["status"] == "ok"; }, seconds(20)))
       << Health(router.port()).dump() << router.Log();
   EXPECT_EQ(Peers(Health(router.port()), "decode"), 1);
+  // A record no engine of this cluster signed (anyone who can write to etcd
+  // could add one): seen, but no request goes there.
+  {
+    discovery::EtcdClient etcd_client(*discovery::ParseEtcdUrl(url));
+    discovery::EngineRecord forged;
+    forged.role = "decode";
+    forged.instance = 1;
+    forged.address = "127.0.0.1:9";
+    ASSERT_TRUE(etcd_client.Put("/one/decode/0000000000000001", forged.ToJson()).ok());
+    ASSERT_TRUE(WaitUntil([&] { return Peers(Health(router.port()), "decode") == 2; }, seconds(10)));
+    EXPECT_TRUE(WaitUntil([&] { return router.Log().find("leaving out decode 127.0.0.1:9: its record is not signed") !=
+                                       std::string::npos; }, seconds(10))) << router.Log();
+    EXPECT_EQ(testing::HttpGet(router.port(), "/metrics").body.find("127.0.0.1:9"), std::string::npos);
+    ASSERT_TRUE(etcd_client.Delete("/one/decode/0000000000000001").ok());
+  }
   auto same = [&](int i) {
     const std::string want = testing::Complete(colocated.port(), testing::Prompt(i), 12);
     EXPECT_EQ(testing::Complete(router.port(), testing::Prompt(i), 12), want) << "prompt " << i;
