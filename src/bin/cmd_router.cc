@@ -77,6 +77,7 @@ void RegisterRouter(CLI::App& app) {
       return SetExitCode(2);
     }
     std::unique_ptr<Model> model;
+    discovery::EngineRecord same_model;  // decode servers whose KV events this router can read: same weights
     std::unique_ptr<CachedPrefixes> cached;
     std::unique_ptr<discovery::KvEventSubscriber> subscriber;
     if (*by_kv) {
@@ -90,6 +91,7 @@ void RegisterRouter(CLI::App& app) {
         return SetExitCode(2);
       }
       model = std::move(loaded).value();
+      same_model.weights = WeightsIdentity(*model);
       cached = std::make_unique<CachedPrefixes>();
       auto started = discovery::KvEventSubscriber::Start(*cached, *keys);
       if (!started.ok()) {
@@ -139,12 +141,13 @@ void RegisterRouter(CLI::App& app) {
                 "to any decode server registered under the prefix, whoever wrote it into etcd\n");
     }
     if (discovery) {
-      discovery->Watch("decode", [&router, fixed = o->backends, s = subscriber.get(), check = *check](const std::vector<discovery::EngineRecord>& records) {
+      discovery->Watch("decode", [&router, fixed = o->backends, s = subscriber.get(), check = *check, same_model](const std::vector<discovery::EngineRecord>& records) {
         std::vector<std::string> addresses = MatchingAddresses(records, {}, check);
         for (const std::string& f : fixed) {
           if (std::find(addresses.begin(), addresses.end(), f) == addresses.end()) addresses.push_back(f);
         }
-        if (s != nullptr) s->SetSources(KvSources(records, addresses));
+        // Placement by KV events only where this router tokenizes as the server does (its -m is theirs).
+        if (s != nullptr) s->SetSources(KvSources(records, MatchingAddresses(records, same_model, check)));
         if (Status st = router.SetBackends(addresses); !st.ok()) TLOG_WARN("tandem router: %s\n", st.message().c_str());
       });
     }

@@ -53,6 +53,20 @@ struct ServeArgs {
   DiscoveryFlags discovery;              // a decode server: registers, follows the prefill engines
 };
 
+std::vector<std::string> SplitCommas(const std::string& list);
+
+// What a decode server's engine plane touches: the prefill engines it dials
+// and, with discovery, the address its KV events listen on (and are
+// advertised at): without a key all of them must be loopback.
+std::vector<std::string> EnginePlaneAddresses(const ServeArgs& a) {
+  std::vector<std::string> out = SplitCommas(a.decode.prefill_addresses);
+  if (a.discovery.enabled()) {
+    out.push_back(a.server.host + ":" + std::to_string(a.server.port));
+    if (!a.discovery.advertise.empty()) out.push_back(a.discovery.advertise + ":" + std::to_string(a.server.port));
+  }
+  return out;
+}
+
 bool IsDecodeServer(const ServeArgs& a) { return !a.decode.prefill_addresses.empty() || a.discovery.enabled(); }
 
 // A decode server in discovery: registers itself, and links to every prefill
@@ -287,7 +301,7 @@ int RunServe(ServeArgs& a) {
   if (!IsDecodeServer(a)) {
     // A colocated server: no engine plane.
   } else if (Status st = transfer::RequireClusterKey(a.cluster_key_file, a.insecure_no_cluster_key,
-                                                     SplitCommas(a.decode.prefill_addresses),
+                                                     EnginePlaneAddresses(a),
                                                      a.discovery.enabled() ? "tandem serve --discovery" : "tandem serve --prefill");
              !st.ok()) {
     return TLOG_ERROR("error: %s\n", st.message().c_str()), 2;

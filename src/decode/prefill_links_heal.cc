@@ -167,11 +167,21 @@ void PrefillLinks::KeepAlive(Clock::time_point now) {
     Link& link = links_[i];
     if (!link.listed && link.state != LinkState::kDown &&
         std::none_of(handoff_link_.begin(), handoff_link_.end(), [&](const auto& h) { return h.second == i; })) {
-      // Unlisted, and nothing of ours is on it any more: close it.
-      LinkDown(i, "no longer registered in discovery");
+      // Unlisted, and nothing of ours is on it any more (no open handoff, no
+      // abort waiting for its acknowledgement): close it.
+      const auto quarantined = receiver_->PeersQuarantinedSince(now + std::chrono::hours(1));
+      if (std::find(quarantined.begin(), quarantined.end(), link.connection_id) == quarantined.end()) {
+        // No write of this connection can still land in our pages (its
+        // handoffs committed after a flush or were acknowledged after one):
+        // as good as a fence.
+        LinkDown(i, "no longer registered in discovery", /*peer_gone=*/true);
+      }
     }
     if (link.state == LinkState::kDown) {
-      if (link.listed && now >= link.retry_at) {
+      // An unlisted link is dialed again only while pages wait for its fence
+      // (a connection closed while the peer may still write, transport
+      // without a closing fence): the next handshake, or a refusal, ends it.
+      if ((link.listed || !link.suspended.empty()) && now >= link.retry_at) {
         ++reconnects_;
         Reconnect(i, now);
       }

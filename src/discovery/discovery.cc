@@ -10,6 +10,26 @@ namespace tandem::discovery {
 
 using nlohmann::json;
 
+namespace {
+
+// HOST:PORT with a host of letters, digits, '.', '-' (or a bracketed IPv6
+// address) and a port of 1-65535: nothing else is dialed.
+bool HostPort(const std::string& text) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || text.size() - colon > 6 || text.size() > 300) return false;
+  const std::string host = text.substr(0, colon), port = text.substr(colon + 1);
+  if (port.empty() || port.find_first_not_of("0123456789") != std::string::npos) return false;
+  const int p = std::stoi(port);
+  if (p < 1 || p > 65535) return false;
+  const bool v6 = host.size() > 2 && host.front() == '[' && host.back() == ']';
+  const std::string allowed = v6 ? "0123456789abcdefABCDEF:." : "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-";
+  return (v6 ? host.substr(1, host.size() - 2) : host).find_first_not_of(allowed) == std::string::npos;
+}
+
+bool TcpEndpoint(const std::string& text) { return text.rfind("tcp://", 0) == 0 && HostPort(text.substr(6)); }
+
+}  // namespace
+
 std::string EngineRecord::UnsignedJson() const {
   EngineRecord r = *this;
   r.proof.clear();
@@ -52,13 +72,13 @@ StatusOr<EngineRecord> EngineRecord::FromJson(const std::string& text) {
   TANDEM_RETURN_IF_ERROR(str("kv_snapshot", &r.kv_snapshot));
   TANDEM_RETURN_IF_ERROR(str("proof", &r.proof));
   for (const std::string* endpoint : {&r.kv_events, &r.kv_snapshot}) {
-    if (!endpoint->empty() && endpoint->rfind("tcp://", 0) != 0) {
-      return InvalidArgument("an engine record's KV events endpoint is not tcp://: " + endpoint->substr(0, 100));
+    if (!endpoint->empty() && !TcpEndpoint(*endpoint)) {
+      return InvalidArgument("an engine record's KV events endpoint is not tcp://HOST:PORT");
     }
   }
+  if (!HostPort(r.address)) return InvalidArgument("an engine record's address is not HOST:PORT");
   if (auto it = j.find("load"); it != j.end() && it->is_number_integer()) r.load = it->get<int64_t>();
   if (r.role.empty() || r.address.empty()) return InvalidArgument("an engine record names no role or no address");
-  if (r.address.rfind(':') == std::string::npos) return InvalidArgument("an engine record's address has no port: " + r.address);
   char* end = nullptr;
   r.instance = std::strtoull(instance.c_str(), &end, 10);
   if (instance.empty() || end == nullptr || *end != '\0') return InvalidArgument("an engine record's instance is not a number");
@@ -113,9 +133,13 @@ bool Discovery::WaitFor(std::chrono::milliseconds d) {
 void Discovery::Failed(const Status& why) {
   ++errors_;
   const bool was = reachable_.exchange(false);
+  std::string text = why.message().substr(0, 300);
+  for (char& c : text) {
+    if (c < 0x20 || c > 0x7e) c = '?';  // it goes into /health's JSON
+  }
   {
     MutexLock lock(mu_);
-    last_error_ = why.message();
+    last_error_ = text;
   }
   if (was) TLOG_WARN("tandem discovery: %s unreachable, keeping the last view: %s\n", options_.etcd.ToString().c_str(), why.message().c_str());
 }
@@ -130,9 +154,11 @@ void Discovery::Answered() {
 void Discovery::RunRegistration(std::function<EngineRecord()> describe) {
   int64_t lease = 0;
   std::string key, value;
+  int beats = 0;
   const auto beat = std::chrono::milliseconds(std::max<int64_t>(100, options_.ttl_s * 1000 / 3));
   while (!stop_) {
     Status st = Status::Ok();
+    try {
     const EngineRecord record = describe();
     const std::string now_value = record.ToJson();
     if (lease == 0) {
@@ -162,10 +188,15 @@ void Discovery::RunRegistration(std::function<EngineRecord()> describe) {
         Answered();  // etcd answered: it no longer knows the lease
         continue;
       }
-      if (st.ok() && now_value != value) {
+      // Put again when the record changed, and every third beat anyway: a key
+      // deleted under a live lease (by hand, by a restore) comes back.
+      if (st.ok() && (now_value != value || ++beats % 3 == 0)) {
         st = etcd_.Put(key, now_value, lease);
         if (st.ok()) value = now_value;
       }
+    }
+    } catch (const std::exception& e) {
+      st = Internal(std::string("registering failed: ") + e.what());
     }
     if (st.ok()) {
       Answered();
@@ -221,7 +252,10 @@ void Discovery::RunWatch(std::string role, std::function<void(const std::vector<
     delivered = records;
     on_change(records);
   };
+  constexpr size_t kMaxView = 4096;  // engines of one role
   while (!stop_) {
+    const auto began = std::chrono::steady_clock::now();
+    try {
     auto range = etcd_.RangePrefix(prefix);
     if (!range.ok()) {
       Failed(range.status());
@@ -238,7 +272,7 @@ void Discovery::RunWatch(std::string role, std::function<void(const std::vector<
           for (const EtcdEvent& e : events) {
             if (e.deleted) {
               view.erase(e.kv.key);
-            } else {
+            } else if (view.size() < kMaxView || view.count(e.kv.key)) {
               view[e.kv.key] = e.kv.value;
             }
           }
@@ -250,6 +284,12 @@ void Discovery::RunWatch(std::string role, std::function<void(const std::vector<
       Failed(st);
       if (!WaitFor(options_.retry)) break;
     }
+    } catch (const std::exception& e) {
+      Failed(Internal(std::string("watching failed: ") + e.what()));
+      if (!WaitFor(options_.retry)) break;
+    }
+    // A watch that ended at once (compacted, refused) is not retried in a hot loop.
+    if (std::chrono::steady_clock::now() - began < std::chrono::milliseconds(100) && !WaitFor(options_.retry / 5)) break;
   }
 }
 

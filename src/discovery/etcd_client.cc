@@ -10,7 +10,8 @@ namespace {
 
 using nlohmann::json;
 
-constexpr size_t kMaxAnswerBytes = size_t(64) << 20;  // a range of thousands of engines is far less
+constexpr size_t kMaxAnswerBytes = size_t(8) << 20;  // a range of thousands of engines is far less
+constexpr size_t kMaxRecords = 4096;                 // keys under one role's prefix
 
 std::string Base64(const std::string& bytes) {
   std::string out(4 * ((bytes.size() + 2) / 3) + 1, '\0');
@@ -32,8 +33,34 @@ StatusOr<std::string> FromBase64(const std::string& text) {
   return out;
 }
 
+// Fields read by type, never by exception: a field of another type (or a
+// value that is not an object) reads as absent.
+const json& Member(const json& object, const char* field) {
+  static const json kAbsent;
+  if (!object.is_object()) return kAbsent;
+  auto it = object.find(field);
+  return it == object.end() ? kAbsent : *it;
+}
+std::string Str(const json& object, const char* field) {
+  const json& v = Member(object, field);
+  return v.is_string() ? v.get<std::string>() : std::string();
+}
+bool Bool(const json& object, const char* field) {
+  const json& v = Member(object, field);
+  return v.is_boolean() && v.get<bool>();
+}
+// Printable ASCII only: etcd's text goes into logs and /health (JSON).
+std::string Printable(std::string text) {
+  if (text.size() > 200) text.resize(200);
+  for (char& c : text) {
+    if (c < 0x20 || c > 0x7e) c = '?';
+  }
+  return text;
+}
+
 // proto3's JSON mapping writes 64-bit integers as strings and leaves zeros out.
 int64_t Int(const json& object, const char* field) {
+  if (!object.is_object()) return 0;
   auto it = object.find(field);
   if (it == object.end()) return 0;
   if (it->is_number_integer()) return it->get<int64_t>();
@@ -48,8 +75,8 @@ int64_t Int(const json& object, const char* field) {
 StatusOr<EtcdKv> ParseKv(const json& kv) {
   if (!kv.is_object()) return InvalidArgument("etcd sent a key-value that is not an object");
   EtcdKv out;
-  TANDEM_ASSIGN_OR_RETURN(out.key, FromBase64(kv.value("key", std::string())));
-  TANDEM_ASSIGN_OR_RETURN(out.value, FromBase64(kv.value("value", std::string())));
+  TANDEM_ASSIGN_OR_RETURN(out.key, FromBase64(Str(kv, "key")));
+  TANDEM_ASSIGN_OR_RETURN(out.value, FromBase64(Str(kv, "value")));
   out.mod_revision = Int(kv, "mod_revision");
   out.lease = Int(kv, "lease");
   return out;
@@ -69,7 +96,12 @@ StatusOr<json> ParseAnswer(const std::string& text, const char* what) {
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return Unavailable(std::string("etcd's answer to ") + what + " is not a JSON object");
   if (j.contains("error") || j.contains("code")) {
-    return Unavailable(std::string("etcd refused ") + what + ": " + j.value("message", j.value("error", text.substr(0, 200))));
+    // {"error": "...", "code": N, "message": "..."} or, on a stream, {"error": {"grpc_code": N, "message": "..."}}.
+    std::string why = Str(j, "message");
+    if (why.empty()) why = Str(j, "error");
+    if (why.empty()) why = Str(Member(j, "error"), "message");
+    if (why.empty()) why = text;
+    return Unavailable(std::string("etcd refused ") + what + ": " + Printable(why));
   }
   return j;
 }
@@ -133,20 +165,28 @@ StatusOr<std::string> EtcdClient::Call(const std::string& path, const std::strin
   req.path = path;
   req.body = body;
   req.set_header("Content-Type", "application/json");
-  bool too_big = false;
+  bool too_big = false, too_slow = false;
+  const auto deadline = std::chrono::steady_clock::now() + 2 * timeout_;  // the whole call, however it trickles
   req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
     if (answer.size() + n > kMaxAnswerBytes) return !(too_big = true);
+    if (std::chrono::steady_clock::now() > deadline) return !(too_slow = true);
     answer.append(data, n);
     return true;
   };
-  auto res = cli.send(req);
-  if (too_big) return ResourceExhausted("etcd's answer to " + path + " is over 64 MiB");
+  httplib::Result res{nullptr, httplib::Error::Unknown};
+  try {
+    res = cli.send(req);
+  } catch (const std::exception& e) {
+    return Unavailable("etcd's answer to " + path + " could not be read: " + Printable(e.what()));
+  }
+  if (too_big) return ResourceExhausted("etcd's answer to " + path + " is over 8 MiB");
+  if (too_slow) return Status(StatusCode::kDeadlineExceeded, "etcd's answer to " + path + " took over " + std::to_string(2 * timeout_.count()) + " ms");
   if (!res) {
     return Unavailable("etcd at " + endpoint_.host + ":" + std::to_string(endpoint_.port) + " did not answer " + path +
                        ": " + Why(res.error()));
   }
   if (res->status != 200) {
-    return Unavailable("etcd answered " + path + " with HTTP " + std::to_string(res->status) + ": " + answer.substr(0, 200));
+    return Unavailable("etcd answered " + path + " with HTTP " + std::to_string(res->status) + ": " + Printable(answer));
   }
   return answer;
 }
@@ -164,8 +204,7 @@ StatusOr<int64_t> EtcdClient::KeepAlive(int64_t lease) {
   TANDEM_ASSIGN_OR_RETURN(std::string text, Call("/v3/lease/keepalive", json{{"ID", std::to_string(lease)}}.dump()));
   const size_t newline = text.find('\n');
   TANDEM_ASSIGN_OR_RETURN(json j, ParseAnswer(text.substr(0, newline), "a keep-alive"));
-  const json result = j.value("result", json::object());
-  const int64_t ttl = Int(result, "TTL");
+  const int64_t ttl = Int(Member(j, "result"), "TTL");
   if (ttl <= 0) return NotFound("lease " + std::to_string(lease) + " is gone (expired or revoked)");
   return ttl;
 }
@@ -192,10 +231,11 @@ StatusOr<EtcdRange> EtcdClient::RangePrefix(const std::string& prefix) {
   TANDEM_ASSIGN_OR_RETURN(std::string text, Call("/v3/kv/range", body.dump()));
   TANDEM_ASSIGN_OR_RETURN(json j, ParseAnswer(text, "a range"));
   EtcdRange out;
-  out.revision = Int(j.value("header", json::object()), "revision");
+  out.revision = Int(Member(j, "header"), "revision");
   if (out.revision <= 0) return Unavailable("etcd's range answer carries no revision");
-  if (auto kvs = j.find("kvs"); kvs != j.end() && kvs->is_array()) {
-    for (const json& kv : *kvs) {
+  if (const json& kvs = Member(j, "kvs"); kvs.is_array()) {
+    if (kvs.size() > kMaxRecords) return ResourceExhausted("etcd holds over " + std::to_string(kMaxRecords) + " keys under " + prefix);
+    for (const json& kv : kvs) {
       TANDEM_ASSIGN_OR_RETURN(EtcdKv parsed, ParseKv(kv));
       out.kvs.push_back(std::move(parsed));
     }
@@ -220,46 +260,54 @@ Status EtcdClient::Watch(const std::string& prefix, int64_t start_revision,
   req.body = create.dump();
   req.set_header("Content-Type", "application/json");
   std::string pending;  // an answer's bytes up to its newline
+  size_t scanned = 0;   // bytes of pending already searched for a newline
   bool created = false;
   Status outcome = Status::Ok();
   req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
     if (stop.load()) return false;
     pending.append(data, n);
     if (pending.size() > kMaxAnswerBytes) {
-      outcome = ResourceExhausted("an etcd watch answer is over 64 MiB");
+      outcome = ResourceExhausted("an etcd watch answer is over 8 MiB");
       return false;
     }
-    for (size_t newline; (newline = pending.find('\n')) != std::string::npos;) {
+    for (size_t newline; (newline = pending.find('\n', scanned)) != std::string::npos;) {
       const std::string line = pending.substr(0, newline);
       pending.erase(0, newline + 1);
+      scanned = 0;
       auto j = ParseAnswer(line, "a watch");
       if (!j.ok()) return (outcome = j.status()), false;
-      const json result = j->value("result", json::object());
-      if (result.value("created", false)) created = true;
-      if (result.value("canceled", false)) {
+      const json& result = Member(*j, "result");
+      if (Bool(result, "created")) created = true;
+      if (Bool(result, "canceled")) {
         const int64_t compacted = Int(result, "compact_revision");
         outcome = compacted > 0 ? OutOfRange("the watch's revision " + std::to_string(start_revision) +
                                              " was compacted (now " + std::to_string(compacted) + ")")
-                                : Unavailable("etcd cancelled the watch: " + result.value("cancel_reason", std::string("no reason given")));
+                                : Unavailable("etcd cancelled the watch: " + Printable(Str(result, "cancel_reason")));
         return false;
       }
       std::vector<EtcdEvent> events;
-      if (auto list = result.find("events"); list != result.end() && list->is_array()) {
-        for (const json& e : *list) {
+      if (const json& list = Member(result, "events"); list.is_array()) {
+        for (const json& e : list) {
           EtcdEvent event;
-          event.deleted = e.value("type", std::string()) == "DELETE";
-          auto kv = ParseKv(e.value("kv", json::object()));
+          event.deleted = Str(e, "type") == "DELETE";
+          auto kv = ParseKv(Member(e, "kv"));
           if (!kv.ok()) return (outcome = kv.status()), false;
           event.kv = std::move(kv).value();
           events.push_back(std::move(event));
         }
       }
-      const int64_t revision = Int(result.value("header", json::object()), "revision");
+      const int64_t revision = Int(Member(result, "header"), "revision");
       if (!events.empty() && !on_events(events, revision)) return false;
     }
+    scanned = pending.size();
     return true;
   };
-  auto res = cli.send(req);
+  httplib::Result res{nullptr, httplib::Error::Unknown};
+  try {
+    res = cli.send(req);
+  } catch (const std::exception& e) {
+    return Unavailable(std::string("an etcd watch broke: ") + Printable(e.what()));
+  }
   if (!outcome.ok()) return outcome;
   if (!res && !created) {
     return Unavailable("etcd at " + endpoint_.host + ":" + std::to_string(endpoint_.port) +

@@ -14,6 +14,9 @@ namespace tandem::discovery {
 namespace {
 
 constexpr size_t kMaxEventsPerBatch = 4096;
+constexpr size_t kMaxItemsPerBatch = size_t(1) << 19;  // keys and tokens of one batch
+constexpr size_t kMaxHeldItems = size_t(1) << 22;      // keys of batches held while a snapshot comes
+constexpr auto kSnapshotInterval = std::chrono::milliseconds(250);  // at most 4 snapshots a second
 constexpr size_t kMaxQueuedItems = size_t(1) << 22;  // keys and tokens waiting for the publisher thread
 constexpr int64_t kMaxMessageBytes = int64_t(16) << 20;
 constexpr size_t kMaxHeldBatches = 4096;
@@ -114,12 +117,28 @@ void KvEventPublisher::Publish(PrefixIndex::Event event) {
 
 void KvEventPublisher::Run() {
   Impl& i = *impl_;
+  auto next_snapshot = std::chrono::steady_clock::now();
+  // Batches of at most kMaxEventsPerBatch events and kMaxItemsPerBatch keys
+  // and tokens (a single event larger than that goes alone).
+  auto split = [](std::vector<KvEvent>& events) {
+    std::vector<std::vector<KvEvent>> batches;
+    size_t items = 0;
+    for (KvEvent& e : events) {
+      const size_t n = e.keys.size() + e.tokens.size() + 1;
+      if (batches.empty() || batches.back().size() == kMaxEventsPerBatch || items + n > kMaxItemsPerBatch) {
+        batches.emplace_back();
+        items = 0;
+      }
+      items += n;
+      batches.back().push_back(std::move(e));
+    }
+    return batches;
+  };
   auto send_batch = [&](std::vector<KvEvent>& events) {
-    for (size_t at = 0; at < events.size(); at += kMaxEventsPerBatch) {
+    for (std::vector<KvEvent>& part : split(events)) {
       KvEventBatch batch;
       batch.ts = Now();
-      const size_t end = std::min(events.size(), at + kMaxEventsPerBatch);
-      batch.events.assign(std::make_move_iterator(events.begin() + long(at)), std::make_move_iterator(events.begin() + long(end)));
+      batch.events = std::move(part);
       const std::string payload = EncodeKvEventBatch(batch);
       const std::string seq = EncodeSequence(++seq_);
       try {
@@ -147,7 +166,8 @@ void KvEventPublisher::Run() {
                                                   zmq::str_buffer(""), zmq::str_buffer("")};
         (void)zmq::send_multipart(*i.zap, reply);
       }
-      if (items[0].revents & ZMQ_POLLIN) {
+      if ((items[0].revents & ZMQ_POLLIN) && std::chrono::steady_clock::now() >= next_snapshot) {
+        next_snapshot = std::chrono::steady_clock::now() + kSnapshotInterval;
         std::vector<zmq::message_t> request;
         (void)zmq::recv_multipart(i.snapshot, std::back_inserter(request));
         if (!request.empty()) {
@@ -165,16 +185,20 @@ void KvEventPublisher::Run() {
             state.push_back(std::move(e));
           }
           const std::string seq = EncodeSequence(seq_.load());
-          for (size_t at = 0; at < state.size(); at += kMaxEventsPerBatch) {
+          int64_t sent = 0;
+          for (std::vector<KvEvent>& part : split(state)) {
             KvEventBatch batch;
             batch.ts = Now();
-            batch.events.assign(state.begin() + long(at), state.begin() + long(std::min(state.size(), at + kMaxEventsPerBatch)));
+            batch.events = std::move(part);
             const std::string payload = EncodeKvEventBatch(batch);
             std::array<zmq::const_buffer, 3> reply = {zmq::buffer(who), zmq::buffer(seq), zmq::buffer(payload)};
             (void)zmq::send_multipart(i.snapshot, reply, zmq::send_flags::dontwait);
+            ++sent;
           }
-          const std::string end = EncodeSequence(-1);
-          std::array<zmq::const_buffer, 3> done = {zmq::buffer(who), zmq::buffer(end), zmq::str_buffer("")};
+          // The end says how many batches came before it: a subscriber that
+          // got fewer (a full queue dropped some) asks again.
+          const std::string end = EncodeSequence(-1), count = EncodeSequence(sent);
+          std::array<zmq::const_buffer, 3> done = {zmq::buffer(who), zmq::buffer(end), zmq::buffer(count)};
           (void)zmq::send_multipart(i.snapshot, done, zmq::send_flags::dontwait);
         }
       }
@@ -241,9 +265,11 @@ struct KvEventSubscriber::Impl {
     bool syncing = false;
     std::unique_ptr<zmq::socket_t> dealer;  // while a snapshot comes
     std::chrono::steady_clock::time_point asked;
-    int64_t snapshot_seq = -1;
+    int64_t snapshot_seq = -1, snapshot_batches = 0;
+    bool snapshot_bad = false;  // a batch of it was refused
     std::vector<KvEvent> snapshot;
     std::deque<std::pair<int64_t, std::vector<KvEvent>>> held;  // numbered batches that came meanwhile
+    size_t held_items = 0;
   };
   std::map<std::string, Source> sources;  // by name
   std::map<std::string, std::string> by_topic;  // topic -> name
@@ -260,7 +286,7 @@ StatusOr<std::unique_ptr<KvEventSubscriber>> KvEventSubscriber::Start(CachedPref
     sub.set(zmq::sockopt::maxmsgsize, kMaxMessageBytes);
     sub.set(zmq::sockopt::rcvhwm, 100'000);
     if (s->keys_.enabled()) {
-      sub.set(zmq::sockopt::curve_serverkey, s->keys_.public_z85);
+      sub.set(zmq::sockopt::curve_serverkey, s->keys_.server());
       sub.set(zmq::sockopt::curve_publickey, s->keys_.public_z85);
       sub.set(zmq::sockopt::curve_secretkey, s->keys_.secret_z85);
     }
@@ -316,12 +342,17 @@ void KvEventSubscriber::Run() {
       }
     }
   };
+  auto count = [&](auto field, int64_t n = 1) {
+    MutexLock lock(mu_);
+    counters_.*field += n;
+  };
   auto ask = [&](Impl::Source& s) {
+    s.dealer.reset();
     s.dealer = std::make_unique<zmq::socket_t>(impl.context, zmq::socket_type::dealer);
     s.dealer->set(zmq::sockopt::linger, 0);
     s.dealer->set(zmq::sockopt::maxmsgsize, kMaxMessageBytes);
     if (keys_.enabled()) {
-      s.dealer->set(zmq::sockopt::curve_serverkey, keys_.public_z85);
+      s.dealer->set(zmq::sockopt::curve_serverkey, keys_.server());
       s.dealer->set(zmq::sockopt::curve_publickey, keys_.public_z85);
       s.dealer->set(zmq::sockopt::curve_secretkey, keys_.secret_z85);
     }
@@ -332,10 +363,31 @@ void KvEventSubscriber::Run() {
     s.asked = std::chrono::steady_clock::now();
     s.snapshot.clear();
     s.snapshot_seq = -1;
+    s.snapshot_batches = 0;
+    s.snapshot_bad = false;
   };
-  auto count = [&](auto field, int64_t n = 1) {
-    MutexLock lock(mu_);
-    counters_.*field += n;
+  // Asking may fail on an endpoint ZeroMQ refuses: that source stays unsynced
+  // and is asked again later; no other source is held up.
+  auto ask_safely = [&](Impl::Source& s) {
+    try {
+      ask(s);
+    } catch (const zmq::error_t& e) {
+      s.dealer.reset();
+      s.syncing = true;
+      s.asked = std::chrono::steady_clock::now();
+      count(&Counters::refused);
+    }
+  };
+  auto hold = [&](Impl::Source& s, int64_t seq, std::vector<KvEvent> events) {
+    size_t n = 0;
+    for (const KvEvent& e : events) n += e.keys.size() + 1;
+    if (s.held_items + n > kMaxHeldItems) {
+      s.held.clear();
+      s.held_items = 0;
+      ask_safely(s);
+    }
+    s.held_items += n;
+    s.held.emplace_back(seq, std::move(events));
   };
   while (!stop_) {
     try {
@@ -351,20 +403,31 @@ void KvEventSubscriber::Run() {
             ++it;
             continue;
           }
-          impl.sub.disconnect(it->second.spec.events);
+          try {
+            impl.sub.disconnect(it->second.spec.events);
+          } catch (const zmq::error_t&) {
+            // Never connected (ZeroMQ refused the endpoint): nothing to undo.
+          }
           impl.by_topic.erase(it->second.spec.topic);
           into_.Forget(it->first);
           it = impl.sources.erase(it);
         }
         for (const KvSource& w : *wanted) {
-          if (impl.sources.count(w.name)) continue;
-          if (impl.by_topic.count(w.topic)) continue;  // two names, one publisher: the first
+          if (impl.sources.count(w.name) || impl.by_topic.count(w.topic)) continue;  // one name, one topic
+          try {
+            impl.sub.connect(w.events);  // first: what follows the snapshot is held
+          } catch (const zmq::error_t& e) {
+            TLOG_WARN("tandem kv events: not following %s at %s: %s\n", w.name.c_str(), w.events.c_str(), e.what());
+            count(&Counters::refused);
+            continue;
+          }
           Impl::Source& s = impl.sources[w.name];
           s.spec = w;
           impl.by_topic[w.topic] = w.name;
-          impl.sub.connect(w.events);  // first: what follows the snapshot is held
-          ask(s);
+          ask_safely(s);
         }
+        MutexLock lock(mu_);
+        sources_applied_ = true;
       }
       std::vector<zmq::pollitem_t> items = {{impl.sub.handle(), 0, ZMQ_POLLIN, 0}};
       std::vector<Impl::Source*> asking;
@@ -382,7 +445,9 @@ void KvEventSubscriber::Run() {
           auto named = frames.size() == 3 ? impl.by_topic.find(frames[0].to_string()) : impl.by_topic.end();
           auto it = named != impl.by_topic.end() ? impl.sources.find(named->second) : impl.sources.end();
           auto seq = frames.size() == 3 ? DecodeSequence(frames[1].to_string()) : StatusOr<int64_t>(InvalidArgument("frames"));
-          auto batch = seq.ok() ? DecodeKvEventBatch(frames[2].to_string()) : StatusOr<KvEventBatch>(seq.status());
+          if (seq.ok() && (*seq < 1 || *seq == INT64_MAX)) seq = InvalidArgument("a sequence number out of range");
+          auto batch = seq.ok() ? DecodeKvEventBatch(frames[2].to_string(), size_t(1) << 20, /*keep_tokens=*/false)
+                                : StatusOr<KvEventBatch>(seq.status());
           if (it == impl.sources.end() || !batch.ok()) {
             count(&Counters::refused);
             continue;
@@ -391,9 +456,10 @@ void KvEventSubscriber::Run() {
           if (s.syncing) {
             if (s.held.size() >= kMaxHeldBatches) {
               s.held.clear();
-              ask(s);
+              s.held_items = 0;
+              ask_safely(s);
             }
-            s.held.emplace_back(*seq, std::move(batch->events));
+            hold(s, *seq, std::move(batch->events));
           } else if (*seq <= s.last) {
             // Already in the snapshot.
           } else if (*seq == s.last + 1) {
@@ -402,18 +468,25 @@ void KvEventSubscriber::Run() {
             count(&Counters::batches);
           } else {
             count(&Counters::gaps);
-            s.held.emplace_back(*seq, std::move(batch->events));
-            ask(s);
+            s.held.clear();
+            s.held_items = 0;
+            hold(s, *seq, std::move(batch->events));
+            ask_safely(s);
           }
         }
+      }
+      // Sources whose ask failed (no dealer): again after the deadline.
+      for (auto& [name, s] : impl.sources) {
+        if (s.syncing && !s.dealer && std::chrono::steady_clock::now() - s.asked > kSnapshotDeadline) ask_safely(s);
       }
       for (size_t k = 0; k < asking.size(); ++k) {
         Impl::Source& s = *asking[k];
         const std::string name = s.spec.name;
-        if (!(items[k + 1].revents & ZMQ_POLLIN)) {
-          if (std::chrono::steady_clock::now() - s.asked > kSnapshotDeadline) ask(s);  // a fresh connection
+        if (std::chrono::steady_clock::now() - s.asked > kSnapshotDeadline) {  // however it trickles
+          ask_safely(s);
           continue;
         }
+        if (!(items[k + 1].revents & ZMQ_POLLIN)) continue;
         for (int n = 0; n < 64 && s.dealer; ++n) {
           std::vector<zmq::message_t> frames;
           if (!zmq::recv_multipart(*s.dealer, std::back_inserter(frames), zmq::recv_flags::dontwait)) break;
@@ -423,14 +496,22 @@ void KvEventSubscriber::Run() {
             continue;
           }
           if (*seq >= 0) {
-            auto batch = DecodeKvEventBatch(frames[1].to_string());
+            auto batch = DecodeKvEventBatch(frames[1].to_string(), size_t(1) << 20, /*keep_tokens=*/false);
+            ++s.snapshot_batches;
             if (!batch.ok() || s.snapshot.size() + batch->events.size() > CachedPrefixes::kMaxKeysPerEngine) {
               count(&Counters::refused);
+              s.snapshot_bad = true;
               continue;
             }
             s.snapshot_seq = *seq;
             for (KvEvent& e : batch->events) s.snapshot.push_back(std::move(e));
             continue;
+          }
+          auto sent = DecodeSequence(frames[1].to_string());
+          if (s.snapshot_bad || !sent.ok() || *sent != s.snapshot_batches) {  // incomplete: again
+            count(&Counters::gaps);
+            ask_safely(s);
+            break;
           }
           // The end: the snapshot, then what came after it, in order.
           into_.Clear(name);
@@ -439,13 +520,14 @@ void KvEventSubscriber::Run() {
           s.snapshot.clear();
           s.dealer.reset();
           s.syncing = false;
+          s.held_items = 0;
           count(&Counters::snapshots);
           std::sort(s.held.begin(), s.held.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
           for (auto& [hseq, events] : s.held) {
             if (hseq <= s.last) continue;
             if (hseq != s.last + 1) {
               count(&Counters::gaps);
-              ask(s);
+              ask_safely(s);
               break;
             }
             apply(name, events);
@@ -459,7 +541,7 @@ void KvEventSubscriber::Run() {
       bool all = true;
       for (const auto& [name, s] : impl.sources) all = all && !s.syncing && s.last >= 0;
       MutexLock lock(mu_);
-      synced_ = all;
+      synced_ = all && sources_applied_;
     } catch (const zmq::error_t& e) {
       TLOG_WARN("tandem kv events: %s\n", e.what());
     }

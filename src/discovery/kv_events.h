@@ -43,7 +43,11 @@ namespace tandem::discovery {
 // secret (ClusterKey::Prove of a fixed label); empty secret: none.
 struct KvCurveKeys {
   std::string public_z85, secret_z85;  // 40 characters each
+  // The publisher's key a subscriber expects (empty: public_z85, the
+  // cluster's one key pair; a test sets another pair against it).
+  std::string server_public_z85;
   bool enabled() const { return !secret_z85.empty(); }
+  const std::string& server() const { return server_public_z85.empty() ? public_z85 : server_public_z85; }
 };
 StatusOr<KvCurveKeys> DeriveKvCurveKeys(const std::vector<uint8_t>& secret);
 
@@ -125,7 +129,8 @@ class KvEventSubscriber {
   mutable Mutex mu_;
   std::optional<std::vector<KvSource>> wanted_ GUARDED_BY(mu_);
   Counters counters_ GUARDED_BY(mu_);
-  bool synced_ GUARDED_BY(mu_) = true;
+  bool synced_ GUARDED_BY(mu_) = false;
+  bool sources_applied_ GUARDED_BY(mu_) = false;  // SetSources has been applied at least once
   std::thread thread_;
 };
 

@@ -39,7 +39,7 @@ Status Keys(const msgpack::object& o, std::vector<uint64_t>* out, size_t* budget
   return Status::Ok();
 }
 
-StatusOr<KvEvent> DecodeEvent(const msgpack::object& o, size_t* budget) {
+StatusOr<KvEvent> DecodeEvent(const msgpack::object& o, size_t* budget, bool keep_tokens) {
   if (o.type != msgpack::type::ARRAY || o.via.array.size == 0) return InvalidArgument("a KV event is not an array");
   const msgpack::object* f = o.via.array.ptr;
   const uint32_t n = o.via.array.size;
@@ -62,7 +62,7 @@ StatusOr<KvEvent> DecodeEvent(const msgpack::object& o, size_t* budget) {
       if (!AsUint64(f[3].via.array.ptr[i], &t) || t > uint64_t(INT32_MAX)) {
         return InvalidArgument("a BlockStored token is not a token id");
       }
-      e.tokens.push_back(int32_t(t));
+      if (keep_tokens) e.tokens.push_back(int32_t(t));
     }
     uint64_t bs = 0;
     if (!AsUint64(f[4], &bs) || bs == 0 || bs > (1u << 20)) return InvalidArgument("a BlockStored block size is not valid");
@@ -80,6 +80,23 @@ StatusOr<KvEvent> DecodeEvent(const msgpack::object& o, size_t* budget) {
   }
   return e;
 }
+
+// Before msgpack builds anything: every container's declared size, summed,
+// may not exceed the payload's bytes (each element takes at least one), so
+// what the parser reserves stays within a small multiple of the payload.
+struct SizeCheck : msgpack::v2::null_visitor {
+  size_t budget = 0;
+  bool over = false;
+  bool start_array(uint32_t n) { return take(n); }
+  bool start_map(uint32_t n) { return take(size_t(n) * 2); }
+  bool take(size_t n) {
+    if (n > budget) return !(over = true);
+    budget -= n;
+    return true;
+  }
+  void parse_error(size_t, size_t) {}
+  void insufficient_bytes(size_t, size_t) {}
+};
 
 }  // namespace
 
@@ -121,9 +138,15 @@ std::string EncodeKvEventBatch(const KvEventBatch& batch) {
   return std::string(buf.data(), buf.size());
 }
 
-StatusOr<KvEventBatch> DecodeKvEventBatch(const std::string& payload, size_t max_items) {
+StatusOr<KvEventBatch> DecodeKvEventBatch(const std::string& payload, size_t max_items, bool keep_tokens) {
   msgpack::object_handle handle;
   try {
+    SizeCheck check;
+    check.budget = payload.size();
+    size_t off = 0;
+    if (!msgpack::v2::parse(payload.data(), payload.size(), off, check) || check.over) {
+      return InvalidArgument("a KV event batch is not msgpack, or declares more elements than it holds");
+    }
     // Limits on every container the parser may build, before it builds it.
     const msgpack::unpack_limit limit(max_items, max_items, 256, 0, 0, 32);
     handle = msgpack::unpack(payload.data(), payload.size(), nullptr, nullptr, limit);
@@ -145,7 +168,7 @@ StatusOr<KvEventBatch> DecodeKvEventBatch(const std::string& payload, size_t max
   if (events.type != msgpack::type::ARRAY) return InvalidArgument("a KV event batch's events are not an array");
   size_t budget = max_items;
   for (uint32_t i = 0; i < events.via.array.size; ++i) {
-    auto e = DecodeEvent(events.via.array.ptr[i], &budget);
+    auto e = DecodeEvent(events.via.array.ptr[i], &budget, keep_tokens);
     if (e.status().code() == StatusCode::kNotFound) continue;  // a kind this build does not know
     if (!e.ok()) return e.status();
     batch.events.push_back(std::move(e).value());

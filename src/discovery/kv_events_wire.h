@@ -38,8 +38,11 @@ struct KvEventBatch {
 };
 
 std::string EncodeKvEventBatch(const KvEventBatch& batch);
-// Refuses more than max_events events or keys+tokens in all.
-StatusOr<KvEventBatch> DecodeKvEventBatch(const std::string& payload, size_t max_items = size_t(1) << 24);
+// Refuses more than max_items keys and tokens in all, and any container that
+// declares more elements than the payload could hold; keep_tokens false
+// leaves BlockStored's tokens out (placement needs only the keys).
+StatusOr<KvEventBatch> DecodeKvEventBatch(const std::string& payload, size_t max_items = size_t(1) << 20,
+                                          bool keep_tokens = true);
 
 std::string EncodeSequence(int64_t seq);                  // 8 bytes, big-endian
 StatusOr<int64_t> DecodeSequence(const std::string& frame);  // exactly 8 bytes

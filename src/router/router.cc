@@ -24,12 +24,18 @@ Router::Router(RouterOptions options) : options_(std::move(options)) {
 Status Router::SetBackends(const std::vector<std::string>& addresses) {
   MutexLock lock(set_mu_);
   std::vector<std::pair<std::string, int>> named;
+  Status refused = Status::Ok();  // the first address left out; the others are used
   for (const std::string& b : addresses) {
     const size_t colon = b.rfind(':');
     const std::string host = colon == std::string::npos ? b : b.substr(0, colon);
-    const int port = colon == std::string::npos ? 80 : std::atoi(b.c_str() + colon + 1);
-    if (host.empty() || port <= 0 || port > 65535) return InvalidArgument("'" + b + "' is not a decode server's host:port");
-    named.emplace_back(host, port);
+    const std::string port = colon == std::string::npos ? "80" : b.substr(colon + 1);
+    const bool digits = !port.empty() && port.size() <= 5 && port.find_first_not_of("0123456789") == std::string::npos;
+    const int number = digits ? std::stoi(port) : 0;
+    if (host.empty() || number <= 0 || number > 65535) {
+      if (refused.ok()) refused = InvalidArgument("'" + b + "' is not a decode server's host:port (left out)");
+      continue;
+    }
+    named.emplace_back(host, number);
   }
   size_t count = backend_count_.load();
   for (size_t i = 0; i < count; ++i) {
@@ -53,7 +59,7 @@ Status Router::SetBackends(const std::vector<std::string>& addresses) {
     backend_count_.store(++count, std::memory_order_release);
     if (core_) TLOG_INFO("tandem router: decode server %s:%d listed\n", host.c_str(), port);
   }
-  return Status::Ok();
+  return refused;
 }
 
 Router::~Router() { Stop(); }

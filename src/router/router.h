@@ -95,7 +95,8 @@ class Router {
   // Replaces the set of decode servers (discovery's view; any thread): new
   // ones are health-checked and used, ones no longer named are unlisted (no
   // new request goes there; streams on them finish or move). At most
-  // kMaxBackends different addresses over the router's life.
+  // kMaxBackends different addresses over the router's life. An address that
+  // is not host:port is left out (the others are used) and named in the error.
   Status SetBackends(const std::vector<std::string>& addresses);
   static constexpr size_t kMaxBackends = 256;
 

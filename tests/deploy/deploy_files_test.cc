@@ -170,6 +170,15 @@ TEST(DeployFiles, SystemdUnitsVerifyAndTheirCommandsStartRolesThatFindEachOtherI
     roles.push_back(std::make_unique<testing::ServerProcess>(args, 60, marker + host + ":", port, hosts.name(0)));
     ASSERT_TRUE(roles.back()->ok()) << unit << ": " << roles.back()->Log();
   }
+  // The decode server links the prefill engine it found (before that it would compute prompts itself).
+  ASSERT_TRUE(testing::WaitUntil([&] {
+    std::string text;
+    hosts.RunIn(0, [&] {
+      httplib::Client cli(hosts.address(0), 8081);
+      if (auto res = cli.Get("/metrics")) text = res->body;
+    });
+    return text.find("tandem_prefill_links_up 1") != std::string::npos;
+  }, std::chrono::seconds(30), std::chrono::milliseconds(100))) << roles[1]->Log();
   // The router found the decode server, which found the prefill engine: an answer through it.
   testing::HttpResult answer;
   ASSERT_TRUE(testing::WaitUntil([&] {

@@ -44,6 +44,10 @@ struct View {
     std::lock_guard lock(mu);
     return records.size();
   }
+  int delivered() {
+    std::lock_guard lock(mu);
+    return deliveries;
+  }
 };
 
 DiscoveryOptions Options(const EtcdProcess& etcd, const std::string& prefix, int64_t ttl_s = 10) {
@@ -103,7 +107,7 @@ TEST(Discovery, AWatcherSeesEnginesComeAndGoAndAStoppedEngineLeavesAtOnce) {
   View view;
   Discovery watcher(Options(etcd, "/w"));
   watcher.Watch("prefill", [&](const std::vector<EngineRecord>& r) { view.Set(r); });
-  ASSERT_TRUE(WaitUntil([&] { return view.deliveries >= 1; }, seconds(10)));  // the first (empty) view
+  ASSERT_TRUE(WaitUntil([&] { return view.delivered() >= 1; }, seconds(10)));  // the first (empty) view
   EXPECT_EQ(view.size(), 0u);
   auto a = std::make_unique<Discovery>(Options(etcd, "/w"));
   a->Register([] { return Prefill(1, "10.0.0.1:1"); });

@@ -145,9 +145,12 @@ TEST(KvEvents, SubscribersFollowAPublisherJoinLateBySnapshotAndWithoutTheKeyHear
   ASSERT_TRUE(WaitUntil([&] { return late_view.keys("decode-a") == 0 && early_view.keys("decode-a") == 0; }, seconds(10)));
   hook(Stored(std::vector<int32_t>(prompt.begin(), prompt.begin() + 64)));
 
-  // Another cluster's key: the publisher's ZAP check refuses the handshake.
+  // A client that knows the publisher's key but holds another key pair: its
+  // CURVE handshake is sound, and the publisher's ZAP check refuses it.
+  KvCurveKeys stranger_keys = *DeriveKvCurveKeys(other);
+  stranger_keys.server_public_z85 = keys->public_z85;
   CachedPrefixes stranger_view;
-  auto stranger = KvEventSubscriber::Start(stranger_view, *DeriveKvCurveKeys(other));
+  auto stranger = KvEventSubscriber::Start(stranger_view, stranger_keys);
   ASSERT_TRUE(stranger.ok());
   (*stranger)->SetSources({source});
   ASSERT_TRUE(WaitUntil([&] { return early_view.keys("decode-a") == 1; }, seconds(10)));

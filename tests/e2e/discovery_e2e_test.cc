@@ -72,7 +72,12 @@ TEST(DiscoveryE2E, EnginesStartedFromDiscoveryAloneFollowEveryChange) {
   ASSERT_TRUE(router.ok()) << router.Log();
   ServerProcess colocated({"serve", "-m", testing::TinyModelPath(), "--model-id", "tiny"});
   ASSERT_TRUE(colocated.ok()) << colocated.Log();
-  ASSERT_TRUE(WaitUntil([&] { return Peers(Health(decode->port()), "prefill") == 1 && Health(decode->port())["status"] == "ok"; },
+  auto links_up = [&](int port) {
+    return testing::ParseMetrics(testing::HttpGet(port, "/metrics").body)["tandem_prefill_links_up"];
+  };
+  // ("ok" alone would not do: with no link a decode server computes prompts itself.)
+  ASSERT_TRUE(WaitUntil([&] { return Peers(Health(decode->port()), "prefill") == 1 && Health(decode->port())["status"] == "ok" &&
+                                     links_up(decode->port()) == 1; },
                         seconds(20)))
       << Health(decode->port()).dump() << decode->Log();
   ASSERT_TRUE(WaitUntil([&] { return Health(router.port())["status"] == "ok"; }, seconds(20)))
@@ -125,7 +130,8 @@ TEST(DiscoveryE2E, EnginesStartedFromDiscoveryAloneFollowEveryChange) {
   EXPECT_EQ(testing::HttpGet(router.port(), "/health").status, 503);
   decode = std::make_unique<ServerProcess>(Engine({"serve", "--model-id", "tiny"}, url));
   ASSERT_TRUE(decode->ok()) << decode->Log();
-  ASSERT_TRUE(WaitUntil([&] { return Health(router.port())["status"] == "ok"; }, seconds(20)))
+  ASSERT_TRUE(WaitUntil([&] { return Health(router.port())["status"] == "ok" && links_up(decode->port()) == 1; },
+                        seconds(20)))
       << Health(router.port()).dump();
   same(4);
   const std::string metrics = testing::HttpGet(router.port(), "/metrics").body;
