@@ -55,13 +55,16 @@ for i in "${!names[@]}"; do
   ip -n "${tag}h$i" link set eth0 up
 done
 on() { local h=$1; shift; ip netns exec "${tag}h$h" "$@"; }
+# In the background, with `spawn ... &`: the job's pid is the program's own
+# (exec), so the signals below reach it, not a subshell.
+spawn() { local h=$1; shift; exec ip netns exec "${tag}h$h" "$@"; }
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$out/cluster.key"
 url="etcd://$(addr 0):2379/six"
 now() { date +%s.%N; }
 start=$(now)
 at() { awk -v s="$start" -v n="$(now)" 'BEGIN { printf "%6.1f s", n - s }'; }
 
-on 0 etcd --name six --data-dir "$out/etcd" --listen-client-urls "http://$(addr 0):2379" \
+spawn 0 etcd --name six --data-dir "$out/etcd" --listen-client-urls "http://$(addr 0):2379" \
   --advertise-client-urls "http://$(addr 0):2379" --listen-peer-urls "http://$(addr 0):2380" \
   --initial-advertise-peer-urls "http://$(addr 0):2380" --initial-cluster "six=http://$(addr 0):2380" \
   --log-level warn > "$out/etcd.log" 2>&1 &
@@ -69,7 +72,7 @@ etcd_pid=$!
 pids+=("$etcd_pid")
 engine() {  # host role extra...
   local h=$1 role=$2; shift 2
-  on "$h" "$tandem" "$role" -m "$model" --host "$(addr "$h")" --transport tcp --cluster-key-file "$out/cluster.key" \
+  spawn "$h" "$tandem" "$role" -m "$model" --host "$(addr "$h")" --transport tcp --cluster-key-file "$out/cluster.key" \
     --discovery "$url" --discovery-ttl 5 --peer-timeout-ms 2000 "$@" > "$out/${names[$h]}.log" 2>&1 &
   pids+=("$!")
 }
@@ -78,7 +81,7 @@ engine 5 prefill --port 7100
 engine 2 serve --port 8081
 engine 3 serve --port 8081
 router() {
-  on 1 "$tandem" router --host "$(addr 1)" --port 8080 --discovery "$url" -m "$model" \
+  spawn 1 "$tandem" router --host "$(addr 1)" --port 8080 --discovery "$url" -m "$model" \
     --cluster-key-file "$out/cluster.key" >> "$out/router.log" 2>&1 &
   router_pid=$!
   pids+=("$router_pid")
@@ -103,7 +106,7 @@ router_ready() { [ "$(peers "$r" decode)" = 2 ] && get "$r/health" | grep -q '"s
 wait_for 120 "the router sees both decode servers" router_ready
 echo "$(at)  deployed from discovery alone: router sees 2 decode servers, each sees 2 prefill engines"
 
-on 6 "$tandem" bench agentic --url "$(addr 1):8080" -m "$model" --preset small --sweep "$sessions" \
+spawn 6 "$tandem" bench agentic --url "$(addr 1):8080" -m "$model" --preset small --sweep "$sessions" \
   --soak "$soak" --out-dir "$out" > "$out/bench.log" 2>&1 &
 bench=$!
 sleep 20
