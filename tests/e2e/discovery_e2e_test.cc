@@ -3,6 +3,7 @@
 // 127.0.0.1 and across "hosts" (network namespaces, support/netns.h) over
 // --transport tcp.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <httplib.h>
 
 #include <fstream>
@@ -386,6 +387,106 @@ TEST(AcrossHosts, SixHostsStartedFromDiscoveryAloneStayExactThroughACutAJoinAndA
   EXPECT_GT(client.Metric(r_addr, 8080, "tandem_kv_events_synced"), 0) << "the router follows the decode servers' KV events";
   std::printf("across hosts: cut prefill left both lists in %.1f s; the new one was linked by both in %.1f s; "
               "%lld rounds ok\n", left_s, join_s, (long long)outcomes["ok"].get<int64_t>());
+}
+
+// A deployment across test hosts, every engine given only etcd's address.
+struct HostDeployment {
+  testing::TestHosts& hosts;
+  std::string url;
+  std::unique_ptr<ServerProcess> Start(std::vector<std::string> args, int host, int port = 0) {
+    const std::string scheme = args[0] == "prefill" ? "tcp://" : "http://";
+    args.insert(args.end(), {"--host", hosts.address(host)});
+    if (args[0] != "router") args = Engine(args, url);
+    return std::make_unique<ServerProcess>(args, 60, scheme + hosts.address(host) + ":", port, hosts.name(host));
+  }
+};
+
+// The healing suite across hosts: a prefill host that wedges (connected,
+// silent) under load is declared dead within the peer timeout; every request
+// still succeeds and equals its answer before the fault (through the other
+// prefill host); continued, the wedged host is linked again after its
+// probation and no page stays quarantined.
+TEST(AcrossHosts, AWedgedPrefillHostCostsNoRequestAndIsLinkedAgainAfterItsProbation) {
+  TANDEM_REQUIRE_ETCD();
+  testing::TestHosts hosts(5);
+  if (!hosts.ok()) GTEST_SKIP() << "SKIPPED LOUDLY: no test hosts: " << hosts.why();
+  enum { kEtcd, kDecode, kPrefill0, kPrefill1, kClient };
+  const HostView client{hosts, kClient};
+  EtcdProcess etcd(hosts.address(kEtcd), hosts.name(kEtcd));
+  ASSERT_TRUE(etcd.Start()) << etcd.why();
+  HostDeployment d{hosts, etcd.Url("/heal")};
+  auto prefill0 = d.Start({"prefill"}, kPrefill0);
+  auto prefill1 = d.Start({"prefill"}, kPrefill1);
+  auto decode = d.Start({"serve"}, kDecode);
+  for (auto* p : {prefill0.get(), prefill1.get(), decode.get()}) ASSERT_TRUE(p->ok()) << p->Log();
+  const std::string at = hosts.address(kDecode);
+  const int port = decode->port();
+  auto metric = [&](const std::string& name) { return client.Metric(at, port, name); };
+  ASSERT_TRUE(WaitUntil([&] { return metric("tandem_prefill_links_up") == 2; }, seconds(30))) << decode->Log();
+  auto ask = [&](int i) {
+    json body = {{"prompt", testing::Prompt(i)}, {"max_tokens", 24}, {"temperature", 0}};
+    const auto r = client.Post(at, port, "/v1/completions", body.dump());
+    const json j = json::parse(r.body, nullptr, false);
+    return r.status == 200 && j.is_object() ? j["choices"][0]["text"].get<std::string>() : "HTTP " + std::to_string(r.status) + ": " + r.body;
+  };
+  std::vector<std::string> before;
+  for (int i = 0; i < 8; ++i) before.push_back(ask(i));
+  // Wedge prefill host 0 while eight requests are in flight.
+  std::vector<std::future<std::string>> flying;
+  for (int i = 0; i < 8; ++i) flying.push_back(std::async(std::launch::async, [&, i] { return ask(i); }));
+  ASSERT_EQ(kill(prefill0->pid(), SIGSTOP), 0);
+  const auto wedged = std::chrono::steady_clock::now();
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_EQ(flying[size_t(i)].wait_for(seconds(60)), std::future_status::ready);
+    EXPECT_EQ(flying[size_t(i)].get(), before[size_t(i)]) << "prompt " << i;
+  }
+  ASSERT_TRUE(WaitUntil([&] { return metric("tandem_prefill_links_declared_dead_total") >= 1; }, seconds(10)));
+  EXPECT_LT(std::chrono::steady_clock::now() - wedged, seconds(10));
+  for (int i = 8; i < 12; ++i) EXPECT_EQ(ask(i).rfind("HTTP", 0), std::string::npos) << "prompt " << i;
+  ASSERT_EQ(kill(prefill0->pid(), SIGCONT), 0);
+  ASSERT_TRUE(WaitUntil([&] { return metric("tandem_prefill_links_up") == 2; }, seconds(20))) << decode->Log();
+  ASSERT_TRUE(WaitUntil([&] { return metric("tandem_handoff_quarantined_pages") == 0 &&
+                                     metric("tandem_handoffs_in_flight") == 0; }, seconds(20)));
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(ask(i), before[size_t(i)]) << "prompt " << i << " after the wedge";
+}
+
+// The tiers suite across hosts: small device pools with host tiers on the
+// decode and the prefill host, the agentic oracle from a client host: every
+// round exact, and prefixes come back from the decode server's host tier.
+TEST(AcrossHosts, TieredEnginesOnSeparateHostsStayExactAndServePrefixesFromTheirHostTier) {
+  TANDEM_REQUIRE_ETCD();
+  testing::TestHosts hosts(4);
+  if (!hosts.ok()) GTEST_SKIP() << "SKIPPED LOUDLY: no test hosts: " << hosts.why();
+  enum { kEtcd, kDecode, kPrefill, kClient };
+  const HostView client{hosts, kClient};
+  EtcdProcess etcd(hosts.address(kEtcd), hosts.name(kEtcd));
+  ASSERT_TRUE(etcd.Start()) << etcd.why();
+  HostDeployment d{hosts, etcd.Url("/tiers")};
+  const std::vector<std::string> tiers = {"--cache-tokens", "4096", "--host-cache-size", "128M"};
+  std::vector<std::string> prefill_args = {"prefill"}, decode_args = {"serve"};
+  prefill_args.insert(prefill_args.end(), tiers.begin(), tiers.end());
+  decode_args.insert(decode_args.end(), tiers.begin(), tiers.end());
+  auto prefill = d.Start(prefill_args, kPrefill);
+  auto decode = d.Start(decode_args, kDecode);
+  for (auto* p : {prefill.get(), decode.get()}) ASSERT_TRUE(p->ok()) << p->Log();
+  const std::string at = hosts.address(kDecode);
+  ASSERT_TRUE(WaitUntil([&] { return client.Metric(at, decode->port(), "tandem_prefill_links_up") == 1; }, seconds(30)));
+  const std::string dir = testing::MakeTempDir();
+  const auto r = testing::RunShell("ip netns exec " + hosts.name(kClient) + " " + testing::TandemBinary() +
+                                       " bench agentic --quiet --url " + at + ":" + std::to_string(decode->port()) +
+                                       " -m " + testing::TinyModelPath() + " --preset small --sweep 8 --out-dir " + dir,
+                                   300);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(dir + "/report.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  const json report = json::parse(text.str(), nullptr, false);
+  ASSERT_FALSE(report.is_discarded()) << r.output;
+  const json& point = report["points"][0];
+  EXPECT_EQ(point["outcomes"]["ok"], 24) << point.dump();
+  EXPECT_GT(point["later_round_hit_rate"].get<double>(), 0.9) << point.dump();
+  EXPECT_GT(client.Metric(at, decode->port(), "tandem_tier_hit_tokens_total{tier=\"l2\"}"), 0);
+  EXPECT_GT(client.Metric(at, decode->port(), "tandem_handoffs_total{outcome=\"committed\"}"), 0);
 }
 
 }  // namespace
