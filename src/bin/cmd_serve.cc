@@ -151,7 +151,8 @@ DisaggLaunch LaunchFor(const ServeArgs& a) {
   l.attention_args = a.attention.Args();
   l.decode_args = {"--cache-tokens", std::to_string(a.engine.cache_tokens), "--max-running",
                    std::to_string(a.engine.max_running), "--max-waiting", std::to_string(a.engine.max_waiting),
-                   "--request-timeout", std::to_string(a.request_timeout_s), "--verify-handoff", a.verify};
+                   "--request-timeout", std::to_string(a.request_timeout_s), "--verify-handoff", a.verify,
+                   "--step-time-ms", std::to_string(a.engine.step_time.count())};
   if (!a.server.model_id.empty()) l.decode_args.insert(l.decode_args.end(), {"--model-id", a.server.model_id});
   for (auto* side : {&l.decode_args, &l.router_args}) {
     side->insert(side->end(), {"--shutdown-timeout", std::to_string(a.shutdown_timeout_s)});
@@ -416,6 +417,11 @@ void RegisterServe(CLI::App& app) {
                   "Which prompts' chunks a step serves first: arrival (default; bounds the tail) or shortest "
                   "(the oldest, then shortest remaining); with --disagg, the prefill engine's");
   cmd->add_option("--max-batch-tokens", a->engine.max_batch_tokens, "Tokens per step")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option_function<int64_t>(
+         "--step-time-ms", [a](int64_t ms) { a->engine.step_time = std::chrono::milliseconds(ms); },
+         "Beside decoding sequences, prompt chunks are sized from measured throughput so a step takes about this "
+         "long: what a burst of prompts may add to inter-token latency (default 200; 0: only --max-batch-tokens)")
+      ->check(CLI::Range(int64_t(0), int64_t(600000)));
   cmd->add_option("--grammar-work-per-step", a->engine.grammar_work_per_step,
                   "Structured outputs: grammar work (about a nanosecond a unit) all token masks of one step may take; a mask "
                   "that needs more finishes in later steps")

@@ -313,6 +313,9 @@ void Engine::Step() {
     const auto began = std::chrono::steady_clock::now();
     RunBatch(members, batch, &draws);
     const auto now = std::chrono::steady_clock::now();
+    scheduler_.ObserveStep(std::chrono::duration<double>(now - began).count());
+    metrics_.prompt_throughput.Set(scheduler_.step_budget().prompt_tokens_per_second());
+    metrics_.step_prompt_budget.Set(double(scheduler_.last_prompt_budget()));
     until = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                       (now - began) * options_.grammar_time_share);
   }

@@ -46,6 +46,8 @@ class EngineMetrics {
   prometheus::Gauge& pages_used;
   prometheus::Gauge& pages_reserved;
   prometheus::Gauge& prefix_cached_pages;
+  prometheus::Gauge& prompt_throughput;     // measured prompt tokens per second (runtime/step_budget.h)
+  prometheus::Gauge& step_prompt_budget;    // prompt tokens the last step could take beside decoding ones
   prometheus::Counter& prompt_tokens;
   prometheus::Counter& generated_tokens;
   prometheus::Counter& prefix_hit_tokens;

@@ -30,6 +30,10 @@ struct EngineOptions {
   int32_t max_waiting = 256;      // queued requests before Submit refuses
   int32_t chunk_size = 8192;      // prefill tokens of one sequence per step
   int32_t max_batch_tokens = 8192;
+  // Beside decoding sequences, a step's prompt chunks are sized so the step
+  // takes about this long (runtime/step_budget.h): what a burst of prompts
+  // may add to inter-token latency. 0: only the token budgets bound a step.
+  std::chrono::milliseconds step_time{200};
   PrefillOrder prefill_order = PrefillOrder::kArrival;  // every role's default
   bool prefix_cache = true;
   std::chrono::milliseconds request_timeout{600'000};

@@ -8,7 +8,8 @@ using Clock = std::chrono::steady_clock;
 
 Scheduler::Scheduler(const EngineOptions& options, PagePool& pool, PrefixIndex* index, EngineMetrics& metrics,
                      EngineStats& counters, EngineRole& role, Hooks hooks)
-    : options_(options),
+    : step_budget_(std::chrono::duration_cast<std::chrono::microseconds>(options.step_time)),
+      options_(options),
       pool_(pool),
       index_(index),
       metrics_(metrics),
@@ -222,9 +223,15 @@ void Scheduler::Admit() {
 std::vector<Sequence*> Scheduler::Schedule(std::vector<SequenceChunk>* batch) {
   std::vector<Sequence*> members;
   int64_t budget = options_.max_batch_tokens;
+  int64_t decode_tokens = 0;
+  last_prompt_budget_ = -1;
   std::vector<Sequence*> order;
   for (int pass = 0; pass < 2; ++pass) {
     order.clear();
+    if (pass == 1 && decode_tokens > 0) {  // prompts beside decoding sequences: the step-time bound
+      const int64_t prompt_budget = step_budget_.PromptTokens(decode_tokens);
+      if (prompt_budget < budget) budget = last_prompt_budget_ = prompt_budget;
+    }
     for (auto& r : running_) {
       const int64_t pending = int64_t(r->tokens.size()) - r->computed;
       if (pending > 0 && (pass == 0) == (pending == 1)) order.push_back(r.get());
@@ -246,6 +253,7 @@ std::vector<Sequence*> Scheduler::Schedule(std::vector<SequenceChunk>* batch) {
         continue;
       }
       budget -= n;
+      if (pass == 0) decode_tokens += n;
       members.push_back(&s);
     }
   }
@@ -254,6 +262,7 @@ std::vector<Sequence*> Scheduler::Schedule(std::vector<SequenceChunk>* batch) {
     return std::none_of(running_.begin(), running_.end(), [&](const auto& r) { return r.get() == m; });
   });
   if (members.empty()) std::erase_if(running_, [](const auto& s) { return s->done; });
+  last_prompt_tokens_ = last_decode_tokens_ = 0;
   for (Sequence* s : members) {
     const int64_t pending = int64_t(s->tokens.size()) - s->computed;
     // Prompt logprobs need the logits of every prompt position: a vocab-sized
@@ -263,6 +272,7 @@ std::vector<Sequence*> Scheduler::Schedule(std::vector<SequenceChunk>* batch) {
                                          int64_t(s->pages.size()) * kPageTokens - s->computed});
     batch->push_back({std::span<const int32_t>(s->tokens).subspan(size_t(s->computed), size_t(n)),
                      s->computed, s->pages, all_logits, s->gates.get()});
+    (pending == 1 ? last_decode_tokens_ : last_prompt_tokens_) += n;
   }
   return members;
 }

@@ -28,6 +28,7 @@
 #include "runtime/engine_metrics.h"
 #include "runtime/engine_role.h"
 #include "runtime/sequence.h"
+#include "runtime/step_budget.h"
 
 namespace tandem {
 
@@ -70,7 +71,14 @@ class Scheduler {
   void Requeue(std::span<Sequence* const> seqs);
   // The next step's members and their chunks (batch[i] is members[i]'s);
   // empty when nothing can run.
+  // Beside decoding sequences, prompt chunks take at most the step budget's
+  // tokens (runtime/step_budget.h).
   std::vector<Sequence*> Schedule(std::vector<SequenceChunk>* batch);
+  // The last scheduled step took `seconds` to compute.
+  void ObserveStep(double seconds) { step_budget_.Observe(last_prompt_tokens_, last_decode_tokens_, seconds); }
+  const StepBudget& step_budget() const { return step_budget_; }
+  // The prompt tokens the last step could take beside its decoding ones (-1: unbounded).
+  int64_t last_prompt_budget() const { return last_prompt_budget_; }
 
  private:
   bool EnsurePages(Sequence& seq, int64_t tokens);
@@ -80,6 +88,8 @@ class Scheduler {
   bool Preempt(const Sequence* keep);
   void CountPrompt(const Sequence& seq);
   uint64_t next_admission_ = 1;
+  StepBudget step_budget_;
+  int64_t last_prompt_tokens_ = 0, last_decode_tokens_ = 0, last_prompt_budget_ = -1;
 
   const EngineOptions& options_;
   PagePool& pool_;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 
 #include "runtime/generator.h"
 #include "support/test_models.h"
@@ -43,12 +44,13 @@ Outcome Drain(RequestHandle& h) {
 }
 
 std::vector<int32_t> Alone(const Model& model, const std::vector<int32_t>& prompt, int max_tokens,
-                           const SamplingParams& sampling = {}) {
+                           const SamplingParams& sampling = {}, bool ignore_eos = false) {
   ThreadPool threads(2);
   Generator gen(model, *MakeCacheSpec(model.config()), threads, 4096);
   GenerateOptions opt;
   opt.max_tokens = max_tokens;
   opt.sampling = sampling;
+  opt.ignore_eos = ignore_eos;
   auto r = gen.Run(prompt, opt, nullptr);
   EXPECT_TRUE(r.ok());
   return r->tokens;
@@ -398,6 +400,66 @@ TEST(Engine, PrefillOrderArrivalServesPromptsInTurnShortestLetsAShortOneAhead) {
     MutexLock lock(mu);
     const std::vector<int> expected = order == PrefillOrder::kArrival ? std::vector<int>{1, 2, 0} : std::vector<int>{2, 1, 0};
     EXPECT_EQ(first_tokens, expected) << (order == PrefillOrder::kArrival ? "arrival" : "shortest");
+  }
+}
+
+
+// A long prompt arriving while a sequence decodes: with a step-time budget its
+// chunks are sized so the decoding sequence keeps drawing tokens through it
+// (here the bound is below any step's cost, so every step carries the
+// budget's minimum of 64 prompt tokens); without one, the whole prompt rides
+// in one step and the decoding sequence waits for it. Either way every token
+// is the one it gets alone (invariant 5).
+TEST(Engine, StepTimeBudgetKeepsDecodingThroughALongPromptResultsUnchanged) {
+  auto m = MakePresetModel("tiny", TensorType::kF32);
+  const int vocab = int(m->model->config().vocab_size);
+  const auto prompt_a = PseudoRandomTokens(40, vocab, 11), prompt_b = PseudoRandomTokens(2000, vocab, 12);
+  for (int bounded = 0; bounded < 2; ++bounded) {
+    EngineOptions opt;
+    opt.cache_tokens = 64 * 100;
+    opt.step_time = std::chrono::milliseconds(bounded ? 1 : 0);
+    opt.prefix_cache = false;
+    auto engine = Engine::Create(*m->model, opt);
+    ASSERT_TRUE(engine.ok());
+    RequestSpec spec_a = Spec(prompt_a, 400);
+    spec_a.ignore_eos = true;
+    auto a = (*engine)->Submit(spec_a);
+    ASSERT_TRUE(a.ok());
+    Mutex mu;
+    int a_events = 0, a_events_before_b = -1;
+    (*a)->SetListener([&] {
+      MutexLock lock(mu);
+      ++a_events;
+    });
+    ASSERT_TRUE(testing::WaitUntil([&] { MutexLock lock(mu); return a_events >= 2; }, std::chrono::seconds(30)));
+    int a_events_at_b = 0;
+    {
+      MutexLock lock(mu);
+      a_events_at_b = a_events;
+    }
+    auto b = (*engine)->Submit(Spec(prompt_b, 4));
+    ASSERT_TRUE(b.ok());
+    (*b)->SetListener([&] {
+      MutexLock lock(mu);
+      if (a_events_before_b < 0) a_events_before_b = a_events;
+    });
+    const Outcome oa = Drain(**a), ob = Drain(**b);
+    (*a)->SetListener(nullptr);
+    (*b)->SetListener(nullptr);
+    EXPECT_EQ(oa.tokens.size(), 400u);
+    EXPECT_EQ(oa.tokens, Alone(*m->model, prompt_a, 400, {}, true));
+    EXPECT_EQ(ob.tokens, Alone(*m->model, prompt_b, 4));
+    MutexLock lock(mu);
+    const int during = a_events_before_b - a_events_at_b;
+    std::printf("%s: %d of A's events between B's arrival and its first token\n", bounded ? "bounded" : "unbounded",
+                during);
+    if (bounded) {
+      EXPECT_GE(during, 10) << "A's events while B's 2000-token prompt was computed in 64-token chunks";
+      EXPECT_NE((*engine)->metrics().Text().find("tandem_step_prompt_budget_tokens 64"), std::string::npos);
+      EXPECT_GT((*engine)->Stats().prompt_tokens, 0);
+    } else {
+      EXPECT_LE(during, 3) << "unbounded: B's prompt goes in one step";
+    }
   }
 }
 
