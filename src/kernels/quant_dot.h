@@ -9,20 +9,26 @@
 //      v_k  = x_k * id (fp32), NaN -> 0, clamped to [-127, 127]
 //      a_k  = v_k rounded to nearest, ties to even (int8)
 //    with the integer sum of every 16 a_k beside them.
-// 2. Each weight block b against its activations gives exact integers
-//    (an integer sum does not depend on its order, so every ISA gets them):
-//      Q8_0  i1 = sum w_k a_k
-//      Q4_0  i1 = sum q_k a_k - 8 sum a_k        (q_k the 4-bit value)
-//      Q5_0  i1 = sum q_k a_k - 16 sum a_k       (q_k the 5-bit value)
-//      Q4_K  i1 = sum_j sc_j sum_{k in j} q_k a_k, i2 = sum_j m_j sum_{k in j} a_k
-//      Q5_K  as Q4_K with 5-bit q_k              (j: the 8 sub-blocks of 32)
-//      Q6_K  i1 = sum_g sc_g (sum_{k in g} q_k a_k - 32 sum_{k in g} a_k)
-//                                                (g: the 16 groups of 16, q_k 6-bit)
-// 3. One output element is then, over the row's blocks in order, starting
-//    from +0 (fp32, each an FMA):
-//      acc = fma(s1_b, float(i1_b), acc)
-//      acc = fma(s2_b, float(i2_b), acc)        (Q4_K and Q5_K only)
-//    with s1 = fp16 d of the block * activation d, s2 = -(fp16 dmin * activation d).
+// 2. Each weight block b against its activations gives exact integers in 8
+//    lanes (an integer sum does not depend on its order, so every ISA gets
+//    them; lane i holds the block's elements whose index within their 32 is
+//    in [4i, 4i + 4): the layout of vpmaddubsw + vpmaddwd over 32 bytes):
+//      Q8_0  L1_i = sum w_k a_k
+//      Q4_0  L1_i = sum (q_k - 8) a_k          (q_k the 4-bit value)
+//      Q5_0  L1_i = sum (q_k - 16) a_k         (q_k the 5-bit value)
+//      Q4_K  L1_i = sum_j sc_j sum_{k in j, lane i} q_k a_k   (j: the 8 sub-blocks of 32)
+//            L2_i = m_i * (sum of sub-block i's a_k)
+//      Q5_K  as Q4_K with 5-bit q_k
+//      Q6_K  L1_i = sum_u sc_{2u + (i >= 4)} sum_{k in 32u.., lane i} q_k a_k
+//                   - 32 (sc_{2i} S_{2i} + sc_{2i+1} S_{2i+1})
+//                                        (u: the 8 runs of 32, S_g the sum of group g's 16 a_k)
+// 3. An output element keeps 8 fp32 lanes, +0 at first; over the row's
+//    blocks in order, each lane i takes (FMAs):
+//      acc_i = fma(s1_b, float(L1_i), acc_i)
+//      acc_i = fma(s2_b, float(L2_i), acc_i)    (Q4_K and Q5_K only)
+//    with s1 = fp16 d of the block * activation d, s2 = -(fp16 dmin * activation d);
+//    then the lanes are summed: i += i + 4, i += i + 2, i += i + 1; lane 0.
+//    (No horizontal sum per block: a block costs two conversions and FMAs.)
 // Only the row and the token's activations decide the result: not the ISA,
 // how rows are split between threads, or how many tokens share a call.
 #pragma once
@@ -116,17 +122,20 @@ inline void ScalesMinsK4(const uint8_t* s, uint8_t* out) {
   std::memcpy(out + 12, &m_hi, 4);
 }
 
-struct BlockInts {
-  int32_t i1 = 0, i2 = 0;
+constexpr int kIntLanes = 8;
+
+// A block's integer lanes (step 2): l2 only for Q4_K and Q5_K.
+struct BlockLanes {
+  int32_t l1[kIntLanes] = {}, l2[kIntLanes] = {};
 };
 
 // Step 2, the reference: block `b` of a row against its activations `a`
 // (its elements) and their per-16 sums.
-inline BlockInts BlockDotInts(WeightType type, const uint8_t* b, const int8_t* a, const int16_t* sums) {
-  BlockInts r;
+inline BlockLanes BlockDotLanes(WeightType type, const uint8_t* b, const int8_t* a, const int16_t* sums) {
+  BlockLanes r;
   switch (type) {
     case WeightType::kQ8_0:
-      for (int k = 0; k < 32; ++k) r.i1 += int32_t(int8_t(b[2 + k])) * a[k];
+      for (int k = 0; k < 32; ++k) r.l1[k / 4] += int32_t(int8_t(b[2 + k])) * a[k];
       break;
     case WeightType::kQ4_0:
     case WeightType::kQ5_0: {
@@ -136,9 +145,8 @@ inline BlockInts BlockDotInts(WeightType type, const uint8_t* b, const int8_t* a
       for (int k = 0; k < 32; ++k) {
         int q = k < 16 ? qs[k] & 0xf : qs[k - 16] >> 4;
         if (five) q |= int((qh >> k) & 1) << 4;
-        r.i1 += q * a[k];
+        r.l1[k / 4] += (q - (five ? 16 : 8)) * a[k];
       }
-      r.i1 -= (five ? 16 : 8) * (sums[0] + sums[1]);
       break;
     }
     case WeightType::kQ4_K:
@@ -148,29 +156,26 @@ inline BlockInts BlockDotInts(WeightType type, const uint8_t* b, const int8_t* a
       ScalesMinsK4(b + 4, sm);
       const uint8_t* qs = b + 16 + (five ? 32 : 0);
       for (int j = 0; j < 8; ++j) {
-        int32_t s = 0;
         for (int l = 0; l < 32; ++l) {
           const uint8_t byte = qs[32 * (j / 2) + l];
           int q = j % 2 == 0 ? byte & 0xf : byte >> 4;
           if (five) q += ((b[16 + l] >> j) & 1) * 16;
-          s += q * a[32 * j + l];
+          r.l1[l / 4] += int32_t(sm[j]) * q * a[32 * j + l];
         }
-        r.i1 += int32_t(sm[j]) * s;
-        r.i2 += int32_t(sm[8 + j]) * (sums[2 * j] + sums[2 * j + 1]);
+        r.l2[j] = int32_t(sm[8 + j]) * (sums[2 * j] + sums[2 * j + 1]);
       }
       break;
     }
     case WeightType::kQ6_K:
-      for (int g = 0; g < 16; ++g) {
-        int32_t s = 0;
-        for (int e = 0; e < 16; ++e) {
-          const int k = 16 * g + e, half = k / 128, quarter = (k % 128) / 32, l = k % 32;
-          const uint8_t ql = b[half * 64 + l + (quarter & 1) * 32];
-          const uint8_t qh = b[128 + half * 32 + l];
-          const int q = (quarter < 2 ? ql & 0xf : ql >> 4) | ((qh >> (2 * quarter)) & 3) << 4;
-          s += q * a[k];
-        }
-        r.i1 += int32_t(int8_t(b[192 + g])) * (s - 32 * sums[g]);
+      for (int i = 0; i < kIntLanes; ++i) {
+        r.l1[i] = -32 * (int32_t(int8_t(b[192 + 2 * i])) * sums[2 * i] + int32_t(int8_t(b[193 + 2 * i])) * sums[2 * i + 1]);
+      }
+      for (int k = 0; k < 256; ++k) {
+        const int half = k / 128, quarter = (k % 128) / 32, l = k % 32;
+        const uint8_t ql = b[half * 64 + l + (quarter & 1) * 32];
+        const uint8_t qh = b[128 + half * 32 + l];
+        const int q = (quarter < 2 ? ql & 0xf : ql >> 4) | ((qh >> (2 * quarter)) & 3) << 4;
+        r.l1[l / 4] += int32_t(int8_t(b[192 + k / 16])) * q * a[k];
       }
       break;
     default: break;
@@ -205,24 +210,33 @@ inline BlockScales BlockScalesOf(WeightType type, const uint8_t* b, float da) {
 
 constexpr bool HasMins(WeightType type) { return type == WeightType::kQ4_K || type == WeightType::kQ5_K; }
 
-// Step 3 for one block: folds its integers into the output's accumulator.
-inline float FoldBlock(WeightType type, BlockScales s, BlockInts ints, float acc) {
-  acc = std::fma(s.s1, float(ints.i1), acc);
-  if (HasMins(type)) acc = std::fma(s.s2, float(ints.i2), acc);
-  return acc;
+// Step 3 for one block: folds its integer lanes into the output's lanes.
+inline void FoldBlock(WeightType type, BlockScales s, const BlockLanes& lanes, float* acc) {
+  for (int i = 0; i < kIntLanes; ++i) {
+    acc[i] = std::fma(s.s1, float(lanes.l1[i]), acc[i]);
+    if (HasMins(type)) acc[i] = std::fma(s.s2, float(lanes.l2[i]), acc[i]);
+  }
+}
+
+// Step 3's end: the lanes summed in the canonical order.
+inline float ReduceIntLanes(float* acc) {
+  for (int step = kIntLanes / 2; step >= 1; step /= 2) {
+    for (int i = 0; i < step; ++i) acc[i] = acc[i] + acc[i + step];
+  }
+  return acc[0];
 }
 
 // One output element by the reference steps 2 and 3.
 inline float QuantRowDot(WeightType type, const uint8_t* row, int64_t cols, const int8_t* a, const float* da,
                          const int16_t* sums) {
   const int block = ActBlockFor(type), bytes = WeightBlockBytes(type);
-  float acc = 0.0f;
+  float acc[kIntLanes] = {};
   for (int64_t b = 0; b < cols / block; ++b) {
     const uint8_t* wb = row + b * bytes;
-    const BlockInts ints = BlockDotInts(type, wb, a + b * block, sums + b * (block / 16));
-    acc = FoldBlock(type, BlockScalesOf(type, wb, da[b]), ints, acc);
+    FoldBlock(type, BlockScalesOf(type, wb, da[b]), BlockDotLanes(type, wb, a + b * block, sums + b * (block / 16)),
+              acc);
   }
-  return acc;
+  return ReduceIntLanes(acc);
 }
 
 // Storage for quantized activations of up to n tokens of `cols`.

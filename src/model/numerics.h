@@ -29,7 +29,9 @@ namespace tandem {
 // forward pass's op order. tests/model/golden_test.cc fails when the golden
 // outputs change and this did not (its README says how to regenerate them).
 //   1: the first identity (2026-12-03): integer dot products for the K-quants.
-inline constexpr int kNumericsVersion = 1;
+//   2: (2026-12-04) the K-quants' integer dot products keep 8 fp32 lanes per
+//      output (kernels/quant_dot.h), no horizontal sum per block.
+inline constexpr int kNumericsVersion = 2;
 
 struct NumericsIdentity {
   int version = 0;             // kNumericsVersion of the build that computed
