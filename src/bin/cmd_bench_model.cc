@@ -8,9 +8,11 @@
 #include <memory>
 
 #include "bin/commands.h"
+#include "bin/llama_bench_runner.h"
 #include "bin/model_options.h"
 #include "common/aligned.h"
 #include "kernels/cpu.h"
+#include "kernels/quant_dot.h"
 #include "kernels/roofline.h"
 #include "model/forward.h"
 #include "model/presets.h"
@@ -29,7 +31,26 @@ struct ModelBenchArgs {
   int threads = 2;
   int chunk_tokens = 512;
   int decode_tokens = 32;
+  int repeat = 1;            // rounds per point; medians are reported
+  std::string llama_bench;   // llama.cpp's llama-bench, run on the same file between tandem's rounds
 };
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// Whether the model's feed-forward matrices take integer dot products
+// (kernels/quant_dot.h): its prefill is then measured against the int8 peak.
+bool IntegerModel(const Model& m) {
+  const ModelWeights& w = m.weights();
+  if (!w.layers.empty()) return kernels::UsesIntegerDot(w.layers[0].w_up.type);
+  for (const auto& l : w.dsa_layers) {
+    if (!l.up_shexp.data && !l.w_up.data) continue;
+    return kernels::UsesIntegerDot(l.w_up.data ? l.w_up.type : l.up_shexp.type);
+  }
+  return false;
+}
 
 // FLOPs of the matmuls for one token (2 per multiply-add). deepseek32: the
 // MLA projections and absorptions, the indexer's, and the experts a token
@@ -157,10 +178,17 @@ int RunModelBench(const ModelBenchArgs& a) {
   }
   std::printf("measuring the machine (memory read bandwidth, FMA peak) with %d threads...\n", threads.size());
   const kernels::Roofline roof = kernels::MeasureRoofline(threads);
-  std::printf("  DRAM read %.1f GB/s | FMA peak %.1f GFLOP/s | kernels %s\n\n", roof.read_gbps,
-              roof.fma_gflops, kernels::IsaName(kernels::ActiveIsa()));
-  std::printf("%-10s %-5s %-6s %-4s %7s | %10s %9s %7s | %9s %9s %7s\n", "model", "type", "attn", "kv",
-              "context", "prefill/s", "GFLOP/s", "of peak", "decode/s", "GB/s", "of DRAM");
+  std::printf("  DRAM read %.1f GB/s | FMA peak %.1f GFLOP/s | int8 %.1f GOP/s (vpmaddubsw+vpmaddwd)", roof.read_gbps,
+              roof.fma_gflops, roof.int8_gops);
+  if (roof.int8_vnni_gops > 0) std::printf(", %.1f GOP/s (VNNI vpdpbusd: the int8 peak)", roof.int8_vnni_gops);
+  std::printf(" | kernels %s\n\n", kernels::IsaName(kernels::ActiveIsa()));
+  const double int8_peak = roof.int8_vnni_gops > 0 ? roof.int8_vnni_gops : roof.int8_gops;
+  if (!a.llama_bench.empty() && a.model_path.empty()) {
+    std::fprintf(stderr, "error: --llama-bench needs -m FILE (llama.cpp runs the same file)\n");
+    return 1;
+  }
+  std::printf("%-10s %-5s %-6s %-4s %7s | %10s %9s %7s | %9s %9s %7s | %s\n", "model", "type", "attn", "kv",
+              "context", "prefill/s", "GFLOP/s", "of peak", "decode/s", "GB/s", "of DRAM", "of int8 peak");
   const std::vector<std::string> types = a.model_path.empty() ? a.types : std::vector<std::string>{"file"};
   for (const std::string& type_name : types) {
     auto loaded = BenchModel(a, type_name);
@@ -172,25 +200,52 @@ int RunModelBench(const ModelBenchArgs& a) {
     const std::string label = a.model_path.empty() ? a.preset : "file";
     for (int64_t context : a.contexts) {
       for (const AttentionOptions& v : variants) {
-        auto point = BenchPoint(model, threads, v, context, a);
-        if (!point.ok()) {
-          std::fprintf(stderr, "error: %s\n", point.status().ToString().c_str());
-          return 1;
+        // Rounds interleaved with llama.cpp's (dense rows: its attention), medians of each.
+        const bool foreign = !a.llama_bench.empty() && v.kind == AttentionKind::kDense;
+        std::vector<double> pre, pre_gf, dec, dec_gb, theirs_pre, theirs_dec;
+        for (int round = 0; round < a.repeat; ++round) {
+          auto point = BenchPoint(model, threads, v, context, a);
+          if (!point.ok()) {
+            std::fprintf(stderr, "error: %s\n", point.status().ToString().c_str());
+            return 1;
+          }
+          pre.push_back(point->prefill_tps);
+          pre_gf.push_back(point->prefill_gflops);
+          dec.push_back(point->decode_tps);
+          dec_gb.push_back(point->decode_gbps);
+          if (!foreign) continue;
+          auto theirs = RunLlamaBench(a.llama_bench, a.model_path, context, a.decode_tokens, threads.size());
+          if (!theirs.ok()) {
+            std::fprintf(stderr, "error: llama-bench: %s\n", theirs.status().ToString().c_str());
+            return 1;
+          }
+          theirs_pre.push_back(theirs->prefill_tps);
+          theirs_dec.push_back(theirs->decode_tps);
         }
-        const Point& p = *point;
-        std::printf("%-10s %-5s %-6s %-4s %7lld | %10.1f %9.1f %6.0f%% | %9.2f %9.2f %6.0f%%\n",
+        const double gflops = Median(pre_gf);
+        char int8[32] = "-";
+        if (IntegerModel(model)) std::snprintf(int8, sizeof int8, "%.0f%%", 100.0 * gflops / int8_peak);
+        std::printf("%-10s %-5s %-6s %-4s %7lld | %10.1f %9.1f %6.0f%% | %9.2f %9.2f %6.0f%% | %s\n",
                     label.c_str(), type_name.c_str(), v.kind == AttentionKind::kSparse ? "sparse" : "dense",
-                    CacheDTypeName(v.kv_dtype), (long long)context, p.prefill_tps, p.prefill_gflops,
-                    100.0 * p.prefill_gflops / roof.fma_gflops, p.decode_tps, p.decode_gbps,
-                    100.0 * p.decode_gbps / roof.read_gbps);
+                    CacheDTypeName(v.kv_dtype), (long long)context, Median(pre), gflops,
+                    100.0 * gflops / roof.fma_gflops, Median(dec), Median(dec_gb),
+                    100.0 * Median(dec_gb) / roof.read_gbps, int8);
+        if (foreign) {
+          std::printf("%-10s %-5s %-6s %-4s %7lld | %10.1f %17s | %9.2f %17s | tandem/llama.cpp: prefill %.2fx, decode %.2fx\n",
+                      "llama.cpp", "file", "fa", "f16", (long long)context, Median(theirs_pre), "",
+                      Median(theirs_dec), "", Median(pre) / Median(theirs_pre), Median(dec) / Median(theirs_dec));
+        }
         std::fflush(stdout);
       }
     }
   }
   std::printf("\nprefill: a prompt of `context` tokens in chunks of %d (GFLOP/s counts matmul and attention FLOPs);\n"
               "decode: %d greedy steps after it; GB/s = weight bytes plus the K/V rows attended, per token x tokens/s;\n"
-              "sparse: the lightning indexer's top-%lld positions once the context exceeds them.\n",
-              a.chunk_tokens, a.decode_tokens, (long long)a.top_k);
+              "sparse: the lightning indexer's top-%lld positions once the context exceeds them;\n"
+              "of int8 peak: the same operations against the int8 peak, for models whose matrices take integer dot products;\n"
+              "medians of %d round(s)%s.\n",
+              a.chunk_tokens, a.decode_tokens, (long long)a.top_k, a.repeat,
+              a.llama_bench.empty() ? "" : ", each followed by llama-bench's pp<context> and tg<decode> at depth <context> on the same file");
   return 0;
 }
 
@@ -209,6 +264,10 @@ void RegisterModelBench(CLI::App& bench) {
   model->add_option("-t,--threads", args->threads, "Threads")->check(CLI::Range(1, 256));
   model->add_option("--chunk-tokens", args->chunk_tokens, "Prefill chunk")->check(CLI::Range(1, 1 << 16));
   model->add_option("--decode-tokens", args->decode_tokens, "Decode steps")->check(CLI::Range(1, 1 << 16));
+  model->add_option("--repeat", args->repeat, "Rounds per point (medians are reported)")->check(CLI::Range(1, 100));
+  model->add_option("--llama-bench", args->llama_bench,
+                    "llama.cpp's llama-bench binary: run on the same file (-m) after each round, with the same threads, "
+                    "and reported beside tandem's dense rows as ratios");
   model->callback([args] { SetExitCode(RunModelBench(*args)); });
 }
 

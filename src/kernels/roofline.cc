@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <tuple>
 
 #include "common/thread_pool.h"
 #include "kernels/cpu.h"
@@ -71,11 +72,34 @@ double MeasureFmaPeak(ThreadPool& threads) {
   return best;
 }
 
+bool Int8VnniSupported() { return IsaSupported(Isa::kAvx512) && __builtin_cpu_supports("avx512vnni"); }
+
+std::pair<double, double> MeasureInt8Peak(ThreadPool& threads) {
+  const bool wide = IsaSupported(Isa::kAvx512), vnni = Int8VnniSupported();
+  const int64_t iters = 20'000'000;
+  const int tasks = threads.size();
+  std::atomic<uint32_t> sink{0};
+  auto best_of = [&](auto loop, double ops_per_iter) {
+    double best = 0;
+    for (int pass = 0; pass < 3; ++pass) {
+      const auto t0 = std::chrono::steady_clock::now();
+      threads.ParallelFor(tasks, [&](int) { sink.fetch_add(uint32_t(loop(iters))); });
+      best = std::max(best, double(iters) * ops_per_iter * tasks / Seconds(t0) / 1e9);
+    }
+    return best;
+  };
+  const double lanes = wide ? 64 : 32;  // multiply-adds per chain per round
+  const double kernels = wide ? best_of(Int8LoopAvx512, 12 * lanes * 2) : best_of(Int8LoopAvx2, 12 * lanes * 2);
+  const double peak = vnni ? best_of(Int8LoopVnni, 12 * 64 * 2) : 0.0;
+  return {kernels, peak};
+}
+
 Roofline MeasureRoofline(ThreadPool& threads) {
   Roofline r;
   r.read_gbps = MeasureReadBandwidth(threads);
   r.memcpy_gbps = MeasureMemcpyBandwidth();
   r.fma_gflops = MeasureFmaPeak(threads);
+  std::tie(r.int8_gops, r.int8_vnni_gops) = MeasureInt8Peak(threads);
   return r;
 }
 

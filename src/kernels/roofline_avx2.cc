@@ -34,4 +34,21 @@ float FmaLoopAvx2(int64_t iters) {
   return Sum(s);
 }
 
+float Int8LoopAvx2(int64_t iters) {
+  __m256i acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_epi32(i);
+  const __m256i a = _mm256_set1_epi8(-2), ones = _mm256_set1_epi16(1);
+  for (int64_t it = 0; it < iters; ++it) {
+    // Each chain feeds its own next multiply (constant operands would be hoisted out of the loop).
+    for (int i = 0; i < 12; ++i) acc[i] = _mm256_madd_epi16(_mm256_maddubs_epi16(acc[i], a), ones);
+  }
+  __m256i s = acc[0];
+  for (int i = 1; i < 12; ++i) s = _mm256_add_epi32(s, acc[i]);
+  alignas(32) int32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), s);
+  int64_t total = 0;
+  for (int32_t v : lanes) total += v;
+  return float(total);
+}
+
 }  // namespace tandem::kernels

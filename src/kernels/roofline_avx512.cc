@@ -27,4 +27,29 @@ float FmaLoopAvx512(int64_t iters) {
   return _mm512_reduce_add_ps(s);
 }
 
+float Int8LoopAvx512(int64_t iters) {
+  __m512i acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_epi32(i);
+  const __m512i a = _mm512_set1_epi8(-2), ones = _mm512_set1_epi16(1);
+  for (int64_t it = 0; it < iters; ++it) {
+    // Each chain feeds its own next multiply (constant operands would be hoisted out of the loop).
+    for (int i = 0; i < 12; ++i) acc[i] = _mm512_madd_epi16(_mm512_maddubs_epi16(acc[i], a), ones);
+  }
+  __m512i s = acc[0];
+  for (int i = 1; i < 12; ++i) s = _mm512_add_epi32(s, acc[i]);
+  return float(_mm512_reduce_add_epi32(s));
+}
+
+__attribute__((target("avx512vnni"))) float Int8LoopVnni(int64_t iters) {
+  __m512i acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_epi32(i);
+  const __m512i w = _mm512_set1_epi8(3), a = _mm512_set1_epi8(-2);
+  for (int64_t it = 0; it < iters; ++it) {
+    for (int i = 0; i < 12; ++i) acc[i] = _mm512_dpbusd_epi32(acc[i], w, a);
+  }
+  __m512i s = acc[0];
+  for (int i = 1; i < 12; ++i) s = _mm512_add_epi32(s, acc[i]);
+  return float(_mm512_reduce_add_epi32(s));
+}
+
 }  // namespace tandem::kernels

@@ -78,6 +78,50 @@ TEST_F(Cli, BenchStructuredIsolationReportsOrdinaryLatencyBesideTheWorstCase) {
       << r.output;
 }
 
+// bench model --llama-bench runs the named binary on the same file after
+// each round (here a stand-in script that records its arguments and prints
+// llama-bench's CSV) and reports medians and ratios; a binary that fails
+// ends the benchmark with its error.
+TEST_F(Cli, BenchModelRunsLlamaBenchOnTheSameFileAndReportsRatios) {
+  const std::string model = dir_ + "/tiny.gguf";
+  ASSERT_EQ(RunTandem("mkmodel --preset tiny --type q8_0 --out " + model).exit_code, 0);
+  const std::string fake = dir_ + "/llama-bench", calls = dir_ + "/calls.txt";
+  {
+    std::ofstream f(fake);
+    f << "#!/bin/sh\necho \"$@\" >> " << calls << "\n"
+      << "echo 'build_commit,model_filename,n_prompt,n_gen,avg_ns,stddev_ns,avg_ts,stddev_ts'\n"
+      << "case \"$*\" in *'-n 0'*) ts=250.5 ;; *) ts=50.25 ;; esac\n"
+      << "echo \"\\\"abc\\\",\\\"a, b.gguf\\\",64,0,1,0,\\\"$ts\\\",0\"\n";
+  }
+  std::filesystem::permissions(fake, std::filesystem::perms::owner_all);
+  auto r = RunTandem("bench model -m " + model + " --context 64 --attention dense --decode-tokens 4 -t 1 --repeat 3 "
+                     "--llama-bench " + fake, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("int8"), std::string::npos) << r.output;
+  const size_t row = r.output.find("llama.cpp  file");
+  ASSERT_NE(row, std::string::npos) << r.output;
+  const std::string line = r.output.substr(row, r.output.find('\n', row) - row);
+  EXPECT_NE(line.find("250.5"), std::string::npos) << line;
+  EXPECT_NE(line.find("50.25"), std::string::npos) << line;
+  EXPECT_NE(line.find("tandem/llama.cpp: prefill"), std::string::npos) << line;
+  std::ifstream in(calls);
+  std::string all((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(all.find("-m " + model + " -t 1 -r 1 -o csv -p 64 -n 0"), std::string::npos) << all;
+  EXPECT_NE(all.find("-p 0 -n 4 -d 64"), std::string::npos) << all;
+  size_t runs = 0;
+  for (size_t at = all.find('\n'); at != std::string::npos; at = all.find('\n', at + 1)) ++runs;
+  EXPECT_EQ(runs, 6u) << "three rounds of two runs\n" << all;
+  {
+    std::ofstream f(fake);
+    f << "#!/bin/sh\nexit 2\n";
+  }
+  auto bad = RunTandem("bench model -m " + model + " --context 64 --attention dense --decode-tokens 4 -t 1 "
+                       "--llama-bench " + fake, 300);
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_NE(bad.output.find("llama-bench"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("exit status 2"), std::string::npos) << bad.output;
+}
+
 TEST_F(Cli, BadInputsGiveClearErrors) {
   auto missing = RunTandem("generate -m " + dir_ + "/nope.gguf -p x");
   EXPECT_EQ(missing.exit_code, 1);
