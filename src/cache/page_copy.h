@@ -22,4 +22,9 @@ void ForEachSegment(const CacheLayout& layout, Fn&& fn) {
 // Fails (copying nothing) when the two layouts' fingerprints differ.
 Status CopyPage(PagePool& src, int32_t src_page, PagePool& dst, int32_t dst_page);
 
+// Copies token slots [0, n_tokens) of src_page to dst_page within one pool:
+// every (buffer, layer) segment's rows and, for dtypes that have them, their
+// per-token scales. The rest of dst_page is left as it was.
+Status CopyPageRows(PagePool& pool, int32_t src_page, int32_t dst_page, int64_t n_tokens);
+
 }  // namespace tandem

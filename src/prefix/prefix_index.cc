@@ -46,8 +46,18 @@ void PrefixIndex::TouchChain(std::span<Entry* const> chain) {
   }
 }
 
+void PrefixIndex::DropPartial(const Entry* parent) {
+  auto it = partials_.find(parent);
+  if (it == partials_.end()) return;
+  const int32_t page = it->second.page;
+  partial_lru_.erase(it->second.lru);
+  partials_.erase(it);
+  pool_.Release({&page, 1});
+}
+
 void PrefixIndex::Remove(Entry* e) {
   TANDEM_CHECK_MSG(e->children == 0, "removing a prefix entry that still has children");
+  DropPartial(e);
   if (e->parent != nullptr) --e->parent->children;
   lru_.erase(e->lru);
   const int32_t page = e->page;
@@ -55,7 +65,7 @@ void PrefixIndex::Remove(Entry* e) {
   pool_.Release({&page, 1});
 }
 
-PrefixIndex::Match PrefixIndex::Lookup(std::span<const int32_t> tokens, int64_t max_tokens) {
+PrefixIndex::Match PrefixIndex::Lookup(std::span<const int32_t> tokens, int64_t max_tokens, bool partial) {
   ++stats_.lookups;
   stats_.lookup_tokens += int64_t(tokens.size());
   const int64_t limit = std::clamp<int64_t>(max_tokens, 0, int64_t(tokens.size()));
@@ -77,10 +87,25 @@ PrefixIndex::Match PrefixIndex::Lookup(std::span<const int32_t> tokens, int64_t 
   pool_.AddRef(match.pages);
   match.tokens = int64_t(match.pages.size()) * kPageTokens;
   stats_.hit_tokens += match.tokens;
+  const Entry* last = chain.empty() ? nullptr : chain.back();
+  auto it = partial ? partials_.find(last) : partials_.end();
+  if (it != partials_.end()) {
+    const int64_t left = std::min<int64_t>(limit - match.tokens, it->second.n);
+    int64_t same = 0;
+    while (same < left && tokens[size_t(match.tokens + same)] == it->second.tokens[size_t(same)]) ++same;
+    if (same > 0) {
+      match.partial_page = it->second.page;
+      match.partial_tokens = same;
+      pool_.AddRef({&match.partial_page, 1});
+      partial_lru_.splice(partial_lru_.end(), partial_lru_, it->second.lru);
+      stats_.hit_tokens += same;
+      stats_.partial_hit_tokens += same;
+    }
+  }
   return match;
 }
 
-int64_t PrefixIndex::Insert(std::span<const int32_t> tokens, std::span<const int32_t> pages) {
+int64_t PrefixIndex::Insert(std::span<const int32_t> tokens, std::span<const int32_t> pages, bool with_partial) {
   const int64_t n_pages =
       std::min<int64_t>(int64_t(tokens.size()) / kPageTokens, int64_t(pages.size()));
   std::vector<Entry*> chain;
@@ -117,11 +142,31 @@ int64_t PrefixIndex::Insert(std::span<const int32_t> tokens, std::span<const int
   TouchChain(chain);
   stats_.inserted_pages += inserted;
   if (event_hook_ && !stored.keys.empty()) event_hook_(std::move(stored));
+  const int64_t rest = int64_t(tokens.size()) - n_pages * kPageTokens;
+  if (with_partial && int64_t(chain.size()) == n_pages && rest > 0 && rest < kPageTokens &&
+      int64_t(pages.size()) > n_pages) {
+    const int32_t page = pages[size_t(n_pages)];
+    DropPartial(parent);  // the newest partial page after this chain wins
+    pool_.AddRef({&page, 1});  // CHECK-fails on an unreferenced page
+    Partial& p = partials_[parent];
+    p.page = page;
+    p.n = int32_t(rest);
+    std::copy(tokens.begin() + n_pages * kPageTokens, tokens.end(), p.tokens.begin());
+    p.lru = partial_lru_.insert(partial_lru_.end(), parent);
+  }
   return inserted;
 }
 
 int64_t PrefixIndex::Evict(int64_t n) {
   int64_t freed = 0;
+  // Partial pages first (at most 63 tokens each to recompute), least recently used first.
+  for (auto it = partial_lru_.begin(); it != partial_lru_.end() && freed < n;) {
+    const Entry* parent = *it;
+    ++it;
+    if (pool_.RefCount(partials_.at(parent).page) != 1) continue;
+    DropPartial(parent);
+    ++freed;
+  }
   Event removed;
   removed.kind = Event::Kind::kRemoved;
   // Children precede their parents in LRU order, so a parent left childless
@@ -153,13 +198,18 @@ int64_t PrefixIndex::evictable_pages() const {
     for (const Entry* p = &e; p != nullptr && pinned.insert(p).second; p = p->parent) {
     }
   }
-  return cached_pages() - int64_t(pinned.size());
+  int64_t partial_pinned = 0;
+  for (const auto& [parent, p] : partials_) partial_pinned += pool_.RefCount(p.page) != 1;
+  return cached_pages() - int64_t(pinned.size()) - partial_pinned;
 }
 
 void PrefixIndex::Clear() {
   std::vector<int32_t> pages;
-  pages.reserve(entries_.size());
+  pages.reserve(entries_.size() + partials_.size());
   for (const auto& [key, e] : entries_) pages.push_back(e.page);
+  for (const auto& [parent, p] : partials_) pages.push_back(p.page);
+  partials_.clear();
+  partial_lru_.clear();
   lru_.clear();
   const bool any = !entries_.empty();
   entries_.clear();
@@ -206,6 +256,19 @@ Status PrefixIndex::CheckInvariants() const {
       return Internal("prefix index entry for page " + std::to_string(e.page) +
                       ": child count is wrong");
     }
+  }
+  if (partial_lru_.size() != partials_.size()) return Internal("prefix index: partial LRU list size mismatch");
+  for (const auto& [parent, p] : partials_) {
+    const std::string where = "prefix index partial page " + std::to_string(p.page) + ": ";
+    if (parent != nullptr && (!entries_.contains(parent->key) || &entries_.at(parent->key) != parent)) {
+      return Internal(where + "its parent is not indexed");
+    }
+    if (p.n < 1 || p.n >= kPageTokens) return Internal(where + "holds " + std::to_string(p.n) + " tokens");
+    if (*p.lru != parent) return Internal(where + "not in the partial LRU list");
+    if (p.page < 0 || p.page >= pool_.total_pages() || pool_.RefCount(p.page) < 1) {
+      return Internal(where + "page is not referenced");
+    }
+    if (!pages.insert(p.page).second) return Internal(where + "page indexed twice");
   }
   return Status::Ok();
 }

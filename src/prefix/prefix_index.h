@@ -9,6 +9,14 @@
 // stores its 64 tokens and its parent, and a match requires both to agree, so
 // a hash collision can never hand out pages holding other tokens.
 //
+// Partial pages: a sequence's last page, when it holds fewer than 64 computed
+// tokens, is kept too when the sequence retires (Insert with_partial): one
+// per parent entry (the newest), a leaf that is never handed out itself. A
+// lookup that asks for it gets the longest run of its tokens the request
+// shares, and copies those rows into a page of its own (CopyPageRows), so a
+// cached prefix is reused to the token, not only to the page. Partial pages
+// publish no events (KV events name whole pages) and are evicted first.
+//
 // Ownership: the index holds one pool reference on every page it caches. A
 // page is "free to evict" when that is its only reference (RefCount == 1).
 //
@@ -56,6 +64,10 @@ class PrefixIndex {
   struct Match {
     std::vector<int32_t> pages;
     int64_t tokens = 0;  // always pages.size() * kPageTokens
+    // With `partial`: a cached partial page whose first partial_tokens rows
+    // are the request's next tokens (one reference for the caller), or -1.
+    int32_t partial_page = -1;
+    int64_t partial_tokens = 0;
   };
 
   // The longest cached prefix of `tokens` made of whole pages and covering at
@@ -63,7 +75,9 @@ class PrefixIndex {
   // one token is left to compute). Each returned page carries one reference
   // for the caller, who Releases it later. Matched entries become most
   // recently used.
-  Match Lookup(std::span<const int32_t> tokens, int64_t max_tokens);
+  // With `partial`, also the partial page that continues the match, if any
+  // (the caller copies its rows and Releases it).
+  Match Lookup(std::span<const int32_t> tokens, int64_t max_tokens, bool partial = false);
 
   // Indexes the full pages of a sequence: page i holds tokens [64 i, 64 i + 64).
   // Only the first min(tokens.size() / 64, pages.size()) pages are considered.
@@ -73,7 +87,10 @@ class PrefixIndex {
   // rest of the sequence is not indexed. Touched entries become most recently
   // used. Returns how many pages were newly indexed.
   // REQUIRES: every considered page is referenced (allocated).
-  int64_t Insert(std::span<const int32_t> tokens, std::span<const int32_t> pages);
+  // with_partial: the sequence is done with its pages (it retires), so its
+  // last page, if tokens end inside it, is kept as the partial page after
+  // the indexed chain (replacing the one there).
+  int64_t Insert(std::span<const int32_t> tokens, std::span<const int32_t> pages, bool with_partial = false);
 
   // Frees up to n pages that only the index references, least recently used
   // first, and only leaves (entries with no indexed child), so that every
@@ -102,7 +119,8 @@ class PrefixIndex {
   using EventHook = std::function<void(Event)>;
   void SetEventHook(EventHook hook) { event_hook_ = std::move(hook); }
 
-  int64_t cached_pages() const { return int64_t(entries_.size()); }
+  int64_t cached_pages() const { return int64_t(entries_.size() + partials_.size()); }
+  int64_t partial_pages() const { return int64_t(partials_.size()); }
   // Pages Evict could free right now: entries whose page and every indexed
   // descendant's page are referenced only by the index.
   int64_t evictable_pages() const;
@@ -114,6 +132,7 @@ class PrefixIndex {
   // Lookup, so hit_tokens / lookup_tokens is the prompt hit rate.
   struct Stats {
     int64_t lookups = 0, lookup_tokens = 0, hit_tokens = 0, inserted_pages = 0, evicted_pages = 0;
+    int64_t partial_hit_tokens = 0;  // of hit_tokens, those from partial pages
   };
   const Stats& stats() const { return stats_; }
 
@@ -145,14 +164,26 @@ class PrefixIndex {
   // Moves a root-to-leaf chain to the most recent end, leaf first, so each
   // entry ends up older than its parent.
   void TouchChain(std::span<Entry* const> chain);
-  // Drops the entry and the index's reference on its page.
+  // Drops the entry (and the partial page after it) and the index's
+  // reference on its page.
   void Remove(Entry* e);
+
+  // The partial page after an entry (nullptr: the root).
+  struct Partial {
+    int32_t page = -1;
+    int32_t n = 0;  // tokens, 1..63
+    std::array<int32_t, kPageTokens> tokens{};
+    std::list<const Entry*>::iterator lru;
+  };
+  void DropPartial(const Entry* parent);
 
   PagePool& pool_;
   const ChainKeyFn chain_key_;
   // unordered_map never moves its values, so Entry* stays valid until erase.
   std::unordered_map<uint64_t, Entry> entries_;
   LruList lru_;
+  std::unordered_map<const Entry*, Partial> partials_;
+  std::list<const Entry*> partial_lru_;  // front = least recently used
   Stats stats_;
   EvictHook evict_hook_;
   EventHook event_hook_;

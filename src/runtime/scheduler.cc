@@ -1,5 +1,7 @@
 #include "runtime/scheduler.h"
 
+#include "cache/page_copy.h"
+
 #include <algorithm>
 
 namespace tandem {
@@ -123,6 +125,33 @@ bool Scheduler::Preempt(const Sequence* keep) {
   return false;
 }
 
+void Scheduler::ReleasePartial(PrefixIndex::Match& hit) {
+  if (hit.partial_page >= 0) pool_.Release({&hit.partial_page, 1});
+  hit.partial_page = -1;
+  hit.partial_tokens = 0;
+}
+
+// A partial page's shared rows, copied into a page of the sequence's own
+// (the cached page is never written again, so others may share it); the
+// tokens reused. None when no page is free without evicting (the rows are
+// then computed).
+int64_t Scheduler::CopyPartial(Sequence& seq, PrefixIndex::Match& hit) {
+  const int64_t n = hit.partial_tokens;
+  if (hit.partial_page < 0) return 0;
+  int64_t reused = 0;
+  if (pool_.free_pages() > 0) {
+    auto page = pool_.Allocate(1);
+    if (page.ok() && CopyPageRows(pool_, hit.partial_page, (*page)[0], n).ok()) {
+      seq.pages.push_back((*page)[0]);
+      reused = n;
+    } else if (page.ok()) {
+      pool_.Release(*page);
+    }
+  }
+  ReleasePartial(hit);
+  return reused;
+}
+
 // After an L1 hit of `l1` (whose references the caller keeps): continues the
 // prefix from the host tier, loading it into fresh L1 pages (seq.pages, with
 // seq.gates) while the request proceeds. When L3 holds more of it, and no
@@ -179,15 +208,20 @@ void Scheduler::Admit() {
     }
     if (index_ && seq.computed == 0 && seq.pages.empty() && !seq.spec.prompt_logprobs) {
       const int64_t max_tokens = int64_t(seq.tokens.size()) - 1;
-      PrefixIndex::Match hit = index_->Lookup(seq.tokens, max_tokens);
+      PrefixIndex::Match hit = index_->Lookup(seq.tokens, max_tokens, /*partial=*/true);
       if (tiers_ && !LookupTiers(seq, hit, max_tokens)) {
+        ReleasePartial(hit);
         prefetching_.push_back(std::move(waiting_.front()));  // reading L3 into L2 first
         waiting_.pop_front();
         continue;
       }
-      if (!seq.pages.empty()) hit.pages.insert(hit.pages.end(), seq.pages.begin(), seq.pages.end());
+      const bool from_tiers = !seq.pages.empty();
+      if (from_tiers) hit.pages.insert(hit.pages.end(), seq.pages.begin(), seq.pages.end());
       seq.pages = std::move(hit.pages);
       seq.computed = int64_t(seq.pages.size()) * kPageTokens;
+      // The tiers went past the partial page's place: it does not continue them.
+      if (from_tiers) ReleasePartial(hit);
+      seq.computed += CopyPartial(seq, hit);
       if (!seq.started) {
         seq.cached_prompt_tokens = std::min(seq.computed, seq.prompt_len);
         metrics_.prefix_hit_tokens.Increment(double(seq.cached_prompt_tokens));

@@ -83,6 +83,8 @@ class Scheduler {
  private:
   bool EnsurePages(Sequence& seq, int64_t tokens);
   bool LookupTiers(Sequence& seq, PrefixIndex::Match& l1, int64_t max_tokens);
+  void ReleasePartial(PrefixIndex::Match& hit);
+  int64_t CopyPartial(Sequence& seq, PrefixIndex::Match& hit);
   bool ReclaimTierCopies();
   bool ReleaseWaitingPages(const Sequence* keep);
   bool Preempt(const Sequence* keep);

@@ -75,7 +75,7 @@ TEST_F(PrefixIndexTest, InsertIndexesFullPagesAndLookupReturnsThemWithCallerRefs
   EXPECT_EQ(index.Insert(tokens, pages), 3);
   EXPECT_EQ(index.cached_pages(), 3);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(pool_.RefCount(pages[size_t(i)]), 2);
-  EXPECT_EQ(pool_.RefCount(pages[3]), 1);  // the partial page is never indexed
+  EXPECT_EQ(pool_.RefCount(pages[3]), 1);  // the partial page is indexed only with_partial
 
   const auto m = index.Lookup(tokens, int64_t(tokens.size()) - 1);
   EXPECT_EQ(m.pages, std::vector<int32_t>(pages.begin(), pages.begin() + 3));
@@ -91,6 +91,89 @@ TEST_F(PrefixIndexTest, InsertIndexesFullPagesAndLookupReturnsThemWithCallerRefs
   pool_.Release(pages);
   EXPECT_EQ(index.evictable_pages(), 3);
   EXPECT_TRUE(index.CheckInvariants().ok()) << index.CheckInvariants().ToString();
+  index.Clear();
+  ExpectBaseline();
+}
+
+// A retiring sequence's last partial page is kept (with_partial) after its
+// chain; a lookup that asks gets the longest run of its tokens the request
+// shares, capped by max_tokens, with a reference of its own. Partial pages are
+// evicted first, go with their parent, and are released by Clear.
+TEST_F(PrefixIndexTest, PartialPagesAreReusedToTheTokenAndEvictedFirst) {
+  PrefixIndex index(pool_);
+  const auto tokens = Tokens(2 * kPage + 20, 1);
+  const auto pages = Allocate(3);
+  EXPECT_EQ(index.Insert(tokens, pages, /*with_partial=*/true), 2);
+  pool_.Release(pages);
+  EXPECT_EQ(index.cached_pages(), 3);
+  EXPECT_EQ(index.partial_pages(), 1);
+  EXPECT_EQ(pool_.RefCount(pages[2]), 1) << "the index's reference only";
+  EXPECT_TRUE(index.CheckInvariants().ok()) << index.CheckInvariants().ToString();
+
+  // Without asking, the partial page is not offered.
+  auto plain = index.Lookup(tokens, int64_t(tokens.size()));
+  EXPECT_EQ(plain.partial_page, -1);
+  pool_.Release(plain.pages);
+
+  // A request sharing 12 of its 20 tokens, then diverging.
+  auto request = std::vector<int32_t>(tokens.begin(), tokens.begin() + 2 * kPage + 12);
+  request.push_back(-1);
+  request.push_back(-2);
+  auto m = index.Lookup(request, int64_t(request.size()) - 1, /*partial=*/true);
+  EXPECT_EQ(m.tokens, 2 * kPage);
+  EXPECT_EQ(m.partial_page, pages[2]);
+  EXPECT_EQ(m.partial_tokens, 12);
+  EXPECT_EQ(pool_.RefCount(pages[2]), 2) << "the caller's reference";
+  EXPECT_EQ(index.stats().partial_hit_tokens, 12);
+  EXPECT_EQ(index.evictable_pages(), 0) << "the caller holds the chain and the partial page";
+  pool_.Release(m.pages);
+  pool_.Release({&m.partial_page, 1});
+
+  // max_tokens caps it: the request's own 20 tokens, at most 2 * kPage + 5 of them.
+  m = index.Lookup(tokens, 2 * kPage + 5, /*partial=*/true);
+  EXPECT_EQ(m.partial_tokens, 5);
+  pool_.Release(m.pages);
+  pool_.Release({&m.partial_page, 1});
+
+  // A newer partial page after the same chain replaces it.
+  const auto longer = Concat(std::vector<int32_t>(tokens.begin(), tokens.begin() + 2 * kPage), Tokens(30, 7));
+  const auto pages2 = Allocate(3);
+  index.Insert(longer, pages2, /*with_partial=*/true);
+  pool_.Release(pages2);
+  EXPECT_EQ(index.partial_pages(), 1);
+  m = index.Lookup(tokens, int64_t(tokens.size()) - 1, /*partial=*/true);
+  EXPECT_EQ(m.partial_page, -1) << "the new partial page shares none of these tokens";
+  pool_.Release(m.pages);
+  EXPECT_TRUE(index.CheckInvariants().ok()) << index.CheckInvariants().ToString();
+
+  // Evicted first: one page asked, the partial page goes, the chain stays.
+  EXPECT_EQ(index.Evict(1), 1);
+  EXPECT_EQ(index.partial_pages(), 0);
+  EXPECT_EQ(index.cached_pages(), 2);
+  // A partial page goes with its parent.
+  const auto pages3 = Allocate(1);
+  index.Insert(Tokens(10, 9), pages3, /*with_partial=*/true);  // after the root
+  pool_.Release(pages3);
+  const auto pages4 = Allocate(2);
+  index.Insert(Tokens(kPage + 3, 5), pages4, /*with_partial=*/true);
+  pool_.Release(pages4);
+  EXPECT_EQ(index.partial_pages(), 2);
+  EXPECT_TRUE(index.CheckInvariants().ok()) << index.CheckInvariants().ToString();
+  EXPECT_EQ(index.Evict(100), 5) << "two partial pages, then the three full ones";
+  EXPECT_EQ(index.cached_pages(), 0);
+  ExpectBaseline();
+  // A partial page someone still holds goes from the index with its parent.
+  const auto pages6 = Allocate(2);
+  index.Insert(Tokens(kPage + 3, 6), pages6, /*with_partial=*/true);
+  pool_.Release({&pages6[0], 1});  // the caller keeps the partial page
+  EXPECT_EQ(index.Evict(100), 1) << "the parent only: the partial page is held";
+  EXPECT_EQ(index.cached_pages(), 0);
+  EXPECT_EQ(pool_.RefCount(pages6[1]), 1);
+  pool_.Release({&pages6[1], 1});
+  ExpectBaseline();
+  const auto pages5 = Allocate(2);
+  index.Insert(Tokens(kPage + 3, 5), pages5, /*with_partial=*/true);
+  pool_.Release(pages5);
   index.Clear();
   ExpectBaseline();
 }

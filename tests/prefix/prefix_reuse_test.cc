@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "cache/page_copy.h"
 #include "model/forward.h"
 #include "prefix/prefix_index.h"
 #include "support/test_models.h"
@@ -16,24 +17,29 @@ using testing::MakePresetModel;
 using testing::PseudoRandomTokens;
 using testing::RunSequence;
 
-// Runs `tokens` through the engine-like path: reuse the longest cached prefix,
+// Runs `tokens` through the engine-like path: reuse the longest cached prefix
+// (whole pages, then the rows of a partial page copied into a fresh one),
 // allocate the rest (evicting cached pages if needed), compute, then index the
-// full pages and drop the sequence's own references.
+// pages (the last partial one too) and drop the sequence's own references.
 std::vector<float> RunWithCache(const Model& model, ForwardPass& fwd, PagePool& pool,
                                 PrefixIndex& index, const std::vector<int32_t>& tokens,
                                 int64_t* hit_tokens) {
-  PrefixIndex::Match hit = index.Lookup(tokens, int64_t(tokens.size()) - 1);
-  *hit_tokens = hit.tokens;
+  PrefixIndex::Match hit = index.Lookup(tokens, int64_t(tokens.size()) - 1, /*partial=*/true);
+  *hit_tokens = hit.tokens + hit.partial_tokens;
   const int64_t need = int64_t(tokens.size() + kPageTokens - 1) / kPageTokens - int64_t(hit.pages.size());
   if (pool.free_pages() < need) index.Evict(need - pool.free_pages());
   auto fresh = pool.Allocate(need);
   EXPECT_TRUE(fresh.ok()) << fresh.status().ToString();
   std::vector<int32_t> pages = hit.pages;
   pages.insert(pages.end(), fresh->begin(), fresh->end());
+  if (hit.partial_page >= 0) {
+    EXPECT_TRUE(CopyPageRows(pool, hit.partial_page, (*fresh)[0], hit.partial_tokens).ok());
+    pool.Release({&hit.partial_page, 1});
+  }
   std::vector<float> logits;
-  SequenceChunk chunk{std::span<const int32_t>(tokens).subspan(size_t(hit.tokens)), hit.tokens, pages, true};
+  SequenceChunk chunk{std::span<const int32_t>(tokens).subspan(size_t(*hit_tokens)), *hit_tokens, pages, true};
   EXPECT_TRUE(fwd.Run({&chunk, 1}, pool, &logits).ok());
-  index.Insert(tokens, pages);
+  index.Insert(tokens, pages, /*with_partial=*/true);
   pool.Release(pages);
   return logits;
 }
@@ -60,7 +66,7 @@ void CheckReuse(const std::string& preset, const AttentionOptions& attention) {
     RunWithCache(model, fwd, pool, index, turn1, &hit);
     EXPECT_EQ(hit, 0);
     const auto warm = RunWithCache(model, fwd, pool, index, turn2, &hit);
-    EXPECT_EQ(hit, 192) << "three full pages of turn 1";
+    EXPECT_EQ(hit, 200) << "turn 1 to the token: three full pages and 8 rows of a partial one";
     const auto cold = RunSequence(model, threads, turn2, 0, attention);
     ASSERT_EQ(warm.size(), cold.size() - size_t(hit) * vocab);
     EXPECT_EQ(0, std::memcmp(warm.data(), cold.data() + size_t(hit) * vocab, warm.size() * 4));

@@ -274,9 +274,23 @@ TEST(Engine, SecondTurnHitsThePrefixCacheWithIdenticalTokens) {
   const auto more = PseudoRandomTokens(30, m->model->config().vocab_size, 10);
   turn2.insert(turn2.end(), more.begin(), more.end());
   const Outcome second = Drain(**(*engine)->Submit(Spec(turn2, 20)));
-  EXPECT_EQ(second.cached, 128) << "two full pages of turn 1 (+ its answer) were reused";
+  // To the token: every token turn 1 computed (its prompt and all but the
+  // last of its answer: two full pages and 41 rows of a partial one).
+  const int64_t computed = int64_t(turn1.size() + first.tokens.size()) - 1;
+  ASSERT_GT(computed, 128);
+  EXPECT_EQ(second.cached, computed) << "turn 1's cache was reused to the token";
   EXPECT_EQ(second.tokens, Alone(*m->model, turn2, 20));
-  EXPECT_EQ((*engine)->Stats().prefix_hit_tokens, 128);
+  EXPECT_EQ((*engine)->Stats().prefix_hit_tokens, computed);
+  // A third turn that shares only part of that partial page reuses that part.
+  auto turn3 = std::vector<int32_t>(turn2.begin(), turn2.begin() + 140);
+  turn3.push_back(int32_t((turn2[140] + 1) % m->model->config().vocab_size));
+  const auto tail = PseudoRandomTokens(10, m->model->config().vocab_size, 11);
+  turn3.insert(turn3.end(), tail.begin(), tail.end());
+  const Outcome third = Drain(**(*engine)->Submit(Spec(turn3, 8)));
+  EXPECT_EQ(third.cached, 140);
+  EXPECT_EQ(third.tokens, Alone(*m->model, turn3, 8));
+  WaitIdle(**engine);
+  EXPECT_EQ((*engine)->Stats().pages.used, (*engine)->Stats().cached_pages) << "no page leaked";
 }
 
 TEST(Engine, CancellingHalfLeavesNoLeaksAndTheRestComplete) {
