@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <sstream>
 
@@ -43,8 +44,9 @@ StatusOr<std::string> Capture(const std::vector<std::string>& argv, std::chrono:
     return Status(StatusCode::kInternal, "fork failed");
   }
   if (pid == 0) {
+    setpgid(0, 0);  // its own group: a deadline kills whatever it started too
     dup2(fds[1], 1);
-    const int null = open("/dev/null", O_WRONLY);
+    const int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
     if (null >= 0) dup2(null, 2);
     execv(args[0], args.data());
     _exit(127);
@@ -63,13 +65,24 @@ StatusOr<std::string> Capture(const std::vector<std::string>& argv, std::chrono:
     pollfd p{fds[0], POLLIN, 0};
     if (poll(&p, 1, int(std::min<int64_t>(left.count(), 1000))) <= 0) continue;
     const ssize_t n = read(fds[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     if (out.size() < kMaxOutput) out.append(buf, size_t(n));
   }
   close(fds[0]);
-  if (timed_out) kill(pid, SIGKILL);
+  // Its output ended: it has until the same deadline to exit.
   int status = 0;
-  waitpid(pid, &status, 0);
+  for (;;) {
+    if (!timed_out && std::chrono::steady_clock::now() >= end) timed_out = true;
+    if (timed_out) {  // the group, and the child itself should it have left it
+      kill(-pid, SIGKILL);
+      kill(pid, SIGKILL);
+    }
+    const pid_t done = waitpid(pid, &status, timed_out ? 0 : WNOHANG);
+    if (done == pid) break;
+    if (done < 0 && errno != EINTR) return Status(StatusCode::kInternal, "waitpid failed");
+    if (done == 0) usleep(10000);
+  }
   if (timed_out) return Status(StatusCode::kDeadlineExceeded, argv[0] + " ran past its deadline");
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     return Status(StatusCode::kInternal, argv[0] + " failed (exit status " +

@@ -83,7 +83,7 @@ std::pair<double, double> MeasureInt8Peak(ThreadPool& threads) {
     double best = 0;
     for (int pass = 0; pass < 3; ++pass) {
       const auto t0 = std::chrono::steady_clock::now();
-      threads.ParallelFor(tasks, [&](int) { sink.fetch_add(uint32_t(loop(iters))); });
+      threads.ParallelFor(tasks, [&](int) { sink.fetch_add(uint32_t(int64_t(loop(iters)))); });
       best = std::max(best, double(iters) * ops_per_iter * tasks / Seconds(t0) / 1e9);
     }
     return best;

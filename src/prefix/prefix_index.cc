@@ -146,7 +146,11 @@ int64_t PrefixIndex::Insert(std::span<const int32_t> tokens, std::span<const int
   if (with_partial && int64_t(chain.size()) == n_pages && rest > 0 && rest < kPageTokens &&
       int64_t(pages.size()) > n_pages) {
     const int32_t page = pages[size_t(n_pages)];
-    DropPartial(parent);  // the newest partial page after this chain wins
+    auto old = partials_.find(parent);
+    const bool covered = old != partials_.end() && old->second.n >= rest &&
+                         std::equal(tokens.begin() + n_pages * kPageTokens, tokens.end(), old->second.tokens.begin());
+    if (covered) return inserted;  // the one there holds these tokens and more (a copy of its rows retiring)
+    DropPartial(parent);  // otherwise the newest partial page after this chain wins
     pool_.AddRef({&page, 1});  // CHECK-fails on an unreferenced page
     Partial& p = partials_[parent];
     p.page = page;

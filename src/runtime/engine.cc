@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "model/numerics.h"
 #include "model/tokenizer.h"
 #include "runtime/stop_strings.h"
 
@@ -63,11 +64,13 @@ StatusOr<std::unique_ptr<Engine>> Engine::Start(std::unique_ptr<Engine> engine) 
   const EngineOptions& options = engine->options_;
   const Model& model = engine->model_;
   const bool tiers = options.tiers.host_pages > 0 || options.tiers.host_bytes > 0;
-  // The tiers keep rows across restarts: only for the same weights and the same attention.
-  // Both are keyed fingerprints (common/keyed_fingerprint.h); AttentionFingerprint is one
-  // "attention=..." part.
-  const std::string weights =
-      tiers ? WeightsIdentity(model) + ";" + AttentionFingerprint(engine->spec_.attention) : "";
+  // The tiers keep rows across restarts: only for the same weights, the same attention
+  // and the same numerics (a build whose kernels round otherwise computed other rows).
+  // All are keyed fingerprints (common/keyed_fingerprint.h); AttentionFingerprint is one
+  // "attention=..." part, HandshakeNumerics the version and kernel variant.
+  const std::string weights = tiers ? WeightsIdentity(model) + ";" + AttentionFingerprint(engine->spec_.attention) +
+                                          HandshakeNumerics()
+                                    : "";
   if (tiers) {
     if (!engine->index_) return InvalidArgument("cache tiers need the prefix cache (drop --no-prefix-cache)");
     TANDEM_ASSIGN_OR_RETURN(engine->tiers_, TieredCache::Create(*engine->pool_, engine->spec_.registry, options.tiers,

@@ -139,6 +139,9 @@ int64_t Scheduler::CopyPartial(Sequence& seq, PrefixIndex::Match& hit) {
   const int64_t n = hit.partial_tokens;
   if (hit.partial_page < 0) return 0;
   int64_t reused = 0;
+  // A full pool is the steady state of a busy server: one cached page makes
+  // room (the caller's references keep this chain and the partial page).
+  if (pool_.free_pages() == 0 && index_) index_->Evict(1);
   if (pool_.free_pages() > 0) {
     auto page = pool_.Allocate(1);
     if (page.ok() && CopyPageRows(pool_, hit.partial_page, (*page)[0], n).ok()) {
@@ -287,7 +290,7 @@ std::vector<Sequence*> Scheduler::Schedule(std::vector<SequenceChunk>* batch) {
         continue;
       }
       budget -= n;
-      if (pass == 0) decode_tokens += n;
+      if (n == 1 && s.computed >= s.prompt_len) ++decode_tokens;  // a decoding sequence (not a prompt's last token)
       members.push_back(&s);
     }
   }
@@ -306,7 +309,7 @@ std::vector<Sequence*> Scheduler::Schedule(std::vector<SequenceChunk>* batch) {
                                          int64_t(s->pages.size()) * kPageTokens - s->computed});
     batch->push_back({std::span<const int32_t>(s->tokens).subspan(size_t(s->computed), size_t(n)),
                      s->computed, s->pages, all_logits, s->gates.get()});
-    (pending == 1 ? last_decode_tokens_ : last_prompt_tokens_) += n;
+    (n == 1 && s->computed >= s->prompt_len ? last_decode_tokens_ : last_prompt_tokens_) += n;
   }
   return members;
 }
