@@ -29,6 +29,9 @@ struct WeightMatrix {
   int64_t rows = 0;
   int64_t cols = 0;
   size_t row_bytes = 0;
+  // Block-quantized types: the rows repacked for the SIMD integer kernels
+  // (quant_pack.h), or null (those kernels then pack the rows they need per call).
+  const uint8_t* packed = nullptr;
 };
 
 constexpr int kLanes = 16;

@@ -8,6 +8,7 @@
 #include "common/fp8.h"
 #include "kernels/exp_inline.h"
 #include "kernels/quant_dot_ymm.h"
+#include "kernels/quant_gemm.h"
 #include "kernels/weight_row.h"
 
 namespace tandem::kernels {
@@ -114,9 +115,6 @@ void MatMulRows(const WeightMatrix& w, const float* x, int64_t x_stride, int n_t
     case WeightType::kF32: return MatMulTyped<WeightType::kF32>(w, x, x_stride, n_tokens, y, y_stride, r0, r1);
     case WeightType::kF16: return MatMulTyped<WeightType::kF16>(w, x, x_stride, n_tokens, y, y_stride, r0, r1);
     case WeightType::kBF16: return MatMulTyped<WeightType::kBF16>(w, x, x_stride, n_tokens, y, y_stride, r0, r1);
-    case WeightType::kQ8_0: return MatMulTyped<WeightType::kQ8_0>(w, x, x_stride, n_tokens, y, y_stride, r0, r1);
-    case WeightType::kQ4_0: return MatMulTyped<WeightType::kQ4_0>(w, x, x_stride, n_tokens, y, y_stride, r0, r1);
-    case WeightType::kQ5_0: return MatMulTyped<WeightType::kQ5_0>(w, x, x_stride, n_tokens, y, y_stride, r0, r1);
     default: return MatMulRowsViaActs(Avx2Table(), w, x, x_stride, n_tokens, y, y_stride, r0, r1);
   }
 }
@@ -199,7 +197,7 @@ void AxpyEntry(float a, const float* x, float* y, int64_t n) { Axpy(a, x, y, n);
 }  // namespace
 
 const KernelTable& Avx2Table() {
-  static const KernelTable table{&MatMulRows, &ymm::QuantizeActs, &ymm::MatMulRowsQAny, &DotEntry, &AxpyEntry, &SiluMul, &IndexerScores, &SelectTopKRadix, &Attention};
+  static const KernelTable table{&MatMulRows, &ymm::QuantizeActs, &qgemm::MatMulRowsQ<qgemm::Ymm, 4>, &DotEntry, &AxpyEntry, &SiluMul, &IndexerScores, &SelectTopKRadix, &Attention};
   return table;
 }
 

@@ -11,6 +11,8 @@
 #include "common/fp8.h"
 #include "kernels/exp_inline.h"
 #include "kernels/quant_dot_ymm.h"
+#include "kernels/quant_gemm.h"
+#include "kernels/quant_gemm_vnni.h"
 #include "kernels/weight_row.h"
 #include "kernels/avx512_inline.h"
 
@@ -162,15 +164,22 @@ void MatMulTyped(const WeightMatrix& w, const float* x, int64_t x_stride, int n_
   for (; r < r1; ++r) RowBlock<kType, 1, 4>(w, x, x_stride, n_tokens, y, y_stride, r);
 }
 
+// The integer kernels: vpdpbusd where the CPU has AVX-512 VNNI, else the
+// AVX2 kernels' vpmaddubsw + vpmaddwd (the same integers, so the same bits).
+void MatMulRowsQ(const WeightMatrix& w, const QuantizedActs& x, int n_tokens, float* y, int64_t y_stride,
+                 int64_t r0, int64_t r1) {
+  static const bool vnni = __builtin_cpu_supports("avx512vnni");
+  if (vnni) return MatMulRowsQVnni(w, x, n_tokens, y, y_stride, r0, r1);
+  qgemm::MatMulRowsQ<qgemm::Ymm, 4>(w, x, n_tokens, y, y_stride, r0, r1);
+}
+
 void MatMulRows(const WeightMatrix& w, const float* x, int64_t x_stride, int n_tokens, float* y,
                 int64_t y_stride, int64_t r0, int64_t r1) {
+  if (UsesIntegerDot(w.type)) return MatMulRowsViaActs(Avx512Table(), w, x, x_stride, n_tokens, y, y_stride, r0, r1);
   switch (w.type) {
     case WeightType::kF32: return MatMulTyped<WeightType::kF32>(w, x, x_stride, n_tokens, y, y_stride, r0, r1);
     case WeightType::kF16: return MatMulTyped<WeightType::kF16>(w, x, x_stride, n_tokens, y, y_stride, r0, r1);
     case WeightType::kBF16: return MatMulTyped<WeightType::kBF16>(w, x, x_stride, n_tokens, y, y_stride, r0, r1);
-    case WeightType::kQ8_0: return MatMulTyped<WeightType::kQ8_0>(w, x, x_stride, n_tokens, y, y_stride, r0, r1);
-    case WeightType::kQ4_0: return MatMulTyped<WeightType::kQ4_0>(w, x, x_stride, n_tokens, y, y_stride, r0, r1);
-    case WeightType::kQ5_0: return MatMulTyped<WeightType::kQ5_0>(w, x, x_stride, n_tokens, y, y_stride, r0, r1);
     default: return MatMulRowsViaActs(Avx512Table(), w, x, x_stride, n_tokens, y, y_stride, r0, r1);
   }
 }
@@ -247,7 +256,7 @@ void AxpyEntry(float a, const float* x, float* y, int64_t n) { Axpy(a, x, y, n);
 }  // namespace
 
 const KernelTable& Avx512Table() {
-  static const KernelTable table{&MatMulRows, &ymm::QuantizeActs, &ymm::MatMulRowsQAny, &DotEntry, &AxpyEntry, &SiluMul, &IndexerScores, &avx512::SelectTopK, &Attention};
+  static const KernelTable table{&MatMulRows, &ymm::QuantizeActs, &MatMulRowsQ, &DotEntry, &AxpyEntry, &SiluMul, &IndexerScores, &avx512::SelectTopK, &Attention};
   return table;
 }
 

@@ -9,26 +9,23 @@
 //      v_k  = x_k * id (fp32), NaN -> 0, clamped to [-127, 127]
 //      a_k  = v_k rounded to nearest, ties to even (int8)
 //    with the integer sum of every 16 a_k beside them.
-// 2. Each weight block b against its activations gives exact integers in 8
-//    lanes (an integer sum does not depend on its order, so every ISA gets
-//    them; lane i holds the block's elements whose index within their 32 is
-//    in [4i, 4i + 4): the layout of vpmaddubsw + vpmaddwd over 32 bytes):
-//      Q8_0  L1_i = sum w_k a_k
-//      Q4_0  L1_i = sum (q_k - 8) a_k          (q_k the 4-bit value)
-//      Q5_0  L1_i = sum (q_k - 16) a_k         (q_k the 5-bit value)
-//      Q4_K  L1_i = sum_j sc_j sum_{k in j, lane i} q_k a_k   (j: the 8 sub-blocks of 32)
-//            L2_i = m_i * (sum of sub-block i's a_k)
+// 2. Each weight block b against its activations gives exact integers (an
+//    integer sum does not depend on its order, so every ISA gets them):
+//      Q8_0  T = sum w_k a_k
+//      Q4_0  T = sum (q_k - 8) a_k             (q_k the 4-bit value)
+//      Q5_0  T = sum (q_k - 16) a_k            (q_k the 5-bit value)
+//      Q4_K  T = sum_j sc_j sum_{k in j} q_k a_k    (j: the 8 sub-blocks of 32)
+//            M = sum_j m_j A_j                       (A_j: sub-block j's sum of a_k)
 //      Q5_K  as Q4_K with 5-bit q_k
-//      Q6_K  L1_i = sum_u sc_{2u + (i >= 4)} sum_{k in 32u.., lane i} q_k a_k
-//                   - 32 (sc_{2i} S_{2i} + sc_{2i+1} S_{2i+1})
-//                                        (u: the 8 runs of 32, S_g the sum of group g's 16 a_k)
-// 3. An output element keeps 8 fp32 lanes, +0 at first; over the row's
-//    blocks in order, each lane i takes (FMAs):
-//      acc_i = fma(s1_b, float(L1_i), acc_i)
-//      acc_i = fma(s2_b, float(L2_i), acc_i)    (Q4_K and Q5_K only)
-//    with s1 = fp16 d of the block * activation d, s2 = -(fp16 dmin * activation d);
-//    then the lanes are summed: i += i + 4, i += i + 2, i += i + 1; lane 0.
-//    (No horizontal sum per block: a block costs two conversions and FMAs.)
+//      Q6_K  T = sum_g sc_g sum_{k in g} (q_k - 32) a_k   (g: the 16 groups of 16)
+// 3. An output element is one fp32 accumulator, +0 at first; over the row's
+//    blocks in order (FMAs):
+//      acc = fma(float(T), d * da, acc)
+//      acc = fma(float(M), -(dmin * da), acc)    (Q4_K and Q5_K only)
+//    with d, dmin the block's fp16 scales and da the activation block's scale.
+//    (Numerics version 3: no lanes, so a kernel may hold sixteen rows of one
+//    token in a vector, row-interleaved weights (quant_pack.h), and never sum
+//    across a vector.)
 // Only the row and the token's activations decide the result: not the ISA,
 // how rows are split between threads, or how many tokens share a call.
 #pragma once
@@ -48,12 +45,10 @@
 namespace tandem::kernels {
 
 // Which weight types the forward pass multiplies by integer dot products:
-// the K-quants. Q8_0, Q4_0 and Q5_0 have integer kernels here too (tested,
-// block 32), but their products stay on the fp32 path (kernel_table.h's
-// order, weights converted exactly) until those kernels are faster there:
-// one reduction per 32 weights costs them more than the conversion does.
+// every block-quantized one.
 constexpr bool UsesIntegerDot(WeightType type) {
-  return type == WeightType::kQ4_K || type == WeightType::kQ5_K || type == WeightType::kQ6_K;
+  return type == WeightType::kQ8_0 || type == WeightType::kQ4_0 || type == WeightType::kQ5_0 ||
+         type == WeightType::kQ4_K || type == WeightType::kQ5_K || type == WeightType::kQ6_K;
 }
 
 // The activation block of a type's integer dot products: 32 or 256 (0 for
@@ -122,20 +117,18 @@ inline void ScalesMinsK4(const uint8_t* s, uint8_t* out) {
   std::memcpy(out + 12, &m_hi, 4);
 }
 
-constexpr int kIntLanes = 8;
-
-// A block's integer lanes (step 2): l2 only for Q4_K and Q5_K.
-struct BlockLanes {
-  int32_t l1[kIntLanes] = {}, l2[kIntLanes] = {};
+// A block's exact integers (step 2): m only for Q4_K and Q5_K.
+struct BlockInts {
+  int32_t t = 0, m = 0;
 };
 
 // Step 2, the reference: block `b` of a row against its activations `a`
 // (its elements) and their per-16 sums.
-inline BlockLanes BlockDotLanes(WeightType type, const uint8_t* b, const int8_t* a, const int16_t* sums) {
-  BlockLanes r;
+inline BlockInts BlockDot(WeightType type, const uint8_t* b, const int8_t* a, const int16_t* sums) {
+  BlockInts r;
   switch (type) {
     case WeightType::kQ8_0:
-      for (int k = 0; k < 32; ++k) r.l1[k / 4] += int32_t(int8_t(b[2 + k])) * a[k];
+      for (int k = 0; k < 32; ++k) r.t += int32_t(int8_t(b[2 + k])) * a[k];
       break;
     case WeightType::kQ4_0:
     case WeightType::kQ5_0: {
@@ -145,7 +138,7 @@ inline BlockLanes BlockDotLanes(WeightType type, const uint8_t* b, const int8_t*
       for (int k = 0; k < 32; ++k) {
         int q = k < 16 ? qs[k] & 0xf : qs[k - 16] >> 4;
         if (five) q |= int((qh >> k) & 1) << 4;
-        r.l1[k / 4] += (q - (five ? 16 : 8)) * a[k];
+        r.t += (q - (five ? 16 : 8)) * a[k];
       }
       break;
     }
@@ -156,37 +149,35 @@ inline BlockLanes BlockDotLanes(WeightType type, const uint8_t* b, const int8_t*
       ScalesMinsK4(b + 4, sm);
       const uint8_t* qs = b + 16 + (five ? 32 : 0);
       for (int j = 0; j < 8; ++j) {
+        int32_t s = 0;
         for (int l = 0; l < 32; ++l) {
           const uint8_t byte = qs[32 * (j / 2) + l];
           int q = j % 2 == 0 ? byte & 0xf : byte >> 4;
           if (five) q += ((b[16 + l] >> j) & 1) * 16;
-          r.l1[l / 4] += int32_t(sm[j]) * q * a[32 * j + l];
+          s += q * a[32 * j + l];
         }
-        r.l2[j] = int32_t(sm[8 + j]) * (sums[2 * j] + sums[2 * j + 1]);
+        r.t += int32_t(sm[j]) * s;
+        r.m += int32_t(sm[8 + j]) * (sums[2 * j] + sums[2 * j + 1]);
       }
       break;
     }
     case WeightType::kQ6_K:
-      for (int i = 0; i < kIntLanes; ++i) {
-        r.l1[i] = -32 * (int32_t(int8_t(b[192 + 2 * i])) * sums[2 * i] + int32_t(int8_t(b[193 + 2 * i])) * sums[2 * i + 1]);
-      }
-      for (int k = 0; k < 256; ++k) {
-        const int half = k / 128, quarter = (k % 128) / 32, l = k % 32;
-        const uint8_t ql = b[half * 64 + l + (quarter & 1) * 32];
-        const uint8_t qh = b[128 + half * 32 + l];
-        const int q = (quarter < 2 ? ql & 0xf : ql >> 4) | ((qh >> (2 * quarter)) & 3) << 4;
-        r.l1[l / 4] += int32_t(int8_t(b[192 + k / 16])) * q * a[k];
+      for (int g = 0; g < 16; ++g) {
+        int32_t s = 0;
+        for (int k = 16 * g; k < 16 * g + 16; ++k) {
+          const int half = k / 128, quarter = (k % 128) / 32, l = k % 32;
+          const uint8_t ql = b[half * 64 + l + (quarter & 1) * 32];
+          const uint8_t qh = b[128 + half * 32 + l];
+          const int q = (quarter < 2 ? ql & 0xf : ql >> 4) | ((qh >> (2 * quarter)) & 3) << 4;
+          s += (q - 32) * a[k];
+        }
+        r.t += int32_t(int8_t(b[192 + g])) * s;
       }
       break;
     default: break;
   }
   return r;
 }
-
-// Step 3's scales of block `b` given its activation scale.
-struct BlockScales {
-  float s1 = 0, s2 = 0;
-};
 
 // The block's fp16 scale d and (Q4_K, Q5_K) min scale dmin, as fp32 (exact).
 struct BlockHalves {
@@ -202,41 +193,26 @@ inline BlockHalves BlockHalvesOf(WeightType type, const uint8_t* b) {
   }
 }
 
-inline BlockScales ScalesFor(BlockHalves h, float da) { return {h.d * da, -(h.dmin * da)}; }
-
-inline BlockScales BlockScalesOf(WeightType type, const uint8_t* b, float da) {
-  return ScalesFor(BlockHalvesOf(type, b), da);
-}
-
 constexpr bool HasMins(WeightType type) { return type == WeightType::kQ4_K || type == WeightType::kQ5_K; }
 
-// Step 3 for one block: folds its integer lanes into the output's lanes.
-inline void FoldBlock(WeightType type, BlockScales s, const BlockLanes& lanes, float* acc) {
-  for (int i = 0; i < kIntLanes; ++i) {
-    acc[i] = std::fma(s.s1, float(lanes.l1[i]), acc[i]);
-    if (HasMins(type)) acc[i] = std::fma(s.s2, float(lanes.l2[i]), acc[i]);
-  }
-}
-
-// Step 3's end: the lanes summed in the canonical order.
-inline float ReduceIntLanes(float* acc) {
-  for (int step = kIntLanes / 2; step >= 1; step /= 2) {
-    for (int i = 0; i < step; ++i) acc[i] = acc[i] + acc[i + step];
-  }
-  return acc[0];
+// Step 3 for one block.
+inline float FoldBlock(WeightType type, BlockHalves h, float da, BlockInts v, float acc) {
+  acc = std::fma(float(v.t), h.d * da, acc);
+  if (HasMins(type)) acc = std::fma(float(v.m), -(h.dmin * da), acc);
+  return acc;
 }
 
 // One output element by the reference steps 2 and 3.
 inline float QuantRowDot(WeightType type, const uint8_t* row, int64_t cols, const int8_t* a, const float* da,
                          const int16_t* sums) {
   const int block = ActBlockFor(type), bytes = WeightBlockBytes(type);
-  float acc[kIntLanes] = {};
+  float acc = 0.0f;
   for (int64_t b = 0; b < cols / block; ++b) {
     const uint8_t* wb = row + b * bytes;
-    FoldBlock(type, BlockScalesOf(type, wb, da[b]), BlockDotLanes(type, wb, a + b * block, sums + b * (block / 16)),
-              acc);
+    acc = FoldBlock(type, BlockHalvesOf(type, wb), da[b], BlockDot(type, wb, a + b * block, sums + b * (block / 16)),
+                    acc);
   }
-  return ReduceIntLanes(acc);
+  return acc;
 }
 
 // Storage for quantized activations of up to n tokens of `cols`.

@@ -170,7 +170,7 @@ void ForwardPass::MatMuls(std::span<const MatMulJob> jobs, int n) {
     for (size_t j = 0; j < jobs.size(); ++j) {
       const MatMulJob& job = jobs[j];
       const kernels::WeightMatrix& w = *job.w;
-      const int64_t per = (w.rows + tasks * 8 - 1) / (tasks * 8) * 8;  // the kernels' row tile
+      const int64_t per = (w.rows + tasks * 16 - 1) / (tasks * 16) * 16;  // the kernels' row group (quant_pack.h)
       const int64_t r0 = std::min<int64_t>(w.rows, t * per);
       const int64_t r1 = std::min<int64_t>(w.rows, r0 + per);
       if (r0 >= r1) continue;

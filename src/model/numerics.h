@@ -31,7 +31,10 @@ namespace tandem {
 //   1: the first identity (2026-12-03): integer dot products for the K-quants.
 //   2: (2026-12-04) the K-quants' integer dot products keep 8 fp32 lanes per
 //      output (kernels/quant_dot.h), no horizontal sum per block.
-inline constexpr int kNumericsVersion = 2;
+//   3: (2026-12-04) every block-quantized type (Q8_0, Q4_0, Q5_0 too) by
+//      integer dot products, one exact integer per block and one fp32
+//      accumulator per output (kernels/quant_dot.h), row-interleaved kernels.
+inline constexpr int kNumericsVersion = 3;
 
 struct NumericsIdentity {
   int version = 0;             // kNumericsVersion of the build that computed

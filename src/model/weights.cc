@@ -1,5 +1,6 @@
 #include "model/weights.h"
 
+#include "kernels/quant_pack.h"
 #include "kernels/weight_row.h"
 
 namespace tandem {
@@ -28,7 +29,16 @@ kernels::WeightType ToWeightType(TensorType t) {
 
 class Loader {
  public:
-  explicit Loader(const GgufFile& g) : g_(g) {}
+  Loader(const GgufFile& g, std::vector<std::shared_ptr<const kernels::PackedWeights>>* packed)
+      : g_(g), packed_(packed) {}
+
+  // Repacks a block-quantized matrix for the integer kernels (kernels/quant_pack.h).
+  void Pack(kernels::WeightMatrix* m) {
+    auto p = std::make_shared<const kernels::PackedWeights>(*m);
+    if (p->data() == nullptr) return;
+    m->packed = p->data();
+    packed_->push_back(std::move(p));
+  }
 
   StatusOr<const TensorInfo*> Find(const std::string& name, std::vector<uint64_t> dims,
                                    bool required = true) {
@@ -44,7 +54,7 @@ class Loader {
     return t;
   }
 
-  StatusOr<kernels::WeightMatrix> Matrix(const std::string& name, int64_t cols, int64_t rows) {
+  StatusOr<kernels::WeightMatrix> Matrix(const std::string& name, int64_t cols, int64_t rows, bool pack = true) {
     TANDEM_ASSIGN_OR_RETURN(const TensorInfo* t, Find(name, {uint64_t(cols), uint64_t(rows)}));
     kernels::WeightMatrix m;
     m.type = ToWeightType(t->type);
@@ -53,6 +63,7 @@ class Loader {
     m.cols = cols;
     m.row_bytes = size_t(t->n_bytes / uint64_t(rows));
     bytes_ += int64_t(t->n_bytes);
+    if (pack) Pack(&m);
     return m;
   }
 
@@ -64,6 +75,7 @@ class Loader {
     const size_t row_bytes = size_t(t->n_bytes / uint64_t(rows * n));
     for (int64_t i = 0; i < n; ++i) {
       out[size_t(i)] = {ToWeightType(t->type), t->data + size_t(i * rows) * row_bytes, rows, cols, row_bytes};
+      Pack(&out[size_t(i)]);
     }
     bytes_ += int64_t(t->n_bytes);
     return out;
@@ -83,6 +95,7 @@ class Loader {
 
  private:
   const GgufFile& g_;
+  std::vector<std::shared_ptr<const kernels::PackedWeights>>* packed_;
   int64_t bytes_ = 0;
 };
 
@@ -130,15 +143,17 @@ Status LoadDsaLayer(Loader& ld, const ModelConfig& c, int64_t l, DsaLayerWeights
 }  // namespace
 
 StatusOr<ModelWeights> LoadWeights(const GgufFile& gguf, const ModelConfig& c) {
-  Loader ld(gguf);
   ModelWeights w;
-  TANDEM_ASSIGN_OR_RETURN(w.token_embd, ld.Matrix("token_embd.weight", c.dim, c.vocab_size));
+  Loader ld(gguf, &w.packed);
+  // The embedding table is read a row at a time (packed only when it is also the output).
+  TANDEM_ASSIGN_OR_RETURN(w.token_embd, ld.Matrix("token_embd.weight", c.dim, c.vocab_size, false));
   const int64_t embd_bytes = ld.bytes();  // a lookup reads one row, not the table
   TANDEM_ASSIGN_OR_RETURN(w.output_norm, ld.Vector("output_norm.weight", c.dim));
   if (gguf.FindTensor("output.weight")) {
     TANDEM_ASSIGN_OR_RETURN(w.output, ld.Matrix("output.weight", c.dim, c.vocab_size));
   } else {
     w.output = w.token_embd;
+    ld.Pack(&w.output);
     w.tied_output = true;
   }
   if (c.is_dsa()) {

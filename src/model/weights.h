@@ -3,10 +3,12 @@
 // BF16, Q8_0) and are read in place; norms and biases are converted to fp32.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "common/status.h"
 #include "kernels/kernel_table.h"
+#include "kernels/quant_pack.h"
 #include "model/config.h"
 #include "model/gguf.h"
 
@@ -46,6 +48,9 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;        // llama family
   std::vector<DsaLayerWeights> dsa_layers;  // deepseek32
   bool tied_output = false;
+  // The repacked block-quantized matrices (kernels/quant_pack.h) the
+  // WeightMatrix::packed pointers above point into.
+  std::vector<std::shared_ptr<const kernels::PackedWeights>> packed;
   int64_t matrix_bytes = 0;  // bytes of the matrices read per decoded token (routed experts: the used share)
 };
 

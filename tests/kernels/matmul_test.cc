@@ -50,7 +50,7 @@ TEST(MatMul, AllIsasBitwiseEqualAndAccurate) {
       uint64_t block = 1, block_bytes = 1;
       ASSERT_TRUE(TensorTypeBlock(uint32_t(c.file_type), &block, &block_bytes));
       if (uint64_t(cols) % block != 0) continue;
-      for (int rows : {1, 3, 4, 9, 13}) {
+      for (int rows : {1, 3, 4, 9, 13, 35}) {  // 35: three groups of the packed kernels
         for (int n_tok : {1, 2, 3, 4, 5, 8, 13, 70}) {  // 70: past the 64-token block
           const auto wf = Values(size_t(rows * cols), uint32_t(cols * 31 + rows));
           const auto bytes = EncodeTensor(wf, c.file_type);

@@ -3,6 +3,7 @@
 // the prequantized path is the matmul path; results do not depend on how
 // rows and tokens are split.
 #include "kernels/quant_dot.h"
+#include "kernels/quant_pack.h"
 
 #include <gtest/gtest.h>
 
@@ -94,11 +95,13 @@ constexpr Case kQuantCases[] = {{TensorType::kQ8_0, WeightType::kQ8_0}, {TensorT
 
 // For the types the forward pass multiplies in integers, matmul_rows over
 // float activations is matmul_rows_q over their quantization; matmul_rows_q
-// gives the same bits on every ISA for every type it has; and an output is
-// the same bits whatever rows and tokens share its call.
+// gives the same bits on every ISA for every type it has, from weights packed
+// once (quant_pack.h, as a model loads them) or packed per call; and an
+// output is the same bits whatever rows and tokens share its call (rows: three
+// groups of 16, split inside groups and across them).
 TEST(QuantDot, PrequantizedPathAndEverySplitGiveTheSameBits) {
   testing::IsaRestorer restore;
-  const int64_t cols = 768, rows = 11;
+  const int64_t cols = 768, rows = 37;
   const int n = 70;  // past the kernels' 64-token blocks
   for (const Case& c : kQuantCases) {
     const auto bytes = EncodeTensor(Activations(size_t(rows * cols), 9), c.file);
@@ -115,9 +118,19 @@ TEST(QuantDot, PrequantizedPathAndEverySplitGiveTheSameBits) {
       const QuantizedActs acts{q.q.data(), q.d.data(), q.sums.data(), cols, block};
       std::vector<float> pre(all.size(), -1.0f);
       kt.matmul_rows_q(w, acts, n, pre.data(), rows, 0, 4);
-      kt.matmul_rows_q(w, acts, n, pre.data(), rows, 4, rows);
+      kt.matmul_rows_q(w, acts, n, pre.data(), rows, 4, 21);
+      kt.matmul_rows_q(w, acts, n, pre.data(), rows, 21, rows);
       if (ref.empty()) ref = pre;
       ASSERT_EQ(0, std::memcmp(ref.data(), pre.data(), pre.size() * 4)) << IsaName(isa) << " " << int(c.kernel);
+      const PackedWeights packing(w);
+      WeightMatrix wp = w;
+      wp.packed = packing.data();
+      ASSERT_NE(nullptr, wp.packed);
+      std::vector<float> packed(all.size(), -1.0f);
+      kt.matmul_rows_q(wp, acts, n, packed.data(), rows, 0, 16);
+      kt.matmul_rows_q(wp, acts, n, packed.data(), rows, 16, 19);
+      kt.matmul_rows_q(wp, acts, n, packed.data(), rows, 19, rows);
+      ASSERT_EQ(0, std::memcmp(ref.data(), packed.data(), pre.size() * 4)) << IsaName(isa) << " " << int(c.kernel);
       if (!UsesIntegerDot(c.kernel)) continue;  // its matmul_rows is the fp32 path (matmul_test.cc)
       ASSERT_EQ(0, std::memcmp(ref.data(), all.data(), all.size() * 4)) << IsaName(isa) << " " << int(c.kernel);
       for (int t : {0, 5, 63, 64, 69}) {  // one token alone, and three from t
