@@ -73,6 +73,9 @@ int ActBlock(const GgufFile& g, const std::string& name) {
     case TensorType::kQ4_K: return kernels::ActBlockFor(kernels::WeightType::kQ4_K);
     case TensorType::kQ5_K: return kernels::ActBlockFor(kernels::WeightType::kQ5_K);
     case TensorType::kQ6_K: return kernels::ActBlockFor(kernels::WeightType::kQ6_K);
+    case TensorType::kQ8_0: return kernels::ActBlockFor(kernels::WeightType::kQ8_0);
+    case TensorType::kQ4_0: return kernels::ActBlockFor(kernels::WeightType::kQ4_0);
+    case TensorType::kQ5_0: return kernels::ActBlockFor(kernels::WeightType::kQ5_0);
     default: return 0;
   }
 }
