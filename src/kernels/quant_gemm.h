@@ -154,6 +154,9 @@ inline typename P::I RunDot(const typename P::I* q, const int8_t* a, typename P:
 // Rows [half * kRows, half * kRows + kRows) of the 16-row group at `group`
 // (its records of blocks 0 .. nb), tokens [t, t + N): every block's step 2
 // and 3, then lanes [lo, hi) stored at y + token * y_stride + (lanes).
+// How far ahead of the record in use a decode step's loads are requested.
+constexpr int kAhead = 4096;
+
 template <class P, WeightType kType, int N>
 inline void Tile(const uint8_t* group, int64_t nb, const QuantizedActs& x, int t, int half, float* y,
                  int64_t y_stride, int lo, int hi) {
@@ -167,6 +170,9 @@ inline void Tile(const uint8_t* group, int64_t nb, const QuantizedActs& x, int t
   for (int j = 0; j < N; ++j) acc[j] = P::Zerof();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* rec = group + b * kRec;
+    if constexpr (N <= 2) {  // decode streams each weight once: ask for the bytes kAhead on
+      for (int o = 0; o < kRec; o += 64) _mm_prefetch(reinterpret_cast<const char*>(rec + kAhead + o), _MM_HINT_T0);
+    }
     const int8_t* a[N];
     const int16_t* s[N];
     F da[N];
