@@ -153,14 +153,14 @@ void PackRows(const WeightMatrix& w, int64_t r0, int64_t r1, uint8_t* out) {
 
 void PackedWeights::Free::operator()(uint8_t* p) const { std::free(p); }
 
-PackedWeights::PackedWeights(const WeightMatrix& w) {
+PackedWeights::PackedWeights(const WeightMatrix& w, bool fill) {
   if (PackedRecordBytes(w.type) == 0 || w.cols % ActBlockFor(w.type) != 0) return;
   size_ = PackedBytes(w.type, w.rows, w.cols, ActBlockFor(w.type));
   const size_t alloc = (size_ + 63) / 64 * 64;
   auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, alloc == 0 ? 64 : alloc));
   if (p == nullptr) throw std::bad_alloc();
   bytes_.reset(p);
-  PackRows(w, 0, w.rows, p);
+  if (fill) PackRows(w, 0, w.rows, p);
 }
 
 }  // namespace tandem::kernels

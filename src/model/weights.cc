@@ -1,5 +1,9 @@
 #include "model/weights.h"
 
+#include <algorithm>
+#include <atomic>
+#include <thread>
+
 #include "kernels/quant_pack.h"
 #include "kernels/weight_row.h"
 
@@ -32,12 +36,28 @@ class Loader {
   Loader(const GgufFile& g, std::vector<std::shared_ptr<const kernels::PackedWeights>>* packed)
       : g_(g), packed_(packed) {}
 
-  // Repacks a block-quantized matrix for the integer kernels (kernels/quant_pack.h).
+  // Repacks a block-quantized matrix for the integer kernels
+  // (kernels/quant_pack.h): its bytes now, written by PackAll.
   void Pack(kernels::WeightMatrix* m) {
-    auto p = std::make_shared<const kernels::PackedWeights>(*m);
+    auto p = std::make_shared<const kernels::PackedWeights>(*m, false);
     if (p->data() == nullptr) return;
     m->packed = p->data();
+    jobs_.push_back({*m, const_cast<uint8_t*>(p->data())});
     packed_->push_back(std::move(p));
+  }
+
+  // Writes every packing Pack allocated, the matrices shared among threads.
+  void PackAll() {
+    const int threads = int(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 16));
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+      for (size_t i = next++; i < jobs_.size(); i = next++) kernels::PackRows(jobs_[i].w, 0, jobs_[i].w.rows, jobs_[i].out);
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads && size_t(t) < jobs_.size(); ++t) pool.emplace_back(work);
+    work();
+    for (auto& t : pool) t.join();
+    jobs_.clear();
   }
 
   StatusOr<const TensorInfo*> Find(const std::string& name, std::vector<uint64_t> dims,
@@ -96,6 +116,11 @@ class Loader {
  private:
   const GgufFile& g_;
   std::vector<std::shared_ptr<const kernels::PackedWeights>>* packed_;
+  struct PackJob {
+    kernels::WeightMatrix w;
+    uint8_t* out;
+  };
+  std::vector<PackJob> jobs_;
   int64_t bytes_ = 0;
 };
 
@@ -165,6 +190,7 @@ StatusOr<ModelWeights> LoadWeights(const GgufFile& gguf, const ModelConfig& c) {
     // A decoded token reads n_experts_used of each MoE layer's n_experts.
     const int64_t unread = c.dsa.n_experts > 0 ? expert_bytes / c.dsa.n_experts * (c.dsa.n_experts - c.dsa.n_experts_used) : 0;
     w.matrix_bytes = ld.bytes() - embd_bytes + (w.tied_output ? embd_bytes : 0) - unread;
+    ld.PackAll();
     return w;
   }
   w.layers.resize(size_t(c.n_layers));
@@ -185,6 +211,7 @@ StatusOr<ModelWeights> LoadWeights(const GgufFile& gguf, const ModelConfig& c) {
     TANDEM_ASSIGN_OR_RETURN(L.v_bias, ld.Vector(p + "attn_v.bias", c.kv_dim(), false));
   }
   w.matrix_bytes = ld.bytes() - embd_bytes + (w.tied_output ? embd_bytes : 0);
+  ld.PackAll();
   return w;
 }
 
