@@ -9,9 +9,9 @@
 // AVX-512 produce the same bits, and the result for one output element does
 // not depend on how many rows or tokens share the call.
 //
-// Quantized and 16-bit weights are first converted to fp32: exactly for
-// 16-bit, Q8_0, Q4_0 and Q5_0 (fp16 scale times a small int), and by the fixed
-// fp32 formulas of quant_blocks.h for the K-quants, the same on every path.
+// 16-bit weights are first converted to fp32 (exactly). Block-quantized
+// weights (Q8_0, Q4_0, Q5_0 and the K-quants) are not: they multiply 8-bit
+// activations in integers, in quant_dot.h's order.
 #pragma once
 
 #include <cstddef>

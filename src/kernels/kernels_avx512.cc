@@ -97,49 +97,9 @@ void RowBlock(const WeightMatrix& w, const float* x, int64_t x_stride, int n_tok
 // 1024-wide ones.
 constexpr int kTokenBlock = 64;
 
-// Block-quantized weights with several tokens: each block of 6 rows is
-// decoded once per token block into an fp32 panel (the values Load16 gives),
-// which the fp32 tiles then read, so the decode is paid once per 64 tokens.
-template <WeightType kType>
-void MatMulTokensDecoded(const WeightMatrix& w, const float* x, int64_t x_stride, int n_tokens,
-                         float* y, int64_t y_stride, int64_t r0, int64_t r1) {
-  constexpr int kRows = 6;
-  thread_local AlignedFloats panel;  // grows once per thread to the widest matrix
-  if (panel.size() < size_t(kRows * w.cols)) panel.resize(size_t(kRows * w.cols));
-  for (int t = 0; t < n_tokens; t += kTokenBlock) {
-    const int nt = std::min(kTokenBlock, n_tokens - t);
-    for (int64_t r = r0; r < r1; r += kRows) {
-      const int rows = int(std::min<int64_t>(kRows, r1 - r));
-      for (int i = 0; i < rows; ++i) {
-        const uint8_t* row = w.data + (r + i) * int64_t(w.row_bytes);
-        float* out = panel.data() + i * w.cols;
-        for (int64_t k = 0; k < w.cols; k += kLanes) _mm512_storeu_ps(out + k, Load16<kType>(row, k));
-      }
-      const WeightMatrix p{WeightType::kF32, reinterpret_cast<const uint8_t*>(panel.data()), rows, w.cols,
-                           size_t(w.cols) * 4};
-      const float* xt = x + t * x_stride;
-      float* yt = y + t * y_stride + r;  // panel row i is output row r + i
-      if (rows == kRows) {
-        RowBlock<WeightType::kF32, kRows, 4>(p, xt, x_stride, nt, yt, y_stride, 0);
-      } else {
-        int i = 0;
-        if (rows >= 4) {
-          RowBlock<WeightType::kF32, 4, 4>(p, xt, x_stride, nt, yt, y_stride, 0);
-          i = 4;
-        }
-        for (; i < rows; ++i) RowBlock<WeightType::kF32, 1, 4>(p, xt, x_stride, nt, yt, y_stride, i);
-      }
-    }
-  }
-}
-
 template <WeightType kType>
 void MatMulTokens(const WeightMatrix& w, const float* x, int64_t x_stride, int n_tokens, float* y,
                   int64_t y_stride, int64_t r0, int64_t r1) {
-  if constexpr (kType != WeightType::kF32 && kType != WeightType::kF16 && kType != WeightType::kBF16 &&
-                kType != WeightType::kQ8_0) {
-    if (w.cols % kLanes == 0) return MatMulTokensDecoded<kType>(w, x, x_stride, n_tokens, y, y_stride, r0, r1);
-  }
   constexpr int kRows = 4, kTokens = 6;
   for (int t = 0; t < n_tokens; t += kTokenBlock) {
     const int nt = std::min(kTokenBlock, n_tokens - t);
