@@ -59,6 +59,12 @@ void PrefixIndex::Remove(Entry* e) {
   TANDEM_CHECK_MSG(e->children == 0, "removing a prefix entry that still has children");
   DropPartial(e);
   if (e->parent != nullptr) --e->parent->children;
+  for (auto [it, end] = kids_.equal_range(e->parent); it != end; ++it) {
+    if (it->second == e) {
+      kids_.erase(it);
+      break;
+    }
+  }
   lru_.erase(e->lru);
   const int32_t page = e->page;
   entries_.erase(e->key);
@@ -87,20 +93,39 @@ PrefixIndex::Match PrefixIndex::Lookup(std::span<const int32_t> tokens, int64_t 
   pool_.AddRef(match.pages);
   match.tokens = int64_t(match.pages.size()) * kPageTokens;
   stats_.hit_tokens += match.tokens;
+  if (!partial) return match;
   const Entry* last = chain.empty() ? nullptr : chain.back();
-  auto it = partial ? partials_.find(last) : partials_.end();
-  if (it != partials_.end()) {
-    const int64_t left = std::min<int64_t>(limit - match.tokens, it->second.n);
+  // The rows after the match: tokens [match.tokens, limit) shared with a page's first rows.
+  auto shared = [&](const int32_t* page_tokens, int64_t n) {
+    const int64_t left = std::min<int64_t>(limit - match.tokens, n);
     int64_t same = 0;
-    while (same < left && tokens[size_t(match.tokens + same)] == it->second.tokens[size_t(same)]) ++same;
-    if (same > 0) {
-      match.partial_page = it->second.page;
-      match.partial_tokens = same;
-      pool_.AddRef({&match.partial_page, 1});
-      partial_lru_.splice(partial_lru_.end(), partial_lru_, it->second.lru);
-      stats_.hit_tokens += same;
-      stats_.partial_hit_tokens += same;
+    while (same < left && tokens[size_t(match.tokens + same)] == page_tokens[same]) ++same;
+    return same;
+  };
+  int32_t best_page = -1;
+  int64_t best = 0;
+  auto it = partials_.find(last);
+  if (it != partials_.end()) {
+    best = shared(it->second.tokens.data(), it->second.n);
+    best_page = it->second.page;
+  }
+  int sources = 0;
+  for (auto [kid, end] = kids_.equal_range(last); kid != end && sources < kMaxRowSources; ++kid, ++sources) {
+    const int64_t same = shared(kid->second->tokens.data(), kPageTokens);
+    if (same > best) {
+      best = same;
+      best_page = kid->second->page;
     }
+  }
+  if (best > 0) {
+    match.partial_page = best_page;
+    match.partial_tokens = best;
+    pool_.AddRef({&match.partial_page, 1});
+    if (it != partials_.end() && it->second.page == best_page) {
+      partial_lru_.splice(partial_lru_.end(), partial_lru_, it->second.lru);
+    }
+    stats_.hit_tokens += best;
+    stats_.partial_hit_tokens += best;
   }
   return match;
 }
@@ -129,6 +154,7 @@ int64_t PrefixIndex::Insert(std::span<const int32_t> tokens, std::span<const int
       std::copy(page_tokens.begin(), page_tokens.end(), e.tokens.begin());
       e.lru = lru_.insert(lru_.end(), &e);
       if (parent != nullptr) ++parent->children;
+      kids_.emplace(parent, &e);
       ++inserted;
       if (event_hook_) {
         if (stored.keys.empty()) stored.parent_key = parent ? parent->key : kRootSeed;
@@ -214,6 +240,7 @@ void PrefixIndex::Clear() {
   for (const auto& [parent, p] : partials_) pages.push_back(p.page);
   partials_.clear();
   partial_lru_.clear();
+  kids_.clear();
   lru_.clear();
   const bool any = !entries_.empty();
   entries_.clear();
@@ -260,6 +287,10 @@ Status PrefixIndex::CheckInvariants() const {
       return Internal("prefix index entry for page " + std::to_string(e.page) +
                       ": child count is wrong");
     }
+  }
+  if (kids_.size() != entries_.size()) return Internal("prefix index: parent links size mismatch");
+  for (const auto& [parent, kid] : kids_) {
+    if (kid->parent != parent) return Internal("prefix index: an entry is listed under another parent");
   }
   if (partial_lru_.size() != partials_.size()) return Internal("prefix index: partial LRU list size mismatch");
   for (const auto& [parent, p] : partials_) {

@@ -15,7 +15,11 @@
 // lookup that asks for it gets the longest run of its tokens the request
 // shares, and copies those rows into a page of its own (CopyPageRows), so a
 // cached prefix is reused to the token, not only to the page. Partial pages
-// publish no events (KV events name whole pages) and are evicted first.
+// publish no events (KV events name whole pages) and are evicted first. The
+// same lookup also weighs the full pages after the matched chain (up to
+// kMaxRowSources of them): a request that diverges inside a cached page (a
+// chat whose next turn re-renders the last answer otherwise) copies the rows
+// it shares with the best of them.
 //
 // Ownership: the index holds one pool reference on every page it caches. A
 // page is "free to evict" when that is its only reference (RefCount == 1).
@@ -75,8 +79,9 @@ class PrefixIndex {
   // one token is left to compute). Each returned page carries one reference
   // for the caller, who Releases it later. Matched entries become most
   // recently used.
-  // With `partial`, also the partial page that continues the match, if any
-  // (the caller copies its rows and Releases it).
+  // With `partial`, also the page (partial, or a full one the request leaves
+  // inside it) whose first rows continue the match longest, if any (the
+  // caller copies its rows and Releases it).
   Match Lookup(std::span<const int32_t> tokens, int64_t max_tokens, bool partial = false);
 
   // Indexes the full pages of a sequence: page i holds tokens [64 i, 64 i + 64).
@@ -141,6 +146,8 @@ class PrefixIndex {
   Status CheckInvariants() const;
 
   static constexpr uint64_t kRootSeed = kChainRootSeed;  // common/chain_key.h
+  // The most full pages after a match one lookup compares for shared rows.
+  static constexpr int kMaxRowSources = 32;
 
  private:
   struct Entry;
@@ -183,6 +190,8 @@ class PrefixIndex {
   std::unordered_map<uint64_t, Entry> entries_;
   LruList lru_;
   std::unordered_map<const Entry*, Partial> partials_;
+  // Each entry under its parent (nullptr: the first pages), for Lookup's rows.
+  std::unordered_multimap<const Entry*, Entry*> kids_;
   std::list<const Entry*> partial_lru_;  // front = least recently used
   Stats stats_;
   EvictHook evict_hook_;
