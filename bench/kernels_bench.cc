@@ -10,6 +10,7 @@
 #include "common/thread_pool.h"
 #include "kernels/cpu.h"
 #include "kernels/ops.h"
+#include "kernels/quant_pack.h"
 #include "kernels/roofline.h"
 #include "model/presets.h"
 
@@ -37,12 +38,21 @@ void BM_MatMul(benchmark::State& state, TensorType file_type, kernels::WeightTyp
     for (int m = 0; m < kMatrices; ++m) std::memcpy(b.data() + m * one.size(), one.data(), one.size());
   }
   const size_t matrix_bytes = b.size() / kMatrices;
+  // Block-quantized matrices are packed once, as a model packs them at load.
+  static std::vector<kernels::PackedWeights> packings[4];
+  auto& packed = packings[int(type)];
+  if (packed.empty()) {
+    for (int i = 0; i < kMatrices; ++i) {
+      packed.emplace_back(kernels::WeightMatrix{type, b.data() + i * matrix_bytes, kRows, kCols, matrix_bytes / kRows});
+    }
+  }
   const auto x = Values(size_t(n_tok * kCols));
   std::vector<float> y(size_t(n_tok * kRows));
   int64_t m = 0;
   for (auto _ : state) {
-    kernels::WeightMatrix w{type, b.data() + (m++ % kMatrices) * matrix_bytes, kRows, kCols,
-                            matrix_bytes / kRows};
+    const int64_t i = m++ % kMatrices;
+    kernels::WeightMatrix w{type, b.data() + i * matrix_bytes, kRows, kCols, matrix_bytes / kRows,
+                            packed[size_t(i)].data()};
     kernels::Active().matmul_rows(w, x.data(), kCols, n_tok, y.data(), kRows, 0, kRows);
     benchmark::DoNotOptimize(y.data());
   }

@@ -84,6 +84,7 @@ void RegisterRouter(CLI::App& app) {
       ModelOptions mo;
       mo.model_path = *prompt_model;
       mo.chat_template_path = *chat_template;
+      mo.pack_weights = false;  // the tokenizer and the weights identity only
       auto loaded = mo.Load();
       auto keys = KvKeys(*cluster_key_file);
       if (!loaded.ok() || !keys.ok()) {

@@ -37,6 +37,7 @@ StatusOr<std::unique_ptr<Model>> ModelOptions::Load() const {
     TANDEM_ASSIGN_OR_RETURN(path, EnsureDefaultModel());
   }
   ModelLoadOptions options;
+  options.pack_weights = pack_weights;
   if (!chat_template_path.empty()) {
     std::ifstream in(chat_template_path, std::ios::binary);
     std::stringstream source;

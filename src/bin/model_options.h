@@ -18,6 +18,7 @@ struct ModelOptions {
   std::string isa;  // empty: best supported
   std::string chat_template_path;  // empty: the model's own template
   std::string chat_date;           // YYYY-MM-DD for strftime_now; empty: ChatFormat::kDefaultDate
+  bool pack_weights = true;        // false: the process never runs the forward pass
 
   void AddTo(CLI::App* cmd);
   // Applies --isa, then loads the model; prints what went wrong on failure.

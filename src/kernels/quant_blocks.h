@@ -1,7 +1,8 @@
 // The GGUF block-quantized weight types beyond Q8_0, as ggml defines them,
-// and the one scalar decode of each element to fp32 that every kernel uses
-// (the SIMD paths decode through these same functions, so every ISA sees the
-// same fp32 weights). Each decode is a fixed short sequence of fp32 operations:
+// and the one scalar decode of each element to fp32 (WeightAt: embedding
+// lookups, tests, the float64 references; the matmuls take these types'
+// integer codes instead, quant_dot.h). Each decode is a fixed short sequence
+// of fp32 operations:
 //   Q4_0  32 per 18-byte block: f16 d, 16 bytes of nibbles;      w = d * (q - 8)
 //   Q5_0  32 per 22-byte block: f16 d, 32 high bits, 16 bytes;   w = d * (q - 16)
 //   Q4_K  256 per 144 bytes: f16 d, f16 dmin, 12 bytes of 6-bit (scale, min) for

@@ -221,17 +221,14 @@ struct ActStorage {
   std::vector<float> d;
   std::vector<int16_t, AlignedAllocator<int16_t>> sums;
 
-  // Quantizes x with `table`'s kernel and returns the view.
-  template <class Table>
-  QuantizedActs Quantize(const Table& table, const float* x, int64_t x_stride, int n, int64_t cols, int block) {
-    const size_t elems = size_t(n) * size_t(cols);
-    if (q.size() < elems) q.resize(elems);
-    if (d.size() < elems / size_t(block)) d.resize(elems / size_t(block));
-    if (sums.size() < elems / 16) sums.resize(elems / 16);
-    table.quantize_acts(x, x_stride, n, cols, block, q.data(), d.data(), sums.data());
-    return {q.data(), d.data(), sums.data(), cols, block};
-  }
+  // Grows the storage for n tokens and returns its view (not yet written).
+  // Defined in quant_pack.cc, compiled for the baseline ISA: the ISA files
+  // that call it must not lend it their instructions (one copy of an inline
+  // function serves every file that uses it).
+  QuantizedActs Reserve(int n, int64_t cols, int block);
 };
+
+namespace {  // NOLINT: one copy per ISA's file, built with that file's flags
 
 // matmul_rows of a block-quantized W through the integer kernel: the
 // activations are quantized into this thread's storage first.
@@ -239,8 +236,12 @@ template <class Table>
 void MatMulRowsViaActs(const Table& table, const WeightMatrix& w, const float* x, int64_t x_stride, int n_tokens,
                        float* y, int64_t y_stride, int64_t r0, int64_t r1) {
   thread_local ActStorage storage;
-  const QuantizedActs acts = storage.Quantize(table, x, x_stride, n_tokens, w.cols, ActBlockFor(w.type));
+  QuantizedActs acts = storage.Reserve(n_tokens, w.cols, ActBlockFor(w.type));
+  table.quantize_acts(x, x_stride, n_tokens, w.cols, acts.block, const_cast<int8_t*>(acts.q),
+                      const_cast<float*>(acts.d), const_cast<int16_t*>(acts.sums));
   table.matmul_rows_q(w, acts, n_tokens, y, y_stride, r0, r1);
 }
+
+}  // namespace
 
 }  // namespace tandem::kernels

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/status.h"
 #include "kernels/quant_dot.h"
 #include "kernels/quant_pack.h"
 
@@ -224,7 +225,7 @@ inline void Tile(const uint8_t* group, int64_t nb, const QuantizedActs& x, int t
         const I m = P::U8x(rec + kOff.mins + 16 * r + b_off);
         mm[r] = P::Or(m, P::Sll32(m, 16));
       }
-      const F ndmin = P::Neg(P::Halfs(rec + kOff.dmin + h_off));
+      const F dmin = P::Halfs(rec + kOff.dmin + h_off);
       for (int j = 0; j < N; ++j) {
         I m0 = P::Zero(), m1 = P::Zero();
         for (int r = 0; r < 8; r += 2) {
@@ -232,7 +233,7 @@ inline void Tile(const uint8_t* group, int64_t nb, const QuantizedActs& x, int t
           m1 = P::Dp16(m1, mm[r + 1], P::Bcast(s[j] + 2 * r + 2));
         }
         acc[j] = P::Fma(P::Cvt(tv[j]), P::Mul(d, da[j]), acc[j]);
-        acc[j] = P::Fma(P::Cvt(P::Add(m0, m1)), P::Mul(ndmin, da[j]), acc[j]);
+        acc[j] = P::Fma(P::Cvt(P::Add(m0, m1)), P::Neg(P::Mul(dmin, da[j])), acc[j]);  // -(dmin * da), as FoldBlock
       }
     } else {
       static_assert(kType == WeightType::kQ6_K);
@@ -318,6 +319,7 @@ template <class P, int kN>
 void MatMulRowsQ(const WeightMatrix& w, const QuantizedActs& x, int n_tokens, float* y, int64_t y_stride,
                  int64_t r0, int64_t r1) {
   if (r0 >= r1 || n_tokens < 1) return;
+  TANDEM_CHECK_MSG(PackedRecordBytes(w.type) > 0, "matmul_rows_q takes block-quantized weights only");
   const uint8_t* packed = w.packed;
   int64_t base = 0;
   if (packed == nullptr) {

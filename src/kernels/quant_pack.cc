@@ -2,7 +2,6 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <new>
 
 #include "kernels/quant_dot.h"
 
@@ -151,6 +150,14 @@ void PackRows(const WeightMatrix& w, int64_t r0, int64_t r1, uint8_t* out) {
   }
 }
 
+QuantizedActs ActStorage::Reserve(int n, int64_t cols, int block) {
+  const size_t elems = size_t(n) * size_t(cols);
+  if (q.size() < elems) q.resize(elems);
+  if (d.size() < elems / size_t(block)) d.resize(elems / size_t(block));
+  if (sums.size() < elems / 16) sums.resize(elems / 16);
+  return {q.data(), d.data(), sums.data(), cols, block};
+}
+
 void PackedWeights::Free::operator()(uint8_t* p) const { std::free(p); }
 
 PackedWeights::PackedWeights(const WeightMatrix& w, bool fill) {
@@ -158,7 +165,7 @@ PackedWeights::PackedWeights(const WeightMatrix& w, bool fill) {
   size_ = PackedBytes(w.type, w.rows, w.cols, ActBlockFor(w.type));
   const size_t alloc = (size_ + 63) / 64 * 64;
   auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, alloc == 0 ? 64 : alloc));
-  if (p == nullptr) throw std::bad_alloc();
+  if (p == nullptr) return;  // data() null, size() not 0: the caller reports it
   bytes_.reset(p);
   if (fill) PackRows(w, 0, w.rows, p);
 }

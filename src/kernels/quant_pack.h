@@ -79,8 +79,9 @@ void PackRows(const WeightMatrix& w, int64_t r0, int64_t r1, uint8_t* out);
 class PackedWeights {
  public:
   PackedWeights() = default;
-  // Empty for types that are not packed. `fill` false: the bytes are
-  // allocated, not written (PackRows(w, 0, w.rows, data()) writes them).
+  // Empty (size() 0) for types that are not packed; data() null with size()
+  // not 0 when the allocation failed. `fill` false: the bytes are allocated,
+  // not written (PackRows(w, 0, w.rows, data()) writes them).
   explicit PackedWeights(const WeightMatrix& w, bool fill = true);
   const uint8_t* data() const { return bytes_.get(); }
   size_t size() const { return size_; }

@@ -1,5 +1,7 @@
 #include "model/gguf.h"
 
+#include <algorithm>
+
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -269,6 +271,21 @@ StatusOr<std::unique_ptr<GgufFile>> GgufFile::Parse(std::span<const uint8_t> byt
                       std::to_string(data_size) + "-byte data section");
     }
     t.data = bytes.data() + data_start + t.offset;
+  }
+  // No two tensors share bytes: each is read (and repacked, kernels/quant_pack.h)
+  // on its own, so aliases would multiply what a small file costs.
+  std::vector<const TensorInfo*> by_offset;
+  by_offset.reserve(g->tensors_.size());
+  for (const TensorInfo& t : g->tensors_) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const TensorInfo* a, const TensorInfo* b) { return a->offset < b->offset; });
+  for (size_t i = 1; i < by_offset.size(); ++i) {
+    const TensorInfo& a = *by_offset[i - 1];
+    const TensorInfo& b = *by_offset[i];
+    if (b.offset < a.offset + a.n_bytes) {
+      return DataLoss("GGUF tensors '" + a.name + "' and '" + b.name + "' overlap in the data section (at " +
+                      std::to_string(b.offset) + ")");
+    }
   }
   return g;
 }

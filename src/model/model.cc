@@ -119,7 +119,7 @@ StatusOr<std::unique_ptr<Model>> Model::FromGguf(std::unique_ptr<GgufFile> gguf,
   auto m = std::unique_ptr<Model>(new Model());
   m->gguf_ = std::move(gguf);
   TANDEM_ASSIGN_OR_RETURN(m->config_, ReadModelConfig(*m->gguf_));
-  TANDEM_ASSIGN_OR_RETURN(m->weights_, LoadWeights(*m->gguf_, m->config_));
+  TANDEM_ASSIGN_OR_RETURN(m->weights_, LoadWeights(*m->gguf_, m->config_, options.pack_weights));
   m->rope_ = std::make_unique<RopeTable>(m->config_);
   TANDEM_ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::FromGguf(*m->gguf_));
   if (m->tokenizer_->vocab_size() != m->config_.vocab_size) {

@@ -22,6 +22,10 @@ struct ModelLoadOptions {
   std::optional<ChatFormat> chat_format;
   // The day strftime_now() prints (--chat-date); unset: ChatFormat::kDefaultDate.
   std::optional<int64_t> chat_date;
+  // Repack block-quantized matrices for the integer kernels (about the
+  // file's bytes again, in this process). False for loads that never run the
+  // forward pass (the router's tokenizer); the kernels then pack per call.
+  bool pack_weights = true;
 };
 
 class Model {

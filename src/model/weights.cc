@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <system_error>
 #include <thread>
 
 #include "kernels/quant_pack.h"
@@ -33,17 +34,23 @@ kernels::WeightType ToWeightType(TensorType t) {
 
 class Loader {
  public:
-  Loader(const GgufFile& g, std::vector<std::shared_ptr<const kernels::PackedWeights>>* packed)
-      : g_(g), packed_(packed) {}
+  Loader(const GgufFile& g, std::vector<std::shared_ptr<const kernels::PackedWeights>>* packed, bool pack)
+      : g_(g), packed_(packed), pack_(pack) {}
 
   // Repacks a block-quantized matrix for the integer kernels
   // (kernels/quant_pack.h): its bytes now, written by PackAll.
-  void Pack(kernels::WeightMatrix* m) {
+  Status Pack(kernels::WeightMatrix* m) {
+    if (!pack_) return Status::Ok();
     auto p = std::make_shared<const kernels::PackedWeights>(*m, false);
-    if (p->data() == nullptr) return;
+    if (p->data() == nullptr) {
+      if (p->size() == 0) return Status::Ok();  // not a packed type
+      return ResourceExhausted("out of memory repacking a " + std::to_string(m->rows) + " x " +
+                               std::to_string(m->cols) + " matrix (" + std::to_string(p->size()) + " bytes)");
+    }
     m->packed = p->data();
     jobs_.push_back({*m, const_cast<uint8_t*>(p->data())});
     packed_->push_back(std::move(p));
+    return Status::Ok();
   }
 
   // Writes every packing Pack allocated, the matrices shared among threads.
@@ -54,7 +61,13 @@ class Loader {
       for (size_t i = next++; i < jobs_.size(); i = next++) kernels::PackRows(jobs_[i].w, 0, jobs_[i].w.rows, jobs_[i].out);
     };
     std::vector<std::thread> pool;
-    for (int t = 1; t < threads && size_t(t) < jobs_.size(); ++t) pool.emplace_back(work);
+    for (int t = 1; t < threads && size_t(t) < jobs_.size(); ++t) {
+      try {
+        pool.emplace_back(work);
+      } catch (const std::system_error&) {
+        break;  // no more threads: the ones there (and this one) do the rest
+      }
+    }
     work();
     for (auto& t : pool) t.join();
     jobs_.clear();
@@ -83,7 +96,7 @@ class Loader {
     m.cols = cols;
     m.row_bytes = size_t(t->n_bytes / uint64_t(rows));
     bytes_ += int64_t(t->n_bytes);
-    if (pack) Pack(&m);
+    if (pack) TANDEM_RETURN_IF_ERROR(Pack(&m));
     return m;
   }
 
@@ -95,7 +108,7 @@ class Loader {
     const size_t row_bytes = size_t(t->n_bytes / uint64_t(rows * n));
     for (int64_t i = 0; i < n; ++i) {
       out[size_t(i)] = {ToWeightType(t->type), t->data + size_t(i * rows) * row_bytes, rows, cols, row_bytes};
-      Pack(&out[size_t(i)]);
+      TANDEM_RETURN_IF_ERROR(Pack(&out[size_t(i)]));
     }
     bytes_ += int64_t(t->n_bytes);
     return out;
@@ -116,6 +129,7 @@ class Loader {
  private:
   const GgufFile& g_;
   std::vector<std::shared_ptr<const kernels::PackedWeights>>* packed_;
+  bool pack_;
   struct PackJob {
     kernels::WeightMatrix w;
     uint8_t* out;
@@ -167,9 +181,9 @@ Status LoadDsaLayer(Loader& ld, const ModelConfig& c, int64_t l, DsaLayerWeights
 
 }  // namespace
 
-StatusOr<ModelWeights> LoadWeights(const GgufFile& gguf, const ModelConfig& c) {
+StatusOr<ModelWeights> LoadWeights(const GgufFile& gguf, const ModelConfig& c, bool pack) {
   ModelWeights w;
-  Loader ld(gguf, &w.packed);
+  Loader ld(gguf, &w.packed, pack);
   // The embedding table is read a row at a time (packed only when it is also the output).
   TANDEM_ASSIGN_OR_RETURN(w.token_embd, ld.Matrix("token_embd.weight", c.dim, c.vocab_size, false));
   const int64_t embd_bytes = ld.bytes();  // a lookup reads one row, not the table
@@ -178,7 +192,7 @@ StatusOr<ModelWeights> LoadWeights(const GgufFile& gguf, const ModelConfig& c) {
     TANDEM_ASSIGN_OR_RETURN(w.output, ld.Matrix("output.weight", c.dim, c.vocab_size));
   } else {
     w.output = w.token_embd;
-    ld.Pack(&w.output);
+    TANDEM_RETURN_IF_ERROR(ld.Pack(&w.output));
     w.tied_output = true;
   }
   if (c.is_dsa()) {

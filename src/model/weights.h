@@ -1,6 +1,8 @@
 // Views of a model's tensors inside the mapped GGUF file, with every shape
-// checked against the config. Matrices stay in the file's type (F32, F16,
-// BF16, Q8_0) and are read in place; norms and biases are converted to fp32.
+// checked against the config. Float matrices are read in place; block-
+// quantized ones are also repacked for the integer kernels
+// (kernels/quant_pack.h, WeightMatrix::packed); norms and biases are
+// converted to fp32.
 #pragma once
 
 #include <memory>
@@ -54,6 +56,6 @@ struct ModelWeights {
   int64_t matrix_bytes = 0;  // bytes of the matrices read per decoded token (routed experts: the used share)
 };
 
-StatusOr<ModelWeights> LoadWeights(const GgufFile& gguf, const ModelConfig& config);
+StatusOr<ModelWeights> LoadWeights(const GgufFile& gguf, const ModelConfig& config, bool pack = true);
 
 }  // namespace tandem

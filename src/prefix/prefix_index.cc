@@ -59,12 +59,12 @@ void PrefixIndex::Remove(Entry* e) {
   TANDEM_CHECK_MSG(e->children == 0, "removing a prefix entry that still has children");
   DropPartial(e);
   if (e->parent != nullptr) --e->parent->children;
-  for (auto [it, end] = kids_.equal_range(e->parent); it != end; ++it) {
-    if (it->second == e) {
-      kids_.erase(it);
-      break;
-    }
+  if (e->prev_sib != nullptr) {
+    e->prev_sib->next_sib = e->next_sib;
+  } else {
+    KidsOf(e->parent) = e->next_sib;
   }
+  if (e->next_sib != nullptr) e->next_sib->prev_sib = e->prev_sib;
   lru_.erase(e->lru);
   const int32_t page = e->page;
   entries_.erase(e->key);
@@ -110,11 +110,12 @@ PrefixIndex::Match PrefixIndex::Lookup(std::span<const int32_t> tokens, int64_t 
     best_page = it->second.page;
   }
   int sources = 0;
-  for (auto [kid, end] = kids_.equal_range(last); kid != end && sources < kMaxRowSources; ++kid, ++sources) {
-    const int64_t same = shared(kid->second->tokens.data(), kPageTokens);
+  for (const Entry* kid = last != nullptr ? last->first_kid : root_kids_; kid != nullptr && sources < kMaxRowSources;
+       kid = kid->next_sib, ++sources) {
+    const int64_t same = shared(kid->tokens.data(), kPageTokens);
     if (same > best) {
       best = same;
-      best_page = kid->second->page;
+      best_page = kid->page;
     }
   }
   if (best > 0) {
@@ -154,7 +155,10 @@ int64_t PrefixIndex::Insert(std::span<const int32_t> tokens, std::span<const int
       std::copy(page_tokens.begin(), page_tokens.end(), e.tokens.begin());
       e.lru = lru_.insert(lru_.end(), &e);
       if (parent != nullptr) ++parent->children;
-      kids_.emplace(parent, &e);
+      Entry*& head = KidsOf(parent);
+      e.next_sib = head;
+      if (head != nullptr) head->prev_sib = &e;
+      head = &e;
       ++inserted;
       if (event_hook_) {
         if (stored.keys.empty()) stored.parent_key = parent ? parent->key : kRootSeed;
@@ -240,7 +244,7 @@ void PrefixIndex::Clear() {
   for (const auto& [parent, p] : partials_) pages.push_back(p.page);
   partials_.clear();
   partial_lru_.clear();
-  kids_.clear();
+  root_kids_ = nullptr;
   lru_.clear();
   const bool any = !entries_.empty();
   entries_.clear();
@@ -288,10 +292,19 @@ Status PrefixIndex::CheckInvariants() const {
                       ": child count is wrong");
     }
   }
-  if (kids_.size() != entries_.size()) return Internal("prefix index: parent links size mismatch");
-  for (const auto& [parent, kid] : kids_) {
-    if (kid->parent != parent) return Internal("prefix index: an entry is listed under another parent");
+  size_t listed = 0;
+  auto check_list = [&](const Entry* parent, const Entry* head) -> bool {
+    const Entry* prev = nullptr;
+    for (const Entry* k = head; k != nullptr; prev = k, k = k->next_sib) {
+      if (k->parent != parent || k->prev_sib != prev || ++listed > entries_.size()) return false;
+    }
+    return true;
+  };
+  if (!check_list(nullptr, root_kids_)) return Internal("prefix index: the first pages' sibling list is broken");
+  for (const auto& [key, e] : entries_) {
+    if (!check_list(&e, e.first_kid)) return Internal("prefix index: a sibling list is broken");
   }
+  if (listed != entries_.size()) return Internal("prefix index: an entry is missing from its parent's list");
   if (partial_lru_.size() != partials_.size()) return Internal("prefix index: partial LRU list size mismatch");
   for (const auto& [parent, p] : partials_) {
     const std::string where = "prefix index partial page " + std::to_string(p.page) + ": ";

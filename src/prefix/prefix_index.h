@@ -17,7 +17,7 @@
 // cached prefix is reused to the token, not only to the page. Partial pages
 // publish no events (KV events name whole pages) and are evicted first. The
 // same lookup also weighs the full pages after the matched chain (up to
-// kMaxRowSources of them): a request that diverges inside a cached page (a
+// kMaxRowSources of them, newest first): a request that diverges inside a cached page (a
 // chat whose next turn re-renders the last answer otherwise) copies the rows
 // it shares with the best of them.
 //
@@ -68,8 +68,9 @@ class PrefixIndex {
   struct Match {
     std::vector<int32_t> pages;
     int64_t tokens = 0;  // always pages.size() * kPageTokens
-    // With `partial`: a cached partial page whose first partial_tokens rows
-    // are the request's next tokens (one reference for the caller), or -1.
+    // With `partial`: a cached page (a partial page, or a full page the
+    // request diverges inside) whose first partial_tokens rows are the
+    // request's next tokens (one reference for the caller), or -1.
     int32_t partial_page = -1;
     int64_t partial_tokens = 0;
   };
@@ -137,7 +138,7 @@ class PrefixIndex {
   // Lookup, so hit_tokens / lookup_tokens is the prompt hit rate.
   struct Stats {
     int64_t lookups = 0, lookup_tokens = 0, hit_tokens = 0, inserted_pages = 0, evicted_pages = 0;
-    int64_t partial_hit_tokens = 0;  // of hit_tokens, those from partial pages
+    int64_t partial_hit_tokens = 0;  // of hit_tokens, those copied as rows (partial pages, or a full page's first rows)
   };
   const Stats& stats() const { return stats_; }
 
@@ -158,6 +159,10 @@ class PrefixIndex {
     Entry* parent = nullptr;  // nullptr for a sequence's first page
     int32_t page = -1;
     int32_t children = 0;  // indexed entries whose parent is this one
+    // Siblings under the same parent, newest first (Lookup's row sources).
+    Entry* first_kid = nullptr;
+    Entry* next_sib = nullptr;
+    Entry* prev_sib = nullptr;
     std::array<int32_t, kPageTokens> tokens{};
     LruList::iterator lru;
   };
@@ -190,8 +195,9 @@ class PrefixIndex {
   std::unordered_map<uint64_t, Entry> entries_;
   LruList lru_;
   std::unordered_map<const Entry*, Partial> partials_;
-  // Each entry under its parent (nullptr: the first pages), for Lookup's rows.
-  std::unordered_multimap<const Entry*, Entry*> kids_;
+  // The first pages' sibling list (other entries' lists start at first_kid).
+  Entry* root_kids_ = nullptr;
+  Entry*& KidsOf(Entry* parent) { return parent != nullptr ? parent->first_kid : root_kids_; }
   std::list<const Entry*> partial_lru_;  // front = least recently used
   Stats stats_;
   EvictHook evict_hook_;

@@ -147,11 +147,10 @@ TEST(QuantBlocks, DecodeMatchesAnIndependentDecoderOnRandomBlocks) {
 }
 
 // Random block bytes (any scale bits but NaN/inf, quants anywhere) through
-// every ISA's matmul, and every ISA gives the same bits. fp32 products
-// (Q8_0, Q4_0, Q5_0): with one-hot activations each output is one decoded
-// weight. Integer products (the K-quants): each output is the reference
-// integer dot product of quant_dot.h (one-hot: the decoded weight times the
-// activation's step, within float rounding of WeightAt's value).
+// every ISA's matmul, and every ISA gives the same bits: each output is the
+// reference integer dot product of quant_dot.h (every block-quantized type;
+// one-hot: the decoded weight times the activation's step, within float
+// rounding of WeightAt's value).
 TEST(QuantBlocks, EveryIsaDecodesRandomBlocksLikeTheScalarPath) {
   testing::IsaRestorer restore;
   uint32_t seed = 5;

@@ -131,7 +131,7 @@ TEST(QuantDot, PrequantizedPathAndEverySplitGiveTheSameBits) {
       kt.matmul_rows_q(wp, acts, n, packed.data(), rows, 16, 19);
       kt.matmul_rows_q(wp, acts, n, packed.data(), rows, 19, rows);
       ASSERT_EQ(0, std::memcmp(ref.data(), packed.data(), pre.size() * 4)) << IsaName(isa) << " " << int(c.kernel);
-      if (!UsesIntegerDot(c.kernel)) continue;  // its matmul_rows is the fp32 path (matmul_test.cc)
+      ASSERT_TRUE(UsesIntegerDot(c.kernel));  // every block-quantized type (numerics 3)
       ASSERT_EQ(0, std::memcmp(ref.data(), all.data(), all.size() * 4)) << IsaName(isa) << " " << int(c.kernel);
       for (int t : {0, 5, 63, 64, 69}) {  // one token alone, and three from t
         std::vector<float> one(size_t(rows), -1.0f);

@@ -177,6 +177,22 @@ TEST(GgufMalformed, OffsetsPastTheEnd) {
   ExpectRejected(make(1ull << 63, 32), "tensor 'w'");
 }
 
+// Two tensors that share bytes would each be repacked (and each cost memory):
+// a file whose tensors alias is malformed.
+TEST(GgufMalformed, OverlappingTensorsAreRejected) {
+  auto make = [](uint64_t second_offset) {
+    Bytes b;
+    b.Header(2, 0);
+    b.Str("a").Put<uint32_t>(1).Put<uint64_t>(8).Put<uint32_t>(0).Put<uint64_t>(0);
+    b.Str("b").Put<uint32_t>(1).Put<uint64_t>(8).Put<uint32_t>(0).Put<uint64_t>(second_offset);
+    b.PadTo(32);
+    b.b.resize(b.b.size() + 64, 0);
+    return b.b;
+  };
+  EXPECT_TRUE(ParseStatus(make(32)).ok());
+  ExpectRejected(make(0), "tensors 'a' and 'b' overlap");
+}
+
 TEST(GgufMalformed, UnknownTypes) {
   ExpectRejected(Bytes().Header(0, 1).Str("k").Put<uint32_t>(13).Put<uint32_t>(0).b,
                  "metadata 'k' has unknown value type 13");
