@@ -59,12 +59,6 @@ void PrefixIndex::Remove(Entry* e) {
   TANDEM_CHECK_MSG(e->children == 0, "removing a prefix entry that still has children");
   DropPartial(e);
   if (e->parent != nullptr) --e->parent->children;
-  if (e->prev_sib != nullptr) {
-    e->prev_sib->next_sib = e->next_sib;
-  } else {
-    KidsOf(e->parent) = e->next_sib;
-  }
-  if (e->next_sib != nullptr) e->next_sib->prev_sib = e->prev_sib;
   lru_.erase(e->lru);
   const int32_t page = e->page;
   entries_.erase(e->key);
@@ -93,40 +87,20 @@ PrefixIndex::Match PrefixIndex::Lookup(std::span<const int32_t> tokens, int64_t 
   pool_.AddRef(match.pages);
   match.tokens = int64_t(match.pages.size()) * kPageTokens;
   stats_.hit_tokens += match.tokens;
-  if (!partial) return match;
   const Entry* last = chain.empty() ? nullptr : chain.back();
-  // The rows after the match: tokens [match.tokens, limit) shared with a page's first rows.
-  auto shared = [&](const int32_t* page_tokens, int64_t n) {
-    const int64_t left = std::min<int64_t>(limit - match.tokens, n);
-    int64_t same = 0;
-    while (same < left && tokens[size_t(match.tokens + same)] == page_tokens[same]) ++same;
-    return same;
-  };
-  int32_t best_page = -1;
-  int64_t best = 0;
-  auto it = partials_.find(last);
+  auto it = partial ? partials_.find(last) : partials_.end();
   if (it != partials_.end()) {
-    best = shared(it->second.tokens.data(), it->second.n);
-    best_page = it->second.page;
-  }
-  int sources = 0;
-  for (const Entry* kid = last != nullptr ? last->first_kid : root_kids_; kid != nullptr && sources < kMaxRowSources;
-       kid = kid->next_sib, ++sources) {
-    const int64_t same = shared(kid->tokens.data(), kPageTokens);
-    if (same > best) {
-      best = same;
-      best_page = kid->page;
-    }
-  }
-  if (best > 0) {
-    match.partial_page = best_page;
-    match.partial_tokens = best;
-    pool_.AddRef({&match.partial_page, 1});
-    if (it != partials_.end() && it->second.page == best_page) {
+    const int64_t left = std::min<int64_t>(limit - match.tokens, it->second.n);
+    int64_t same = 0;
+    while (same < left && tokens[size_t(match.tokens + same)] == it->second.tokens[size_t(same)]) ++same;
+    if (same > 0) {
+      match.partial_page = it->second.page;
+      match.partial_tokens = same;
+      pool_.AddRef({&match.partial_page, 1});
       partial_lru_.splice(partial_lru_.end(), partial_lru_, it->second.lru);
+      stats_.hit_tokens += same;
+      stats_.partial_hit_tokens += same;
     }
-    stats_.hit_tokens += best;
-    stats_.partial_hit_tokens += best;
   }
   return match;
 }
@@ -155,10 +129,6 @@ int64_t PrefixIndex::Insert(std::span<const int32_t> tokens, std::span<const int
       std::copy(page_tokens.begin(), page_tokens.end(), e.tokens.begin());
       e.lru = lru_.insert(lru_.end(), &e);
       if (parent != nullptr) ++parent->children;
-      Entry*& head = KidsOf(parent);
-      e.next_sib = head;
-      if (head != nullptr) head->prev_sib = &e;
-      head = &e;
       ++inserted;
       if (event_hook_) {
         if (stored.keys.empty()) stored.parent_key = parent ? parent->key : kRootSeed;
@@ -244,7 +214,6 @@ void PrefixIndex::Clear() {
   for (const auto& [parent, p] : partials_) pages.push_back(p.page);
   partials_.clear();
   partial_lru_.clear();
-  root_kids_ = nullptr;
   lru_.clear();
   const bool any = !entries_.empty();
   entries_.clear();
@@ -292,19 +261,6 @@ Status PrefixIndex::CheckInvariants() const {
                       ": child count is wrong");
     }
   }
-  size_t listed = 0;
-  auto check_list = [&](const Entry* parent, const Entry* head) -> bool {
-    const Entry* prev = nullptr;
-    for (const Entry* k = head; k != nullptr; prev = k, k = k->next_sib) {
-      if (k->parent != parent || k->prev_sib != prev || ++listed > entries_.size()) return false;
-    }
-    return true;
-  };
-  if (!check_list(nullptr, root_kids_)) return Internal("prefix index: the first pages' sibling list is broken");
-  for (const auto& [key, e] : entries_) {
-    if (!check_list(&e, e.first_kid)) return Internal("prefix index: a sibling list is broken");
-  }
-  if (listed != entries_.size()) return Internal("prefix index: an entry is missing from its parent's list");
   if (partial_lru_.size() != partials_.size()) return Internal("prefix index: partial LRU list size mismatch");
   for (const auto& [parent, p] : partials_) {
     const std::string where = "prefix index partial page " + std::to_string(p.page) + ": ";

@@ -15,11 +15,7 @@
 // lookup that asks for it gets the longest run of its tokens the request
 // shares, and copies those rows into a page of its own (CopyPageRows), so a
 // cached prefix is reused to the token, not only to the page. Partial pages
-// publish no events (KV events name whole pages) and are evicted first. The
-// same lookup also weighs the full pages after the matched chain (up to
-// kMaxRowSources of them, newest first): a request that diverges inside a cached page (a
-// chat whose next turn re-renders the last answer otherwise) copies the rows
-// it shares with the best of them.
+// publish no events (KV events name whole pages) and are evicted first.
 //
 // Ownership: the index holds one pool reference on every page it caches. A
 // page is "free to evict" when that is its only reference (RefCount == 1).
@@ -68,9 +64,8 @@ class PrefixIndex {
   struct Match {
     std::vector<int32_t> pages;
     int64_t tokens = 0;  // always pages.size() * kPageTokens
-    // With `partial`: a cached page (a partial page, or a full page the
-    // request diverges inside) whose first partial_tokens rows are the
-    // request's next tokens (one reference for the caller), or -1.
+    // With `partial`: a cached partial page whose first partial_tokens rows
+    // are the request's next tokens (one reference for the caller), or -1.
     int32_t partial_page = -1;
     int64_t partial_tokens = 0;
   };
@@ -80,9 +75,8 @@ class PrefixIndex {
   // one token is left to compute). Each returned page carries one reference
   // for the caller, who Releases it later. Matched entries become most
   // recently used.
-  // With `partial`, also the page (partial, or a full one the request leaves
-  // inside it) whose first rows continue the match longest, if any (the
-  // caller copies its rows and Releases it).
+  // With `partial`, also the partial page that continues the match, if any
+  // (the caller copies its rows and Releases it).
   Match Lookup(std::span<const int32_t> tokens, int64_t max_tokens, bool partial = false);
 
   // Indexes the full pages of a sequence: page i holds tokens [64 i, 64 i + 64).
@@ -138,7 +132,7 @@ class PrefixIndex {
   // Lookup, so hit_tokens / lookup_tokens is the prompt hit rate.
   struct Stats {
     int64_t lookups = 0, lookup_tokens = 0, hit_tokens = 0, inserted_pages = 0, evicted_pages = 0;
-    int64_t partial_hit_tokens = 0;  // of hit_tokens, those copied as rows (partial pages, or a full page's first rows)
+    int64_t partial_hit_tokens = 0;  // of hit_tokens, those from partial pages
   };
   const Stats& stats() const { return stats_; }
 
@@ -147,8 +141,6 @@ class PrefixIndex {
   Status CheckInvariants() const;
 
   static constexpr uint64_t kRootSeed = kChainRootSeed;  // common/chain_key.h
-  // The most full pages after a match one lookup compares for shared rows.
-  static constexpr int kMaxRowSources = 32;
 
  private:
   struct Entry;
@@ -159,10 +151,6 @@ class PrefixIndex {
     Entry* parent = nullptr;  // nullptr for a sequence's first page
     int32_t page = -1;
     int32_t children = 0;  // indexed entries whose parent is this one
-    // Siblings under the same parent, newest first (Lookup's row sources).
-    Entry* first_kid = nullptr;
-    Entry* next_sib = nullptr;
-    Entry* prev_sib = nullptr;
     std::array<int32_t, kPageTokens> tokens{};
     LruList::iterator lru;
   };
@@ -195,9 +183,6 @@ class PrefixIndex {
   std::unordered_map<uint64_t, Entry> entries_;
   LruList lru_;
   std::unordered_map<const Entry*, Partial> partials_;
-  // The first pages' sibling list (other entries' lists start at first_kid).
-  Entry* root_kids_ = nullptr;
-  Entry*& KidsOf(Entry* parent) { return parent != nullptr ? parent->first_kid : root_kids_; }
   std::list<const Entry*> partial_lru_;  // front = least recently used
   Stats stats_;
   EvictHook evict_hook_;

@@ -131,8 +131,7 @@ void Scheduler::ReleasePartial(PrefixIndex::Match& hit) {
   hit.partial_tokens = 0;
 }
 
-// A cached page's shared rows (a partial page's, or a full page's the prompt
-// diverges inside), copied into a page of the sequence's own
+// A partial page's shared rows, copied into a page of the sequence's own
 // (the cached page is never written again, so others may share it); the
 // tokens reused. None when no page is free without evicting (the rows are
 // then computed).

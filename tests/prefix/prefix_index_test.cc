@@ -187,32 +187,7 @@ TEST_F(PrefixIndexTest, PartialHitStopsAtTheFirstDivergentPage) {
   const auto m = index.Lookup(b, int64_t(b.size()) - 1);
   EXPECT_EQ(m.pages, std::vector<int32_t>{pages[0]});
   EXPECT_EQ(m.tokens, kPage);
-  EXPECT_EQ(m.partial_page, -1) << "rows are offered only when asked for";
   pool_.Release(m.pages);
-
-  // Asked for rows: the divergent full page's first 5 are the request's next
-  // tokens (a chat's next turn that re-renders the last answer differently).
-  const auto rows = index.Lookup(b, int64_t(b.size()) - 1, /*partial=*/true);
-  EXPECT_EQ(rows.tokens, kPage);
-  EXPECT_EQ(rows.partial_page, pages[1]);
-  EXPECT_EQ(rows.partial_tokens, 5);
-  EXPECT_EQ(index.stats().partial_hit_tokens, 5);
-  pool_.Release(rows.pages);
-  pool_.Release({&rows.partial_page, 1});
-
-  // Of a partial page and a full page after the same chain, the one sharing more rows.
-  auto c = std::vector<int32_t>(a.begin(), a.begin() + kPage + 9);
-  c.push_back(-7);
-  const auto cp = Allocate(2);
-  index.Insert(c, cp, /*with_partial=*/true);  // a partial page of 10 rows after page 0
-  pool_.Release(cp);
-  const auto d = Concat(std::vector<int32_t>(a.begin(), a.begin() + kPage + 20), Tokens(4, 99));
-  auto both = index.Lookup(d, int64_t(d.size()) - 1, /*partial=*/true);
-  EXPECT_EQ(both.partial_page, pages[1]) << "20 shared rows beat the partial page's 9";
-  EXPECT_EQ(both.partial_tokens, 20);
-  pool_.Release(both.pages);
-  pool_.Release({&both.partial_page, 1});
-  EXPECT_TRUE(index.CheckInvariants().ok()) << index.CheckInvariants().ToString();
 }
 
 TEST_F(PrefixIndexTest, MaxTokensCapsTheMatch) {
