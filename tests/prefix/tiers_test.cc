@@ -71,6 +71,10 @@ Conversations Drive(Engine& e, const Model& m, int n_conv, int turns, int64_t* c
       th.emplace_back([&, i] { c.outputs[size_t(i)].push_back(Ask(e, c.prompts[size_t(i)], 12, &cached[size_t(i)])); });
     }
     for (auto& x : th) x.join();
+    // This turn's pages have reached L2 and L3 before the next turn looks
+    // them up: on a loaded machine the copy engine can lag a whole turn, and
+    // then every prefix would come from L1 or be recomputed.
+    e.DrainTierCopies();
     for (int i = 0; i < n_conv; ++i) {
       if (t > 0) *cached_total += cached[size_t(i)];
       auto& p = c.prompts[size_t(i)];
