@@ -202,8 +202,12 @@ int RunModelBench(const ModelBenchArgs& a) {
       for (const AttentionOptions& v : variants) {
         // Rounds interleaved with llama.cpp's (dense rows: its attention), medians of each.
         const bool foreign = !a.llama_bench.empty() && v.kind == AttentionKind::kDense;
-        std::vector<double> pre, pre_gf, dec, dec_gb, theirs_pre, theirs_dec;
+        std::vector<double> pre, pre_gf, dec, dec_gb, dec_share, theirs_pre, theirs_dec;
         for (int round = 0; round < a.repeat; ++round) {
+          // This machine's read bandwidth now: on a shared host it moves by
+          // 2x within a minute, so each round's decode is held against a
+          // measurement taken just before it.
+          const double read_now = kernels::MeasureReadBandwidth(threads, int64_t(256) << 20, 2);
           auto point = BenchPoint(model, threads, v, context, a);
           if (!point.ok()) {
             std::fprintf(stderr, "error: %s\n", point.status().ToString().c_str());
@@ -213,6 +217,7 @@ int RunModelBench(const ModelBenchArgs& a) {
           pre_gf.push_back(point->prefill_gflops);
           dec.push_back(point->decode_tps);
           dec_gb.push_back(point->decode_gbps);
+          dec_share.push_back(point->decode_gbps / read_now);
           if (!foreign) continue;
           auto theirs = RunLlamaBench(a.llama_bench, a.model_path, context, a.decode_tokens, threads.size());
           if (!theirs.ok()) {
@@ -228,8 +233,7 @@ int RunModelBench(const ModelBenchArgs& a) {
         std::printf("%-10s %-5s %-6s %-4s %7lld | %10.1f %9.1f %6.0f%% | %9.2f %9.2f %6.0f%% | %s\n",
                     label.c_str(), type_name.c_str(), v.kind == AttentionKind::kSparse ? "sparse" : "dense",
                     CacheDTypeName(v.kv_dtype), (long long)context, Median(pre), gflops,
-                    100.0 * gflops / roof.fma_gflops, Median(dec), Median(dec_gb),
-                    100.0 * Median(dec_gb) / roof.read_gbps, int8);
+                    100.0 * gflops / roof.fma_gflops, Median(dec), Median(dec_gb), 100.0 * Median(dec_share), int8);
         if (foreign) {
           std::printf("%-10s %-5s %-6s %-4s %7lld | %10.1f %17s | %9.2f %17s | tandem/llama.cpp: prefill %.2fx, decode %.2fx\n",
                       "llama.cpp", "file", "fa", "f16", (long long)context, Median(theirs_pre), "",
@@ -241,6 +245,8 @@ int RunModelBench(const ModelBenchArgs& a) {
   }
   std::printf("\nprefill: a prompt of `context` tokens in chunks of %d (GFLOP/s counts matmul and attention FLOPs);\n"
               "decode: %d greedy steps after it; GB/s = weight bytes plus the K/V rows attended, per token x tokens/s;\n"
+              "of DRAM: that against a read-bandwidth pass (256 MiB) just before the round (the model's bytes may sit\n"
+              "partly in the last-level cache, so more than 100%% is possible);\n"
               "sparse: the lightning indexer's top-%lld positions once the context exceeds them;\n"
               "of int8 peak: the same operations against the int8 peak, for models whose matrices take integer dot products;\n"
               "medians of %d round(s)%s.\n",
