@@ -58,8 +58,8 @@ void Attention(const AttentionQueries& queries, const PagedRows& k, const PagedR
 int64_t AttentionScratchFloats(int n_queries, const AttentionShape& shape) {
   const int64_t hd = shape.head_dim;
   // Tiled kernels: per row o, l lanes and m (n_queries rows per head of a KV
-  // head, or one query's rows for every head); one tile's scores. Row-at-a-time
-  // kernels: scores, o and one converted K and V row. Plus alignment slack.
+  // head, or one query's rows for every head). Row-at-a-time kernels: scores,
+  // o and one converted K and V row. Plus alignment slack.
   const int64_t rows = std::max<int64_t>(int64_t(n_queries) * (shape.n_heads / shape.n_kv_heads), shape.n_heads);
   return rows * (hd + kLanes + 1) + 4 * kAttentionBlock + kAttentionBlock + 3 * hd + 64;
 }

@@ -151,7 +151,7 @@ TEST_F(DecodeRoleTest, ASilentPrefillEngineIsDeclaredDeadWhenThePeerTimeoutPasse
   wedge.drop_messages_after = 1;  // its Hello, then silence
   StartPrefill(wedge, /*faulty=*/1000);
   StartDecode();
-  ASSERT_TRUE(Healthy()) << "the link is up after the handshake";
+  ASSERT_TRUE(WaitUntil([&] { return Healthy(); }, 5s, 1ms)) << "the link is up after the handshake";
   clock_.Advance(kPeerTimeout);  // silent for exactly the timeout: not past it
   EXPECT_FALSE(WaitUntil([&] { return Metric("tandem_prefill_links_declared_dead_total") > 0; }, 300ms, 5ms))
       << "declared dead before its peer timeout had passed";
@@ -171,7 +171,7 @@ TEST_F(DecodeRoleTest, WithNoPrefillEngineUpPromptsAreComputedHereAndHealthSaysS
   wedge.drop_messages_after = 1;
   StartPrefill(wedge, /*faulty=*/1000);
   StartDecode();
-  ASSERT_TRUE(Healthy());
+  ASSERT_TRUE(WaitUntil([&] { return Healthy(); }, 5s, 1ms)) << "the link comes up (an asynchronous handshake)";
   RequestSpec logprobs;
   logprobs.prompt = testing::PseudoRandomTokens(40, model_->model->config().vocab_size, 9);
   logprobs.max_tokens = 3;
@@ -198,7 +198,7 @@ TEST_F(DecodeRoleTest, WithoutLocalPrefillNoPrefillEngineMeansUnavailable) {
   DecodeOptions d;
   d.local_prefill = false;
   StartDecode(d);
-  ASSERT_TRUE(Healthy());
+  ASSERT_TRUE(WaitUntil([&] { return Healthy(); }, 5s, 1ms)) << "the link comes up (an asynchronous handshake)";
   clock_.Advance(kPeerTimeout + 1ms);
   ASSERT_TRUE(WaitUntil([&] { return !engine_->Healthy(); }, 5s, 1ms));
   EXPECT_NE(engine_->HealthNote().find("--no-local-prefill"), std::string::npos) << engine_->HealthNote();
@@ -215,7 +215,7 @@ TEST_F(DecodeRoleTest, AWedgedEngineReconnectsAfterItsBackoffAndServesOnlyAfterP
   wedge.drop_messages_after = 1;
   StartPrefill(wedge, /*faulty=*/1);  // only the first connection is wedged
   StartDecode();
-  ASSERT_TRUE(Healthy());
+  ASSERT_TRUE(WaitUntil([&] { return Healthy(); }, 5s, 1ms)) << "the link comes up (an asynchronous handshake)";
   clock_.Advance(kPeerTimeout + 1ms);
   ASSERT_TRUE(WaitUntil([&] { return !Healthy(); }, 5s, 1ms));
   // The backoff is on the same clock.
@@ -253,7 +253,7 @@ TEST_F(DecodeRoleTest, AHandoffPastItsDeadlineIsAbortedAndItsRequestEndsWithTheR
   d.handoff_timeout = 20'000ms;  // also the prefill engine's budget for it, in real time: far off
   d.max_placements = 1;
   StartDecode(d);
-  ASSERT_TRUE(Healthy());
+  ASSERT_TRUE(WaitUntil([&] { return Healthy(); }, 5s, 1ms)) << "the link comes up (an asynchronous handshake)";
   auto h = Submit(2);
   ASSERT_NE(h, nullptr);
   ASSERT_TRUE(WaitUntil([&] { return Metric("tandem_handoffs_in_flight") == 1; }, 5s, 1ms));
@@ -286,7 +286,7 @@ TEST_F(DecodeRoleTest, AnAbortedHandoffsPagesStayQuarantinedUntilItsLinkIsClosed
   d.handoff_timeout = 20'000ms;
   d.max_placements = 1;
   StartDecode(d);
-  ASSERT_TRUE(Healthy());
+  ASSERT_TRUE(WaitUntil([&] { return Healthy(); }, 5s, 1ms)) << "the link comes up (an asynchronous handshake)";
   auto h = Submit(5);
   ASSERT_NE(h, nullptr);
   ASSERT_TRUE(WaitUntil([&] { return Metric("tandem_handoffs_in_flight") == 1; }, 5s, 1ms));
@@ -321,7 +321,7 @@ TEST_F(DecodeRoleTest, ARequestWaitingForPagesPastThePageWaitFailsNamingTheWait)
   d.page_wait = 15'000ms;
   d.handoff_timeout = 600s;
   StartDecode(d, /*cache_tokens=*/4 * kPageTokens);
-  ASSERT_TRUE(Healthy());
+  ASSERT_TRUE(WaitUntil([&] { return Healthy(); }, 5s, 1ms)) << "the link comes up (an asynchronous handshake)";
   auto first = Submit(3, 150);  // 3 of the 4 pages
   ASSERT_NE(first, nullptr);
   ASSERT_TRUE(WaitUntil([&] { return Metric("tandem_handoffs_in_flight") == 1; }, 5s, 1ms));

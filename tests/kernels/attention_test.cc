@@ -124,30 +124,42 @@ TEST(Attention, AllIsasBitwiseEqualForEveryKvTypeHeadDimAndEntryList) {
   }
 }
 
+// One query alone (decode: the tiled kernel then takes every KV head through
+// each block together) against nine at once (one KV head at a time), and
+// heads split across calls, dense and over a gathered entry list.
 TEST(Attention, SameBitsHoweverQueriesAndHeadsAreGrouped) {
-  for (KvType type : {KvType::kF32, KvType::kF16}) {
-    Problem pb;
-    pb.ctx = 200;
-    pb.n_queries = 9;
-    const PagedKv kv(pb.ctx, pb.kv_heads, pb.hd, type, 3);
-    const auto q = Values(size_t(pb.n_queries * pb.heads * pb.hd), 4, 1.0f);
-    std::vector<int64_t> entries(size_t(pb.n_queries));
-    for (int i = 0; i < pb.n_queries; ++i) entries[size_t(i)] = pb.ctx - 8 * (pb.n_queries - 1 - i);
-    const auto all = RunAttention(pb, kv, q, nullptr, entries, 0, pb.n_queries, 0, -1);
-    const int64_t width = int64_t(pb.heads) * pb.hd;
-    for (int i = 0; i < pb.n_queries; ++i) {
-      const auto one = RunAttention(pb, kv, q, nullptr, entries, i, 1, 0, -1);
-      ASSERT_EQ(0, std::memcmp(one.data(), all.data() + i * width, size_t(width) * 4)) << i;
-      // Heads split unevenly across calls (across KV groups too).
-      std::vector<float> split(static_cast<size_t>(width));
-      for (auto [h0, h1] : {std::pair{0, 1}, {1, 4}, {4, 6}}) {
-        const auto part = RunAttention(pb, kv, q, nullptr, entries, i, 1, h0, h1);
-        std::memcpy(split.data() + h0 * pb.hd, part.data() + h0 * pb.hd, size_t((h1 - h0) * pb.hd) * 4);
-        if (h0 > 0) {
-          EXPECT_EQ(part[0], -7.0f) << "heads before head_begin are untouched";
-        }
+  for (KvType type : {KvType::kF32, KvType::kF16, KvType::kBF16}) {
+    for (bool gathered : {false, true}) {
+      Problem pb;
+      pb.ctx = 200;
+      pb.n_queries = 9;
+      const PagedKv kv(pb.ctx, pb.kv_heads, pb.hd, type, 3);
+      const auto q = Values(size_t(pb.n_queries * pb.heads * pb.hd), 4, 1.0f);
+      std::vector<int32_t> subset;
+      for (int32_t p = 1; p < pb.ctx; p += 2) subset.push_back(p);
+      std::vector<int64_t> entries(size_t(pb.n_queries));
+      for (int i = 0; i < pb.n_queries; ++i) {
+        entries[size_t(i)] = gathered ? int64_t(subset.size()) - 5 * (pb.n_queries - 1 - i) : pb.ctx - 8 * (pb.n_queries - 1 - i);
       }
-      ASSERT_EQ(0, std::memcmp(split.data(), all.data() + i * width, size_t(width) * 4)) << i;
+      const int32_t* positions = gathered ? subset.data() : nullptr;
+      const auto all = RunAttention(pb, kv, q, positions, entries, 0, pb.n_queries, 0, -1);
+      const int64_t width = int64_t(pb.heads) * pb.hd;
+      for (int i = 0; i < pb.n_queries; ++i) {
+        SCOPED_TRACE(std::string(gathered ? "gathered" : "dense") + " kv " + std::to_string(int(type)) + " query " +
+                     std::to_string(i));
+        const auto one = RunAttention(pb, kv, q, positions, entries, i, 1, 0, -1);
+        ASSERT_EQ(0, std::memcmp(one.data(), all.data() + i * width, size_t(width) * 4));
+        // Heads split unevenly across calls (across KV groups too).
+        std::vector<float> split(static_cast<size_t>(width));
+        for (auto [h0, h1] : {std::pair{0, 1}, {1, 4}, {4, 6}}) {
+          const auto part = RunAttention(pb, kv, q, positions, entries, i, 1, h0, h1);
+          std::memcpy(split.data() + h0 * pb.hd, part.data() + h0 * pb.hd, size_t((h1 - h0) * pb.hd) * 4);
+          if (h0 > 0) {
+            EXPECT_EQ(part[0], -7.0f) << "heads before head_begin are untouched";
+          }
+        }
+        ASSERT_EQ(0, std::memcmp(split.data(), all.data() + i * width, size_t(width) * 4));
+      }
     }
   }
 }
