@@ -51,6 +51,14 @@ void WaitIdle(const Engine& e) {
       << "the engine did not become idle";
 }
 
+// Idle, then every copy to lower tiers done (a request's copies are queued
+// when it retires, after its client saw it finish; a load's counters move
+// after its last gate opens).
+void Settle(Engine& e) {
+  WaitIdle(e);
+  e.DrainTierCopies();
+}
+
 // Six conversations of three turns; each turn re-sends the conversation so
 // far plus new tokens. Turns run concurrently across conversations.
 struct Conversations {
@@ -73,10 +81,7 @@ Conversations Drive(Engine& e, const Model& m, int n_conv, int turns, int64_t* c
     for (auto& x : th) x.join();
     // This turn's pages have reached L2 and L3 before the next turn looks
     // them up: on a loaded machine the copy engine can lag a whole turn.
-    // (A request's copies are queued when it retires, after its client saw
-    // it finish: idle first, then drain.)
-    WaitIdle(e);
-    e.DrainTierCopies();
+    Settle(e);
     for (int i = 0; i < n_conv; ++i) {
       if (t > 0) *cached_total += cached[size_t(i)];
       auto& p = c.prompts[size_t(i)];
@@ -184,14 +189,12 @@ TEST_P(Tiers, OutputsAreIdenticalWithTiersOnAndOffForEveryAttentionAndPolicy) {
       const int32_t vocab = int32_t(m->model->config().vocab_size);
       for (uint32_t seed : {7001u, 7002u}) {
         Ask(**engine, PseudoRandomTokens(64 * 13, vocab, seed), 1);
-        WaitIdle(**engine);
-        (*engine)->DrainTierCopies();
+        Settle(**engine);
       }
       const TierStats before = (*engine)->tier_stats();
       int64_t probe_cached = 0;
       EXPECT_EQ(Ask(**engine, PseudoRandomTokens(200, vocab, 100), 12, &probe_cached), conv.outputs[0][0]);
-      WaitIdle(**engine);
-      (*engine)->DrainTierCopies();  // a load's counters move after its last gate opens
+      Settle(**engine);
       const TierStats after = (*engine)->tier_stats();
       EXPECT_GT(probe_cached, 0);
       EXPECT_GT(after.loads, before.loads);
