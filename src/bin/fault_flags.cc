@@ -18,8 +18,8 @@ void FaultFlags::AddTo(CLI::App* cmd) {
       ->check(CLI::Range(0.0, 1.0))
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a fault-control restart's own rate wins
   cmd->add_option("--debug-wedge-after-messages", wedge_after_messages,
-                  "Tests only: after sending this many messages on a connection, a prefill engine sends none "
-                  "(commits and abort acknowledgements never arrive: a wedged engine that stays connected)")
+                  "Tests only: after sending this many messages on a connection (counted from its Hello), a prefill "
+                  "engine sends none (commits and abort acknowledgements never arrive: a wedged engine that stays connected)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--debug-copy-delay-us", copy_delay_us, "Tests only: the tier copy engine sleeps per layer")
       ->check(CLI::NonNegativeNumber);

@@ -23,7 +23,7 @@ struct FaultOptions {
   // connection is wrapped (faults/faulty_connection.h).
   std::chrono::microseconds put_delay{0};  // every page write lands this much later
   double bit_flip_rate = 0;                // this share of page writes has one bit flipped
-  int64_t wedge_after_messages = -1;       // after this many messages on a connection, none (-1: never)
+  int64_t wedge_after_messages = -1;       // after this many messages on a connection (from its Hello), none (-1: never)
   bool unsafe_early_commit = false;        // index-K writes are not covered by the flush before each Commit
   // The cache tiers' copy engine (faults/faulty_tiers.h).
   TierFaults tiers;

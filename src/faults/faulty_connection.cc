@@ -123,7 +123,12 @@ Status FaultyConnection::Send(std::vector<uint8_t> message) {
   std::vector<std::vector<uint8_t>> out;
   {
     MutexLock lock(mu_);
-    if (plan_.drop_messages_after >= 0 && messages_sent_++ >= plan_.drop_messages_after) return Status::Ok();
+    // The wedge counts from the handshake on, so when it starts does not
+    // depend on whether a heartbeat went out before the peer's Hello arrived.
+    if (header.ok() && header->type == MessageType::kHello) hello_sent_ = true;
+    if (plan_.drop_messages_after >= 0 && hello_sent_ && messages_sent_++ >= plan_.drop_messages_after) {
+      return Status::Ok();
+    }
     if (Draw(plan_.drop_message_rate)) return Status::Ok();
     const bool duplicate = Draw(plan_.duplicate_message_rate);
     if (plan_.reorder_messages && !holding_) {

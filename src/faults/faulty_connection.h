@@ -38,8 +38,10 @@ struct FaultPlan {
   bool reorder_messages = false;      // each message swaps places with the next one
   double bit_flip_rate = 0;           // puts whose data has one bit flipped on the way
   int64_t die_after_puts = -1;        // close the connection at this put (-1: never)
-  int64_t drop_messages_after = -1;   // send nothing after this many messages (-1: never):
-                                      // a wedged peer that stays connected
+  int64_t drop_messages_after = -1;   // send nothing after this many messages (-1: never),
+                                      // counted from the first Hello this side sends (a
+                                      // heartbeat before it, to a peer not yet answered,
+                                      // passes uncounted): a wedged peer that stays connected
   bool flush_never_confirms = false;  // every Flush times out at once: the sender cannot
                                       // prove its writes landed
   // Puts from these ranges land after the next Commit (+ put_delay), uncovered by any Flush.
@@ -83,7 +85,8 @@ class FaultyConnection : public Connection {
   uint64_t draws_ GUARDED_BY(mu_) = 0;
   int64_t puts_ GUARDED_BY(mu_) = 0;
   int64_t flipped_ GUARDED_BY(mu_) = 0;
-  int64_t messages_sent_ GUARDED_BY(mu_) = 0;
+  int64_t messages_sent_ GUARDED_BY(mu_) = 0;  // since our Hello
+  bool hello_sent_ GUARDED_BY(mu_) = false;
   std::deque<DelayedPut> delayed_ GUARDED_BY(mu_);
   std::deque<DelayedPut> late_ GUARDED_BY(mu_);  // unflushed puts, not waited for
   // Copies of unflushed puts already posted, freed by the next flush that covers them.
