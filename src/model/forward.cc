@@ -198,15 +198,17 @@ Status ForwardPass::Run(std::span<const SequenceChunk> batch, PagePool& cache,
   Resize(n, max_context);
   const auto& emb = model_.weights().token_embd;
   const int half = int(c_.rope_dims / 2);
-  for (int i = 0; i < n; ++i) {
-    const SequenceChunk& s = ChunkOf(batch, i);
-    const int32_t tok = s.tokens[size_t(tokens_[size_t(i)].pos - s.start_pos)];
-    float* row = x_.data() + size_t(i) * c_.dim;
-    const uint8_t* src = emb.data + size_t(tok) * emb.row_bytes;
-    for (int64_t d = 0; d < c_.dim; ++d) row[d] = kernels::WeightAt(emb.type, src, d);
-    model_.rope().Angles(tokens_[size_t(i)].pos, rope_cos_.data() + size_t(i) * half,
-                         rope_sin_.data() + size_t(i) * half);
-  }
+  ForTokens(n, c_.dim, [&](int i0, int i1) {
+    for (int i = i0; i < i1; ++i) {
+      const SequenceChunk& s = ChunkOf(batch, i);
+      const int32_t tok = s.tokens[size_t(tokens_[size_t(i)].pos - s.start_pos)];
+      float* row = x_.data() + size_t(i) * c_.dim;
+      const uint8_t* src = emb.data + size_t(tok) * emb.row_bytes;
+      for (int64_t d = 0; d < c_.dim; ++d) row[d] = kernels::WeightAt(emb.type, src, d);
+      model_.rope().Angles(tokens_[size_t(i)].pos, rope_cos_.data() + size_t(i) * half,
+                           rope_sin_.data() + size_t(i) * half);
+    }
+  });
   PlanAttention();
   for (int l = 0; l < int(c_.n_layers); ++l) {
     if (c_.is_dsa()) {
@@ -236,50 +238,69 @@ Status ForwardPass::Run(std::span<const SequenceChunk> batch, PagePool& cache,
   return Status::Ok();
 }
 
+void ForwardPass::ForTokens(int n, int64_t floats, const std::function<void(int, int)>& fn) {
+  const int tasks = pool_.size();
+  if (tasks == 1 || n < 2 * tasks || int64_t(n) * floats < (int64_t(1) << 16)) return fn(0, n);
+  pool_.ParallelFor(tasks, [&](int t) {
+    const int per = (n + tasks - 1) / tasks;
+    const int i0 = std::min(n, t * per), i1 = std::min(n, i0 + per);
+    if (i0 < i1) fn(i0, i1);
+  });
+}
+
 void ForwardPass::Layer(int l, std::span<const SequenceChunk> batch, PagePool& cache) {
   const LayerWeights& w = model_.weights().layers[size_t(l)];
   const int n = int(tokens_.size());
   const int64_t dim = c_.dim, qd = c_.q_dim(), kvd = c_.kv_dim();
-  for (int i = 0; i < n; ++i) {
-    kernels::RmsNorm(x_.data() + i * dim, w.attn_norm.data(), dim, c_.rms_eps, xb_.data() + i * dim);
-  }
+  ForTokens(n, dim, [&](int i0, int i1) {
+    for (int i = i0; i < i1; ++i) {
+      kernels::RmsNorm(x_.data() + i * dim, w.attn_norm.data(), dim, c_.rms_eps, xb_.data() + i * dim);
+    }
+  });
   MatMuls({{&w.wq, xb_.data(), dim, q_.data(), qd},
            {&w.wk, xb_.data(), dim, k_.data(), kvd},
            {&w.wv, xb_.data(), dim, v_.data(), kvd}},
           n);
   const int half = int(c_.rope_dims / 2);
-  for (int i = 0; i < n; ++i) {
-    float* q = q_.data() + i * qd;
-    float* k = k_.data() + i * kvd;
-    float* v = v_.data() + i * kvd;
-    if (!w.q_bias.empty()) kernels::Add(q, w.q_bias.data(), qd);
-    if (!w.k_bias.empty()) kernels::Add(k, w.k_bias.data(), kvd);
-    if (!w.v_bias.empty()) kernels::Add(v, w.v_bias.data(), kvd);
-    const float* cs = rope_cos_.data() + size_t(i) * half;
-    const float* sn = rope_sin_.data() + size_t(i) * half;
-    kernels::Rope(q, int(c_.n_heads), int(c_.head_dim), int(c_.rope_dims), cs, sn, c_.rope_neox);
-    kernels::Rope(k, int(c_.n_kv_heads), int(c_.head_dim), int(c_.rope_dims), cs, sn, c_.rope_neox);
-    const SequenceChunk& s = ChunkOf(batch, i);
-    const int64_t pos = tokens_[size_t(i)].pos;
-    StoreKvRow(k, kvd, cache.Rows(spec_.k, l, s.pages).RowBytes(pos));
-    StoreKvRow(v, kvd, cache.Rows(spec_.v, l, s.pages).RowBytes(pos));
-  }
+  ForTokens(n, qd + 2 * kvd, [&](int i0, int i1) {
+    for (int i = i0; i < i1; ++i) {
+      float* q = q_.data() + i * qd;
+      float* k = k_.data() + i * kvd;
+      float* v = v_.data() + i * kvd;
+      if (!w.q_bias.empty()) kernels::Add(q, w.q_bias.data(), qd);
+      if (!w.k_bias.empty()) kernels::Add(k, w.k_bias.data(), kvd);
+      if (!w.v_bias.empty()) kernels::Add(v, w.v_bias.data(), kvd);
+      const float* cs = rope_cos_.data() + size_t(i) * half;
+      const float* sn = rope_sin_.data() + size_t(i) * half;
+      kernels::Rope(q, int(c_.n_heads), int(c_.head_dim), int(c_.rope_dims), cs, sn, c_.rope_neox);
+      kernels::Rope(k, int(c_.n_kv_heads), int(c_.head_dim), int(c_.rope_dims), cs, sn, c_.rope_neox);
+      const SequenceChunk& s = ChunkOf(batch, i);
+      const int64_t pos = tokens_[size_t(i)].pos;
+      StoreKvRow(k, kvd, cache.Rows(spec_.k, l, s.pages).RowBytes(pos));  // each token its own row
+      StoreKvRow(v, kvd, cache.Rows(spec_.v, l, s.pages).RowBytes(pos));
+    }
+  });
   if (indexer_) WriteIndexKeys(l, batch, cache);
   Attention(l, batch, cache);
   MatMuls({{&w.wo, att_.data(), qd, xb_.data(), dim}}, n);
-  for (int i = 0; i < n; ++i) kernels::Add(x_.data() + i * dim, xb_.data() + i * dim, dim);
-  for (int i = 0; i < n; ++i) {
-    kernels::RmsNorm(x_.data() + i * dim, w.ffn_norm.data(), dim, c_.rms_eps, xb_.data() + i * dim);
-  }
+  ForTokens(n, dim, [&](int i0, int i1) {
+    for (int i = i0; i < i1; ++i) {
+      kernels::Add(x_.data() + i * dim, xb_.data() + i * dim, dim);
+      kernels::RmsNorm(x_.data() + i * dim, w.ffn_norm.data(), dim, c_.rms_eps, xb_.data() + i * dim);
+    }
+  });
   MatMuls({{&w.w_gate, xb_.data(), dim, hb_.data(), c_.ffn_dim},
            {&w.w_up, xb_.data(), dim, hb2_.data(), c_.ffn_dim}},
           n);
-  for (int i = 0; i < n; ++i) {
-    kernels::SiluMul(hb_.data() + size_t(i) * c_.ffn_dim, hb2_.data() + size_t(i) * c_.ffn_dim,
-                     c_.ffn_dim);
-  }
+  ForTokens(n, c_.ffn_dim, [&](int i0, int i1) {
+    for (int i = i0; i < i1; ++i) {
+      kernels::SiluMul(hb_.data() + size_t(i) * c_.ffn_dim, hb2_.data() + size_t(i) * c_.ffn_dim, c_.ffn_dim);
+    }
+  });
   MatMuls({{&w.w_down, hb_.data(), c_.ffn_dim, xb_.data(), dim}}, n);
-  for (int i = 0; i < n; ++i) kernels::Add(x_.data() + i * dim, xb_.data() + i * dim, dim);
+  ForTokens(n, dim, [&](int i0, int i1) {
+    for (int i = i0; i < i1; ++i) kernels::Add(x_.data() + i * dim, xb_.data() + i * dim, dim);
+  });
 }
 
 // Index keys go into the index-K buffer (quantized as the registry says);

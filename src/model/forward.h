@@ -105,6 +105,11 @@ class ForwardPass {
   static constexpr int kQueryTile = 32;  // dense query tokens per attention unit
   static constexpr int64_t kMaxScoresBytes = int64_t(64) << 20;  // sparse runs' score rows, all threads
   int sparse_run_ = kQueryTile;          // sparse query tokens per run (Resize)
+  // fn(i0, i1) over the tokens [0, n) in ranges, across the pool when each
+  // token's element-wise work (`floats` values) times n is worth a round of
+  // it (a prompt chunk), else on this thread (decode). Each token's values
+  // depend on that token alone, so the split never moves a bit.
+  void ForTokens(int n, int64_t floats, const std::function<void(int, int)>& fn);
   void PlanAttention();
   void Attention(int l, std::span<const SequenceChunk> batch, PagePool& cache);
   kernels::AttentionShape AttentionShapeFor(int head_begin, int head_end) const;

@@ -135,6 +135,37 @@ TEST(MatMul, ResultIndependentOfBatchAndRowRange) {
   }
 }
 
+// The prefill kernels run their tiles in an order chosen for the caches:
+// rows held in L2 in blocks while six-token groups pass (rows up to 1,024
+// wide), or 12-token blocks streaming past 4-row blocks (longer rows). Every
+// output is still one tile's: a batch of 70 tokens (a 64-token block and a
+// tail; 12-token blocks and a tail) over 402 rows (several held blocks, two
+// rows left over) gives each token the bits it gets alone, on every ISA.
+TEST(MatMul, PrefillTileOrderCoversEveryOutputWithTheDecodeBits) {
+  IsaRestorer restore;
+  constexpr int kTokens = 70;
+  const int64_t rows = 402;
+  for (int64_t cols : {int64_t(768), int64_t(1040)}) {
+    for (auto [file_type, type] : {std::pair{TensorType::kF32, WeightType::kF32},
+                                   std::pair{TensorType::kF16, WeightType::kF16}}) {
+      const auto bytes = EncodeTensor(Values(size_t(rows * cols), uint32_t(cols)), file_type);
+      const WeightMatrix w{type, bytes.data(), rows, cols, bytes.size() / size_t(rows)};
+      const auto x = Values(size_t(kTokens * cols), 11);
+      for (Isa isa : SupportedIsas()) {
+        SetIsa(isa);
+        std::vector<float> all(size_t(kTokens * rows), -1.0f);
+        Active().matmul_rows(w, x.data(), cols, kTokens, all.data(), rows, 0, rows);
+        for (int t = 0; t < kTokens; ++t) {
+          std::vector<float> one(static_cast<size_t>(rows));
+          Active().matmul_rows(w, x.data() + t * cols, cols, 1, one.data(), rows, 0, rows);
+          ASSERT_EQ(0, std::memcmp(one.data(), all.data() + t * rows, size_t(rows) * 4))
+              << "type " << int(type) << " cols " << cols << " token " << t << " isa " << int(isa);
+        }
+      }
+    }
+  }
+}
+
 TEST(Ops, AxpyAndDotAgreeAcrossIsas) {
   IsaRestorer restore;
   const auto a = Values(203, 1), b = Values(203, 2);
