@@ -138,14 +138,16 @@ TEST(MatMul, ResultIndependentOfBatchAndRowRange) {
 // The prefill kernels run their tiles in an order chosen for the caches:
 // rows held in L2 in blocks while six-token groups pass (rows up to 1,024
 // wide), or 12-token blocks streaming past 4-row blocks (longer rows). Every
-// output is still one tile's: a batch of 70 tokens (a 64-token block and a
-// tail; 12-token blocks and a tail) over 402 rows (several held blocks, two
-// rows left over) gives each token the bits it gets alone, on every ISA.
+// output is still one tile's: a batch of 71 tokens (a 64-token block and a
+// tail of 6 + 1; 12-token blocks and a tail of 11 = 6 + 4 + 1) over 402 rows
+// (several held blocks, rows left over), in one call and split at an odd row,
+// gives each token the bits it gets alone, on every ISA; widths 1,000 and
+// 1,090 have a column tail.
 TEST(MatMul, PrefillTileOrderCoversEveryOutputWithTheDecodeBits) {
   IsaRestorer restore;
-  constexpr int kTokens = 70;
-  const int64_t rows = 402;
-  for (int64_t cols : {int64_t(768), int64_t(1040)}) {
+  constexpr int kTokens = 71;
+  const int64_t rows = 402, split = 201;
+  for (int64_t cols : {int64_t(768), int64_t(1000), int64_t(1040), int64_t(1090)}) {
     for (auto [file_type, type] : {std::pair{TensorType::kF32, WeightType::kF32},
                                    std::pair{TensorType::kF16, WeightType::kF16}}) {
       const auto bytes = EncodeTensor(Values(size_t(rows * cols), uint32_t(cols)), file_type);
@@ -153,13 +155,17 @@ TEST(MatMul, PrefillTileOrderCoversEveryOutputWithTheDecodeBits) {
       const auto x = Values(size_t(kTokens * cols), 11);
       for (Isa isa : SupportedIsas()) {
         SetIsa(isa);
-        std::vector<float> all(size_t(kTokens * rows), -1.0f);
+        std::vector<float> all(size_t(kTokens * rows), -1.0f), halves(all.size(), -1.0f);
         Active().matmul_rows(w, x.data(), cols, kTokens, all.data(), rows, 0, rows);
+        Active().matmul_rows(w, x.data(), cols, kTokens, halves.data(), rows, 0, split);
+        Active().matmul_rows(w, x.data(), cols, kTokens, halves.data(), rows, split, rows);
         for (int t = 0; t < kTokens; ++t) {
           std::vector<float> one(static_cast<size_t>(rows));
           Active().matmul_rows(w, x.data() + t * cols, cols, 1, one.data(), rows, 0, rows);
           ASSERT_EQ(0, std::memcmp(one.data(), all.data() + t * rows, size_t(rows) * 4))
               << "type " << int(type) << " cols " << cols << " token " << t << " isa " << int(isa);
+          ASSERT_EQ(0, std::memcmp(one.data(), halves.data() + t * rows, size_t(rows) * 4))
+              << "rows split at " << split << ": type " << int(type) << " cols " << cols << " token " << t;
         }
       }
     }

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "faults/faulty_connection.h"
+#include "transfer/messages.h"
 #include "support/wait.h"
 
 namespace tandem::transfer {
@@ -154,6 +155,26 @@ TEST(Faulty, MessagesAreDroppedDuplicatedAndReorderedAsPlanned) {
     EXPECT_EQ(p.received[0][0], 2);
     EXPECT_EQ(p.received[1][0], 1);
   }
+}
+
+// A wedge counts from the Hello its side sends: a heartbeat that went out
+// before (a prefill engine beats to a peer it has not yet answered) passes
+// uncounted, so "its Hello, then silence" holds however the two interleave.
+TEST(Faulty, AWedgeCountsFromTheHelloItSends) {
+  Pair p;
+  FaultPlan plan;
+  plan.drop_messages_after = 1;
+  FaultyConnection f(p.a_to_b, plan);
+  ASSERT_TRUE(f.Send(Heartbeat{7}.Encode()).ok());
+  ASSERT_TRUE(f.Send(Hello{"prefill", "layout", "weights", 7, 9, {}, {}, {}, {}}.Encode()).ok());
+  ASSERT_TRUE(f.Send(Heartbeat{7}.Encode()).ok());  // the wedge: dropped
+  ASSERT_TRUE(p.a_to_b->Send({0xEE}).ok());          // past the wrapper: delivered, after the others
+  p.WaitFor(3);
+  std::lock_guard<std::mutex> lock(p.mu);
+  ASSERT_EQ(p.received.size(), 3u);
+  EXPECT_EQ(PeekType(p.received[0]).value(), MessageType::kHeartbeat);
+  EXPECT_EQ(PeekType(p.received[1]).value(), MessageType::kHello);
+  EXPECT_EQ(p.received[2], std::vector<uint8_t>{0xEE});
 }
 
 TEST(Faulty, BitFlipsAndPeerDeath) {
