@@ -76,15 +76,21 @@ void Tile(const WeightMatrix& w, const float* x, int64_t x_stride, float* y, int
   }
 }
 
+// Tiles of kRows rows x kTokens tokens over the whole kRows-row blocks of
+// [r0, r1) and the tokens [0, n_tokens) (the last ones in 4- and 1-token
+// tiles), each group of tokens passing over every row block in turn.
 template <WeightType kType, int kRows, int kTokens>
-void RowBlock(const WeightMatrix& w, const float* x, int64_t x_stride, int n_tokens, float* y,
-              int64_t y_stride, int64_t r) {
+void Tiles(const WeightMatrix& w, const float* x, int64_t x_stride, int n_tokens, float* y, int64_t y_stride,
+           int64_t r0, int64_t r1) {
   int t = 0;
-  for (; t + kTokens <= n_tokens; t += kTokens) Tile<kType, kRows, kTokens>(w, x, x_stride, y, y_stride, r, t);
+  auto rows = [&]<int kT>() {
+    for (int64_t r = r0; r + kRows <= r1; r += kRows) Tile<kType, kRows, kT>(w, x, x_stride, y, y_stride, r, t);
+  };
+  for (; t + kTokens <= n_tokens; t += kTokens) rows.template operator()<kTokens>();
   if constexpr (kTokens > 4) {
-    for (; t + 4 <= n_tokens; t += 4) Tile<kType, kRows, 4>(w, x, x_stride, y, y_stride, r, t);
+    for (; t + 4 <= n_tokens; t += 4) rows.template operator()<4>();
   }
-  for (; t < n_tokens; ++t) Tile<kType, kRows, 1>(w, x, x_stride, y, y_stride, r, t);
+  for (; t < n_tokens; ++t) rows.template operator()<1>();
 }
 
 // Several tokens (prefill): register tiles of 4 rows x 6 tokens (24
@@ -110,40 +116,24 @@ constexpr int kLongRowTokenBlock = 12;
 constexpr int64_t kL1Activations = 24 << 10;  // bytes: six tokens' rows, with room for the weights passing
 constexpr int64_t kL2Rows = 256 << 10;        // bytes: the rows held in L2 while the tokens pass
 
-template <WeightType kType, int kRows, int kTokens>
-void TokenGroups(const WeightMatrix& w, const float* x, int64_t x_stride, int n_tokens, float* y,
-                 int64_t y_stride, int64_t r0, int64_t r1) {
-  int t = 0;
-  auto rows = [&]<int kT>() {
-    for (int64_t r = r0; r + kRows <= r1; r += kRows) Tile<kType, kRows, kT>(w, x, x_stride, y, y_stride, r, t);
-  };
-  for (; t + kTokens <= n_tokens; t += kTokens) rows.template operator()<kTokens>();
-  if constexpr (kTokens > 4) {
-    for (; t + 4 <= n_tokens; t += 4) rows.template operator()<4>();
-  }
-  for (; t < n_tokens; ++t) rows.template operator()<1>();
-}
-
 template <WeightType kType>
 void MatMulTokens(const WeightMatrix& w, const float* x, int64_t x_stride, int n_tokens, float* y,
                   int64_t y_stride, int64_t r0, int64_t r1) {
   constexpr int kRows = 4, kTokens = 6;
   const bool activations_in_l1 = kTokens * w.cols * int64_t(sizeof(float)) <= kL1Activations;
-  const int64_t held = std::max<int64_t>(kRows, kL2Rows / int64_t(w.row_bytes) / kRows * kRows);
+  // Rows passed over by each group of tokens: an L2-sized block, or one 4-row block.
+  const int64_t held =
+      activations_in_l1 ? std::max<int64_t>(kRows, kL2Rows / int64_t(w.row_bytes) / kRows * kRows) : kRows;
   const int token_block = activations_in_l1 ? kTokenBlock : kLongRowTokenBlock;
+  const int64_t full = r0 + (r1 - r0) / kRows * kRows;
   for (int t = 0; t < n_tokens; t += token_block) {
     const int nt = std::min(token_block, n_tokens - t);
     const float* xt = x + t * x_stride;
     float* yt = y + t * y_stride;
-    const int64_t full = r0 + (r1 - r0) / kRows * kRows;
-    if (activations_in_l1) {
-      for (int64_t r = r0; r < full; r += held) {
-        TokenGroups<kType, kRows, kTokens>(w, xt, x_stride, nt, yt, y_stride, r, std::min(full, r + held));
-      }
-    } else {
-      for (int64_t r = r0; r < full; r += kRows) RowBlock<kType, kRows, kTokens>(w, xt, x_stride, nt, yt, y_stride, r);
+    for (int64_t r = r0; r < full; r += held) {
+      Tiles<kType, kRows, kTokens>(w, xt, x_stride, nt, yt, y_stride, r, std::min(full, r + held));
     }
-    for (int64_t r = full; r < r1; ++r) RowBlock<kType, 1, 4>(w, xt, x_stride, nt, yt, y_stride, r);
+    Tiles<kType, 1, 4>(w, xt, x_stride, nt, yt, y_stride, full, r1);
   }
 }
 
@@ -156,8 +146,9 @@ void MatMulTyped(const WeightMatrix& w, const float* x, int64_t x_stride, int n_
   if (n_tokens == 1) {
     for (; r + 8 <= r1; r += 8) Tile<kType, 8, 1>(w, x, x_stride, y, y_stride, r, 0);
   }
-  for (; r + 4 <= r1; r += 4) RowBlock<kType, 4, 4>(w, x, x_stride, n_tokens, y, y_stride, r);
-  for (; r < r1; ++r) RowBlock<kType, 1, 4>(w, x, x_stride, n_tokens, y, y_stride, r);
+  const int64_t full = r + (r1 - r) / 4 * 4;
+  Tiles<kType, 4, 4>(w, x, x_stride, n_tokens, y, y_stride, r, full);
+  Tiles<kType, 1, 4>(w, x, x_stride, n_tokens, y, y_stride, full, r1);
 }
 
 // The integer kernels: vpdpbusd where the CPU has AVX-512 VNNI, else the
