@@ -6,6 +6,7 @@
 
 #include "server/openai_api.h"
 #include "server/openai_json.h"
+#include "runtime/stop_strings.h"
 
 namespace tandem {
 namespace {
@@ -119,6 +120,14 @@ MaybeError ReadStop(const Json& body, std::vector<std::string>* stop) {
   // An empty stop string would match before the first token; it carries no
   // intent, so it is dropped rather than refused.
   std::erase_if(strings, [](const std::string& s) { return s.empty(); });
+  // Their work per token is bounded by the automaton (runtime/stop_strings.h),
+  // their memory by this.
+  size_t bytes = 0;
+  for (const std::string& s : strings) bytes += s.size();
+  if (bytes > kMaxStopBytes) {
+    return BadRequest("stop", "'stop' holds " + std::to_string(bytes) + " bytes; at most " +
+                                  std::to_string(kMaxStopBytes) + " are taken, all strings together");
+  }
   *stop = std::move(strings);
   return std::nullopt;
 }

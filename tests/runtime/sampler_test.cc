@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <map>
+#include <random>
 
 #include "runtime/stop_strings.h"
 
@@ -95,6 +96,73 @@ TEST(StopStrings, StopsAtFirstMatch) {
   EXPECT_EQ(m.Push("D and more"), "");
   EXPECT_TRUE(m.stopped());
   EXPECT_EQ(m.Flush(), "");
+}
+
+// The naive matcher the automaton replaced, as the reference: the answer
+// ends where the first stop string is complete in the text; of the stops
+// complete there, the longest is cut.
+std::pair<std::string, bool> ReferenceStop(const std::string& text, const std::vector<std::string>& stops) {
+  for (size_t end = 1; end <= text.size(); ++end) {
+    size_t cut = std::string::npos;
+    for (const std::string& s : stops) {
+      if (!s.empty() && s.size() <= end && text.compare(end - s.size(), s.size(), s) == 0) {
+        cut = std::min(cut, end - s.size());
+      }
+    }
+    if (cut != std::string::npos) return {text.substr(0, cut), true};
+  }
+  return {text, false};
+}
+
+TEST(StopStrings, MatchTheReferenceHoweverTheTextIsSplit) {
+  std::mt19937 rng(7);
+  for (int round = 0; round < 3000; ++round) {
+    // A small alphabet, so stops overlap and share prefixes and suffixes.
+    auto word = [&](size_t max) {
+      std::string w(1 + rng() % max, 'a');
+      for (char& c : w) c = char('a' + rng() % 3);
+      return w;
+    };
+    std::vector<std::string> stops;
+    for (int i = int(rng() % 4); i >= 0; --i) stops.push_back(word(5));
+    const std::string text = word(40);
+    StopStringMatcher m(stops);
+    std::string emitted;
+    for (size_t at = 0; at < text.size() && !m.stopped();) {
+      const size_t n = 1 + rng() % 4;
+      emitted += m.Push(std::string_view(text).substr(at, n));
+      at += n;
+    }
+    const bool stopped = m.stopped();
+    emitted += m.Flush();
+    const auto [want, want_stopped] = ReferenceStop(text, stops);
+    ASSERT_EQ(stopped, want_stopped) << text;
+    ASSERT_EQ(emitted, want) << text << " stops " << ::testing::PrintToString(stops);
+  }
+}
+
+// Invariant 10: the worst stops a request may send (kMaxStopBytes of long
+// near-matches) cost a bounded number of automaton steps per byte of text,
+// however long the answer. The naive search this replaced did
+// (stops x held text) per token: 64 stops of 128 bytes over a text that
+// keeps matching all but their last byte.
+TEST(StopStrings, WorkPerByteIsBoundedWhateverTheStops) {
+  std::vector<std::string> stops;
+  for (int i = 0; i < 64; ++i) stops.push_back(std::string(126, 'a') + char('A' + i % 26) + char('0' + i / 26));
+  size_t bytes = 0;
+  for (const auto& s : stops) bytes += s.size();
+  ASSERT_LE(bytes, kMaxStopBytes);
+  StopStringMatcher m(stops);
+  std::string text;
+  for (int i = 0; i < 20000; ++i) text += (i % 200 == 199) ? 'b' : 'a';
+  size_t out = 0;
+  for (size_t at = 0; at < text.size(); at += 3) out += m.Push(std::string_view(text).substr(at, 3)).size();
+  out += m.Flush().size();
+  EXPECT_FALSE(m.stopped());
+  EXPECT_EQ(out, text.size());
+  // Each byte takes one goto step, and failure steps never exceed the goto
+  // steps before them (each lowers the depth that a goto step raised by 1).
+  EXPECT_LE(m.steps(), 2 * text.size());
 }
 
 }  // namespace

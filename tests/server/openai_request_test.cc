@@ -71,6 +71,9 @@ TEST(OpenAiRequest, RejectsWrongFieldTypes) {
        }() + "]"),
        400, "at most 64 strings", "stop"},
       {Chat(R"("stop": ["a", 1])"), 400, "at most 64 strings", "stop"},
+      // Bounded in bytes, all strings together (runtime/stop_strings.h).
+      {Chat(R"("stop": [")" + std::string(4096, 'x') + R"(", ")" + std::string(4097, 'y') + R"("])"), 400,
+       "'stop' holds 8193 bytes; at most 8192", "stop"},
       {Chat(R"("seed": -1)"), 400, "'seed' must be a non-negative integer", "seed"},
       {Chat(R"("seed": "1")"), 400, "'seed' must be a non-negative integer", "seed"},
   });
