@@ -18,47 +18,77 @@ bool ConstantTimeEqual(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
+namespace {
+
+// One key per line; blank lines and # comments skipped; a byte-order mark
+// dropped. `flag` names the file in errors.
+Status ReadKeys(const std::string& path, const char* flag, std::vector<std::string>* keys) {
+  std::ifstream in(path);
+  if (!in) return NotFound(std::string("cannot read ") + flag + " '" + path + "'");
+  std::string line;
+  size_t from_file = 0;
+  for (bool first = true; std::getline(in, line); first = false) {
+    if (first && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);  // a UTF-8 byte-order mark
+    const size_t b = line.find_first_not_of(" \t\r"), e = line.find_last_not_of(" \t\r");
+    if (b == std::string::npos || line[b] == '#') continue;
+    keys->push_back(line.substr(b, e - b + 1));
+    ++from_file;
+  }
+  if (in.bad() || !in.eof()) return InvalidArgument(std::string("cannot read ") + flag + " '" + path + "' to its end");
+  if (from_file == 0) return InvalidArgument(std::string(flag) + " '" + path + "' holds no key");
+  return Status::Ok();
+}
+
+bool AnyKeyMatches(const std::vector<std::string>& keys, std::string_view given) {
+  bool ok = false;
+  for (const std::string& k : keys) ok = ConstantTimeEqual(given, k) || ok;  // every key compared, always
+  return ok;
+}
+
+}  // namespace
+
 StatusOr<AccessPolicy> AccessPolicy::Load(const std::string& key, const std::string& key_file,
                                           const std::string& cors_origin) {
   AccessPolicy p;
   p.cors_origin = cors_origin;
   if (!key.empty()) p.api_keys.push_back(key);
-  if (!key_file.empty()) {
-    std::ifstream in(key_file);
-    if (!in) return NotFound("cannot read --api-key-file '" + key_file + "'");
-    std::string line;
-    size_t from_file = 0;
-    for (bool first = true; std::getline(in, line); first = false) {
-      if (first && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);  // a UTF-8 byte-order mark
-      const size_t b = line.find_first_not_of(" \t\r"), e = line.find_last_not_of(" \t\r");
-      if (b == std::string::npos || line[b] == '#') continue;
-      p.api_keys.push_back(line.substr(b, e - b + 1));
-      ++from_file;
-    }
-    if (in.bad() || !in.eof()) return InvalidArgument("cannot read --api-key-file '" + key_file + "' to its end");
-    if (from_file == 0) return InvalidArgument("--api-key-file '" + key_file + "' holds no key");
-  }
+  if (!key_file.empty()) TANDEM_RETURN_IF_ERROR(ReadKeys(key_file, "--api-key-file", &p.api_keys));
   for (const std::string& k : p.api_keys) {
     if (k.size() < 8) return InvalidArgument("an API key must be at least 8 characters");
   }
   return p;
 }
 
-bool AccessPolicy::Authorized(std::string_view path, std::string_view authorization) const {
-  // /admin/ routes change what a server does: they need a key, and are
-  // closed to everyone on a server without keys.
-  const bool admin = path.substr(0, 7) == "/admin/";
-  if (admin && api_keys.empty()) return false;
-  if (api_keys.empty() || (path.substr(0, 4) != "/v1/" && !admin)) return true;
-  constexpr std::string_view kBearer = "bearer ";  // the scheme is case-insensitive (RFC 9110)
-  if (authorization.size() < kBearer.size()) return false;
-  for (size_t i = 0; i < kBearer.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(authorization[i])) != kBearer[i]) return false;
+Status AccessPolicy::LoadAdminKeys(const std::string& path) {
+  std::vector<std::string> keys;
+  TANDEM_RETURN_IF_ERROR(ReadKeys(path, "--admin-key-file", &keys));
+  for (const std::string& k : keys) {
+    if (AnyKeyMatches(api_keys, k)) {
+      return InvalidArgument("a key in --admin-key-file is also a client's API key: an operator's key must be its own");
+    }
+    if (k.size() < 16) return InvalidArgument("an admin key must be at least 16 characters");
   }
-  const std::string_view given = authorization.substr(kBearer.size());
-  bool ok = false;
-  for (const std::string& k : api_keys) ok = ConstantTimeEqual(given, k) || ok;  // every key compared, always
-  return ok;
+  admin_keys.insert(admin_keys.end(), keys.begin(), keys.end());
+  return Status::Ok();
+}
+
+std::string_view BearerToken(std::string_view authorization) {
+  constexpr std::string_view kBearer = "bearer ";  // the scheme is case-insensitive (RFC 9110)
+  if (authorization.size() < kBearer.size()) return {};
+  for (size_t i = 0; i < kBearer.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(authorization[i])) != kBearer[i]) return {};
+  }
+  return authorization.substr(kBearer.size());
+}
+
+Access AccessPolicy::Check(std::string_view path, std::string_view authorization) const {
+  const bool admin = path.substr(0, 7) == "/admin/";
+  if (!admin && (api_keys.empty() || path.substr(0, 4) != "/v1/")) return Access::kAllowed;
+  const std::string_view given = BearerToken(authorization);
+  if (!admin) return !given.empty() && AnyKeyMatches(api_keys, given) ? Access::kAllowed : Access::kUnauthorized;
+  // /admin/ routes change what a server does: an operator's key only.
+  if (!given.empty() && AnyKeyMatches(admin_keys, given)) return Access::kAllowed;
+  return !given.empty() && AnyKeyMatches(api_keys, given) ? Access::kForbidden : Access::kUnauthorized;
 }
 
 std::map<std::string, std::string> AccessPolicy::CorsHeaders(std::string_view origin, bool preflight) const {
@@ -79,6 +109,14 @@ std::string UnauthorizedJson() {
   e.http_status = 401;
   e.message = "a valid API key is needed: send it as 'Authorization: Bearer <key>'";
   e.code = "invalid_api_key";
+  return ErrorJson(e);
+}
+
+std::string ForbiddenAdminJson() {
+  ApiError e;
+  e.http_status = 403;
+  e.message = "this key may not use /admin/ routes: they take an operator's key (--admin-key-file), never a client's";
+  e.code = "admin_key_required";
   return ErrorJson(e);
 }
 

@@ -3,8 +3,11 @@
 // so both servers apply the same rules and tests need no sockets.
 //
 // Keys guard the API routes (/v1/...); /health and /metrics stay open for
-// probes and scrapers. Admin routes (/admin/...) need a key, and are closed
-// on a server without keys. A key is compared in constant time over the longest
+// probes and scrapers. Admin routes (/admin/...) take only an operator's key
+// (--admin-key-file), never a client's (invariant 10): a client key there is
+// refused with 403, and without admin keys they are closed to everyone. A
+// key is both a client's and an operator's only if it is in both files: the
+// load refuses that. A key is compared in constant time over the longest
 // length, so a wrong guess's timing says nothing about how close it came.
 // CORS headers are sent only when an origin is configured: without one, a web
 // page on another origin cannot read the answers.
@@ -21,17 +24,31 @@ namespace tandem {
 
 bool ConstantTimeEqual(std::string_view a, std::string_view b);
 
+// What a request's credentials allow on a route.
+enum class Access {
+  kAllowed,
+  kUnauthorized,  // no valid key for this route: 401
+  kForbidden,     // a valid client key on an operator's route: 403
+};
+
 struct AccessPolicy {
-  std::vector<std::string> api_keys;  // empty: no key needed
-  std::string cors_origin;            // empty: no CORS headers; "*" any origin
+  std::vector<std::string> api_keys;    // empty: no key needed on /v1/
+  std::vector<std::string> admin_keys;  // empty: /admin/ closed
+  std::string cors_origin;              // empty: no CORS headers; "*" any origin
 
   // --api-key KEY and/or --api-key-file PATH (one key per line; blank lines
   // and lines starting with # skipped), --cors-origin ORIGIN.
   static StatusOr<AccessPolicy> Load(const std::string& key, const std::string& key_file,
                                      const std::string& cors_origin);
+  // --admin-key-file PATH (the same format): the operators' keys. A key that
+  // is also a client's is refused.
+  Status LoadAdminKeys(const std::string& path);
 
-  // Whether a request to `path` with this Authorization header may go on.
-  bool Authorized(std::string_view path, std::string_view authorization) const;
+  // What a request to `path` with this Authorization header may do.
+  Access Check(std::string_view path, std::string_view authorization) const;
+  bool Authorized(std::string_view path, std::string_view authorization) const {
+    return Check(path, authorization) == Access::kAllowed;
+  }
   // The CORS response headers for a request from `origin` (none when no
   // origin is configured or it is another one). preflight: an OPTIONS request.
   std::map<std::string, std::string> CorsHeaders(std::string_view origin, bool preflight) const;
@@ -39,5 +56,9 @@ struct AccessPolicy {
 
 // The 401 body, in OpenAI's error shape.
 std::string UnauthorizedJson();
+// The 403 body for a client key on an operator's route.
+std::string ForbiddenAdminJson();
+// The bearer token of an Authorization header ("" when it has none).
+std::string_view BearerToken(std::string_view authorization);
 
 }  // namespace tandem

@@ -477,8 +477,13 @@ void Connection::Dispatch() {
   }
   const RouteEntry* route = Find(head_ ? "GET" : request->method, request->path);
   if (route == nullptr) return SendApiError(*reply, 404, "no route for " + request->method + " " + request->path);
-  if (!access.Authorized(request->path, request->Header("Authorization"))) {
-    return reply->Send(401, "application/json", UnauthorizedJson(), {{"WWW-Authenticate", "Bearer"}});
+  switch (access.Check(request->path, request->Header("Authorization"))) {
+    case Access::kAllowed:
+      break;
+    case Access::kForbidden:
+      return reply->Send(403, "application/json", ForbiddenAdminJson(), {});
+    case Access::kUnauthorized:
+      return reply->Send(401, "application/json", UnauthorizedJson(), {{"WWW-Authenticate", "Bearer"}});
   }
   if (route->quick) return RunHandler(core_, route->handler, *request, reply);
   Watch();

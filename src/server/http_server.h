@@ -29,7 +29,7 @@ struct ServerOptions {
   std::string model_id;  // default: the model's general.name
   HttpLimits http;       // deadlines, body and connection limits
   AccessPolicy access;   // API keys and CORS (server/access.h)
-  // POST /admin/drain (an API key is required): what begins this server's
+  // POST /admin/drain (an operator's key, --admin-key-file): what begins this server's
   // drain (serve: a SIGTERM to itself). None: the route answers 404.
   std::function<void()> on_drain;
   // Discovery's part of /health (a "discovery" member) and of /metrics, when

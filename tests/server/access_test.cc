@@ -41,6 +41,41 @@ TEST(Access, KeysAreComparedWholeAndOnlyTheApiRoutesNeedThem) {
   EXPECT_TRUE(bom->Authorized("/v1/models", "Bearer sk-after-a-bom"));
 }
 
+// Invariant 10: a client's key is not an operator's.
+TEST(Access, AdminRoutesTakeOnlyAnOperatorsKey) {
+  const std::string dir = testing::MakeTempDir();
+  std::ofstream(dir + "/keys") << "sk-client-key-0001\n";
+  std::ofstream(dir + "/admin") << "# operators\nadm-operator-key-0001\n";
+  auto p = AccessPolicy::Load("", dir + "/keys", "");
+  ASSERT_TRUE(p.ok());
+  // Without admin keys /admin/ is closed: a client key is refused as such.
+  EXPECT_EQ(p->Check("/admin/drain", "Bearer sk-client-key-0001"), Access::kForbidden);
+  EXPECT_EQ(p->Check("/admin/drain", ""), Access::kUnauthorized);
+  EXPECT_EQ(AccessPolicy{}.Check("/admin/drain", ""), Access::kUnauthorized) << "closed on a server without keys";
+  ASSERT_TRUE(p->LoadAdminKeys(dir + "/admin").ok());
+  EXPECT_EQ(p->Check("/admin/drain", "Bearer adm-operator-key-0001"), Access::kAllowed);
+  EXPECT_EQ(p->Check("/admin/drain", "bearer adm-operator-key-0001"), Access::kAllowed);
+  EXPECT_EQ(p->Check("/admin/drain", "Bearer sk-client-key-0001"), Access::kForbidden);
+  EXPECT_EQ(p->Check("/admin/drain", "Bearer adm-operator-key-000"), Access::kUnauthorized);
+  EXPECT_EQ(p->Check("/admin/drain", "adm-operator-key-0001"), Access::kUnauthorized);  // not a bearer token
+  // The operator's key is not a client's either.
+  EXPECT_EQ(p->Check("/v1/models", "Bearer adm-operator-key-0001"), Access::kUnauthorized);
+  EXPECT_EQ(p->Check("/v1/models", "Bearer sk-client-key-0001"), Access::kAllowed);
+  // A key in both files, or a short one, is refused at load.
+  auto both = AccessPolicy::Load("", dir + "/keys", "");
+  std::ofstream(dir + "/shared") << "sk-client-key-0001\n";
+  EXPECT_NE(both->LoadAdminKeys(dir + "/shared").message().find("also a client's"), std::string::npos);
+  std::ofstream(dir + "/short") << "adm-short\n";
+  EXPECT_NE(both->LoadAdminKeys(dir + "/short").message().find("at least 16"), std::string::npos);
+  EXPECT_NE(both->LoadAdminKeys(dir + "/missing").message().find("--admin-key-file"), std::string::npos);
+  // An admin key alone (an open API) still guards /admin/.
+  AccessPolicy open;
+  ASSERT_TRUE(open.LoadAdminKeys(dir + "/admin").ok());
+  EXPECT_EQ(open.Check("/v1/models", ""), Access::kAllowed);
+  EXPECT_EQ(open.Check("/admin/drain", ""), Access::kUnauthorized);
+  EXPECT_EQ(open.Check("/admin/drain", "Bearer adm-operator-key-0001"), Access::kAllowed);
+}
+
 TEST(Access, CorsHeadersOnlyForTheConfiguredOrigin) {
   EXPECT_TRUE(AccessPolicy{}.CorsHeaders("https://evil.example", false).empty());
   AccessPolicy one;
