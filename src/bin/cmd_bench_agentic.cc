@@ -66,6 +66,7 @@ struct AgenticArgs {
   std::string faults;
   double faults_repeat_s = 0;
   std::string fault_control;  // host:port of serve --disagg --debug-fault-control
+  std::string fault_control_key_file;  // the key it wrote
   double fault_settle_s = 10;
   bool verify_during = false;
 };
@@ -222,6 +223,13 @@ int Soak(const AgenticArgs& a, const AgenticShape& shape, const std::string& hos
   o.faults = RepeatFaults(*faults, a.faults_repeat_s, a.soak_s);
   if (!a.fault_control.empty() && !SplitUrl(a.fault_control, &o.control_host, &o.control_port)) {
     return std::fprintf(stderr, "error: --fault-control must be host:port, not '%s'\n", a.fault_control.c_str()), 1;
+  }
+  if (!a.fault_control_key_file.empty()) {
+    std::ifstream in(a.fault_control_key_file);
+    if (!(in >> o.control_key)) {
+      return std::fprintf(stderr, "error: cannot read a key from --fault-control-key-file '%s'\n",
+                          a.fault_control_key_file.c_str()), 1;
+    }
   }
   SoakSection& k = report->soak_section;
   report->soak = true;
@@ -593,6 +601,8 @@ void RegisterAgenticBench(CLI::App& bench) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--fault-control", a->fault_control,
                   "With --soak: host:port of the launcher's fault control (serve --disagg --debug-fault-control)");
+  cmd->add_option("--fault-control-key-file", a->fault_control_key_file,
+                  "With --fault-control: the file holding its key (the launcher names it when it starts)");
   cmd->add_option("--fault-settle", a->fault_settle_s,
                   "With --soak: seconds after a fault ends that still count as its window")
       ->check(CLI::NonNegativeNumber);

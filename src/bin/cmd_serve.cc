@@ -42,6 +42,7 @@ struct ServeArgs {
   int prefill_engines = 1;     // --disagg
   int decode_servers = 1;      // --disagg
   int restart_budget = 5;      // --disagg
+  std::string children_host = "127.0.0.1";  // --disagg: where the engines and decode servers listen
   bool fault_control = false;  // --disagg, --debug-fault-control
   TierFlags tiers;
   FaultFlags faults;  // the transport's: --disagg, passed to the prefill engines
@@ -139,6 +140,7 @@ DisaggLaunch LaunchFor(const ServeArgs& a) {
   DisaggLaunch l;
   l.restart_budget = a.restart_budget;
   l.host = a.server.host;
+  l.children_host = a.children_host;
   l.port = a.server.port;
   if (!a.model.model_path.empty()) l.model_args = {"-m", a.model.model_path};
   l.model_args.push_back("-t");
@@ -152,7 +154,8 @@ DisaggLaunch LaunchFor(const ServeArgs& a) {
   l.decode_args = {"--cache-tokens", std::to_string(a.engine.cache_tokens), "--max-running",
                    std::to_string(a.engine.max_running), "--max-waiting", std::to_string(a.engine.max_waiting),
                    "--request-timeout", std::to_string(a.request_timeout_s), "--verify-handoff", a.verify,
-                   "--step-time-ms", std::to_string(a.engine.step_time.count())};
+                   "--step-time-ms", std::to_string(a.engine.step_time.count()), "--loop-watchdog-ms",
+                   std::to_string(a.engine.loop_watchdog.count())};
   if (!a.server.model_id.empty()) l.decode_args.insert(l.decode_args.end(), {"--model-id", a.server.model_id});
   for (auto* side : {&l.decode_args, &l.router_args}) {
     side->insert(side->end(), {"--shutdown-timeout", std::to_string(a.shutdown_timeout_s)});
@@ -241,8 +244,10 @@ int RunServe(ServeArgs& a) {
       return TLOG_ERROR("error: %s\n", advertised.status().message().c_str()), 2;
     }
   }
-  if (!a.disagg && (a.prefill_engines != 1 || a.decode_servers != 1 || a.fault_control)) {
-    TLOG_ERROR("error: --prefill-engines, --decode-servers and --debug-fault-control are options of --disagg\n");
+  if (!a.disagg &&
+      (a.prefill_engines != 1 || a.decode_servers != 1 || a.fault_control || a.children_host != "127.0.0.1")) {
+    TLOG_ERROR("error: --prefill-engines, --decode-servers, --children-host and --debug-fault-control are options of "
+               "--disagg\n");
     return 2;
   }
   if (!a.disagg && a.faults.transport_any()) {
@@ -422,6 +427,11 @@ void RegisterServe(CLI::App& app) {
          "Beside decoding sequences, prompt chunks are sized from measured throughput so a step takes about this "
          "long: what a burst of prompts may add to inter-token latency (default 200; 0: only --max-batch-tokens)")
       ->check(CLI::Range(int64_t(0), int64_t(600000)));
+  cmd->add_option_function<int64_t>(
+         "--loop-watchdog-ms", [a](int64_t ms) { a->engine.loop_watchdog = std::chrono::milliseconds(ms); },
+         "While one step of the engine loop runs longer than this, /health answers 503 'stalled' with the reason "
+         "(a router stops placing requests here) (default 15000; 0: off)")
+      ->check(CLI::Range(int64_t(0), int64_t(3'600'000)));
   cmd->add_option("--grammar-work-per-step", a->engine.grammar_work_per_step,
                   "Structured outputs: grammar work (about a nanosecond a unit) all token masks of one step may take; a mask "
                   "that needs more finishes in later steps")
@@ -471,6 +481,9 @@ void RegisterServe(CLI::App& app) {
                   "With --disagg: a child that exits by itself is restarted; more than this many restarts of one "
                   "child within a minute stop the launcher (exit 1)")
       ->check(CLI::Range(0, 1000));
+  cmd->add_option("--children-host", a->children_host,
+                  "With --disagg: the address the prefill engines and decode servers listen on (default 127.0.0.1: "
+                  "only the router, on --host, is reachable from other hosts)");
   cmd->add_flag("--debug-fault-control", a->fault_control,
                 "With --disagg, tests and soaks only: the launcher kills, restarts (optionally with bit flips), drains "
                 "and stops its prefill engines, decode servers and router when asked over HTTP (bench agentic "

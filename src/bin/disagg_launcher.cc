@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -24,6 +25,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "server/access.h"
 #include "server/listen_backlog.h"
 
 namespace tandem::cli {
@@ -94,11 +96,13 @@ class Child {
 
   bool alive() const { return pid_ > 0; }
 
-  // Whether the child exited by itself (reaped now); `how` says how.
-  bool Exited(std::string* how) {
+  // Whether the child exited by itself (reaped now); `how` says how, and
+  // `clean` whether it exited with code 0 (a server does only after a drain).
+  bool Exited(std::string* how, bool* clean) {
     int status = 0;
     if (pid_ <= 0 || waitpid(pid_, &status, WNOHANG) != pid_) return false;
     pid_ = -1;
+    *clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
     *how = WIFSIGNALED(status) ? std::string("killed by signal ") + std::to_string(WTERMSIG(status))
                                : "exited with code " + std::to_string(WEXITSTATUS(status));
     return true;
@@ -247,13 +251,21 @@ class ChildSlots {
   }
 
   // The children that exited by themselves since the last call (a fault
-  // control kill is not one): index and how, for the supervisor to restart.
-  std::vector<std::pair<int, std::string>> Reap() {
-    std::vector<std::pair<int, std::string>> out;
+  // control kill is not one), for the supervisor to restart.
+  struct Exit {
+    int child;
+    std::string how;
+    bool drained;  // exited cleanly: a drain, not a crash
+  };
+  std::vector<Exit> Reap() {
+    std::vector<Exit> out;
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < slots_.size(); ++i) {
       std::string how;
-      if (slots_[i].child && !slots_[i].held_down && slots_[i].child->Exited(&how)) out.emplace_back(int(i), how);
+      bool clean = false;
+      if (slots_[i].child && !slots_[i].held_down && slots_[i].child->Exited(&how, &clean)) {
+        out.push_back({int(i), how, clean});
+      }
     }
     return out;
   }
@@ -291,10 +303,26 @@ class ChildSlots {
 };
 
 // --debug-fault-control: POST /debug/<kind>/<i> {"action": ..., "bit_flip_rate": r},
-// kind prefill, decode or router.
-std::unique_ptr<httplib::Server> StartFaultControl(const std::vector<ChildSlots*>& kinds, int* port) {
+// kind prefill, decode or router, with 'Authorization: Bearer <key>': the
+// key the launcher wrote into its private folder (mode 0600), so only the
+// user who started it can use it (invariant 10). A request a web page
+// sends (it carries Origin) is refused whatever it holds; the listener is on
+// loopback only.
+std::unique_ptr<httplib::Server> StartFaultControl(const std::vector<ChildSlots*>& kinds, std::string key, int* port) {
   auto server = std::make_unique<httplib::Server>();
-  server->Post(R"(/debug/(\w+)/(\d+))", [kinds](const httplib::Request& req, httplib::Response& res) {
+  server->Post(R"(/debug/(\w+)/(\d+))", [kinds, key](const httplib::Request& req, httplib::Response& res) {
+    if (req.has_header("Origin")) {
+      res.status = 403;
+      res.set_content("fault control takes no requests from web pages", "text/plain");
+      return;
+    }
+    if (!ConstantTimeEqual(BearerToken(req.get_header_value("Authorization")), key)) {
+      res.status = 401;
+      res.set_content("fault control needs 'Authorization: Bearer <key>' with the key in the file the launcher "
+                      "named when it started",
+                      "text/plain");
+      return;
+    }
     std::string action;
     double rate = 0;
     try {
@@ -342,9 +370,10 @@ int Supervise(Supervisor& supervisor, const sigset_t& signals, const std::vector
   };
   // Restarts one child: 0 when it is back, else the launcher's exit code. A
   // start that fails counts as another exit, against the same budget.
-  auto restart = [&](const std::string& name, std::string how, const std::function<int()>& start) {
+  auto restart = [&](const std::string& name, std::string how, bool drained, const std::function<int()>& start) {
     for (;;) {
-      const auto backoff = supervisor.Down(name, how);
+      const auto backoff = drained ? supervisor.Drained(name) : supervisor.Down(name, how);
+      drained = false;  // a start that fails is a failure
       if (backoff.count() < 0) return 1;
       if (!wait(backoff)) return 0;
       const int port = start();
@@ -359,9 +388,9 @@ int Supervise(Supervisor& supervisor, const sigset_t& signals, const std::vector
   const timespec tick{0, 100'000'000};  // how often children are looked at
   while (sigtimedwait(&signals, nullptr, &tick) < 0) {
     for (ChildSlots* slots : kinds) {
-      for (const auto& [i, exit] : slots->Reap()) {
-        if (const int code = restart(slots->Name(i), exit,
-                                     [&, i = i] { return slots->Start(i, slots->port(i), {}, &signals); });
+      for (const ChildSlots::Exit& e : slots->Reap()) {
+        if (const int code = restart(slots->Name(e.child), e.how, e.drained,
+                                     [&, i = e.child] { return slots->Start(i, slots->port(i), {}, &signals); });
             code >= 0) {
           return code;
         }
@@ -398,7 +427,9 @@ int RunDisagg(const DisaggLaunch& given) {
   for (auto* side : {&l.prefill_args, &l.decode_args}) side->insert(side->end(), {"--cluster-key-file", l.cluster_key_file});
   Supervisor supervisor(folder.dir + "/supervisor.json", l.restart_budget);
   const sigset_t set = BlockStopSignals();
-  const std::string loop = l.host;
+  // Only the router listens where clients reach it; the engines and the
+  // decode servers listen on l.children_host (loopback unless told).
+  const std::string loop = l.children_host;
   ChildSlots prefill(
       "prefill", [](int i) { return Numbered("prefill engine", i); },
       [&](int i, int port, const std::vector<std::string>& extra) {
@@ -474,12 +505,21 @@ int RunDisagg(const DisaggLaunch& given) {
   std::thread control_thread;
   if (l.fault_control) {
     int control_port = 0;
-    control = StartFaultControl({&prefill, &decode, &router}, &control_port);
+    const std::string key_file = folder.dir + "/fault-control.key";
+    std::string key;
+    if (Status st = transfer::WriteRandomClusterKey(key_file); !st.ok()) {
+      return TLOG_ERROR("tandem serve --disagg: %s\n", st.message().c_str()), 1;
+    }
+    if (std::ifstream in(key_file); !(in >> key)) {
+      return TLOG_ERROR("tandem serve --disagg: cannot read back %s\n", key_file.c_str()), 1;
+    }
+    control = StartFaultControl({&prefill, &decode, &router}, key, &control_port);
     if (!control || !StartListening(*control, &control_thread, std::chrono::seconds(10))) {
       return TLOG_ERROR("tandem serve --disagg: the fault-control listener did not start\n"), 1;
     }
-    TLOG_WARN("WARNING: --debug-fault-control: fault control at http://127.0.0.1:%d kills, restarts, drains and stops "
-              "prefill engines, decode servers and the router on request (tests and soaks only)\n", control_port);
+    TLOG_WARN("WARNING: --debug-fault-control: fault control at http://127.0.0.1:%d (key in %s) kills, restarts, "
+              "drains and stops prefill engines, decode servers and the router on request (tests and soaks only)\n",
+              control_port, key_file.c_str());
   }
   TLOG_INFO("tandem serve --disagg: router at http://%s:%d (decode %s, prefill ucx %s)\n", l.host.c_str(),
             router_port, decode_list.c_str(), addresses.c_str());

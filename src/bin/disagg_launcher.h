@@ -15,6 +15,9 @@ namespace tandem::cli {
 struct DisaggLaunch {
   std::string host = "127.0.0.1";
   int port = 8080;                          // the router's, public (0: any free)
+  // Where the prefill engines and decode servers listen (--children-host):
+  // loopback, so that only the router is reachable from other hosts.
+  std::string children_host = "127.0.0.1";
   std::vector<std::string> model_args;      // -m, -t, --isa ...
   std::vector<std::string> attention_args;  // --attention, --topk, --index-k-dtype (both engines)
   std::vector<std::string> decode_args;     // engine options for the decode server

@@ -41,10 +41,27 @@ std::chrono::milliseconds Supervisor::Down(const std::string& child, const std::
   return backoff;
 }
 
+std::chrono::milliseconds Supervisor::Drained(const std::string& child) {
+  ChildState& c = children_[child];
+  const auto now = std::chrono::steady_clock::now();
+  while (!c.recent_drains.empty() && now - c.recent_drains.front() > kWindow) c.recent_drains.pop_front();
+  if (c.recent_drains.size() >= kDrainsPerWindow) {
+    return Down(child, "exited cleanly " + std::to_string(c.recent_drains.size() + 1) + " times within a minute");
+  }
+  c.recent_drains.push_back(now);
+  c.up = false;
+  c.last_exit = "drained";
+  ++c.drains;
+  TLOG_INFO("tandem serve --disagg: the %s drained and exited; starting it again (drain %d, no restart budget "
+            "spent)\n", child.c_str(), c.drains);
+  Write();
+  return std::chrono::milliseconds(100);
+}
+
 void Supervisor::Write() const {
   nlohmann::json state = nlohmann::json::object();
   for (const auto& [name, c] : children_) {
-    state[name] = {{"up", c.up}, {"restarts", c.restarts}, {"last_exit", c.last_exit}};
+    state[name] = {{"up", c.up}, {"restarts", c.restarts}, {"drains", c.drains}, {"last_exit", c.last_exit}};
   }
   // Written whole, then renamed: a reader never sees half a file.
   const std::string tmp = path_ + ".tmp";

@@ -6,6 +6,13 @@
 // launcher stops everything and exits non-zero: a child that cannot stay up
 // is not restarted forever.
 //
+// A child that exits cleanly (code 0: a drain, by SIGTERM or POST
+// /admin/drain, finished) is started again too, but a drain is not a crash:
+// it spends none of the budget (invariant 10: an operator's drain must not
+// add up to a stop of the service). Past kDrainsPerWindow clean exits within
+// the window, a clean exit is a failure like any other: a child that keeps
+// exiting with 0 by itself is not restarted forever.
+//
 // The state (each child's restarts, whether it is up, how it last ended) is
 // a small JSON file the launcher rewrites on every change; the router, started
 // with --supervisor-state, shows it in /health and /metrics, so an operator
@@ -24,6 +31,7 @@ namespace tandem::cli {
 class Supervisor {
  public:
   static constexpr auto kWindow = std::chrono::seconds(60);
+  static constexpr size_t kDrainsPerWindow = 30;
 
   Supervisor(std::string state_path, int budget);
 
@@ -31,6 +39,9 @@ class Supervisor {
   // The child exited by itself. Returns how long to wait before starting it
   // again, or a negative duration when its restart budget is spent.
   std::chrono::milliseconds Down(const std::string& child, const std::string& how);
+  // The child drained and exited cleanly: how long to wait before starting
+  // it again (the budget untouched), or, past kDrainsPerWindow, Down's answer.
+  std::chrono::milliseconds Drained(const std::string& child);
 
   const std::string& state_path() const { return path_; }
 
@@ -38,8 +49,10 @@ class Supervisor {
   struct ChildState {
     bool up = false;
     int restarts = 0;
+    int drains = 0;
     std::string last_exit;
     std::deque<std::chrono::steady_clock::time_point> recent;  // restarts within kWindow
+    std::deque<std::chrono::steady_clock::time_point> recent_drains;  // drains within kWindow
   };
   void Write() const;
 

@@ -218,7 +218,8 @@ class FaultRunner {
     cli.set_read_timeout(std::chrono::seconds(180));  // a restart waits for the engine to come up
     Json body = {{"action", action}};
     if (rate > 0) body["bit_flip_rate"] = rate;
-    auto res = cli.Post("/debug/" + child + "/" + std::to_string(target), body.dump(), "application/json");
+    const httplib::Headers auth = {{"Authorization", "Bearer " + o_.control_key}};
+    auto res = cli.Post("/debug/" + child + "/" + std::to_string(target), auth, body.dump(), "application/json");
     if (!res) return "fault control did not answer (" + action + ")";
     if (res->status != 200) return action + ": " + res->body;
     return "";
@@ -349,6 +350,10 @@ Status RunSoak(const std::string& host, int port, const std::string& model, cons
     if (f.kind != Fault::Kind::kAbortStorm && o.control_port <= 0) {
       return InvalidArgument("the fault '" + DescribeFault(f) +
                              "' needs --fault-control (start the servers with serve --disagg --debug-fault-control)");
+    }
+    if (f.kind != Fault::Kind::kAbortStorm && o.control_key.empty()) {
+      return InvalidArgument("the fault '" + DescribeFault(f) +
+                             "' needs --fault-control-key-file (the file the launcher names beside its fault control)");
     }
   }
   std::atomic<bool> stop_sessions{false}, stop_faults{false};

@@ -61,6 +61,7 @@ struct SoakOptions {
   std::vector<Fault> faults;
   std::string control_host;  // the launcher's fault control (needed by kill, wedge, bit flips)
   int control_port = 0;
+  std::string control_key;   // its key (the launcher names the file it wrote)
   double settle_s = 10;      // after a fault ends, this long still belongs to its window
 };
 

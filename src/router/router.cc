@@ -67,12 +67,24 @@ Router::~Router() { Stop(); }
 void Router::CheckHealth() {
   while (!stop_) {
     for (auto& b : Backends()) {
-      if (!b->listed) continue;
+      // An unlisted backend is still watched while it holds requests: they
+      // move if it goes silent.
+      if (!b->listed && b->in_flight->load() == 0) continue;
       httplib::Client cli(b->host, b->port);
       cli.set_connection_timeout(0, 300'000);
       cli.set_read_timeout(1, 0);
       auto res = cli.Get("/health");
       b->healthy = res && res->status == 200 && b->listed;
+      bool stalled = false;
+      if (res && res->status == 503) {
+        const auto health = nlohmann::json::parse(res->body, nullptr, false);
+        stalled = health.is_object() && health.value("status", "") == "stalled";
+      }
+      if (res && !stalled) {
+        b->silent_since_ns = 0;
+      } else if (b->silent_since_ns.load() == 0) {
+        b->silent_since_ns = std::chrono::steady_clock::now().time_since_epoch().count();
+      }
     }
     const auto until = std::chrono::steady_clock::now() + options_.health_interval;
     while (!stop_ && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -111,8 +123,21 @@ std::vector<uint64_t> Router::PromptChain(const std::string& path, const std::st
   return ChainKeys(p->spec.prompt, kChainPageTokens);
 }
 
+const char* Router::MoveReasonName(int reason) {
+  switch (reason) {
+    case kStreamBroke: return "stream_broke";    // a stream's connection lost or ended without [DONE]
+    case kStreamError: return "stream_error";    // a stream ended by the backend's 5xx error frame
+    case kNoAnswer: return "no_answer";          // no answer at all (connection failed or lost first)
+    case kAnswerBroke: return "answer_broke";    // a whole answer cut off
+    case kServerError: return "server_error";    // answered 500 or 502
+    case kUnavailable: return "unavailable";     // answered 503 (draining, no engine)
+    case kSilent: return "silent";               // nothing for silence_timeout from a backend that went silent
+  }
+  return "other";
+}
+
 Router::Backend* Router::Pick(uint64_t conversation, const std::vector<const Backend*>& avoid,
-                              const std::vector<uint64_t>& chain) {
+                              const std::vector<uint64_t>& chain, bool strictly_avoid) {
   MutexLock lock(place_mu_);  // one placement at a time: each sees the ones before it
   std::vector<int64_t> load;
   std::vector<bool> usable;
@@ -124,6 +149,7 @@ Router::Backend* Router::Pick(uint64_t conversation, const std::vector<const Bac
     usable.push_back(b->healthy.load() && b->listed.load() && !avoided);
     other = other || usable.back();
   }
+  if (!other && strictly_avoid) return nullptr;
   if (!other) {  // every healthy one was tried: any healthy one again
     for (size_t i = 0; i < backends.size(); ++i) usable[i] = backends[i]->healthy.load() && backends[i]->listed.load();
   }
@@ -239,18 +265,32 @@ std::string Router::MetricsText() const {
            "# TYPE tandem_supervisor_restarts_total counter\n";
     std::string up = "# HELP tandem_supervisor_child_up 1 while the child runs (0: exited, being restarted)\n"
                      "# TYPE tandem_supervisor_child_up gauge\n";
+    std::string drains = "# HELP tandem_supervisor_drains_total Times serve --disagg started again a child that drained "
+                         "and exited cleanly (no restart budget spent)\n"
+                         "# TYPE tandem_supervisor_drains_total counter\n";
     for (const auto& [name, child] : state["children"].items()) {
       const std::string label = "{child=\"" + name + "\"} ";
       out += "tandem_supervisor_restarts_total" + label + std::to_string(child.value("restarts", 0)) + "\n";
       up += "tandem_supervisor_child_up" + label + (child.value("up", false) ? "1" : "0") + "\n";
+      drains += "tandem_supervisor_drains_total" + label + std::to_string(child.value("drains", 0)) + "\n";
     }
-    out += up;
+    out += up + drains;
   }
   out += "# HELP tandem_router_malformed_total Requests refused (4xx) by the router's own checks before any backend\n"
          "# TYPE tandem_router_malformed_total counter\ntandem_router_malformed_total " +
          std::to_string(refused_.load()) + "\n";
   out += "# HELP tandem_router_moves_total Requests handed to another backend (its stream continued there)\n"
          "# TYPE tandem_router_moves_total counter\ntandem_router_moves_total " + std::to_string(moves_.load()) + "\n";
+  out += "# HELP tandem_router_moves_by_reason_total Requests handed to another backend, by what ended the attempt\n"
+         "# TYPE tandem_router_moves_by_reason_total counter\n";
+  for (int r = 0; r < kMoveReasons; ++r) {
+    out += std::string("tandem_router_moves_by_reason_total{reason=\"") + MoveReasonName(r) + "\"} " +
+           std::to_string(moves_by_reason_[size_t(r)].load()) + "\n";
+  }
+  out += "# HELP tandem_router_not_moved_total Failed answers sent as the backend gave them: a 500 when every "
+         "healthy backend has already run the request (a 500 never runs it twice on one backend)\n"
+         "# TYPE tandem_router_not_moved_total counter\ntandem_router_not_moved_total " +
+         std::to_string(not_moved_.load()) + "\n";
   out += "# HELP tandem_router_moves_exhausted_total Requests failed after their last move, or with no backend to move to\n"
          "# TYPE tandem_router_moves_exhausted_total counter\ntandem_router_moves_exhausted_total " +
          std::to_string(moves_exhausted_.load()) + "\n";

@@ -139,13 +139,15 @@ TEST(DeployFiles, SystemdUnitsVerifyAndTheirCommandsStartRolesThatFindEachOtherI
   ASSERT_TRUE(etcd.Start()) << etcd.why();
   std::ofstream(dir + "/cluster.key") << "the deploy test's cluster key, 16+ bytes\n";
   std::ofstream(dir + "/api-keys") << "deploy-test-key\n";
+  std::ofstream(dir + "/admin-keys") << "deploy-test-operator-key\n";
   // The units' values for one host; sizes scaled down to a test's.
   const std::map<std::string, std::string> env = {{"TANDEM_MODEL", testing::TinyModelPath()},
                                                   {"TANDEM_DISCOVERY", etcd.Url("/deploy")},
                                                   {"TANDEM_CLUSTER_KEY", dir + "/cluster.key"},
                                                   {"TANDEM_HOST", hosts.address(0)},
                                                   {"TANDEM_THREADS", "1"},
-                                                  {"TANDEM_API_KEYS", dir + "/api-keys"}};
+                                                  {"TANDEM_API_KEYS", dir + "/api-keys"},
+                                                  {"TANDEM_ADMIN_KEYS", dir + "/admin-keys"}};
   std::vector<std::unique_ptr<testing::ServerProcess>> roles;
   for (const auto& [unit, marker] : std::vector<std::pair<std::string, std::string>>{
            {"tandem-prefill.service", "tcp://"}, {"tandem-decode.service", "http://"}, {"tandem-router.service", "http://"}}) {

@@ -5,9 +5,11 @@
 
 #include <fstream>
 
+#include "support/http_client.h"
 #include "support/process.h"
 #include "support/server_process.h"
 #include "support/tiny_model.h"
+#include "support/wait.h"
 
 namespace tandem {
 namespace {
@@ -103,6 +105,76 @@ TEST(AccessE2e, ServeAndTheRouterRequireTheKeyAndSendCorsOnlyWhenAsked) {
                                 120, "router at http://127.0.0.1:");
   ASSERT_TRUE(disagg.ok()) << disagg.Log();
   ExpectKeyRules(disagg.port());
+  EXPECT_EQ(disagg.Terminate(), 0) << disagg.Log();
+}
+
+int Drain(int port, const std::string& key) {
+  httplib::Client cli("127.0.0.1", port);
+  cli.set_read_timeout(60, 0);
+  httplib::Headers h;
+  if (!key.empty()) h.emplace("Authorization", "Bearer " + key);
+  auto r = cli.Post("/admin/drain", h, "", "application/json");
+  return r ? r->status : 0;
+}
+
+// Invariant 10, the attack measured in issue 41: a client's API key drained
+// (and so stopped) a standalone serve, and six drains spent serve --disagg's
+// restart budget. Now /admin/ takes only an operator's key, and a drain is
+// not a crash.
+TEST(AccessE2e, AClientKeyCannotDrainAndADrainSpendsNoRestartBudget) {
+  const std::string dir = testing::MakeTempDir();
+  std::ofstream(dir + "/keys") << "sk-test-key-1\nsk-test-key-2\n";
+  std::ofstream(dir + "/admin") << "adm-operator-key-0123456789\n";
+  std::ofstream(dir + "/both") << "sk-test-key-2\n";
+  auto mixed = testing::RunTandem("serve -m " + testing::TinyModelPath() + " --port 0 --api-key-file " + dir +
+                                      "/keys --admin-key-file " + dir + "/both", 60);
+  EXPECT_EQ(mixed.exit_code, 2) << "a client key is never an operator's";
+  EXPECT_NE(mixed.output.find("also a client's API key"), std::string::npos) << mixed.output;
+
+  testing::ServerProcess serve({"serve", "-m", testing::TinyModelPath(), "--api-key-file", dir + "/keys",
+                                "--admin-key-file", dir + "/admin", "--shutdown-timeout", "0.2"});
+  ASSERT_TRUE(serve.ok()) << serve.Log();
+  EXPECT_EQ(Drain(serve.port(), "sk-test-key-1"), 403);
+  EXPECT_EQ(Drain(serve.port(), ""), 401);
+  EXPECT_EQ(Drain(serve.port(), "adm-operator-key-01234567"), 401) << "a prefix of the key is not the key";
+  auto health = Get(serve.port(), "/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200) << "refused drains change nothing";
+  EXPECT_EQ(Drain(serve.port(), "adm-operator-key-0123456789"), 202);
+  EXPECT_EQ(serve.WaitExit(60), std::optional<int>(0)) << serve.Log();
+
+  // serve --disagg with a restart budget of 1: two drains of its decode
+  // server would have stopped everything; they are restarts without cost.
+  testing::ServerProcess disagg({"serve", "--disagg", "-m", testing::TinyModelPath(), "--api-key-file", dir + "/keys",
+                                 "--admin-key-file", dir + "/admin", "--restart-budget", "1", "--shutdown-timeout",
+                                 "0.2"},
+                                120, "router at http://127.0.0.1:");
+  ASSERT_TRUE(disagg.ok()) << disagg.Log();
+  const std::string log = disagg.Log(), marker = "(decode 127.0.0.1:";
+  const size_t at = log.find(marker);
+  ASSERT_NE(at, std::string::npos) << log;
+  const int decode = std::atoi(log.c_str() + at + marker.size());
+  ASSERT_GT(decode, 0) << log;
+  EXPECT_EQ(Drain(decode, "sk-test-key-1"), 403) << "the router's clients cannot drain the servers behind it";
+  auto drains = [&] {
+    return testing::ParseMetrics(testing::HttpGet(disagg.port(), "/metrics").body)
+        ["tandem_supervisor_drains_total{child=\"decode server\"}"];
+  };
+  for (int i = 1; i <= 2; ++i) {
+    ASSERT_EQ(Drain(decode, "adm-operator-key-0123456789"), 202) << i;
+    ASSERT_TRUE(testing::WaitUntil([&] { return drains() == double(i); }, std::chrono::seconds(60)))
+        << i << disagg.Log();
+    ASSERT_TRUE(testing::WaitUntil([&] { return testing::HttpGet(decode, "/health").status == 200; },
+                                   std::chrono::seconds(60)))
+        << i << disagg.Log();
+  }
+  const auto metrics = testing::ParseMetrics(testing::HttpGet(disagg.port(), "/metrics").body);
+  EXPECT_EQ(metrics.at("tandem_supervisor_restarts_total{child=\"decode server\"}"), 0);
+  const std::string backend = "tandem_router_backend_healthy{backend=\"127.0.0.1:" + std::to_string(decode) + "\"}";
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] { return testing::ParseMetrics(testing::HttpGet(disagg.port(), "/metrics").body)[backend] == 1; },
+      std::chrono::seconds(30)));
+  ExpectKeyRules(disagg.port());  // still serving, through the restarted decode server
   EXPECT_EQ(disagg.Terminate(), 0) << disagg.Log();
 }
 

@@ -3,6 +3,7 @@
 // commit with delayed writes caught as corruption, and a wedged server that
 // stops the sweep instead of filling the report with timeouts.
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -78,15 +79,15 @@ TEST_P(Agentic, ASoakThroughEveryKindOfFaultStaysExactAndItsQuietPeriodsClean) {
   auto server = Disagg({"--prefill-engines", "2", "--debug-fault-control", "--peer-timeout-ms", "1000",
                         "--debug-poison-pages"});
   ASSERT_TRUE(server->ok()) << server->Log();
-  const std::string log = server->Log(), marker = "fault control at http://127.0.0.1:";
-  const size_t at = log.find(marker);
-  ASSERT_NE(at, std::string::npos) << log;
-  const int control = std::atoi(log.c_str() + at + marker.size());
+  const testing::FaultControl fault_control = testing::FindFaultControl(server->Log());
+  ASSERT_GT(fault_control.port, 0) << server->Log();
+  const int control = fault_control.port;
   const std::string dir = testing::MakeTempDir();
   auto r = RunTandem(Bench(server->port(), dir,
                            "--sweep 8 --rounds 2 --initial-tokens 384 --gen-tokens 16 --soak 30 --fault-settle 5 "
                            "--faults kill:0@4+2,wedge:1@11+3,abort-storm:16@18,bit-flips:0@22+4/0.2 "
-                           "--fault-control 127.0.0.1:" + std::to_string(control)),
+                           "--fault-control 127.0.0.1:" + std::to_string(control) + " --fault-control-key-file " +
+                               fault_control.key_file),
                      600);
   ASSERT_EQ(r.exit_code, 0) << r.output << server->Log();
   const json report = ReadJson(dir + "/report.json");
@@ -111,13 +112,24 @@ TEST_P(Agentic, ASoakThroughEveryKindOfFaultStaysExactAndItsQuietPeriodsClean) {
   EXPECT_GT(Outcome(point, "ok"), 40) << point.dump();
   EXPECT_NE(r.output.find("soak: 30 s at 8 sessions"), std::string::npos) << r.output;
   // The fault control refuses what it cannot do, with the reason, and stays up.
-  const auto bad_json = testing::HttpPost(control, "/debug/prefill/0", "{not json");
+  const std::string& key = fault_control.key;
+  const auto bad_json = testing::HttpPost(control, "/debug/prefill/0", "{not json", "application/json", key);
   EXPECT_EQ(bad_json.status, 400) << bad_json.body;
-  const auto unknown = testing::HttpPost(control, "/debug/prefill/0", R"({"action":"explode"})");
+  const auto unknown = testing::HttpPost(control, "/debug/prefill/0", R"({"action":"explode"})", "application/json", key);
   EXPECT_EQ(unknown.status, 400);
   EXPECT_NE(unknown.body.find("unknown action"), std::string::npos) << unknown.body;
-  EXPECT_EQ(testing::HttpPost(control, "/debug/prefill/7", R"({"action":"kill"})").status, 404);
-  EXPECT_EQ(testing::HttpPost(control, "/debug/prefill/0", R"({"action":"restart","bit_flip_rate":2})").status, 400);
+  EXPECT_EQ(testing::HttpPost(control, "/debug/prefill/7", R"({"action":"kill"})", "application/json", key).status, 404);
+  EXPECT_EQ(testing::HttpPost(control, "/debug/prefill/0", R"({"action":"restart","bit_flip_rate":2})",
+                              "application/json", key)
+                .status,
+            400);
+  // Only with its key, and never from a web page (invariant 10).
+  EXPECT_EQ(testing::HttpPost(control, "/debug/prefill/0", R"({"action":"stop"})").status, 401);
+  httplib::Client page("127.0.0.1", control);
+  const auto from_page = page.Post("/debug/prefill/0", {{"Origin", "https://evil.example"}, {"Authorization", "Bearer " + key}},
+                                   R"({"action":"stop"})", "application/json");
+  ASSERT_TRUE(from_page);
+  EXPECT_EQ(from_page->status, 403);
   EXPECT_EQ(testing::HttpGet(server->port(), "/health").status, 200);
 }
 

@@ -15,6 +15,7 @@
 
 #include "loadgen/stream_client.h"
 #include "support/http_client.h"
+#include "support/process.h"
 #include "support/server_process.h"
 #include "support/tiny_model.h"
 #include "support/wait.h"
@@ -45,13 +46,6 @@ std::vector<int> DecodePorts(const ServerProcess& launcher) {
   static const std::regex port(R"(:([0-9]+))");
   for (std::sregex_iterator it(list.begin(), list.end(), port), end; it != end; ++it) ports.push_back(std::stoi((*it)[1]));
   return ports;
-}
-
-// The launcher's --debug-fault-control port; 0 when its log does not say it.
-int FaultControlPort(const ServerProcess& launcher) {
-  const std::string log = launcher.Log(), marker = "fault control at http://127.0.0.1:";
-  const size_t at = log.find(marker);
-  return at == std::string::npos ? 0 : std::atoi(log.c_str() + at + marker.size());
 }
 
 json Body(int i) {
@@ -173,8 +167,10 @@ TEST_F(StreamsThatMove, ADrainedDecodeServerHandsItsStreamsOnAndIsRestarted) {
 TEST_F(StreamsThatMove, StreamsOutliveTheRouterForAClientThatResumes) {
   auto launcher = Launch({"--debug-fault-control", "--shutdown-timeout", "0.2"});
   ASSERT_TRUE(launcher->ok()) << launcher->Log();
-  const int control = FaultControlPort(*launcher);
+  const testing::FaultControl fault_control = testing::FindFaultControl(launcher->Log());
+  const int control = fault_control.port;
   ASSERT_GT(control, 0) << launcher->Log();
+  ASSERT_FALSE(fault_control.key.empty()) << launcher->Log();
   // The reference texts, through the same client without any fault.
   std::vector<std::string> want;
   for (int i = 0; i < kStreams; ++i) {
@@ -190,9 +186,9 @@ TEST_F(StreamsThatMove, StreamsOutliveTheRouterForAClientThatResumes) {
       }));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the streams are under way (a window the fault may hit)
-    ASSERT_EQ(testing::HttpPost(control, "/debug/router/0", json{{"action", action}}.dump()).status, 200) << action;
+    ASSERT_EQ(testing::HttpPost(control, "/debug/router/0", json{{"action", action}}.dump(), "application/json", fault_control.key).status, 200) << action;
     if (action == std::string("kill")) {
-      ASSERT_EQ(testing::HttpPost(control, "/debug/router/0", R"({"action":"restart"})").status, 200);
+      ASSERT_EQ(testing::HttpPost(control, "/debug/router/0", R"({"action":"restart"})", "application/json", fault_control.key).status, 200);
     }
     int resumed = 0;
     for (int i = 0; i < kStreams; ++i) {
@@ -209,15 +205,23 @@ TEST_F(StreamsThatMove, StreamsOutliveTheRouterForAClientThatResumes) {
 TEST_F(StreamsThatMove, WithTheOnlyPrefillEngineDownPromptsAreComputedOnTheDecodeServers) {
   auto launcher = Launch({"--debug-fault-control", "--peer-timeout-ms", "500"});
   ASSERT_TRUE(launcher->ok()) << launcher->Log();
-  const int control = FaultControlPort(*launcher);
+  const testing::FaultControl fault_control = testing::FindFaultControl(launcher->Log());
+  const int control = fault_control.port;
   ASSERT_GT(control, 0) << launcher->Log();
+  ASSERT_FALSE(fault_control.key.empty()) << launcher->Log();
   const std::vector<int> decode = DecodePorts(*launcher);
   ASSERT_EQ(decode.size(), 2u) << launcher->Log();
   EXPECT_EQ(Ask(launcher->port(), 1), reference_[1]);
   const double committed = Metric(decode[0], "tandem_handoffs_total{outcome=\"committed\"}") +
                            Metric(decode[1], "tandem_handoffs_total{outcome=\"committed\"}");
   EXPECT_GE(committed, 1) << "served by the prefill engine while it was up";
-  ASSERT_EQ(testing::HttpPost(control, "/debug/prefill/0", R"({"action":"kill"})").status, 200);
+  // Fault control takes only its own key (invariant 10): none, another or a
+  // web page's request kills nothing.
+  EXPECT_EQ(testing::HttpPost(control, "/debug/prefill/0", R"({"action":"kill"})").status, 401);
+  EXPECT_EQ(testing::HttpPost(control, "/debug/prefill/0", R"({"action":"kill"})", "application/json",
+                              fault_control.key + "0").status,
+            401);
+  ASSERT_EQ(testing::HttpPost(control, "/debug/prefill/0", R"({"action":"kill"})", "application/json", fault_control.key).status, 200);
   for (int port : decode) {
     std::string body;
     EXPECT_TRUE(testing::WaitUntil([&] { return (body = testing::HttpGet(port, "/health").body).find("degraded") != std::string::npos; },
@@ -229,7 +233,7 @@ TEST_F(StreamsThatMove, WithTheOnlyPrefillEngineDownPromptsAreComputedOnTheDecod
   EXPECT_GE(Metric(decode[0], "tandem_local_prefills_total{reason=\"no_prefill_engine\"}") +
                 Metric(decode[1], "tandem_local_prefills_total{reason=\"no_prefill_engine\"}"),
             double(kStreams));
-  ASSERT_EQ(testing::HttpPost(control, "/debug/prefill/0", R"({"action":"restart"})").status, 200);
+  ASSERT_EQ(testing::HttpPost(control, "/debug/prefill/0", R"({"action":"restart"})", "application/json", fault_control.key).status, 200);
   for (int port : decode) {
     EXPECT_TRUE(testing::WaitUntil([&] { return testing::HttpGet(port, "/health").body.find("\"ok\"") != std::string::npos; },
                                    std::chrono::seconds(30)));

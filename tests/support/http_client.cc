@@ -20,12 +20,14 @@ HttpResult HttpGet(int port, const std::string& path) {
 }
 
 HttpResult HttpPost(int port, const std::string& path, const std::string& body,
-                    const std::string& content_type) {
+                    const std::string& content_type, const std::string& bearer) {
   httplib::Client cli("127.0.0.1", port);
   cli.set_read_timeout(120, 0);
   cli.set_write_timeout(120, 0);
   HttpResult r;
-  auto res = cli.Post(path.c_str(), body, content_type.c_str());
+  httplib::Headers headers;
+  if (!bearer.empty()) headers.emplace("Authorization", "Bearer " + bearer);
+  auto res = cli.Post(path.c_str(), headers, body, content_type.c_str());
   if (res) {
     r.status = res->status;
     r.body = res->body;

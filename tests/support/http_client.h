@@ -15,8 +15,9 @@ struct HttpResult {
 };
 
 HttpResult HttpGet(int port, const std::string& path);
+// `bearer`: sent as 'Authorization: Bearer <it>' when not empty.
 HttpResult HttpPost(int port, const std::string& path, const std::string& body,
-                    const std::string& content_type = "application/json");
+                    const std::string& content_type = "application/json", const std::string& bearer = "");
 // Streams a POST; on_data gets each received piece and returns false to hang
 // up (the server must notice and cancel). Returns the status.
 int HttpPostStream(int port, const std::string& path, const std::string& body,

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <vector>
 
@@ -68,6 +69,20 @@ std::string MakeTempDir() {
   std::lock_guard<std::mutex> lock(dirs.mu);
   dirs.paths.push_back(dir);
   return dir;
+}
+
+FaultControl FindFaultControl(const std::string& log) {
+  FaultControl c;
+  const std::string marker = "fault control at http://127.0.0.1:", key_marker = " (key in ";
+  const size_t at = log.find(marker);
+  if (at == std::string::npos) return c;
+  c.port = std::atoi(log.c_str() + at + marker.size());
+  const size_t k = log.find(key_marker, at);
+  const size_t end = k == std::string::npos ? k : log.find(')', k);
+  if (end == std::string::npos) return c;
+  c.key_file = log.substr(k + key_marker.size(), end - k - key_marker.size());
+  std::ifstream(c.key_file) >> c.key;
+  return c;
 }
 
 }  // namespace tandem::testing

@@ -21,4 +21,12 @@ ProcessResult RunShell(const std::string& command, int timeout_seconds = 120);
 // process exits (kept when TANDEM_KEEP_TEST_DIRS is set, for debugging).
 std::string MakeTempDir();
 
+// serve --disagg --debug-fault-control's listener, read off its log: the
+// port (0 when the log does not say it) and the key it takes.
+struct FaultControl {
+  int port = 0;
+  std::string key_file, key;
+};
+FaultControl FindFaultControl(const std::string& launcher_log);
+
 }  // namespace tandem::testing
