@@ -38,6 +38,11 @@ void RegisterRouter(CLI::App& app) {
   auto move_wait_ms = std::make_shared<int64_t>(o->move_wait.count());  // kept alive by the callback
   cmd->add_option("--move-wait-ms", *move_wait_ms, "How long a move may wait for a healthy decode server")
       ->check(CLI::Range(int64_t(0), int64_t(600'000)));
+  auto silence_ms = std::make_shared<int64_t>(o->silence_timeout.count());
+  cmd->add_option("--silence-timeout-ms", *silence_ms,
+                  "A request whose decode server has sent it nothing this long, while that server does not answer "
+                  "its health checks (or says its loop is stalled), moves to another (its stream resumed); 0: never")
+      ->check(CLI::Range(int64_t(0), int64_t(600'000)));
   cmd->add_option("--supervisor-state", o->supervisor_state,
                   "Set by serve --disagg: its supervisor's state file, shown in /health and /metrics");
   AddLogLevel(cmd, level.get());
@@ -54,7 +59,8 @@ void RegisterRouter(CLI::App& app) {
   cmd->add_option("--shutdown-timeout", *shutdown_s,
                   "Seconds to drain on SIGTERM: new requests get 503, those in flight finish")
       ->check(CLI::NonNegativeNumber);
-  cmd->callback([o, level, access, http, shutdown_s, move_wait_ms, found, prompt_model, chat_template, cluster_key_file] {
+  cmd->callback([o, level, access, http, shutdown_s, move_wait_ms, silence_ms, found, prompt_model, chat_template,
+                 cluster_key_file] {
     if (!StartLog("router", *level)) return SetExitCode(2);
     if (o->backends.empty() && !found->enabled()) {
       TLOG_ERROR("error: the router needs --decode HOST:PORT or --discovery etcd://HOST:PORT/PREFIX\n");
@@ -116,6 +122,7 @@ void RegisterRouter(CLI::App& app) {
       };
     }
     o->move_wait = std::chrono::milliseconds(*move_wait_ms);
+    o->silence_timeout = std::chrono::milliseconds(*silence_ms);
     auto policy = access->Load();
     if (!policy.ok()) {
       TLOG_ERROR("error: %s\n", policy.status().ToString().c_str());

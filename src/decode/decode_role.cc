@@ -234,7 +234,13 @@ void DecodeRole::Poll() {
         again.push_back(&s);
         continue;
       }
-      host_->Fail(s, o.status);
+      // A handoff that failed (aborted, corrupt, refused) is this side's
+      // trouble, not the request's: Unavailable (503), which a router moves,
+      // where a 500 would be taken for a request that breaks servers.
+      const StatusCode c = o.status.code();
+      const bool server_side = c == StatusCode::kAborted || c == StatusCode::kDataLoss || c == StatusCode::kInternal ||
+                               c == StatusCode::kFailedPrecondition || c == StatusCode::kPermissionDenied;
+      host_->Fail(s, server_side ? Status(StatusCode::kUnavailable, o.status.message()) : o.status);
       continue;
     }
     const double wait = SecondsBetween(h.sent, Clock::now());

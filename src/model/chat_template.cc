@@ -240,6 +240,13 @@ StatusOr<std::string> ChatFormat::Render(std::span<const ChatMessage> messages, 
   // raise_exception: the template refuses these messages (the caller's
   // error); anything else is the template failing (the server's).
   if (text.status().code() == StatusCode::kAborted) return InvalidArgument(text.status().message());
+  // Past a render bound: these messages ask for more than a render may cost
+  // (invariant 10). The request's doing (OutOfRange: answered 400, never
+  // moved), except on the plain conversation FromModel tries, where it is
+  // the template's.
+  if (text.status().code() == StatusCode::kResourceExhausted) {
+    return OutOfRange("the messages are too large for the chat template: " + text.status().message());
+  }
   return Internal("the chat template failed: " + text.status().message());
 }
 

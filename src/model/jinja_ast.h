@@ -102,5 +102,8 @@ std::string ToText(const Value& v);        // str(): what {{ }} prints
 std::string PythonRepr(const Json& j);     // repr() of data
 bool Equal(const Value& a, const Value& b);
 Status LineError(int line, const std::string& what);
+// A render past one of its bounds (steps, text, loop length, nesting): what
+// the data asked for, not a fault of the template (ResourceExhausted).
+Status LimitError(int line, const std::string& what);
 
 }  // namespace tandem::jinja

@@ -57,7 +57,7 @@ class Renderer {
   Status Nodes(const std::vector<std::unique_ptr<Node>>& nodes, std::string* out) {
     for (const auto& n : nodes) {
       TANDEM_RETURN_IF_ERROR(One(*n, out));
-      if (out->size() > kMaxOutputBytes) return LineError(n->line, "the rendered text passes 64 MiB");
+      if (out->size() > kMaxOutputBytes) return LimitError(n->line, "the rendered text passes 64 MiB");
     }
     return Status::Ok();
   }
@@ -105,7 +105,7 @@ class Renderer {
       auto it = s->find(name);
       if (it == s->end()) continue;
       if (!it->second.ns) return LineError(n.line, "'" + name + "' is not a namespace: cannot set '" + n.attribute + "'");
-      if (v.depth + 1 > kMaxValueDepth) return LineError(n.line, "a value nested more than 64 deep");
+      if (v.depth + 1 > kMaxValueDepth) return LimitError(n.line, "a value nested more than 64 deep");
       const int depth = v.depth + 1;
       Json value = std::move(v).Take();
       v = Value();  // no longer shares the namespace's data (`set ns.a = ns.b`): it changes in place
@@ -122,7 +122,7 @@ class Renderer {
     std::vector<Value> items;
     if (v.undefined) return LineError(line, "cannot loop over an undefined value");
     if (v.j().is_array()) {
-      if (v.j().size() > size_t(kMaxLoopIterations)) return LineError(line, "a loop over more than 2^20 items");
+      if (v.j().size() > size_t(kMaxLoopIterations)) return LimitError(line, "a loop over more than 2^20 items");
       for (size_t i = 0; i < v.j().size(); ++i) items.push_back(Element(v, (*v.data)[i]));
     } else if (v.j().is_object()) {
       for (auto it = v.j().begin(); it != v.j().end(); ++it) items.push_back(Value::Of(it.key()));
@@ -146,7 +146,7 @@ class Renderer {
   Status For(const Node& n, std::string* out) {
     TANDEM_ASSIGN_OR_RETURN(Value seq, Eval(*n.expr));
     TANDEM_ASSIGN_OR_RETURN(std::vector<Value> all, Items(seq, n.line));
-    if (all.size() > size_t(kMaxLoopIterations)) return LineError(n.line, "a loop over more than 2^20 items");
+    if (all.size() > size_t(kMaxLoopIterations)) return LimitError(n.line, "a loop over more than 2^20 items");
     scopes_.emplace_back();
     std::vector<Value> items;  // after the loop's `if` filter
     for (Value& item : all) {
@@ -161,7 +161,7 @@ class Renderer {
     Status st;
     for (size_t i = 0; i < items.size() && st.ok(); ++i) {
       if (++steps_ > kMaxSteps) {
-        st = LineError(n.line, "the template takes more than 2^22 steps");
+        st = LimitError(n.line, "the template takes more than 2^22 steps");
         break;
       }
       st = Bind(n, items[i]);
@@ -211,7 +211,7 @@ class Renderer {
   }
 
   StatusOr<Value> Eval(const Expr& e) {
-    if (++steps_ > kMaxSteps) return LineError(e.line, "the template takes more than 2^22 steps");
+    if (++steps_ > kMaxSteps) return LimitError(e.line, "the template takes more than 2^22 steps");
     switch (e.kind) {
       case Expr::Kind::kLiteral: return Value::Of(e.literal);
       case Expr::Kind::kName: {
@@ -226,7 +226,7 @@ class Renderer {
           depth = std::max(depth, v.depth);
           list.push_back(std::move(v).Take());
         }
-        if (depth + 1 > kMaxValueDepth) return LineError(e.line, "a value nested more than 64 deep");
+        if (depth + 1 > kMaxValueDepth) return LimitError(e.line, "a value nested more than 64 deep");
         return Value::Of(std::move(list));
       }
       case Expr::Kind::kDict: {
@@ -235,7 +235,7 @@ class Renderer {
           TANDEM_ASSIGN_OR_RETURN(Value k, Eval(*e.args[i]));
           TANDEM_ASSIGN_OR_RETURN(Value v, Eval(*e.args[i + 1]));
           if (!k.j().is_string()) return LineError(e.line, "dict keys must be strings here");
-          if (v.depth + 1 > kMaxValueDepth) return LineError(e.line, "a value nested more than 64 deep");
+          if (v.depth + 1 > kMaxValueDepth) return LimitError(e.line, "a value nested more than 64 deep");
           dict[k.j().get_ref<const std::string&>()] = std::move(v).Take();
         }
         return Value::Of(std::move(dict));
@@ -385,7 +385,7 @@ class Renderer {
       Value v = !args.empty() && args[0].j().is_object() ? args[0] : Value::Of(Json::object());
       v.ns = name == "namespace";
       for (const auto& [k, a] : kwargs) {
-        if (a.depth + 1 > kMaxValueDepth) return LineError(line, "a value nested more than 64 deep");
+        if (a.depth + 1 > kMaxValueDepth) return LimitError(line, "a value nested more than 64 deep");
         v.depth = std::max(v.depth, a.depth + 1);
         v.Mutable()[k] = a.j();
       }
@@ -402,7 +402,7 @@ class Renderer {
       if (b[2] == 0) return LineError(line, "range() step must not be zero");
       Json list = Json::array();
       for (int64_t i = b[0]; b[2] > 0 ? i < b[1] : i > b[1]; i += b[2]) {
-        if (list.size() >= size_t(kMaxLoopIterations)) return LineError(line, "range() of more than 2^20 items");
+        if (list.size() >= size_t(kMaxLoopIterations)) return LimitError(line, "range() of more than 2^20 items");
         list.push_back(i);
       }
       return Value::Of(std::move(list));
@@ -482,7 +482,7 @@ class Renderer {
     if (op == "*" && a.j().is_string() && b.j().is_number_integer()) {
       const std::string& unit = a.j().get_ref<const std::string&>();
       const int64_t times = std::clamp<int64_t>(b.j().get<int64_t>(), 0, 1 << 16);
-      if (unit.size() * size_t(times) > kMaxOutputBytes) return LineError(e.line, "a string of more than 64 MiB");
+      if (unit.size() * size_t(times) > kMaxOutputBytes) return LimitError(e.line, "a string of more than 64 MiB");
       TANDEM_RETURN_IF_ERROR(Built(unit.size() * size_t(times), e.line));
       std::string out;
       for (int64_t i = 0; i < times; ++i) out += unit;
@@ -531,7 +531,7 @@ class Renderer {
   // grows one string a piece at a time does quadratic work; this bounds it.
   Status Built(size_t bytes, int line) {
     built_ += bytes;
-    return built_ > kMaxBuiltBytes ? LineError(line, "the template builds more than 1 GiB of text") : Status::Ok();
+    return built_ > kMaxBuiltBytes ? LimitError(line, "the template builds more than 1 GiB of text") : Status::Ok();
   }
 
   const std::map<std::string, Template::Function>& functions_;

@@ -15,6 +15,10 @@ Status LineError(int line, const std::string& what) {
   return InvalidArgument("chat template line " + std::to_string(line) + ": " + what);
 }
 
+Status LimitError(int line, const std::string& what) {
+  return ResourceExhausted("chat template line " + std::to_string(line) + ": " + what);
+}
+
 namespace {
 
 struct Segment {

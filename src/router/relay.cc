@@ -133,7 +133,25 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
   // The next backend's turn; none healthy: waits (a move, up to move_wait).
   void Attempt() {
     if (reply_->gone()) return;
-    Backend* b = router_.Pick(conversation_, tried_, chain_);
+    // After a 500, only backends that have not run it (ran_): it never runs
+    // twice on one backend (a request that breaks servers would break each
+    // one it reaches again and again). With none left, even among those not
+    // healthy now, the client hears what the last one said.
+    Backend* b = router_.Pick(conversation_, untried_only_ ? ran_ : tried_, chain_, /*strictly_avoid=*/untried_only_);
+    const auto untried_left = [&] {
+      for (const auto& backend : router_.Backends()) {
+        if (backend->listed && std::find(ran_.begin(), ran_.end(), backend.get()) == ran_.end()) return true;
+      }
+      return false;
+    };
+    if (b == nullptr && untried_only_ && !untried_left()) {
+      ++router_.not_moved_;
+      if (last_answer_ && !reply_->started()) {
+        return reply_->Send(last_answer_->status, last_answer_->content_type, std::move(last_answer_->body),
+                            last_answer_->relayed);
+      }
+      return GiveUp(last_error_ + "; every healthy backend has run this request", 500);
+    }
     if (b == nullptr) {
       if (attempts_ == 0) {  // a new request: at once (Retry-After), as before any move
         ++router_.unavailable_;
@@ -150,7 +168,10 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
       return;
     }
     wait_since_ = {};
-    if (attempts_ > 0) ++router_.moves_;
+    if (attempts_ > 0) {
+      ++router_.moves_;
+      ++router_.moves_by_reason_[size_t(move_reason_)];
+    }
     ++attempts_;
     backend_ = b;
     tried_.push_back(b);
@@ -178,15 +199,49 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
       MutexLock lock(mu_);
       generation = ++generation_;
     }
+    last_heard_ = std::chrono::steady_clock::now();
+    silenced_ = false;
     auto call = router_.client_->Start(std::move(up), std::move(events));
     bool hung_up = false;
     {
       MutexLock lock(mu_);
-      // A call that already ended (and was followed by the next attempt) is not kept.
-      if (generation_ == generation) call_ = call;
+      // A call that already ended (its OnDone ran, on the client's thread,
+      // before this one got here) is not kept.
+      if (generation_ == generation && ended_ != generation) call_ = call;
       hung_up = hung_up_;
     }
     if (hung_up) call->Cancel();
+    WatchSilence(generation);
+  }
+
+  // While attempt `generation` runs: a backend that went silent (its health
+  // checks unanswered, or its loop stalled) and has sent this request
+  // nothing for silence_timeout loses it; OnDone moves it. On the client's
+  // I/O thread, like the call's callbacks.
+  void WatchSilence(uint64_t generation) {
+    const auto limit = router_.options_.silence_timeout;
+    if (limit.count() <= 0) return;
+    const auto tick = std::max(std::chrono::milliseconds(50), limit / 4);
+    router_.client_->After(tick, [self = shared_from_this(), generation, limit] {
+      {
+        MutexLock lock(self->mu_);
+        if (self->generation_ != generation || self->ended_ == generation) return;  // that attempt ended
+      }
+      const auto now = std::chrono::steady_clock::now();
+      const int64_t since = self->backend_->silent_since_ns.load();
+      const bool silent = since != 0 && now.time_since_epoch() - std::chrono::steady_clock::duration(since) >= limit &&
+                          now - self->last_heard_ >= limit;
+      if (!silent) return self->WatchSilence(generation);
+      std::shared_ptr<HttpCall> call;
+      {
+        MutexLock lock(self->mu_);
+        call = self->call_;
+      }
+      if (!call) return self->WatchSilence(generation);  // Attempt has not stored it yet
+      self->silenced_ = true;
+      self->backend_->healthy = false;
+      call->Cancel();  // OnDone runs with "cancelled": the request moves
+    });
   }
 
   std::string ResumeJson() const {
@@ -198,6 +253,7 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
   }
 
   void OnHead(int status, const HttpHeaders& headers) {
+    last_heard_ = std::chrono::steady_clock::now();
     upstream_.status = status;
     for (const auto& [k, v] : headers) {
       if (strcasecmp(k.c_str(), "Content-Type") == 0) upstream_.content_type = v;
@@ -213,6 +269,7 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
   }
 
   bool OnData(std::string data) {
+    last_heard_ = std::chrono::steady_clock::now();
     if (!upstream_.streaming) {
       if (upstream_.body.size() + data.size() > router_.options_.max_answer_bytes) return upstream_.too_large = true, false;
       upstream_.body += data;
@@ -244,6 +301,7 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
       if (trace->error_status == 500 || trace->error_status == 502 || trace->error_status == 503) {
         // The backend failed the stream (draining, a fault): move it, its error unsaid.
         upstream_.failed = "the backend's stream ended with a " + std::to_string(trace->error_status) + " error";
+        upstream_.failed_status = trace->error_status;
         upstream_.buffer.clear();
         upstream_.pending.clear();
         return false;
@@ -278,11 +336,23 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
     {
       MutexLock lock(mu_);
       call_.reset();
+      ended_ = generation_;
     }
     Backend* b = backend_;
     if (reply_->gone()) return;  // the client hung up (and so cancelled the call): says nothing of the backend
     if (upstream_.status != 0) ++b->forwarded;
     const std::string name = b->host + ":" + std::to_string(b->port);
+    if (silenced_ && error == "cancelled") {  // taken from a backend that went silent (WatchSilence)
+      ++b->failed;
+      if (upstream_.streaming && client_stalled_) return reply_->Abort();
+      if (upstream_.streaming && upstream_.done && upstream_.pending.empty() && upstream_.failed.empty()) {
+        return reply_->End();
+      }
+      if (passthrough_) return reply_->Abort();  // an untraced stream cannot go on elsewhere
+      return Move("decode backend " + name + " went silent: nothing for this request in " +
+                      std::to_string(router_.options_.silence_timeout.count()) + " ms",
+                  503, Router::kSilent);
+    }
     if (upstream_.streaming) {
       if (client_stalled_) return reply_->Abort();
       // [DONE] went out: the answer is whole, however the connection ended after it.
@@ -299,23 +369,35 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
       // A lost connection (not the relay's own close after an error frame):
       // unhealthy until its next health check says otherwise.
       if (!error.empty() && upstream_.failed.empty()) b->healthy = false;
-      return Move("decode backend " + name + ": " + why);
+      if (upstream_.failed_status == 500) {
+        untried_only_ = true;
+        ran_.push_back(b);
+      }
+      return Move("decode backend " + name + ": " + why, 503,
+                  upstream_.failed_status != 0 ? Router::kStreamError : Router::kStreamBroke);
     }
     if (upstream_.status == 0) {
       ++b->failed;
       b->healthy = false;
-      return Move("decode backend " + name + " did not answer (" + error + ")", 503);
+      return Move("decode backend " + name + " did not answer (" + error + ")", 503, Router::kNoAnswer);
     }
     if (upstream_.too_large) {
       return SendApiError(*reply_, 502, "decode backend " + name + "'s answer is over " +
                                             std::to_string(router_.options_.max_answer_bytes) + " bytes", "server_error");
     }
-    if (!error.empty()) return Move("decode backend " + name + "'s answer broke off (" + error + ")", 502);
+    if (!error.empty()) {
+      return Move("decode backend " + name + "'s answer broke off (" + error + ")", 502, Router::kAnswerBroke);
+    }
     // 500, 502, 503: the backend's trouble (draining, no engine, a bug), not the request's.
     if (upstream_.status == 500 || upstream_.status == 502 || upstream_.status == 503) {
       if (upstream_.status == 503) b->healthy = false;
+      if (upstream_.status == 500) {
+        untried_only_ = true;
+        ran_.push_back(b);
+      }
       last_answer_ = std::move(upstream_);
-      return Move("decode backend " + name + " answered " + std::to_string(last_answer_->status), last_answer_->status);
+      return Move("decode backend " + name + " answered " + std::to_string(last_answer_->status), last_answer_->status,
+                  last_answer_->status == 503 ? Router::kUnavailable : Router::kServerError);
     }
     if (reply_->started()) {  // a moved stream's backend refused the continuation: the client hears why
       auto answer = nlohmann::json::parse(upstream_.body, nullptr, false);
@@ -332,7 +414,7 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
   }
 
   // The request goes on at another backend, if it has moves left.
-  void Move(const std::string& why, int status = 503) {
+  void Move(const std::string& why, int status, Router::MoveReason reason) {
     last_error_ = why;
     if (attempts_ > router_.options_.max_moves || std::chrono::steady_clock::now() >= deadline_) {
       ++router_.moves_exhausted_;
@@ -346,6 +428,7 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
                     status);
     }
     TLOG_WARN("tandem router: %s: moving the request to another backend\n", why.c_str());
+    move_reason_ = reason;
     Attempt();
   }
 
@@ -388,15 +471,21 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
     std::string buffer;   // stream bytes not yet split into events
     std::string pending;  // data events waiting for their trace
     std::string failed;   // why the stream is being moved, when it said so itself
+    int failed_status = 0;  // the status of the error frame that said so
   };
   // On the client's I/O thread (or the first attempt's caller), one at a time.
   Backend* backend_ = nullptr;
   std::vector<const Backend*> tried_;
+  std::vector<const Backend*> ran_;  // backends that answered this request 500
   int attempts_ = 0;
   std::chrono::steady_clock::time_point wait_since_{};
   Upstream upstream_;
   std::optional<Upstream> last_answer_;  // a 5xx answer, sent if no move succeeds
   std::string last_error_;
+  bool untried_only_ = false;  // a backend answered 500: only backends that have not run it
+  std::chrono::steady_clock::time_point last_heard_{};  // the attempt's last byte from its backend
+  bool silenced_ = false;  // the attempt was taken from a silent backend
+  Router::MoveReason move_reason_ = Router::kNoAnswer;  // what ended the last attempt
   bool traced_ = false, passthrough_ = false, client_stalled_ = false;
   bool client_traced_ = false;  // the client asked for the trace itself: it gets it
   std::optional<uint64_t> id_;  // the answer's, from its stream's first trace
@@ -406,6 +495,7 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
   Mutex mu_;
   std::shared_ptr<HttpCall> call_ GUARDED_BY(mu_);
   uint64_t generation_ GUARDED_BY(mu_) = 0;  // attempts started (call_ is the newest one's)
+  uint64_t ended_ GUARDED_BY(mu_) = 0;       // the newest attempt whose OnDone ran
   bool hung_up_ GUARDED_BY(mu_) = false;
 };
 

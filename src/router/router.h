@@ -74,6 +74,11 @@ struct RouterOptions {
   // proxy would), and how long a move may wait for a healthy backend.
   int max_moves = 3;
   std::chrono::milliseconds move_wait{15'000};
+  // A silent server is a failed one (invariant 10): a request whose backend
+  // has sent it nothing for this long while the backend does not answer its
+  // health checks (or answers that its loop is stalled) is taken from it
+  // and moved, its stream resumed bit for bit. 0: never.
+  std::chrono::milliseconds silence_timeout{5'000};
   // Set by `serve --disagg`: its supervisor's state file (bin/supervisor.h),
   // shown in /health ("supervisor") and /metrics (restarts per child).
   std::string supervisor_state;
@@ -106,6 +111,10 @@ class Router {
     int port = 0;
     std::atomic<bool> listed{true};  // false: discovery no longer names it
     std::atomic<bool> healthy{false};
+    // Since when (steady clock, ns; 0: not) its health checks have gone
+    // unanswered or said its engine loop is stalled: what it holds may
+    // never come (silence_timeout).
+    std::atomic<int64_t> silent_since_ns{0};
     std::atomic<int64_t> forwarded{0}, failed{0};
     // Requests forwarded and not yet answered (shared with stream relays,
     // which may outlive a request handler).
@@ -113,11 +122,12 @@ class Router {
   };
   class Relay;  // one client request across its backends (router/relay.cc)
   void CheckHealth();
-  // A healthy backend, one not in `avoid` if there is any; null: none healthy.
-  // `chain`: the prompt's page keys (common/chain_key.h), for placement by
-  // what is cached; empty: by conversation.
+  // A healthy backend, one not in `avoid` if there is any (or, with
+  // `strictly_avoid`, only one not in it); null: none. `chain`: the prompt's
+  // page keys (common/chain_key.h), for placement by what is cached; empty:
+  // by conversation.
   Backend* Pick(uint64_t conversation, const std::vector<const Backend*>& avoid = {},
-                const std::vector<uint64_t>& chain = {});
+                const std::vector<uint64_t>& chain = {}, bool strictly_avoid = false);
   // The prompt's page keys when placement by what is cached is on and the
   // body parses; empty otherwise (the backend will say what is wrong).
   std::vector<uint64_t> PromptChain(const std::string& path, const std::string& body, const nlohmann::json& parsed) const;
@@ -146,6 +156,22 @@ class Router {
   std::atomic<int64_t> unavailable_{0};
   std::atomic<int64_t> refused_{0};  // malformed requests answered 400 without a backend
   std::atomic<int64_t> moves_{0};    // requests handed to another backend
+  // Why requests moved (each move counted once, by what ended its attempt).
+  enum MoveReason {
+    kStreamBroke,
+    kStreamError,
+    kNoAnswer,
+    kAnswerBroke,
+    kServerError,
+    kUnavailable,
+    kSilent,
+    kMoveReasons
+  };
+  static const char* MoveReasonName(int reason);
+  std::array<std::atomic<int64_t>, kMoveReasons> moves_by_reason_{};
+  // Answers sent as the backend gave them, not moved: a 500 that a backend
+  // already tried gave (never run twice on one backend, invariant 10).
+  std::atomic<int64_t> not_moved_{0};
   std::atomic<int64_t> moves_exhausted_{0};  // requests that ran out of moves (or of time to wait for a backend)
   std::thread health_;
   // core_ before client_: calls (holding replies) go before the connections.

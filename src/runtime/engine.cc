@@ -125,6 +125,7 @@ Engine::Engine(const Model& model, const EngineOptions& options, CacheSpec spec,
                {"chat_format", numerics_.chat_format},
                {"mixed", numerics_.mixed ? "true" : "false"}})
       .Set(1);
+  loop_beat_ns_ = Clock::now().time_since_epoch().count();
   loop_alive_ = true;
 }
 
@@ -217,6 +218,20 @@ StatusOr<std::shared_ptr<RequestHandle>> Engine::Submit(RequestSpec spec) {
   return handle;
 }
 
+std::chrono::milliseconds Engine::LoopStall() const {
+  if (options_.loop_watchdog.count() <= 0 || !loop_alive_.load()) return std::chrono::milliseconds(0);
+  const auto since = Clock::now().time_since_epoch() - Clock::duration(loop_beat_ns_.load());
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(since);
+  return ms > options_.loop_watchdog ? ms : std::chrono::milliseconds(0);
+}
+
+std::string Engine::StallNote() const {
+  const auto stall = LoopStall();
+  if (stall.count() == 0) return "";
+  return "the engine loop has been in one step for " + std::to_string(stall.count()) + " ms (the watchdog's limit: " +
+         std::to_string(options_.loop_watchdog.count()) + " ms)";
+}
+
 EngineStats Engine::Stats() const {
   MutexLock lock(mu_);
   EngineStats s = published_;
@@ -228,6 +243,7 @@ EngineStats Engine::Stats() const {
 // the tiers deliver, admit, then one step (schedule, run, post-process).
 void Engine::Loop() {
   for (;;) {
+    loop_beat_ns_ = Clock::now().time_since_epoch().count();
     TakeNewRequests();
     bool drain_over = false;
     {
@@ -264,6 +280,7 @@ void Engine::Loop() {
     const auto wait = scheduler_.holding()       ? std::chrono::microseconds(200)
                       : scheduler_.prefetching() ? std::chrono::microseconds(1000)
                                                  : std::chrono::microseconds(50'000);
+    loop_beat_ns_ = Clock::now().time_since_epoch().count();  // waiting is not stalling
     UniqueLock lock(mu_);
     wake_.wait_for(lock.native(), wait, [&]() REQUIRES(mu_) { return !incoming_.empty() || stopping_; });
   }
@@ -300,6 +317,12 @@ void Engine::DropCancelledAndExpired() {
 }
 
 void Engine::Step() {
+  const auto step_began = Clock::now();
+  struct ObserveStep {
+    prometheus::Histogram& histogram;
+    Clock::time_point began;
+    ~ObserveStep() { histogram.Observe(std::chrono::duration<double>(Clock::now() - began).count()); }
+  } observe{metrics_.step, step_began};
   std::vector<SequenceChunk> batch;
   std::vector<Sequence*> members = scheduler_.Schedule(&batch);
   std::vector<Draw> draws;

@@ -60,7 +60,14 @@ class Engine final : private RoleHost {
   StatusOr<std::shared_ptr<RequestHandle>> Submit(RequestSpec spec);
 
   EngineStats Stats() const;
-  bool Healthy() const { return !stopping_.load() && loop_alive_.load() && role_healthy_.load(); }
+  bool Healthy() const {
+    return !stopping_.load() && loop_alive_.load() && role_healthy_.load() && LoopStall().count() == 0;
+  }
+  // How long the loop has been in its current pass, once that is past the
+  // watchdog's limit (EngineOptions::loop_watchdog); 0 otherwise. Thread-safe.
+  std::chrono::milliseconds LoopStall() const;
+  // Why the loop is unhealthy by the watchdog, "" when it is not. Thread-safe.
+  std::string StallNote() const;
   // Shutdown began: nothing new is admitted (thread-safe).
   bool draining() const { return stopping_.load(); }
   // Why the engine serves degraded (its role's HealthNote), "" when it does not. Thread-safe.
@@ -159,6 +166,8 @@ class Engine final : private RoleHost {
   std::atomic<bool> stopping_{false};
   std::atomic<bool> role_healthy_{true};
   std::atomic<bool> loop_alive_{false};
+  // When the loop last began a pass (steady clock, ns): the watchdog's beat.
+  std::atomic<int64_t> loop_beat_ns_{0};
   std::thread loop_;
 };
 

@@ -68,7 +68,9 @@ EngineMetrics::EngineMetrics()
       failed(Counter(*registry_, "tandem_requests_total", "Requests by outcome", {{"outcome", "failed"}})),
       ttft(Seconds(*registry_, "tandem_time_to_first_token_seconds", "Arrival to first token")),
       inter_token(Seconds(*registry_, "tandem_inter_token_latency_seconds", "Between streamed tokens")),
-      e2e(Seconds(*registry_, "tandem_request_duration_seconds", "Arrival to last token")) {
+      e2e(Seconds(*registry_, "tandem_request_duration_seconds", "Arrival to last token")),
+      step(Seconds(*registry_, "tandem_engine_step_seconds",
+                   "One engine step (schedule, compute, draw); a step past --loop-watchdog-ms turns /health 503")) {
   Gauge(*registry_, "tandem_process_start_time_seconds", "When this process started (Unix seconds)")
       .Set(ProcessStartUnixSeconds());
 }

@@ -60,6 +60,7 @@ class EngineMetrics {
   prometheus::Histogram& ttft;
   prometheus::Histogram& inter_token;
   prometheus::Histogram& e2e;
+  prometheus::Histogram& step;  // one engine step: schedule, compute, draw
  private:
   std::map<std::string, double> tier_seen_;  // counter values already exported
   std::map<std::string, prometheus::Counter*> tier_counters_;

@@ -34,6 +34,10 @@ struct EngineOptions {
   // takes about this long (runtime/step_budget.h): what a burst of prompts
   // may add to inter-token latency. 0: only the token budgets bound a step.
   std::chrono::milliseconds step_time{200};
+  // The engine loop's watchdog (invariant 10): while one pass of the loop
+  // (a step, with what it takes in) has run longer than this, the engine is
+  // unhealthy and says why, so a router stops placing requests here. 0: off.
+  std::chrono::milliseconds loop_watchdog{15'000};
   PrefillOrder prefill_order = PrefillOrder::kArrival;  // every role's default
   bool prefix_cache = true;
   std::chrono::milliseconds request_timeout{600'000};

@@ -342,6 +342,9 @@ Status HttpServer::Start() {
     const bool healthy = engine_.Stats().healthy;
     if (engine_.draining()) {
       health["status"] = "draining";
+    } else if (std::string stall = engine_.StallNote(); !healthy && !stall.empty()) {
+      health["status"] = "stalled";
+      health["reason"] = std::move(stall);
     } else if (!healthy) {
       health["status"] = "unavailable";
     } else if (std::string note = engine_.HealthNote(); !note.empty()) {

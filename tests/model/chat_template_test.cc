@@ -147,6 +147,24 @@ TEST(ChatFormat, ATemplateOutsideTheSubsetFallsBackToItsFamilyAndSaysWhy) {
   EXPECT_NE(ChatFormat::FromModel("").fallback_reason().find("no chat template"), std::string::npos);
 }
 
+// Issue 41: a render past its bounds (a messages array of many turns) was a
+// 500, which the router moved to every backend. It is the request's doing:
+// OutOfRange (400), never moved. A template past its bounds on a plain
+// conversation is the template's fault: refused at load.
+TEST(ChatFormat, ARenderPastItsBoundsIsTheRequestsError) {
+  auto format = ChatFormat::FromOverride(
+      "{% for i in range((messages | length) * 1000) %}{{ i }}{% endfor %}");
+  ASSERT_TRUE(format.ok()) << format.status().ToString();
+  const std::vector<ChatMessage> many(2000, ChatMessage{"user", ""});
+  auto rendered = format->Render(many, nullptr, true, "<s>", "</s>");
+  ASSERT_FALSE(rendered.ok());
+  EXPECT_EQ(rendered.status().code(), StatusCode::kOutOfRange) << rendered.status().ToString();
+  EXPECT_NE(rendered.status().message().find("too large for the chat template"), std::string::npos)
+      << rendered.status().message();
+  EXPECT_FALSE(ChatFormat::FromOverride("{% for i in range(3000000) %}{{ i }}{% endfor %}").ok());
+  EXPECT_FALSE(ChatFormat::FromModel("{% for i in range(3000000) %}{{ i }}{% endfor %}").is_jinja());
+}
+
 TEST(ChatFormat, BosIsAddedOnlyWhereTheTemplateDidNotWriteIt) {
   EXPECT_TRUE(ChatFormat::NeedsBos("<|im_start|>user", true, "<s>"));
   EXPECT_FALSE(ChatFormat::NeedsBos("<s>[INST] hi", true, "<s>"));

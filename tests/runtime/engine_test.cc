@@ -477,5 +477,66 @@ TEST(Engine, StepTimeBudgetKeepsDecodingThroughALongPromptResultsUnchanged) {
   }
 }
 
+// A colocated role whose Poll (on the loop thread) blocks while `held`: a
+// step that takes as long as the test says.
+class HoldingRole : public EngineRole {
+ public:
+  void Poll() override {
+    std::unique_lock<std::mutex> lock(mu_);
+    entered_ = true;
+    entered_cv_.notify_all();
+    released_cv_.wait(lock, [&] { return !held_; });
+  }
+  void Hold() {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_ = true;
+    entered_ = false;
+  }
+  bool WaitEntered() {
+    std::unique_lock<std::mutex> lock(mu_);
+    return entered_cv_.wait_for(lock, std::chrono::seconds(30), [&] { return entered_; });
+  }
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_ = false;
+    released_cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable entered_cv_, released_cv_;
+  bool held_ = false, entered_ = false;
+};
+
+// Invariant 10: the loop's step age is part of health. A loop held in one
+// pass past the watchdog's limit is unhealthy and says why; it is healthy
+// again as soon as the pass ends. (Issue 41: a stalled server answered 200.)
+TEST(Engine, ALoopStuckInOneStepIsUnhealthyUntilTheStepEnds) {
+  auto m = MakePresetModel("tiny", TensorType::kF32);
+  EngineOptions opt;
+  opt.cache_tokens = 64 * 16;
+  opt.loop_watchdog = std::chrono::milliseconds(1000);
+  HoldingRole role;
+  auto engine = Engine::Create(*m->model, opt, role);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  // (Waited for, not read once: a loaded machine may pause the idle loop.)
+  EXPECT_TRUE(testing::WaitUntil([&] { return (*engine)->Healthy(); }, std::chrono::seconds(30)));
+  role.Hold();
+  ASSERT_TRUE(role.WaitEntered());
+  ASSERT_TRUE(testing::WaitUntil([&] { return !(*engine)->Healthy(); }, std::chrono::seconds(30)));
+  EXPECT_GT((*engine)->LoopStall().count(), 1000);
+  EXPECT_NE((*engine)->StallNote().find("in one step for"), std::string::npos) << (*engine)->StallNote();
+  EXPECT_FALSE((*engine)->Stats().healthy);
+  role.Release();
+  ASSERT_TRUE(testing::WaitUntil([&] { return (*engine)->Healthy() && (*engine)->StallNote().empty(); },
+                                 std::chrono::seconds(30)));
+  // And it serves: the stall ended nothing.
+  auto h = (*engine)->Submit(Spec(PseudoRandomTokens(9, m->model->config().vocab_size, 3), 4));
+  ASSERT_TRUE(h.ok());
+  const Outcome o = Drain(**h);
+  EXPECT_FALSE(o.error);
+  EXPECT_TRUE(o.finish == "length" || o.finish == "stop") << o.finish;
+}
+
 }  // namespace
 }  // namespace tandem
