@@ -91,7 +91,13 @@ StatusOr<std::unique_ptr<KvEventPublisher>> KvEventPublisher::Start(KvPublisherO
   } catch (const zmq::error_t& e) {
     return Unavailable(std::string("KV events cannot listen on ") + o.host + ": " + e.what());
   }
-  p->thread_ = std::thread([raw = p.get()] { raw->Run(); });
+  p->thread_ = std::thread([raw = p.get()] {
+    try {
+      raw->Run();
+    } catch (const std::exception& e) {  // never std::terminate: the engine serves on without its events
+      TLOG_ERROR("tandem kv events: the publisher stopped: %s\n", e.what());
+    }
+  });
   return p;
 }
 
@@ -202,7 +208,7 @@ void KvEventPublisher::Run() {
           (void)zmq::send_multipart(i.snapshot, done, zmq::send_flags::dontwait);
         }
       }
-    } catch (const zmq::error_t& e) {
+    } catch (const std::exception& e) {  // ZeroMQ's errors, and an allocation that failed (invariant 7)
       TLOG_WARN("tandem kv events: %s\n", e.what());
     }
     std::deque<PrefixIndex::Event> queue;
@@ -294,7 +300,13 @@ StatusOr<std::unique_ptr<KvEventSubscriber>> KvEventSubscriber::Start(CachedPref
   } catch (const zmq::error_t& e) {
     return Unavailable(std::string("KV events subscriber: ") + e.what());
   }
-  s->thread_ = std::thread([raw = s.get()] { raw->Run(); });
+  s->thread_ = std::thread([raw = s.get()] {
+    try {
+      raw->Run();
+    } catch (const std::exception& e) {  // never std::terminate: placement goes on by conversation
+      TLOG_ERROR("tandem kv events: the subscriber stopped: %s\n", e.what());
+    }
+  });
   return s;
 }
 
@@ -542,7 +554,7 @@ void KvEventSubscriber::Run() {
       for (const auto& [name, s] : impl.sources) all = all && !s.syncing && s.last >= 0;
       MutexLock lock(mu_);
       synced_ = all && sources_applied_;
-    } catch (const zmq::error_t& e) {
+    } catch (const std::exception& e) {  // ZeroMQ's errors, and an allocation that failed (invariant 7)
       TLOG_WARN("tandem kv events: %s\n", e.what());
     }
   }

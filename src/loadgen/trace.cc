@@ -117,7 +117,18 @@ StatusOr<Trace> LoadTrace(const std::string& path, const TraceOptions& o) {
   t.format = o.format;
   std::map<int64_t, int> uses;
   std::string text;
-  for (int64_t line = 1; std::getline(in, text); ++line) {
+  // A line is read with its bound applied while reading: a file of one
+  // endless line costs 16 MiB, not the whole file.
+  auto next_line = [&] {
+    text.clear();
+    for (int c; (c = in.get()) != std::char_traits<char>::eof();) {
+      if (c == '\n') return true;
+      if (text.size() > kMaxLineBytes) return true;  // over the bound: refused below, unread past it
+      text.push_back(char(c));
+    }
+    return !text.empty();
+  };
+  for (int64_t line = 1; next_line(); ++line) {
     if (line > kMaxLines) return LineError(line, "more than 1,000,000 lines");
     if (text.size() > kMaxLineBytes) return LineError(line, "longer than 16 MiB");
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;

@@ -74,6 +74,9 @@ TEST(Trace, MalformedLinesAreRefusedNamingTheLine) {
   refused("{\"session_id\": \"a\", \"turns\": []}\n", "\"turns\" must be");
   refused("{\"session_id\": \"a\", \"turns\": [{\"delay\": 3}]}\n", "string \"text\"");
   refused("\n\n", "has no requests");
+  refused("{\"timestamp\": 1, \"input_length\": 10, \"output_length\": 5}\n" + std::string((16 << 20) + 2, ' ') +
+              "\n",
+          "line 2: longer than 16 MiB");
   EXPECT_EQ(LoadTrace(dir + "/missing.jsonl", {}).status().code(), StatusCode::kNotFound);
 }
 
