@@ -185,7 +185,7 @@ StatusOr<EngineRole::Admission> DecodeRole::Admit(Sequence& seq) {
   }
   Handoff& h = handoffs_[&seq];
   const uint64_t id = next_handoff_++;
-  Status st = links_->Start(id, seq.tokens, seq.spec.sampling, h.replaces);
+  Status st = links_->Start(id, seq.tokens, seq.spec.sampling, h.replaces, seq.spec.cache_salt);
   if (st.code() == StatusCode::kResourceExhausted) {
     const auto now = clock_->now();
     if (h.page_wait_since == Clock::time_point{}) h.page_wait_since = now;

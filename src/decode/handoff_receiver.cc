@@ -28,14 +28,15 @@ void HandoffReceiver::Free(Entry& e) {
 }
 
 StatusOr<Destination> HandoffReceiver::Begin(uint64_t handoff_id, std::vector<int32_t> prompt,
-                                             uint64_t peer, Clock::time_point now) {
+                                             uint64_t peer, Clock::time_point now, uint64_t cache_salt) {
+  const uint64_t root = CacheRoot(cache_salt);
   if (prompt.empty()) return InvalidArgument("handoff of an empty prompt");
   if (entries_.count(handoff_id)) return InvalidArgument("handoff " + std::to_string(handoff_id) + " already exists");
   auto e = std::make_unique<Entry>(Entry{handoff_id, peer, std::move(prompt), {}, {}, 0,
                                          HandoffStateMachine(HandoffSide::kDecode, options_.deadlines, now), false,
                                          nullptr, 0, {}});
   if (index_) {
-    PrefixIndex::Match hit = index_->Lookup(e->prompt, int64_t(e->prompt.size()) - 1);
+    PrefixIndex::Match hit = index_->Lookup(e->prompt, int64_t(e->prompt.size()) - 1, /*partial=*/false, root);
     e->cached_pages = std::move(hit.pages);
     e->skip_tokens = hit.tokens;
   }
@@ -44,7 +45,7 @@ StatusOr<Destination> HandoffReceiver::Begin(uint64_t handoff_id, std::vector<in
     // More of the prefix from L2 (not L3: a disk read would hold up this
     // loop thread; those pages are sent by the prefill side instead).
     const int64_t l1 = int64_t(e->cached_pages.size());
-    TieredCache::Match m = tiers_->Lookup(e->prompt, l1, int64_t(e->prompt.size()) - 1);
+    TieredCache::Match m = tiers_->Lookup(e->prompt, l1, int64_t(e->prompt.size()) - 1, root);
     // Room for the whole rest of the prompt, or no load (the prefill side sends it).
     const int64_t rest = total_pages - l1;
     if (index_ && pool_.free_pages() < rest) index_->Evict(rest - pool_.free_pages());
@@ -76,6 +77,7 @@ StatusOr<Destination> HandoffReceiver::Begin(uint64_t handoff_id, std::vector<in
   for (int32_t p : e->reserved_pages) d.pages.push_back({p, pool_.Generation(p)});
   d.remote_key = region_key_.blob;
   d.pool_pages = pool_.total_pages();
+  d.cache_salt = cache_salt;
   e->pages_digest = PagesDigest(d.pages);
   entries_.emplace(handoff_id, std::move(e));
   return d;

@@ -46,8 +46,10 @@ class HandoffReceiver {
   HandoffReceiver(PagePool& pool, RemoteKey region_key, PrefixIndex* index, ReceiverOptions options);
   ~HandoffReceiver();
 
+  // `cache_salt`: the request's tenant (RequestSpec::cache_salt): its prefix
+  // is looked up under that tenant's root only, and the Destination carries it.
   StatusOr<Destination> Begin(uint64_t handoff_id, std::vector<int32_t> prompt, uint64_t peer,
-                              Clock::time_point now);
+                              Clock::time_point now, uint64_t cache_salt = 0);
 
   // A host tier under the prefix index (may be null): Begin also loads the
   // prompt's prefix from L2, which shortens what the prefill side must send.

@@ -165,13 +165,13 @@ int64_t PrefillLinks::links_up() const {
 }
 
 Status PrefillLinks::Start(uint64_t handoff_id, const std::vector<int32_t>& tokens, const SamplingParams& sampling,
-                            uint64_t replaces) {
+                            uint64_t replaces, uint64_t cache_salt) {
   size_t avoid = links_.size();
   if (auto f = failed_on_.find(replaces); f != failed_on_.end()) avoid = f->second;
   // Where the conversation's prefix is cached: the engine that computed the
   // longest full-page prefix of this prompt (as far as we know), unless it
   // is clearly busier than the others (common/placement.h).
-  const std::vector<uint64_t> keys = ChainKeys(tokens, kPageTokens);
+  const std::vector<uint64_t> keys = ChainKeys(tokens, kPageTokens, CacheRoot(cache_salt));
   int preferred = -1;
   bool by_cache = false;
   if (options_.cached != nullptr) {
@@ -194,7 +194,7 @@ Status PrefillLinks::Start(uint64_t handoff_id, const std::vector<int32_t>& toke
   if (picked < 0) return Unavailable("no prefill engine is available: " + problem());
   const size_t link = size_t(picked);
   const auto now = Now();
-  TANDEM_ASSIGN_OR_RETURN(Destination d, receiver_->Begin(handoff_id, tokens, links_[link].connection_id, now));
+  TANDEM_ASSIGN_OR_RETURN(Destination d, receiver_->Begin(handoff_id, tokens, links_[link].connection_id, now, cache_salt));
   failed_on_.erase(replaces);
   d.sampling = sampling;
   d.decode_instance_id = instance_id_;

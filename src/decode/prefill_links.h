@@ -127,8 +127,9 @@ class PrefillLinks {
   // engine — another than the one that failed `replaces` (an earlier handoff
   // of the same request, 0: none) when there is one. ResourceExhausted: no
   // pages yet; Unavailable: no healthy link.
+  // `cache_salt`: the request's tenant (placement and the prefix it finds).
   Status Start(uint64_t handoff_id, const std::vector<int32_t>& tokens, const SamplingParams& sampling,
-               uint64_t replaces);
+               uint64_t replaces, uint64_t cache_salt = 0);
   // Ends an open handoff now; Poll reports nothing more for it.
   void Abort(uint64_t handoff_id, const std::string& reason);
 

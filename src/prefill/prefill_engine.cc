@@ -251,6 +251,7 @@ void PrefillEngine::OnDestination(Peer& peer, const std::shared_ptr<transfer::Co
   RequestSpec spec;
   spec.prompt = d->tokens;
   spec.sampling = d->sampling;
+  spec.cache_salt = d->cache_salt;
   spec.max_tokens = 1;
   spec.ignore_eos = true;  // the first token is the decode side's to judge
   spec.deadline = h->deadline;

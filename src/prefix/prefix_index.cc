@@ -27,17 +27,18 @@ PrefixIndex::PrefixIndex(PagePool& pool, ChainKeyFn chain_key)
 
 PrefixIndex::~PrefixIndex() { Clear(); }
 
-bool PrefixIndex::Holds(const Entry& e, const Entry* parent, std::span<const int32_t> page_tokens) {
-  return e.parent == parent && std::equal(page_tokens.begin(), page_tokens.end(), e.tokens.begin());
+bool PrefixIndex::Holds(const Entry& e, const Entry* parent, std::span<const int32_t> page_tokens, uint64_t root) {
+  return e.parent == parent && (parent != nullptr || e.root == root) &&
+         std::equal(page_tokens.begin(), page_tokens.end(), e.tokens.begin());
 }
 
-PrefixIndex::Entry* PrefixIndex::FindChild(const Entry* parent,
-                                           std::span<const int32_t> page_tokens) {
-  const uint64_t key = chain_key_(parent ? parent->key : kRootSeed, page_tokens);
+PrefixIndex::Entry* PrefixIndex::FindChild(const Entry* parent, std::span<const int32_t> page_tokens,
+                                           uint64_t root) {
+  const uint64_t key = chain_key_(parent ? parent->key : root, page_tokens);
   auto it = entries_.find(key);
   if (it == entries_.end()) return nullptr;
   // Same key but a different prefix is a collision: never a match.
-  return Holds(it->second, parent, page_tokens) ? &it->second : nullptr;
+  return Holds(it->second, parent, page_tokens, root) ? &it->second : nullptr;
 }
 
 void PrefixIndex::TouchChain(std::span<Entry* const> chain) {
@@ -46,8 +47,8 @@ void PrefixIndex::TouchChain(std::span<Entry* const> chain) {
   }
 }
 
-void PrefixIndex::DropPartial(const Entry* parent) {
-  auto it = partials_.find(parent);
+void PrefixIndex::DropPartial(PartialKey after) {
+  auto it = partials_.find(after);
   if (it == partials_.end()) return;
   const int32_t page = it->second.page;
   partial_lru_.erase(it->second.lru);
@@ -57,7 +58,7 @@ void PrefixIndex::DropPartial(const Entry* parent) {
 
 void PrefixIndex::Remove(Entry* e) {
   TANDEM_CHECK_MSG(e->children == 0, "removing a prefix entry that still has children");
-  DropPartial(e);
+  DropPartial(After(e, 0));
   if (e->parent != nullptr) --e->parent->children;
   lru_.erase(e->lru);
   const int32_t page = e->page;
@@ -65,7 +66,8 @@ void PrefixIndex::Remove(Entry* e) {
   pool_.Release({&page, 1});
 }
 
-PrefixIndex::Match PrefixIndex::Lookup(std::span<const int32_t> tokens, int64_t max_tokens, bool partial) {
+PrefixIndex::Match PrefixIndex::Lookup(std::span<const int32_t> tokens, int64_t max_tokens, bool partial,
+                                       uint64_t root) {
   ++stats_.lookups;
   stats_.lookup_tokens += int64_t(tokens.size());
   const int64_t limit = std::clamp<int64_t>(max_tokens, 0, int64_t(tokens.size()));
@@ -74,7 +76,7 @@ PrefixIndex::Match PrefixIndex::Lookup(std::span<const int32_t> tokens, int64_t 
   std::vector<Entry*> chain;
   Entry* parent = nullptr;
   for (int64_t i = 0; i < n_pages; ++i) {
-    Entry* e = FindChild(parent, PageTokens(tokens, i));
+    Entry* e = FindChild(parent, PageTokens(tokens, i), root);
     if (e == nullptr) break;
     chain.push_back(e);
     parent = e;
@@ -88,7 +90,7 @@ PrefixIndex::Match PrefixIndex::Lookup(std::span<const int32_t> tokens, int64_t 
   match.tokens = int64_t(match.pages.size()) * kPageTokens;
   stats_.hit_tokens += match.tokens;
   const Entry* last = chain.empty() ? nullptr : chain.back();
-  auto it = partial ? partials_.find(last) : partials_.end();
+  auto it = partial ? partials_.find(After(last, root)) : partials_.end();
   if (it != partials_.end()) {
     const int64_t left = std::min<int64_t>(limit - match.tokens, it->second.n);
     int64_t same = 0;
@@ -105,7 +107,8 @@ PrefixIndex::Match PrefixIndex::Lookup(std::span<const int32_t> tokens, int64_t 
   return match;
 }
 
-int64_t PrefixIndex::Insert(std::span<const int32_t> tokens, std::span<const int32_t> pages, bool with_partial) {
+int64_t PrefixIndex::Insert(std::span<const int32_t> tokens, std::span<const int32_t> pages, bool with_partial,
+                            uint64_t root) {
   const int64_t n_pages =
       std::min<int64_t>(int64_t(tokens.size()) / kPageTokens, int64_t(pages.size()));
   std::vector<Entry*> chain;
@@ -114,24 +117,25 @@ int64_t PrefixIndex::Insert(std::span<const int32_t> tokens, std::span<const int
   Event stored;  // the new entries follow the indexed ones: one chain
   for (int64_t i = 0; i < n_pages; ++i) {
     const std::span<const int32_t> page_tokens = PageTokens(tokens, i);
-    const uint64_t key = chain_key_(parent ? parent->key : kRootSeed, page_tokens);
+    const uint64_t key = chain_key_(parent ? parent->key : root, page_tokens);
     auto [it, fresh] = entries_.try_emplace(key);
     Entry& e = it->second;
     if (!fresh) {
       // Already indexed: keep the existing page. A different prefix under the
       // same key (collision) ends the chain: children need this entry.
-      if (!Holds(e, parent, page_tokens)) break;
+      if (!Holds(e, parent, page_tokens, root)) break;
     } else {
       pool_.AddRef(pages.subspan(size_t(i), 1));  // CHECK-fails on an unreferenced page
       e.key = key;
       e.parent = parent;
+      e.root = root;
       e.page = pages[size_t(i)];
       std::copy(page_tokens.begin(), page_tokens.end(), e.tokens.begin());
       e.lru = lru_.insert(lru_.end(), &e);
       if (parent != nullptr) ++parent->children;
       ++inserted;
       if (event_hook_) {
-        if (stored.keys.empty()) stored.parent_key = parent ? parent->key : kRootSeed;
+        if (stored.keys.empty()) stored.parent_key = parent ? parent->key : root;
         stored.keys.push_back(key);
         stored.tokens.insert(stored.tokens.end(), page_tokens.begin(), page_tokens.end());
       }
@@ -146,17 +150,18 @@ int64_t PrefixIndex::Insert(std::span<const int32_t> tokens, std::span<const int
   if (with_partial && int64_t(chain.size()) == n_pages && rest > 0 && rest < kPageTokens &&
       int64_t(pages.size()) > n_pages) {
     const int32_t page = pages[size_t(n_pages)];
-    auto old = partials_.find(parent);
+    const PartialKey after = After(parent, root);
+    auto old = partials_.find(after);
     const bool covered = old != partials_.end() && old->second.n >= rest &&
                          std::equal(tokens.begin() + n_pages * kPageTokens, tokens.end(), old->second.tokens.begin());
     if (covered) return inserted;  // the one there holds these tokens and more (a copy of its rows retiring)
-    DropPartial(parent);  // otherwise the newest partial page after this chain wins
+    DropPartial(after);  // otherwise the newest partial page after this chain wins
     pool_.AddRef({&page, 1});  // CHECK-fails on an unreferenced page
-    Partial& p = partials_[parent];
+    Partial& p = partials_[after];
     p.page = page;
     p.n = int32_t(rest);
     std::copy(tokens.begin() + n_pages * kPageTokens, tokens.end(), p.tokens.begin());
-    p.lru = partial_lru_.insert(partial_lru_.end(), parent);
+    p.lru = partial_lru_.insert(partial_lru_.end(), after);
   }
   return inserted;
 }
@@ -165,10 +170,10 @@ int64_t PrefixIndex::Evict(int64_t n) {
   int64_t freed = 0;
   // Partial pages first (at most 63 tokens each to recompute), least recently used first.
   for (auto it = partial_lru_.begin(); it != partial_lru_.end() && freed < n;) {
-    const Entry* parent = *it;
+    const PartialKey after = *it;
     ++it;
-    if (pool_.RefCount(partials_.at(parent).page) != 1) continue;
-    DropPartial(parent);
+    if (pool_.RefCount(partials_.at(after).page) != 1) continue;
+    DropPartial(after);
     ++freed;
   }
   Event removed;
@@ -180,7 +185,7 @@ int64_t PrefixIndex::Evict(int64_t n) {
     ++it;  // advance first: Remove erases e's node (never the parent's)
     if (e->children > 0 || pool_.RefCount(e->page) != 1) continue;
     if (evict_hook_) {
-      evict_hook_(e->key, e->parent != nullptr ? e->parent->key : kRootSeed,
+      evict_hook_(e->key, ParentKey(*e),
                   std::span<const int32_t>(e->tokens.data(), e->tokens.size()), e->page);
     }
     if (event_hook_) removed.keys.push_back(e->key);
@@ -235,7 +240,7 @@ Status PrefixIndex::CheckInvariants() const {
   std::unordered_set<int32_t> pages;
   for (const auto& [key, e] : entries_) {
     const std::string where = "prefix index entry for page " + std::to_string(e.page) + ": ";
-    if (e.key != key || chain_key_(e.parent ? e.parent->key : kRootSeed, e.tokens) != key) {
+    if (e.key != key || chain_key_(ParentKey(e), e.tokens) != key) {
       return Internal(where + "key does not match its tokens and parent");
     }
     if (!position.contains(&e) || *e.lru != &e) return Internal(where + "not in the LRU list");
@@ -262,13 +267,14 @@ Status PrefixIndex::CheckInvariants() const {
     }
   }
   if (partial_lru_.size() != partials_.size()) return Internal("prefix index: partial LRU list size mismatch");
-  for (const auto& [parent, p] : partials_) {
+  for (const auto& [after, p] : partials_) {
     const std::string where = "prefix index partial page " + std::to_string(p.page) + ": ";
+    const Entry* parent = after.first;
     if (parent != nullptr && (!entries_.contains(parent->key) || &entries_.at(parent->key) != parent)) {
       return Internal(where + "its parent is not indexed");
     }
     if (p.n < 1 || p.n >= kPageTokens) return Internal(where + "holds " + std::to_string(p.n) + " tokens");
-    if (*p.lru != parent) return Internal(where + "not in the partial LRU list");
+    if (*p.lru != after) return Internal(where + "not in the partial LRU list");
     if (p.page < 0 || p.page >= pool_.total_pages() || pool_.RefCount(p.page) < 1) {
       return Internal(where + "page is not referenced");
     }

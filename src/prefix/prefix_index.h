@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <functional>
 #include <list>
+#include <map>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -77,7 +78,10 @@ class PrefixIndex {
   // recently used.
   // With `partial`, also the partial page that continues the match, if any
   // (the caller copies its rows and Releases it).
-  Match Lookup(std::span<const int32_t> tokens, int64_t max_tokens, bool partial = false);
+  // `root`: the tenant's (common/chain_key.h, CacheRoot): only pages indexed
+  // under the same root are found.
+  Match Lookup(std::span<const int32_t> tokens, int64_t max_tokens, bool partial = false,
+               uint64_t root = kChainRootSeed);
 
   // Indexes the full pages of a sequence: page i holds tokens [64 i, 64 i + 64).
   // Only the first min(tokens.size() / 64, pages.size()) pages are considered.
@@ -90,7 +94,8 @@ class PrefixIndex {
   // with_partial: the sequence is done with its pages (it retires), so its
   // last page, if tokens end inside it, is kept as the partial page after
   // the indexed chain (replacing the one there).
-  int64_t Insert(std::span<const int32_t> tokens, std::span<const int32_t> pages, bool with_partial = false);
+  int64_t Insert(std::span<const int32_t> tokens, std::span<const int32_t> pages, bool with_partial = false,
+                 uint64_t root = kChainRootSeed);
 
   // Frees up to n pages that only the index references, least recently used
   // first, and only leaves (entries with no indexed child), so that every
@@ -113,7 +118,7 @@ class PrefixIndex {
   struct Event {
     enum class Kind { kStored, kRemoved, kCleared } kind = Kind::kStored;
     std::vector<uint64_t> keys;
-    uint64_t parent_key = kRootSeed;  // kStored
+    uint64_t parent_key = kRootSeed;  // kStored (the chain's root for a first page)
     std::vector<int32_t> tokens;      // kStored: kPageTokens per key
   };
   using EventHook = std::function<void(Event)>;
@@ -149,6 +154,7 @@ class PrefixIndex {
   struct Entry {
     uint64_t key = 0;
     Entry* parent = nullptr;  // nullptr for a sequence's first page
+    uint64_t root = kRootSeed;  // the key before the chain's first page (its tenant's)
     int32_t page = -1;
     int32_t children = 0;  // indexed entries whose parent is this one
     std::array<int32_t, kPageTokens> tokens{};
@@ -157,10 +163,12 @@ class PrefixIndex {
 
   // Whether `e` is the page `page_tokens` right after `parent`; a key match
   // alone is not enough.
-  static bool Holds(const Entry& e, const Entry* parent, std::span<const int32_t> page_tokens);
-  // The entry for the page `page_tokens` following `parent`, or nullptr. A key
-  // hit whose tokens or parent differ (a collision) is reported as a miss.
-  Entry* FindChild(const Entry* parent, std::span<const int32_t> page_tokens);
+  static bool Holds(const Entry& e, const Entry* parent, std::span<const int32_t> page_tokens, uint64_t root);
+  static uint64_t ParentKey(const Entry& e) { return e.parent != nullptr ? e.parent->key : e.root; }
+  // The entry for the page `page_tokens` following `parent` (under `root`
+  // when parent is null), or nullptr. A key hit whose tokens, parent or root
+  // differ (a collision) is reported as a miss.
+  Entry* FindChild(const Entry* parent, std::span<const int32_t> page_tokens, uint64_t root);
   // Moves a root-to-leaf chain to the most recent end, leaf first, so each
   // entry ends up older than its parent.
   void TouchChain(std::span<Entry* const> chain);
@@ -168,22 +176,24 @@ class PrefixIndex {
   // reference on its page.
   void Remove(Entry* e);
 
-  // The partial page after an entry (nullptr: the root).
+  // What a partial page follows: an entry, or (entry null) a tenant's root.
+  using PartialKey = std::pair<const Entry*, uint64_t>;
+  static PartialKey After(const Entry* parent, uint64_t root) { return {parent, parent != nullptr ? 0 : root}; }
   struct Partial {
     int32_t page = -1;
     int32_t n = 0;  // tokens, 1..63
     std::array<int32_t, kPageTokens> tokens{};
-    std::list<const Entry*>::iterator lru;
+    std::list<PartialKey>::iterator lru;
   };
-  void DropPartial(const Entry* parent);
+  void DropPartial(PartialKey after);
 
   PagePool& pool_;
   const ChainKeyFn chain_key_;
   // unordered_map never moves its values, so Entry* stays valid until erase.
   std::unordered_map<uint64_t, Entry> entries_;
   LruList lru_;
-  std::unordered_map<const Entry*, Partial> partials_;
-  std::list<const Entry*> partial_lru_;  // front = least recently used
+  std::map<PartialKey, Partial> partials_;
+  std::list<PartialKey> partial_lru_;  // front = least recently used
   Stats stats_;
   EvictHook evict_hook_;
   EventHook event_hook_;

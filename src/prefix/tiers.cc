@@ -31,9 +31,9 @@ StatusOr<WritePolicy> ParseWritePolicy(const std::string& name) {
                          name + "'");
 }
 
-std::vector<uint64_t> PageChainKeys(std::span<const int32_t> tokens, int64_t n_pages) {
+std::vector<uint64_t> PageChainKeys(std::span<const int32_t> tokens, int64_t n_pages, uint64_t root) {
   std::vector<uint64_t> keys;
-  uint64_t key = PrefixIndex::kRootSeed;
+  uint64_t key = root;
   for (int64_t i = 0; i < n_pages && (i + 1) * kPageTokens <= int64_t(tokens.size()); ++i) {
     key = PrefixIndex::DefaultChainKey(key, tokens.subspan(size_t(i * kPageTokens), kPageTokens));
     keys.push_back(key);
@@ -225,12 +225,13 @@ void TieredCache::CopyL1ToHost(int32_t l1_page, uint64_t key) {
   stats_.store_bytes_l2 += bytes;
 }
 
-TieredCache::Match TieredCache::Lookup(std::span<const int32_t> tokens, int64_t from_page, int64_t max_tokens) {
+TieredCache::Match TieredCache::Lookup(std::span<const int32_t> tokens, int64_t from_page, int64_t max_tokens,
+                                      uint64_t root) {
   Match m;
   const int64_t n_full = std::min<int64_t>(int64_t(tokens.size()), max_tokens) / kPageTokens;
   if (from_page >= n_full) return m;
-  const std::vector<uint64_t> keys = PageChainKeys(tokens, n_full);
-  uint64_t parent = from_page > 0 ? keys[size_t(from_page - 1)] : PrefixIndex::kRootSeed;
+  const std::vector<uint64_t> keys = PageChainKeys(tokens, n_full, root);
+  uint64_t parent = from_page > 0 ? keys[size_t(from_page - 1)] : root;
   int64_t i = from_page;
   {
     MutexLock lock(host_mu_);
@@ -320,22 +321,22 @@ void TieredCache::StoreFromL1(uint64_t key, uint64_t parent, std::span<const int
   });
 }
 
-void TieredCache::OnL1Insert(std::span<const int32_t> tokens, std::span<const int32_t> pages) {
+void TieredCache::OnL1Insert(std::span<const int32_t> tokens, std::span<const int32_t> pages, uint64_t root) {
   if (options_.policy != WritePolicy::kWriteThrough) return;
   const int64_t n = std::min<int64_t>(int64_t(tokens.size()) / kPageTokens, int64_t(pages.size()));
-  const std::vector<uint64_t> keys = PageChainKeys(tokens, n);
+  const std::vector<uint64_t> keys = PageChainKeys(tokens, n, root);
   for (size_t i = 0; i < keys.size(); ++i) {
-    StoreFromL1(keys[i], i > 0 ? keys[i - 1] : PrefixIndex::kRootSeed, tokens.subspan(i * kPageTokens, kPageTokens),
+    StoreFromL1(keys[i], i > 0 ? keys[i - 1] : root, tokens.subspan(i * kPageTokens, kPageTokens),
                 pages[i]);
   }
 }
 
-void TieredCache::OnL1Hit(std::span<const int32_t> tokens, std::span<const int32_t> pages) {
+void TieredCache::OnL1Hit(std::span<const int32_t> tokens, std::span<const int32_t> pages, uint64_t root) {
   if (options_.policy != WritePolicy::kWriteThroughSelective) return;
-  const std::vector<uint64_t> keys = PageChainKeys(tokens, int64_t(pages.size()));
+  const std::vector<uint64_t> keys = PageChainKeys(tokens, int64_t(pages.size()), root);
   for (size_t i = 0; i < keys.size(); ++i) {
     if (++l1_hits_[keys[i]] != options_.selective_hits) continue;
-    StoreFromL1(keys[i], i > 0 ? keys[i - 1] : PrefixIndex::kRootSeed, tokens.subspan(i * kPageTokens, kPageTokens),
+    StoreFromL1(keys[i], i > 0 ? keys[i - 1] : root, tokens.subspan(i * kPageTokens, kPageTokens),
                 pages[i]);
   }
   if (l1_hits_.size() > 1u << 20) l1_hits_.clear();  // bounded; counts restart

@@ -103,7 +103,9 @@ class TieredCache {
     std::vector<int32_t> l2_pages;  // pinned; hand them to LoadIntoL1 (or Unpin)
     int64_t l3_pages = 0;           // following the L2 chain
   };
-  Match Lookup(std::span<const int32_t> tokens, int64_t from_page, int64_t max_tokens);
+  // `root`: the tenant's chain root (common/chain_key.h): the tiers hold
+  // pages under their chain keys, so only the same tenant's are found.
+  Match Lookup(std::span<const int32_t> tokens, int64_t from_page, int64_t max_tokens, uint64_t root);
   void Unpin(std::span<const int32_t> l2_pages);
   // Prompt tokens a request got from each tier (for stats and metrics).
   void RecordHits(int64_t l1_tokens, int64_t l2_tokens, int64_t l3_tokens);
@@ -124,14 +126,15 @@ class TieredCache {
     std::chrono::steady_clock::time_point deadline;
     bool Ready() const { return done.load() || std::chrono::steady_clock::now() >= deadline; }
   };
-  std::shared_ptr<Prefetch> PrefetchFromL3(std::span<const int32_t> tokens, int64_t from_page, int64_t max_tokens);
+  std::shared_ptr<Prefetch> PrefetchFromL3(std::span<const int32_t> tokens, int64_t from_page, int64_t max_tokens,
+                                           uint64_t root);
 
   // The L1 prefix index cached these full pages (tokens[64 i, 64 i + 64) in
   // pages[i]); the write policy decides which go to L2. Holds an L1 reference
   // on each page it copies until the copy is done (see Poll).
-  void OnL1Insert(std::span<const int32_t> tokens, std::span<const int32_t> pages);
+  void OnL1Insert(std::span<const int32_t> tokens, std::span<const int32_t> pages, uint64_t root);
   // An L1 lookup hit these pages (selective write-through counts hits).
-  void OnL1Hit(std::span<const int32_t> tokens, std::span<const int32_t> pages);
+  void OnL1Hit(std::span<const int32_t> tokens, std::span<const int32_t> pages, uint64_t root);
   // L1 is evicting this page (write-back copies it now, on the caller's thread).
   void OnL1Evict(uint64_t key, uint64_t parent_key, std::span<const int32_t> tokens, int32_t page);
 
@@ -227,7 +230,7 @@ class TieredCache {
   std::thread copy_engine_;
 };
 
-// Chain keys of the full pages of `tokens` (as the prefix index computes them).
-std::vector<uint64_t> PageChainKeys(std::span<const int32_t> tokens, int64_t n_pages);
+// Chain keys of the full pages of `tokens` from `root` (as the prefix index computes them).
+std::vector<uint64_t> PageChainKeys(std::span<const int32_t> tokens, int64_t n_pages, uint64_t root);
 
 }  // namespace tandem

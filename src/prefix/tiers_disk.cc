@@ -249,11 +249,11 @@ Status TieredCache::ScanDisk() {
 }
 
 std::shared_ptr<TieredCache::Prefetch> TieredCache::PrefetchFromL3(std::span<const int32_t> tokens, int64_t from_page,
-                                                                    int64_t max_tokens) {
+                                                                    int64_t max_tokens, uint64_t root) {
   auto p = std::make_shared<Prefetch>();
   p->deadline = Clock::now() + options_.prefetch_deadline;
   const int64_t n_full = std::min<int64_t>(int64_t(tokens.size()), max_tokens) / kPageTokens;
-  const std::vector<uint64_t> keys = PageChainKeys(tokens, n_full);
+  const std::vector<uint64_t> keys = PageChainKeys(tokens, n_full, root);
   std::vector<uint64_t> wanted(keys.begin() + std::min<int64_t>(from_page, n_full), keys.end());
   // Never more than half of L2: reading a chain must not evict its own start.
   if (int64_t(wanted.size()) > options_.host_pages / 2) wanted.resize(size_t(std::max<int64_t>(1, options_.host_pages / 2)));

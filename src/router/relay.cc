@@ -57,7 +57,7 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
         authorization_(req.Header("Authorization")),
         stream_(stream),
         conversation_(ConversationKey(body)),
-        chain_(router.PromptChain(req.target, req.body, body)),
+        chain_(router.PromptChain(req.target, req.body, body, req.Header("Authorization"))),
         deadline_(std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(router.options_.request_timeout_s * 1000))) {
     body_ = std::move(req.body);
     // A client that traces its stream itself gets the traces.

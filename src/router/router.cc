@@ -110,7 +110,7 @@ uint64_t ConversationKey(const nlohmann::json& body) {
 }
 
 std::vector<uint64_t> Router::PromptChain(const std::string& path, const std::string& body,
-                                         const nlohmann::json& parsed) const {
+                                         const nlohmann::json& parsed, std::string_view authorization) const {
   if (!options_.prompt_model || options_.cached == nullptr) return {};
   ModelInfo info = *options_.prompt_model;
   if (auto m = parsed.find("model"); m != parsed.end() && m->is_string()) info.id = m->get<std::string>();
@@ -120,7 +120,8 @@ std::vector<uint64_t> Router::PromptChain(const std::string& path, const std::st
                                                         : ParseResult(ApiError{});
   const ParsedRequest* p = std::get_if<ParsedRequest>(&r);
   if (p == nullptr) return {};
-  return ChainKeys(p->spec.prompt, kChainPageTokens);
+  return ChainKeys(p->spec.prompt, kChainPageTokens,
+                   CacheRoot(CacheSaltFor(options_.access, authorization, p->cache_salt)));
 }
 
 const char* Router::MoveReasonName(int reason) {

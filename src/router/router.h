@@ -130,7 +130,10 @@ class Router {
                 const std::vector<uint64_t>& chain = {}, bool strictly_avoid = false);
   // The prompt's page keys when placement by what is cached is on and the
   // body parses; empty otherwise (the backend will say what is wrong).
-  std::vector<uint64_t> PromptChain(const std::string& path, const std::string& body, const nlohmann::json& parsed) const;
+  // Keyed by the request's tenant (server/access.h, CacheSaltFor), as the
+  // decode server keys it.
+  std::vector<uint64_t> PromptChain(const std::string& path, const std::string& body, const nlohmann::json& parsed,
+                                    std::string_view authorization) const;
   void Forward(HttpRequest& req, const std::shared_ptr<HttpReply>& reply);
   std::string MetricsText() const;
   nlohmann::json SupervisorState() const;  // {} when none is set or readable

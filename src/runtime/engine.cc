@@ -201,6 +201,7 @@ StatusOr<std::shared_ptr<RequestHandle>> Engine::Submit(RequestSpec spec) {
   seq->generated = int64_t(spec.resumed.size());
   seq->decoder = std::make_unique<StreamDecoder>(model_.tokenizer());
   seq->stops = std::make_unique<StopStringMatcher>(spec.stop);
+  seq->cache_root = CacheRoot(spec.cache_salt);
   seq->spec = std::move(spec);
   std::shared_ptr<RequestHandle> handle;
   {
@@ -404,7 +405,8 @@ void Engine::RunBatch(const std::vector<Sequence*>& members, const std::vector<S
 // them (Retire indexes those, after waiting).
 void Engine::IndexPrompt(Sequence& s) {
   if (!index_ || s.gates || !role_->SharesPromptEarly()) return;
-  index_->Insert(std::span<const int32_t>(s.tokens).first(size_t(s.prompt_len)), s.pages);
+  index_->Insert(std::span<const int32_t>(s.tokens).first(size_t(s.prompt_len)), s.pages, /*with_partial=*/false,
+                 s.cache_root);
 }
 
 void Engine::PublishStats() {

@@ -145,8 +145,8 @@ void Engine::Retire(Sequence& s) {
   role_->BeforeRelease(s);
   if (index_ && !s.pages.empty()) {
     const auto computed = std::span<const int32_t>(s.tokens).first(size_t(s.computed));
-    index_->Insert(computed, s.pages, /*with_partial=*/true);
-    if (tiers_) tiers_->OnL1Insert(computed, s.pages);
+    index_->Insert(computed, s.pages, /*with_partial=*/true, s.cache_root);
+    if (tiers_) tiers_->OnL1Insert(computed, s.pages, s.cache_root);
   }
   pool_->Release(s.pages);
   s.pages.clear();

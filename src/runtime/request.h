@@ -46,6 +46,12 @@ struct RequestSpec {
   // at their position with the same seed, so the tokens that follow are the
   // ones the first engine would have drawn (invariant 5).
   std::vector<int32_t> resumed;
+  // The tenant whose cache this request may use (invariant 10; the server
+  // derives it from the API key or the request's cache_salt, server/access.h):
+  // its prompt is found and kept in the prefix cache, the tiers and the KV
+  // events only under CacheRoot(cache_salt) (common/chain_key.h). 0: the
+  // shared namespace of a server without tenants.
+  uint64_t cache_salt = 0;
 };
 
 // How a request ended. StreamEvent::finish_reason carries its name.

@@ -162,17 +162,17 @@ int64_t Scheduler::CopyPartial(Sequence& seq, PrefixIndex::Match& hit) {
 // prefetch and returns false: the caller parks the request until it is ready.
 bool Scheduler::LookupTiers(Sequence& seq, PrefixIndex::Match& l1, int64_t max_tokens) {
   const int64_t from = int64_t(l1.pages.size());
-  TieredCache::Match m = tiers_->Lookup(seq.tokens, from, max_tokens);
+  TieredCache::Match m = tiers_->Lookup(seq.tokens, from, max_tokens, seq.cache_root);
   if (m.l3_pages > 0 && !seq.prefetched) {
     tiers_->Unpin(m.l2_pages);
     pool_.Release(l1.pages);
     l1.pages.clear();
     seq.prefetched = true;
     seq.l2_pages_before_prefetch = int64_t(m.l2_pages.size());
-    seq.prefetch = tiers_->PrefetchFromL3(seq.tokens, from + int64_t(m.l2_pages.size()), max_tokens);
+    seq.prefetch = tiers_->PrefetchFromL3(seq.tokens, from + int64_t(m.l2_pages.size()), max_tokens, seq.cache_root);
     return false;
   }
-  tiers_->OnL1Hit(seq.tokens, l1.pages);
+  tiers_->OnL1Hit(seq.tokens, l1.pages, seq.cache_root);
   // Only for a request that can be admitted whole: pages taken for a load of
   // one that then waits would starve the running ones (a livelock of
   // preemption and re-admission under memory pressure).
@@ -211,7 +211,7 @@ void Scheduler::Admit() {
     }
     if (index_ && seq.computed == 0 && seq.pages.empty() && !seq.spec.prompt_logprobs) {
       const int64_t max_tokens = int64_t(seq.tokens.size()) - 1;
-      PrefixIndex::Match hit = index_->Lookup(seq.tokens, max_tokens, /*partial=*/true);
+      PrefixIndex::Match hit = index_->Lookup(seq.tokens, max_tokens, /*partial=*/true, seq.cache_root);
       if (tiers_ && !LookupTiers(seq, hit, max_tokens)) {
         ReleasePartial(hit);
         prefetching_.push_back(std::move(waiting_.front()));  // reading L3 into L2 first

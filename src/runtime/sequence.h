@@ -28,6 +28,7 @@ inline double SecondsBetween(std::chrono::steady_clock::time_point a, std::chron
 struct Sequence {
   std::shared_ptr<RequestHandle> handle;
   RequestSpec spec;
+  uint64_t cache_root = kChainRootSeed;  // CacheRoot(spec.cache_salt), set at Submit
   std::vector<int32_t> tokens;
   int64_t prompt_len = 0;
   int64_t computed = 0;

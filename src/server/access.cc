@@ -1,6 +1,9 @@
 #include "server/access.h"
 
+#include <openssl/evp.h>
+
 #include <cctype>
+#include <cstring>
 #include <fstream>
 
 #include "server/openai_api.h"
@@ -102,6 +105,32 @@ std::map<std::string, std::string> AccessPolicy::CorsHeaders(std::string_view or
     h["Access-Control-Max-Age"] = "600";
   }
   return h;
+}
+
+namespace {
+
+uint64_t Salt(std::string_view kind, std::string_view value) {
+  std::string text(kind);
+  text.push_back('\0');
+  text.append(value);
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  if (EVP_Digest(text.data(), text.size(), digest, &length, EVP_sha256(), nullptr) != 1 || length < 8) {
+    TANDEM_CHECK_MSG(false, "SHA-256 failed");
+  }
+  uint64_t salt = 0;
+  std::memcpy(&salt, digest, sizeof salt);
+  return salt == 0 ? 1 : salt;  // 0 is the shared namespace
+}
+
+}  // namespace
+
+uint64_t CacheSaltFor(const AccessPolicy& access, std::string_view authorization,
+                      const std::optional<std::string>& cache_salt) {
+  if (cache_salt) return Salt("cache_salt", *cache_salt);
+  if (access.api_keys.empty()) return 0;
+  const std::string_view key = BearerToken(authorization);
+  return key.empty() ? 0 : Salt("api_key", key);
 }
 
 std::string UnauthorizedJson() {

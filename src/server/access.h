@@ -14,6 +14,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -53,6 +54,15 @@ struct AccessPolicy {
   // origin is configured or it is another one). preflight: an OPTIONS request.
   std::map<std::string, std::string> CorsHeaders(std::string_view origin, bool preflight) const;
 };
+
+// The tenant a request's prefix-cache pages belong to (invariant 10;
+// RequestSpec::cache_salt, common/chain_key.h): its `cache_salt` when it sent
+// one (requests that send the same one share, whatever their keys); else,
+// on a server with API keys, its key's (each key its own); else 0 (a server
+// without keys has one tenant). A one-way hash (SHA-256): a salt names a
+// tenant without telling its key.
+uint64_t CacheSaltFor(const AccessPolicy& access, std::string_view authorization,
+                      const std::optional<std::string>& cache_salt);
 
 // The 401 body, in OpenAI's error shape.
 std::string UnauthorizedJson();

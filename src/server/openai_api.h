@@ -95,6 +95,9 @@ struct ParsedRequest {
     std::vector<Choice> choices;  // n of them
   };
   std::optional<Resume> resume;
+  // "cache_salt" (vLLM's name): the tenant whose prefix cache this request
+  // may use, whatever its API key (server/access.h, CacheSaltFor).
+  std::optional<std::string> cache_salt;
   std::string model;           // as the client sent it (the served id if absent)
   int n = 1;                   // choices; each is its own engine request (ChoiceSeed)
   bool echo = false;           // completions: the prompt comes back before the answer

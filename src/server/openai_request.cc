@@ -203,6 +203,7 @@ MaybeError ReadLogprobs(const Json& body, const ModelInfo& model, bool chat, Par
 }
 
 MaybeError ReadStreamExtensions(const Json& body, const ModelInfo& model, ParsedRequest* req);
+MaybeError ReadCacheSalt(const Json& body, ParsedRequest* req);
 
 MaybeError ReadCommonFields(const nlohmann::ordered_json& ordered, const Json& body, const ModelInfo& model, ParsedRequest* req,
                             std::optional<int64_t>* max_tokens) {
@@ -230,6 +231,7 @@ MaybeError ReadCommonFields(const nlohmann::ordered_json& ordered, const Json& b
   TANDEM_RETURN_IF_API_ERROR(ReadMaxTokens(body, model, req->echo, max_tokens));
   TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadOptionalBool(body, "return_token_ids", &req->return_token_ids));
   TANDEM_RETURN_IF_API_ERROR(ReadStreamExtensions(body, model, req));
+  TANDEM_RETURN_IF_API_ERROR(ReadCacheSalt(body, req));
   TANDEM_RETURN_IF_API_ERROR(ReadLogprobs(body, model, req->chat, req));
   req->spec.prompt_logprobs = req->echo && req->spec.logprobs >= 0;
   return openai_internal::ReadOptionalBool(body, "ignore_eos", &req->spec.ignore_eos);
@@ -247,6 +249,20 @@ MaybeError ReadTokenIds(const Json& ids, const ModelInfo& model, std::vector<int
     }
     out->push_back(int32_t(id.get<int64_t>()));
   }
+  return std::nullopt;
+}
+
+// "cache_salt": a non-empty string of at most 256 bytes (null: none).
+MaybeError ReadCacheSalt(const Json& body, ParsedRequest* req) {
+  const Json* v = Field(body, "cache_salt");
+  if (v == nullptr) return std::nullopt;
+  std::string salt;
+  if (!v->is_string()) return BadRequest("cache_salt", "'cache_salt' must be a string");
+  TANDEM_RETURN_IF_API_ERROR(openai_internal::ReadString(*v, "cache_salt", &salt));
+  if (salt.empty() || salt.size() > 256) {
+    return BadRequest("cache_salt", "'cache_salt' must hold 1 to 256 bytes");
+  }
+  req->cache_salt = std::move(salt);
   return std::nullopt;
 }
 

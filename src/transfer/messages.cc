@@ -274,6 +274,7 @@ std::vector<uint8_t> Destination::Encode() const {
   }
   w.PutString(sampling.constraint);
   w.Put(sampling.answer_budget);
+  w.Put(cache_salt);
   w.PutBytes(auth);
   return std::move(w).Finish();
 }
@@ -284,7 +285,7 @@ bool Destination::operator==(const Destination& o) const {
   return handoff_id == o.handoff_id && decode_instance_id == o.decode_instance_id &&
          skip_tokens == o.skip_tokens && tokens == o.tokens && pages == o.pages &&
          remote_key == o.remote_key && pool_pages == o.pool_pages &&
-         time_budget_ms == o.time_budget_ms && a == b && auth == o.auth;
+         time_budget_ms == o.time_budget_ms && a == b && cache_salt == o.cache_salt && auth == o.auth;
 }
 
 StatusOr<Destination> Destination::Decode(std::span<const uint8_t> bytes) {
@@ -326,6 +327,7 @@ StatusOr<Destination> Destination::Decode(std::span<const uint8_t> bytes) {
   }
   m.sampling.constraint = r.String("sampling.constraint");
   m.sampling.answer_budget = r.Get<int32_t>("sampling.answer_budget");
+  m.cache_salt = r.Get<uint64_t>("cache_salt");
   m.auth = r.Bytes("auth");
   if (r.ok() && m.auth.size() > 64) r.Fail("auth", std::to_string(m.auth.size()) + " bytes (at most 64)");
   if (r.ok()) {

@@ -24,7 +24,7 @@
 namespace tandem {
 
 constexpr uint32_t kHandoffMagic = 0x4F484454;  // bytes "TDHO" read as little-endian u32
-constexpr uint16_t kHandoffVersion = 6;  // 5: authenticated messages (transfer/message_auth.h), Hello.target; 6: Hello.numerics, Commit.queue_us
+constexpr uint16_t kHandoffVersion = 7;  // 5: authenticated messages (transfer/message_auth.h), Hello.target; 6: Hello.numerics, Commit.queue_us; 7: Destination.cache_salt
 constexpr size_t kHandoffHeaderBytes = 12;
 
 // Decoding caps. A message beyond any of them is rejected before allocating.
@@ -127,6 +127,9 @@ struct Destination {
   // is dropped with an Abort; a running one stops at its next layer.
   int64_t time_budget_ms = 0;
   SamplingParams sampling;          // the prefill side samples the first token with these
+  // The request's tenant (common/chain_key.h, CacheRoot): the prefill side
+  // finds and keeps the prompt's pages under it, never under another's.
+  uint64_t cache_salt = 0;
   // MAC("destination", prefill nonce, handoff_id, remote_key) under the
   // cluster key (transfer/cluster_key.h); empty without one. At most 64 bytes.
   std::vector<uint8_t> auth;

@@ -178,5 +178,74 @@ TEST(AccessE2e, AClientKeyCannotDrainAndADrainSpendsNoRestartBudget) {
   EXPECT_EQ(disagg.Terminate(), 0) << disagg.Log();
 }
 
+struct Answer {
+  int status = 0;
+  std::string text;
+  int64_t cached = -1;
+};
+
+Answer Complete(int port, const std::string& key, const std::string& cache_salt = "") {
+  std::string prompt = "You are a careful assistant for the accounts team.";
+  for (int i = 0; i < 40; ++i) prompt += " Rule " + std::to_string(i) + ": never guess.";
+  nlohmann::json body = {{"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0}};
+  if (!cache_salt.empty()) body["cache_salt"] = cache_salt;
+  httplib::Client cli("127.0.0.1", port);
+  cli.set_read_timeout(60, 0);
+  auto r = cli.Post("/v1/completions", {{"Authorization", "Bearer " + key}}, body.dump(), "application/json");
+  Answer a;
+  if (!r) return a;
+  a.status = r->status;
+  const auto j = nlohmann::json::parse(r->body, nullptr, false);
+  if (r->status != 200 || j.is_discarded()) return a.text = r->body, a;
+  a.text = j["choices"][0]["text"].get<std::string>();
+  a.cached = j["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>();
+  return a;
+}
+
+// Invariant 10, issue 41: reuse to the token told a client how much of its
+// prompt another client had sent (usage.cached_tokens, and the time to first
+// token). Prefix reuse is scoped per API key by default; a cache_salt shares
+// it across keys or separates it within one; answers are the same bits
+// either way. On serve and through serve --disagg (the salt crosses the
+// handoff to the prefill engine).
+void ExpectTenantsApart(int port) {
+  const Answer first = Complete(port, "sk-test-key-1");
+  ASSERT_EQ(first.status, 200) << first.text;
+  EXPECT_EQ(first.cached, 0);
+  const Answer again = Complete(port, "sk-test-key-1");
+  EXPECT_GT(again.cached, 64) << "the same key finds its own prompt";
+  const Answer other = Complete(port, "sk-test-key-2");
+  EXPECT_EQ(other.cached, 0) << "another key was told the first key's prompt";
+  EXPECT_EQ(other.text, first.text);
+  const Answer shared_1 = Complete(port, "sk-test-key-1", "team-accounts");
+  EXPECT_EQ(shared_1.cached, 0) << "a salt is its own namespace";
+  const Answer shared_2 = Complete(port, "sk-test-key-2", "team-accounts");
+  EXPECT_GT(shared_2.cached, 64) << "the same cache_salt shares across keys";
+  EXPECT_EQ(shared_2.text, first.text);
+  httplib::Client cli("127.0.0.1", port);
+  auto bad = cli.Post("/v1/completions", {{"Authorization", "Bearer sk-test-key-1"}},
+                      R"({"prompt":"x","max_tokens":1,"cache_salt":7})", "application/json");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400) << bad->body;
+  auto empty = cli.Post("/v1/completions", {{"Authorization", "Bearer sk-test-key-1"}},
+                        R"({"prompt":"x","max_tokens":1,"cache_salt":""})", "application/json");
+  ASSERT_TRUE(empty);
+  EXPECT_EQ(empty->status, 400) << empty->body;
+}
+
+TEST(AccessE2e, APromptCachedForOneKeyIsNotFoundByAnother) {
+  const std::string dir = testing::MakeTempDir();
+  std::ofstream(dir + "/keys") << "sk-test-key-1\nsk-test-key-2\n";
+  {
+    testing::ServerProcess serve({"serve", "-m", testing::TinyModelPath(), "--api-key-file", dir + "/keys"});
+    ASSERT_TRUE(serve.ok()) << serve.Log();
+    ExpectTenantsApart(serve.port());
+  }
+  testing::ServerProcess disagg({"serve", "--disagg", "-m", testing::TinyModelPath(), "--api-key-file", dir + "/keys"},
+                                120, "router at http://127.0.0.1:");
+  ASSERT_TRUE(disagg.ok()) << disagg.Log();
+  ExpectTenantsApart(disagg.port());
+}
+
 }  // namespace
 }  // namespace tandem

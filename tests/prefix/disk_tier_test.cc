@@ -129,7 +129,7 @@ TEST(DiskTier, APageFileCopiedUnderAnotherKeyIsNeverServed) {
     ASSERT_TRUE(engine.ok()) << engine.status().ToString();
     Ask(**engine, a);
   }  // shutdown finishes the disk writes
-  const uint64_t key_a = PageChainKeys(a, 1)[0], key_b = PageChainKeys(b, 1)[0];
+  const uint64_t key_a = PageChainKeys(a, 1, kChainRootSeed)[0], key_b = PageChainKeys(b, 1, kChainRootSeed)[0];
   const fs::path folder = OnlyFolder(dir);
   std::string bytes;
   {
@@ -167,6 +167,38 @@ TEST(DiskTier, APageFileCopiedUnderAnotherKeyIsNeverServed) {
   }
 }
 
+// Invariant 10: the tiers keep tenants apart. A prompt cached under one
+// tenant (its pages in L1, L2 and the L3 files) is not found for another
+// tenant, even after a restart that leaves only L3: the other computes it
+// itself, with the same tokens (invariant 5); its own tenant finds it.
+TEST(DiskTier, PagesOfOneTenantAreNeverServedToAnother) {
+  auto m = MakePresetModel("tiny", TensorType::kF32);
+  const std::string dir = testing::MakeTempDir();
+  const auto prompt = PseudoRandomTokens(200, m->model->config().vocab_size, 13);
+  constexpr uint64_t kTenantA = 0xA, kTenantB = 0xB;
+  std::vector<int32_t> want;
+  {
+    auto engine = Engine::Create(*m->model, WithDiskTier(dir));
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    int64_t cached = -1;
+    want = testing::AskEngine(**engine, prompt, 6, &cached, kTenantA);
+    EXPECT_EQ(cached, 0);
+    EXPECT_EQ(testing::AskEngine(**engine, prompt, 6, &cached, kTenantB), want);
+    EXPECT_EQ(cached, 0) << "tenant B found tenant A's pages in L1";
+    EXPECT_EQ(testing::AskEngine(**engine, prompt, 6, &cached, kTenantA), want);
+    EXPECT_GE(cached, 3 * kPageTokens) << "tenant A finds its own";
+  }  // shutdown finishes the disk writes
+  auto engine = Engine::Create(*m->model, WithDiskTier(dir));
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  int64_t cached = -1;
+  EXPECT_EQ(testing::AskEngine(**engine, prompt, 6, &cached, /*cache_salt=*/0xC), want);
+  EXPECT_EQ(cached, 0);
+  EXPECT_EQ((*engine)->tier_stats().hit_tokens_l3, 0) << "a third tenant was served another's page files";
+  EXPECT_EQ(testing::AskEngine(**engine, prompt, 6, &cached, kTenantA), want);
+  EXPECT_GE(cached, 3 * kPageTokens) << "tenant A's page files serve tenant A after a restart";
+  EXPECT_GT((*engine)->tier_stats().hit_tokens_l3, 0);
+}
+
 // The format's version went up with the checksum: a file of the old one is
 // removed at start-up, never read as a new one.
 TEST(DiskTier, PageFilesOfTheOldFormatAreRemovedNotRead) {
@@ -178,7 +210,7 @@ TEST(DiskTier, PageFilesOfTheOldFormatAreRemovedNotRead) {
     ASSERT_TRUE(engine.ok()) << engine.status().ToString();
     Ask(**engine, a);
   }
-  const fs::path page = OnlyFolder(dir) / PageName(PageChainKeys(a, 1)[0]);
+  const fs::path page = OnlyFolder(dir) / PageName(PageChainKeys(a, 1, kChainRootSeed)[0]);
   {
     std::fstream f(page, std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(7);

@@ -394,5 +394,62 @@ TEST_F(PrefixIndexTest, EventsNameEveryPageStoredAndRemovedWithTheSharedChainKey
   ExpectBaseline();
 }
 
+// Invariant 10: a cache never answers a question about another tenant. The
+// same tokens under another tenant's root (common/chain_key.h, CacheRoot) find
+// nothing: no whole page, no partial page after a chain, no partial page of a
+// short prompt; the same root finds them all; the KV event of a salted
+// chain names its root as the first page's parent.
+TEST_F(PrefixIndexTest, PagesOfOneTenantAreNeverFoundUnderAnother) {
+  PrefixIndex index(pool_);
+  std::vector<PrefixIndex::Event> events;
+  index.SetEventHook([&](PrefixIndex::Event e) { events.push_back(std::move(e)); });
+  const uint64_t a = CacheRoot(11), b = CacheRoot(22);
+  ASSERT_NE(a, b);
+  ASSERT_NE(a, kChainRootSeed);
+  EXPECT_EQ(CacheRoot(0), kChainRootSeed) << "salt 0 is the shared namespace";
+  const auto tokens = Tokens(2 * kPage + 20, 1);
+  const auto pages = Allocate(3);
+  EXPECT_EQ(index.Insert(tokens, pages, /*with_partial=*/true, a), 2);
+  pool_.Release(pages);
+  const auto short_prompt = Tokens(30, 2);
+  const auto short_page = Allocate(1);
+  index.Insert(short_prompt, short_page, /*with_partial=*/true, a);
+  pool_.Release(short_page);
+  EXPECT_TRUE(index.CheckInvariants().ok()) << index.CheckInvariants().ToString();
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events[0].parent_key, a);
+  EXPECT_EQ(events[0].keys, ChainKeys(tokens, kPage, a));
+
+  for (const uint64_t other : {b, kChainRootSeed}) {
+    auto m = index.Lookup(tokens, int64_t(tokens.size()) - 1, /*partial=*/true, other);
+    EXPECT_TRUE(m.pages.empty());
+    EXPECT_EQ(m.partial_page, -1);
+    auto s = index.Lookup(short_prompt, int64_t(short_prompt.size()) - 1, /*partial=*/true, other);
+    EXPECT_EQ(s.partial_page, -1) << "a short prompt's partial page belongs to its tenant too";
+  }
+  auto m = index.Lookup(tokens, int64_t(tokens.size()) - 1, /*partial=*/true, a);
+  EXPECT_EQ(m.tokens, 2 * kPage);
+  EXPECT_EQ(m.partial_tokens, 19);
+  pool_.Release(m.pages);
+  pool_.Release({&m.partial_page, 1});
+  auto s = index.Lookup(short_prompt, int64_t(short_prompt.size()) - 1, /*partial=*/true, a);
+  EXPECT_EQ(s.partial_tokens, 29);
+  pool_.Release({&s.partial_page, 1});
+
+  // The other tenant's own copy lives beside it, each found under its root.
+  const auto pages_b = Allocate(3);
+  EXPECT_EQ(index.Insert(tokens, pages_b, /*with_partial=*/true, b), 2);
+  pool_.Release(pages_b);
+  auto mb = index.Lookup(tokens, int64_t(tokens.size()) - 1, /*partial=*/true, b);
+  EXPECT_EQ(mb.pages, std::vector<int32_t>(pages_b.begin(), pages_b.begin() + 2));
+  EXPECT_EQ(mb.partial_page, pages_b[2]);
+  pool_.Release(mb.pages);
+  pool_.Release({&mb.partial_page, 1});
+  EXPECT_TRUE(index.CheckInvariants().ok()) << index.CheckInvariants().ToString();
+  EXPECT_EQ(index.Evict(100), 7);
+  EXPECT_TRUE(index.CheckInvariants().ok()) << index.CheckInvariants().ToString();
+  ExpectBaseline();
+}
+
 }  // namespace
 }  // namespace tandem

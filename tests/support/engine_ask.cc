@@ -5,8 +5,9 @@
 namespace tandem::testing {
 
 std::vector<int32_t> AskEngine(Engine& engine, const std::vector<int32_t>& prompt, int64_t max_tokens,
-                               int64_t* cached) {
+                               int64_t* cached, uint64_t cache_salt) {
   RequestSpec spec;
+  spec.cache_salt = cache_salt;
   spec.prompt = prompt;
   spec.max_tokens = max_tokens;
   spec.ignore_eos = true;

@@ -25,6 +25,7 @@ Destination SampleDestination() {
   d.remote_key = {0xde, 0xad, 0xbe, 0xef, 0x00, 0x01};
   d.pool_pages = 1000;
   d.time_budget_ms = 60000;
+  d.cache_salt = 0x5A17ED0123456789ull;
   d.auth.assign(32, 0xA5);
   return d;
 }
