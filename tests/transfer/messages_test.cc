@@ -141,13 +141,13 @@ TEST(HandoffMessages, PagesDigestCoversPagesAndGenerations) {
 TEST(HandoffMessages, ExactBytesOfHeaderAndBody) {
   const std::vector<uint8_t> ack = AbortAck{0x0102030405060708ull}.Encode();
   // clang-format off
-  const std::vector<uint8_t> want = {'T', 'D', 'H', 'O', 6, 0, 5, 0, 8, 0, 0, 0,  // header
+  const std::vector<uint8_t> want = {'T', 'D', 'H', 'O', 7, 0, 5, 0, 8, 0, 0, 0,  // header
                                      8, 7, 6, 5, 4, 3, 2, 1};                    // handoff_id
   // clang-format on
   EXPECT_EQ(ack, want);
   const std::vector<uint8_t> abort = Abort{1, "ab"}.Encode();
   // clang-format off
-  const std::vector<uint8_t> want_abort = {'T', 'D', 'H', 'O', 6, 0, 4, 0, 14, 0, 0, 0,  // header
+  const std::vector<uint8_t> want_abort = {'T', 'D', 'H', 'O', 7, 0, 4, 0, 14, 0, 0, 0,  // header
                                            1, 0, 0, 0, 0, 0, 0, 0,  // handoff_id
                                            2, 0, 0, 0, 'a', 'b'};   // reason
   // clang-format on
