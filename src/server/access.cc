@@ -133,20 +133,26 @@ uint64_t CacheSaltFor(const AccessPolicy& access, std::string_view authorization
   return key.empty() ? 0 : Salt("api_key", key);
 }
 
-std::string UnauthorizedJson() {
+namespace {
+
+std::string AccessErrorJson(int status, std::string message, std::string code) {
   ApiError e;
-  e.http_status = 401;
-  e.message = "a valid API key is needed: send it as 'Authorization: Bearer <key>'";
-  e.code = "invalid_api_key";
+  e.http_status = status;
+  e.message = std::move(message);
+  e.code = std::move(code);
   return ErrorJson(e);
 }
 
+}  // namespace
+
+std::string UnauthorizedJson() {
+  return AccessErrorJson(401, "a valid API key is needed: send it as 'Authorization: Bearer <key>'", "invalid_api_key");
+}
+
 std::string ForbiddenAdminJson() {
-  ApiError e;
-  e.http_status = 403;
-  e.message = "this key may not use /admin/ routes: they take an operator's key (--admin-key-file), never a client's";
-  e.code = "admin_key_required";
-  return ErrorJson(e);
+  return AccessErrorJson(
+      403, "this key may not use /admin/ routes: they take an operator's key (--admin-key-file), never a client's",
+      "admin_key_required");
 }
 
 }  // namespace tandem

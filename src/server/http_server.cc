@@ -358,8 +358,11 @@ Status HttpServer::Start() {
   }, /*quick=*/true);
   if (options_.on_drain) {
     core_->Route("POST", "/admin/drain", [this](HttpRequest&, std::shared_ptr<HttpReply> reply) {
-      options_.on_drain();
+      // The answer first: it is queued on the connection before the drain
+      // can shut it (a shut waits for a queued answer), so the operator
+      // hears 202 even when the drain is over at once.
       reply->Send(202, "application/json", "{\"status\":\"draining\"}");
+      options_.on_drain();
     }, /*quick=*/true);
   }
   core_->Route("GET", "/metrics", [this](HttpRequest&, std::shared_ptr<HttpReply> reply) {
