@@ -121,7 +121,7 @@ std::vector<uint64_t> Router::PromptChain(const std::string& path, const std::st
   const ParsedRequest* p = std::get_if<ParsedRequest>(&r);
   if (p == nullptr) return {};
   return ChainKeys(p->spec.prompt, kChainPageTokens,
-                   CacheRoot(CacheSaltFor(options_.access, authorization, p->cache_salt)));
+                   CacheRoot(CacheSaltFor(authorization, p->cache_salt)));
 }
 
 const char* Router::MoveReasonName(int reason) {

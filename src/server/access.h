@@ -57,12 +57,13 @@ struct AccessPolicy {
 
 // The tenant a request's prefix-cache pages belong to (invariant 10;
 // RequestSpec::cache_salt, common/chain_key.h): its `cache_salt` when it sent
-// one (requests that send the same one share, whatever their keys); else,
-// on a server with API keys, its key's (each key its own); else 0 (a server
-// without keys has one tenant). A one-way hash (SHA-256): a salt names a
+// one (requests that send the same one share, whatever their keys: a
+// cache_salt is a secret its sharers hold, like a key); else its bearer
+// token's (each key its own, whether or not this process checks keys, so a
+// router and its decode servers always agree); else 0 (requests without a
+// token share one namespace). A one-way hash (SHA-256): a salt names a
 // tenant without telling its key.
-uint64_t CacheSaltFor(const AccessPolicy& access, std::string_view authorization,
-                      const std::optional<std::string>& cache_salt);
+uint64_t CacheSaltFor(std::string_view authorization, const std::optional<std::string>& cache_salt);
 
 // The 401 body, in OpenAI's error shape.
 std::string UnauthorizedJson();

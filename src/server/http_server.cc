@@ -440,7 +440,7 @@ void HttpServer::HandleCompletion(HttpRequest& req, const std::shared_ptr<HttpRe
   if (auto* e = std::get_if<ApiError>(&parsed)) return SendError(*reply, *e);
   ParsedRequest& p = std::get<ParsedRequest>(parsed);
   // The tenant whose cached prefixes this request may find (invariant 10).
-  p.spec.cache_salt = CacheSaltFor(options_.access, req.Header("Authorization"), p.cache_salt);
+  p.spec.cache_salt = CacheSaltFor(req.Header("Authorization"), p.cache_salt);
   if (!p.has_seed) p.spec.sampling.seed = std::random_device{}() | (uint64_t(std::random_device{}()) << 32);
   // Every choice must be done by one deadline: the request's timeout from now.
   if (p.n > 1) p.spec.deadline = std::chrono::steady_clock::now() + engine_.options().request_timeout;

@@ -76,6 +76,25 @@ TEST(Access, AdminRoutesTakeOnlyAnOperatorsKey) {
   EXPECT_EQ(open.Check("/admin/drain", "Bearer adm-operator-key-0001"), Access::kAllowed);
 }
 
+// Invariant 10: the tenant of a request's cached prefixes. Its key's by
+// default (the same on a process that checks keys and one that only passes
+// the header on: a router and its decode servers agree); a cache_salt names
+// a shared namespace whatever the key; no token: the one shared namespace.
+TEST(Access, ACacheSaltNamesTheTenantTheSameWayOnEveryProcess) {
+  const uint64_t one = CacheSaltFor("Bearer sk-client-key-0001", std::nullopt);
+  const uint64_t two = CacheSaltFor("Bearer sk-client-key-0002", std::nullopt);
+  EXPECT_NE(one, 0u);
+  EXPECT_NE(one, two);
+  EXPECT_EQ(CacheSaltFor("Bearer sk-client-key-0001", std::nullopt), one);
+  EXPECT_EQ(CacheSaltFor("bearer sk-client-key-0001", std::nullopt), one) << "the scheme is case-insensitive";
+  EXPECT_EQ(CacheSaltFor("", std::nullopt), 0u);
+  const uint64_t team = CacheSaltFor("Bearer sk-client-key-0001", std::string("team"));
+  EXPECT_EQ(CacheSaltFor("Bearer sk-client-key-0002", std::string("team")), team);
+  EXPECT_EQ(CacheSaltFor("", std::string("team")), team);
+  EXPECT_NE(team, one);
+  EXPECT_NE(CacheSaltFor("", std::string("sk-client-key-0001")), one) << "a salt is never a key's";
+}
+
 TEST(Access, CorsHeadersOnlyForTheConfiguredOrigin) {
   EXPECT_TRUE(AccessPolicy{}.CorsHeaders("https://evil.example", false).empty());
   AccessPolicy one;
