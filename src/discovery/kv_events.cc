@@ -231,7 +231,9 @@ void KvEventPublisher::Run() {
       switch (e.kind) {
         case PrefixIndex::Event::Kind::kStored: {
           out.kind = KvEvent::Kind::kStored;
-          out.has_parent = e.parent_key != kChainRootSeed;
+          // A prompt's first page has no parent block (vLLM's schema), whatever
+          // its tenant's root.
+          out.has_parent = !e.from_root;
           out.parent = out.has_parent ? e.parent_key : 0;
           out.block_size = kPageTokens;
           for (size_t k = 0; k < e.keys.size(); ++k) {

@@ -135,7 +135,10 @@ int64_t PrefixIndex::Insert(std::span<const int32_t> tokens, std::span<const int
       if (parent != nullptr) ++parent->children;
       ++inserted;
       if (event_hook_) {
-        if (stored.keys.empty()) stored.parent_key = parent ? parent->key : root;
+        if (stored.keys.empty()) {
+          stored.parent_key = parent ? parent->key : root;
+          stored.from_root = parent == nullptr;
+        }
         stored.keys.push_back(key);
         stored.tokens.insert(stored.tokens.end(), page_tokens.begin(), page_tokens.end());
       }

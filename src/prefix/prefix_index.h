@@ -47,8 +47,8 @@ namespace tandem {
 
 class PrefixIndex {
  public:
-  // How a page's key chains from its parent's key (kRootSeed for the first
-  // page). The default is XXH3_64 of the page's tokens seeded by the parent key.
+  // How a page's key chains from its parent's key (for the first page, the
+  // tenant's root: kRootSeed without tenants, common/chain_key.h). The default is XXH3_64 of the page's tokens seeded by the parent key.
   using ChainKeyFn = uint64_t (*)(uint64_t parent_key, std::span<const int32_t> page_tokens);
   static uint64_t DefaultChainKey(uint64_t parent_key, std::span<const int32_t> page_tokens);
 
@@ -112,13 +112,14 @@ class PrefixIndex {
 
   // What the index now holds, as it changes (the KV events other engines
   // place requests by): pages stored (one chain: each page's key, the key
-  // before the first — kRootSeed for a prompt's first page — and all their
+  // before the first — the tenant's root for a prompt's first page — and all their
   // tokens), pages removed, or everything cleared. Called on the caller's
   // thread, inside Insert, Evict and Clear.
   struct Event {
     enum class Kind { kStored, kRemoved, kCleared } kind = Kind::kStored;
     std::vector<uint64_t> keys;
     uint64_t parent_key = kRootSeed;  // kStored (the chain's root for a first page)
+    bool from_root = false;           // kStored: keys[0] is a prompt's first page (parent_key is a root)
     std::vector<int32_t> tokens;      // kStored: kPageTokens per key
   };
   using EventHook = std::function<void(Event)>;

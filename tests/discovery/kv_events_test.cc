@@ -89,6 +89,7 @@ PrefixIndex::Event Stored(std::vector<int32_t> tokens, uint64_t parent = kChainR
   PrefixIndex::Event e;
   e.kind = PrefixIndex::Event::Kind::kStored;
   e.parent_key = parent;
+  e.from_root = parent == kChainRootSeed;  // as the prefix index says of a prompt's first page
   uint64_t key = parent;
   for (size_t at = 0; at + 64 <= tokens.size(); at += 64) {
     key = ChainKey(key, std::span<const int32_t>(tokens).subspan(at, 64));

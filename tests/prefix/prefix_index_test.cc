@@ -418,6 +418,7 @@ TEST_F(PrefixIndexTest, PagesOfOneTenantAreNeverFoundUnderAnother) {
   EXPECT_TRUE(index.CheckInvariants().ok()) << index.CheckInvariants().ToString();
   ASSERT_FALSE(events.empty());
   EXPECT_EQ(events[0].parent_key, a);
+  EXPECT_TRUE(events[0].from_root) << "KV events publish it as a first block, without a parent";
   EXPECT_EQ(events[0].keys, ChainKeys(tokens, kPage, a));
 
   for (const uint64_t other : {b, kChainRootSeed}) {
