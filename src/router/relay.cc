@@ -137,14 +137,15 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
     // twice on one backend (a request that breaks servers would break each
     // one it reaches again and again). With none left, even among those not
     // healthy now, the client hears what the last one said.
-    Backend* b = router_.Pick(conversation_, untried_only_ ? ran_ : tried_, chain_, /*strictly_avoid=*/untried_only_);
+    const bool untried_only = !ran_.empty();
+    Backend* b = router_.Pick(conversation_, untried_only ? ran_ : tried_, chain_, /*strictly_avoid=*/untried_only);
     const auto untried_left = [&] {
       for (const auto& backend : router_.Backends()) {
         if (backend->listed && std::find(ran_.begin(), ran_.end(), backend.get()) == ran_.end()) return true;
       }
       return false;
     };
-    if (b == nullptr && untried_only_ && !untried_left()) {
+    if (b == nullptr && untried_only && !untried_left()) {
       ++router_.not_moved_;
       if (last_answer_ && !reply_->started()) {
         return reply_->Send(last_answer_->status, last_answer_->content_type, std::move(last_answer_->body),
@@ -369,10 +370,7 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
       // A lost connection (not the relay's own close after an error frame):
       // unhealthy until its next health check says otherwise.
       if (!error.empty() && upstream_.failed.empty()) b->healthy = false;
-      if (upstream_.failed_status == 500) {
-        untried_only_ = true;
-        ran_.push_back(b);
-      }
+      if (upstream_.failed_status == 500) ran_.push_back(b);
       return Move("decode backend " + name + ": " + why, 503,
                   upstream_.failed_status != 0 ? Router::kStreamError : Router::kStreamBroke);
     }
@@ -391,10 +389,7 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
     // 500, 502, 503: the backend's trouble (draining, no engine, a bug), not the request's.
     if (upstream_.status == 500 || upstream_.status == 502 || upstream_.status == 503) {
       if (upstream_.status == 503) b->healthy = false;
-      if (upstream_.status == 500) {
-        untried_only_ = true;
-        ran_.push_back(b);
-      }
+      if (upstream_.status == 500) ran_.push_back(b);
       last_answer_ = std::move(upstream_);
       return Move("decode backend " + name + " answered " + std::to_string(last_answer_->status), last_answer_->status,
                   last_answer_->status == 503 ? Router::kUnavailable : Router::kServerError);
@@ -476,13 +471,14 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
   // On the client's I/O thread (or the first attempt's caller), one at a time.
   Backend* backend_ = nullptr;
   std::vector<const Backend*> tried_;
-  std::vector<const Backend*> ran_;  // backends that answered this request 500
+  // Backends that answered this request 500: once there is one, it runs only
+  // on backends not in this list.
+  std::vector<const Backend*> ran_;
   int attempts_ = 0;
   std::chrono::steady_clock::time_point wait_since_{};
   Upstream upstream_;
   std::optional<Upstream> last_answer_;  // a 5xx answer, sent if no move succeeds
   std::string last_error_;
-  bool untried_only_ = false;  // a backend answered 500: only backends that have not run it
   std::chrono::steady_clock::time_point last_heard_{};  // the attempt's last byte from its backend
   bool silenced_ = false;  // the attempt was taken from a silent backend
   Router::MoveReason move_reason_ = Router::kNoAnswer;  // what ended the last attempt

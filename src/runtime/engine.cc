@@ -318,12 +318,11 @@ void Engine::DropCancelledAndExpired() {
 }
 
 void Engine::Step() {
-  const auto step_began = Clock::now();
   struct ObserveStep {
     prometheus::Histogram& histogram;
     Clock::time_point began;
     ~ObserveStep() { histogram.Observe(std::chrono::duration<double>(Clock::now() - began).count()); }
-  } observe{metrics_.step, step_began};
+  } observe{metrics_.step, Clock::now()};
   std::vector<SequenceChunk> batch;
   std::vector<Sequence*> members = scheduler_.Schedule(&batch);
   std::vector<Draw> draws;
