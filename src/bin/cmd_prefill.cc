@@ -149,7 +149,7 @@ int RunPrefill(PrefillArgs& a) {
             worker.engine().numerics().ToJson().dump().c_str());
   std::unique_ptr<discovery::Discovery> discovery;
   if (a.discovery.enabled()) {
-    auto started = a.discovery.Start();
+    auto started = a.discovery.Start(a.cluster_key_file, a.insecure_no_cluster_key, "tandem prefill --discovery");
     if (!started.ok()) return TLOG_ERROR("error: %s\n", started.status().message().c_str()), 2;
     discovery = std::move(started).value();
     discovery::EngineRecord me;
@@ -163,12 +163,9 @@ int RunPrefill(PrefillArgs& a) {
     me.kv_topic = kv_events->topic();
     me.kv_events = kv_events->events_endpoint();
     me.kv_snapshot = kv_events->snapshot_endpoint();
-    auto sign = RecordSigner(a.cluster_key_file);
-    if (!sign.ok()) return TLOG_ERROR("error: %s\n", sign.status().message().c_str()), 2;
-    discovery->Register([me, &worker, sign = *sign] {
+    discovery->Register([me, &worker] {
       discovery::EngineRecord now = me;
       now.load = worker.stats().in_flight;
-      sign(&now);
       return now;
     });
   }

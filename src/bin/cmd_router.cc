@@ -12,6 +12,7 @@
 #include "bin/commands.h"
 #include "common/log.h"
 #include "router/router.h"
+#include "transfer/cluster_key.h"
 
 namespace tandem::cli {
 
@@ -52,7 +53,11 @@ void RegisterRouter(CLI::App& app) {
                   "the decode servers' KV events say its longest prefix is cached");
   cmd->add_option("--chat-template", *chat_template, "With -m: the decode servers' --chat-template, if they have one");
   cmd->add_option("--cluster-key-file", *cluster_key_file,
-                  "With --discovery: the engines' key (the decode servers' KV events are encrypted with it)");
+                  "With --discovery: the engines' key (only decode servers whose records are signed with it are "
+                  "used; their KV events are encrypted with it)");
+  auto insecure = std::make_shared<bool>(false);
+  cmd->add_flag("--insecure-no-cluster-key", *insecure,
+                "With --discovery and no --cluster-key-file: take unsigned records, of loopback addresses only (tests)");
   access->AddTo(cmd);
   http->AddTo(cmd);
   auto shutdown_s = std::make_shared<double>(30);
@@ -60,7 +65,7 @@ void RegisterRouter(CLI::App& app) {
                   "Seconds to drain on SIGTERM: new requests get 503, those in flight finish")
       ->check(CLI::NonNegativeNumber);
   cmd->callback([o, level, access, http, shutdown_s, move_wait_ms, silence_ms, found, prompt_model, chat_template,
-                 cluster_key_file] {
+                 cluster_key_file, insecure] {
     if (!StartLog("router", *level)) return SetExitCode(2);
     if (o->backends.empty() && !found->enabled()) {
       TLOG_ERROR("error: the router needs --decode HOST:PORT or --discovery etcd://HOST:PORT/PREFIX\n");
@@ -68,7 +73,15 @@ void RegisterRouter(CLI::App& app) {
     }
     std::unique_ptr<discovery::Discovery> discovery;
     if (found->enabled()) {
-      auto started = found->Start();
+      if (Status st = transfer::RequireClusterKey(*cluster_key_file, *insecure, {}, "tandem router --discovery"); !st.ok()) {
+        TLOG_ERROR("error: %s\n", st.message().c_str());
+        return SetExitCode(2);
+      }
+      if (cluster_key_file->empty()) {
+        TLOG_WARN("WARNING: --insecure-no-cluster-key: the router takes decode servers registered at loopback "
+                  "addresses unsigned, whoever wrote them into etcd (tests only)\n");
+      }
+      auto started = found->Start(*cluster_key_file, *insecure, "tandem router --discovery");
       if (!started.ok()) {
         TLOG_ERROR("error: %s\n", started.status().message().c_str());
         return SetExitCode(2);
@@ -139,23 +152,14 @@ void RegisterRouter(CLI::App& app) {
     }
     TLOG_INFO("tandem router: http://%s:%d -> %zu decode backend(s)%s\n", o->host.c_str(), router.port(),
               o->backends.size(), discovery ? (" and those registered at " + found->url).c_str() : "");
-    auto check = RecordChecker(*cluster_key_file);
-    if (!check.ok()) {
-      TLOG_ERROR("error: %s\n", check.status().message().c_str());
-      return SetExitCode(2);
-    }
-    if (discovery && cluster_key_file->empty()) {
-      TLOG_WARN("WARNING: --discovery without --cluster-key-file: the router sends requests (and clients' API keys) "
-                "to any decode server registered under the prefix, whoever wrote it into etcd\n");
-    }
     if (discovery) {
-      discovery->Watch("decode", [&router, fixed = o->backends, s = subscriber.get(), check = *check, same_model](const std::vector<discovery::EngineRecord>& records) {
-        std::vector<std::string> addresses = MatchingAddresses(records, {}, check);
+      discovery->Watch("decode", [&router, fixed = o->backends, s = subscriber.get(), same_model](const std::vector<discovery::EngineRecord>& records) {
+        std::vector<std::string> addresses = MatchingAddresses(records, {});
         for (const std::string& f : fixed) {
           if (std::find(addresses.begin(), addresses.end(), f) == addresses.end()) addresses.push_back(f);
         }
         // Placement by KV events only where this router tokenizes as the server does (its -m is theirs).
-        if (s != nullptr) s->SetSources(KvSources(records, MatchingAddresses(records, same_model, check)));
+        if (s != nullptr) s->SetSources(KvSources(records, MatchingAddresses(records, same_model)));
         if (Status st = router.SetBackends(addresses); !st.ok()) TLOG_WARN("tandem router: %s\n", st.message().c_str());
       });
     }

@@ -94,13 +94,10 @@ Status StartDiscovery(ServeArgs& a, const Model& model, Engine& engine, decode::
     me.kv_events = kv.publisher->events_endpoint();
     me.kv_snapshot = kv.publisher->snapshot_endpoint();
   }
-  TANDEM_ASSIGN_OR_RETURN(auto sign, RecordSigner(a.cluster_key_file));
-  TANDEM_ASSIGN_OR_RETURN(auto check, RecordChecker(a.cluster_key_file));
-  found.Register([me, &engine, sign] {
+  found.Register([me, &engine] {
     discovery::EngineRecord now = me;
     const EngineStats s = engine.Stats();
     now.load = s.running + s.waiting;
-    sign(&now);
     return now;
   });
   discovery::EngineRecord want;
@@ -108,14 +105,9 @@ Status StartDiscovery(ServeArgs& a, const Model& model, Engine& engine, decode::
   want.weights = links.weights_identity;
   want.transport = a.decode.transport == transfer::TransportKind::kTcp ? "tcp" : "ucx";
   const std::vector<std::string> fixed = links.addresses;
-  const std::string key_file = a.cluster_key_file;
-  const bool insecure = a.insecure_no_cluster_key;
   discovery::KvEventSubscriber* subscriber = kv.subscriber.get();
-  found.Watch("prefill", [&role, want, fixed, key_file, insecure, subscriber, check](const std::vector<discovery::EngineRecord>& records) {
-    std::vector<std::string> addresses = MatchingAddresses(records, want, [&](const discovery::EngineRecord& r) {
-      TANDEM_RETURN_IF_ERROR(check(r));
-      return transfer::RequireClusterKey(key_file, insecure, {r.address}, "tandem serve --discovery");
-    });
+  found.Watch("prefill", [&role, want, fixed, subscriber](const std::vector<discovery::EngineRecord>& records) {
+    std::vector<std::string> addresses = MatchingAddresses(records, want);
     for (const std::string& f : fixed) {
       if (std::find(addresses.begin(), addresses.end(), f) == addresses.end()) addresses.push_back(f);
     }
@@ -369,7 +361,7 @@ int RunServe(ServeArgs& a) {
   a.server.on_drain = [] { kill(getpid(), SIGTERM); };  // the same drain as the signal's (WaitForStopSignal)
   std::unique_ptr<discovery::Discovery> found;
   if (a.discovery.enabled()) {
-    auto started = a.discovery.Start();
+    auto started = a.discovery.Start(a.cluster_key_file, a.insecure_no_cluster_key, "tandem serve --discovery");
     if (!started.ok()) return TLOG_ERROR("error: %s\n", started.status().message().c_str()), 2;
     found = std::move(started).value();
     a.server.discovery_health = [d = found.get()] { return d->Health(); };

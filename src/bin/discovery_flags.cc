@@ -33,10 +33,13 @@ void DiscoveryFlags::AddTo(CLI::App* cmd, bool registers) {
   }
 }
 
-StatusOr<std::unique_ptr<discovery::Discovery>> DiscoveryFlags::Start() const {
+StatusOr<std::unique_ptr<discovery::Discovery>> DiscoveryFlags::Start(const std::string& cluster_key_file, bool insecure,
+                                                                      const std::string& who) const {
   discovery::DiscoveryOptions o;
   TANDEM_ASSIGN_OR_RETURN(o.etcd, discovery::ParseEtcdUrl(url));
   o.ttl_s = ttl_s;
+  TANDEM_ASSIGN_OR_RETURN(o.seal, RecordSigner(cluster_key_file));
+  TANDEM_ASSIGN_OR_RETURN(o.check, RecordChecker(cluster_key_file, insecure, who));
   return std::make_unique<discovery::Discovery>(std::move(o));
 }
 
@@ -106,9 +109,14 @@ StatusOr<std::function<void(discovery::EngineRecord*)>> RecordSigner(const std::
   });
 }
 
-StatusOr<std::function<Status(const discovery::EngineRecord&)>> RecordChecker(const std::string& cluster_key_file) {
+StatusOr<std::function<Status(const discovery::EngineRecord&)>> RecordChecker(const std::string& cluster_key_file,
+                                                                             bool insecure, const std::string& who) {
   using Checker = std::function<Status(const discovery::EngineRecord&)>;
-  if (cluster_key_file.empty()) return Checker([](const discovery::EngineRecord&) { return Status::Ok(); });
+  if (cluster_key_file.empty()) {
+    return Checker([insecure, who](const discovery::EngineRecord& r) {
+      return transfer::RequireClusterKey("", insecure, {r.address}, who);
+    });
+  }
   TANDEM_ASSIGN_OR_RETURN(transfer::ClusterKey key, transfer::ClusterKey::Load(cluster_key_file));
   return Checker([key](const discovery::EngineRecord& r) {
     const Status refused = PermissionDenied("its record is not signed with this cluster's key");
@@ -121,8 +129,8 @@ StatusOr<std::function<Status(const discovery::EngineRecord&)>> RecordChecker(co
 }
 
 std::vector<std::string> MatchingAddresses(const std::vector<discovery::EngineRecord>& records,
-                                           const discovery::EngineRecord& want,
-                                           const std::function<Status(const discovery::EngineRecord&)>& allowed) {
+                                           const discovery::EngineRecord& want) {
+  constexpr size_t kMaxWarned = 64;  // then left out without a word (records are signed: few differ)
   static std::mutex mu;
   static std::set<std::string> warned;  // "address: why", each logged once
   std::vector<std::string> out;
@@ -131,15 +139,12 @@ std::vector<std::string> MatchingAddresses(const std::vector<discovery::EngineRe
     if (!want.layout.empty() && r.layout != want.layout) why = "its cache layout differs (" + r.layout + ")";
     else if (!want.weights.empty() && r.weights != want.weights) why = "its weights differ";
     else if (!want.transport.empty() && r.transport != want.transport) why = "it moves handoffs over " + r.transport;
-    else if (allowed) {
-      if (Status st = allowed(r); !st.ok()) why = st.message();
-    }
     if (why.empty()) {
       if (std::find(out.begin(), out.end(), r.address) == out.end()) out.push_back(r.address);
       continue;
     }
     std::lock_guard lock(mu);
-    if (warned.insert(r.address + ": " + why).second) {
+    if (warned.size() < kMaxWarned && warned.insert(r.address + ": " + why).second) {
       TLOG_WARN("tandem discovery: leaving out %s %s: %s\n", r.role.c_str(), r.address.c_str(), why.c_str());
     }
   }

@@ -28,8 +28,12 @@ struct DiscoveryFlags {
   // (auto: with discovery, and where `can` says this role can); an error for
   // a placement this role cannot do.
   StatusOr<bool> ByKvEvents(bool can, const std::string& why_not) const;
-  // The discovery client (not yet registered nor watching).
-  StatusOr<std::unique_ptr<discovery::Discovery>> Start() const;
+  // The discovery client (not yet registered nor watching): its records
+  // sealed with the cluster key, and only records proved with it taken;
+  // without a key file (`insecure`, tests on one machine) records go unsigned
+  // and only those naming loopback addresses are taken.
+  StatusOr<std::unique_ptr<discovery::Discovery>> Start(const std::string& cluster_key_file, bool insecure,
+                                                        const std::string& who) const;
   // host:port peers should dial: --advertise, else the listening host, which
   // must then be a specific address (not 0.0.0.0 or ::).
   StatusOr<std::string> Advertised(const std::string& host, int port) const;
@@ -38,9 +42,11 @@ struct DiscoveryFlags {
 // Records are signed with the cluster key and checked by those that read
 // them: a record etcd holds that no engine of this cluster wrote (etcd's
 // writers are not trusted) is left out. Without a key file, nothing is
-// signed or checked (loopback deployments only, transfer/cluster_key.h).
+// signed, and a reader given `insecure` takes records of loopback addresses
+// only (transfer/cluster_key.h); one not given it takes none.
 StatusOr<std::function<void(discovery::EngineRecord*)>> RecordSigner(const std::string& cluster_key_file);
-StatusOr<std::function<Status(const discovery::EngineRecord&)>> RecordChecker(const std::string& cluster_key_file);
+StatusOr<std::function<Status(const discovery::EngineRecord&)>> RecordChecker(const std::string& cluster_key_file,
+                                                                             bool insecure, const std::string& who);
 
 // The addresses of `records` (a discovery view), leaving out, with a
 // warning logged once each, those that do not match `want` (an empty field of
@@ -56,9 +62,7 @@ StatusOr<std::unique_ptr<discovery::KvEventPublisher>> StartKvPublisher(const Di
 std::vector<discovery::KvSource> KvSources(const std::vector<discovery::EngineRecord>& records,
                                            const std::vector<std::string>& addresses);
 
-// `allowed` may refuse a record (its proof, its address) with the reason.
 std::vector<std::string> MatchingAddresses(const std::vector<discovery::EngineRecord>& records,
-                                           const discovery::EngineRecord& want,
-                                           const std::function<Status(const discovery::EngineRecord&)>& allowed = nullptr);
+                                           const discovery::EngineRecord& want);
 
 }  // namespace tandem::cli

@@ -2,7 +2,6 @@
 
 #include <cinttypes>
 #include <cstdio>
-#include <set>
 
 #include "common/log.h"
 
@@ -42,7 +41,7 @@ std::string EngineRecord::ToJson() const {
               {"layout", layout},     {"weights", weights},
               {"numerics", numerics}, {"load", load},
               {"kv_topic", kv_topic}, {"kv_events", kv_events},
-              {"kv_snapshot", kv_snapshot}};
+              {"kv_snapshot", kv_snapshot}, {"lease", std::to_string(lease)}};
   if (!proof.empty()) j["proof"] = proof;
   return j.dump();
 }
@@ -59,8 +58,9 @@ StatusOr<EngineRecord> EngineRecord::FromJson(const std::string& text) {
     *out = it->get<std::string>();
     return Status::Ok();
   };
-  std::string instance;
+  std::string instance, lease;
   TANDEM_RETURN_IF_ERROR(str("role", &r.role));
+  TANDEM_RETURN_IF_ERROR(str("lease", &lease));
   TANDEM_RETURN_IF_ERROR(str("instance", &instance));
   TANDEM_RETURN_IF_ERROR(str("address", &r.address));
   TANDEM_RETURN_IF_ERROR(str("transport", &r.transport));
@@ -82,6 +82,11 @@ StatusOr<EngineRecord> EngineRecord::FromJson(const std::string& text) {
   char* end = nullptr;
   r.instance = std::strtoull(instance.c_str(), &end, 10);
   if (instance.empty() || end == nullptr || *end != '\0') return InvalidArgument("an engine record's instance is not a number");
+  if (!lease.empty()) {
+    end = nullptr;
+    r.lease = std::strtoll(lease.c_str(), &end, 10);
+    if (end == nullptr || *end != '\0') return InvalidArgument("an engine record's lease is not a number");
+  }
   return r;
 }
 
@@ -159,13 +164,18 @@ void Discovery::RunRegistration(std::function<EngineRecord()> describe) {
   while (!stop_) {
     Status st = Status::Ok();
     try {
-    const EngineRecord record = describe();
-    const std::string now_value = record.ToJson();
+    EngineRecord record = describe();
+    auto sealed = [&](int64_t under) {
+      record.lease = under;
+      if (options_.seal) options_.seal(&record);
+      return record.ToJson();
+    };
     if (lease == 0) {
       auto granted = etcd_.GrantLease(options_.ttl_s);
       st = granted.status();
       if (st.ok()) {
         key = KeyOf(record.role, record.instance);
+        const std::string now_value = sealed(*granted);
         st = etcd_.Put(key, now_value, *granted);
         if (st.ok()) {
           lease = *granted;
@@ -190,6 +200,7 @@ void Discovery::RunRegistration(std::function<EngineRecord()> describe) {
       }
       // Put again when the record changed, and every third beat anyway: a key
       // deleted under a live lease (by hand, by a restore) comes back.
+      const std::string now_value = sealed(lease);
       if (st.ok() && (now_value != value || ++beats % 3 == 0)) {
         st = etcd_.Put(key, now_value, lease);
         if (st.ok()) value = now_value;
@@ -213,79 +224,188 @@ void Discovery::RunRegistration(std::function<EngineRecord()> describe) {
   registered_ = false;
 }
 
-// Read the role's keys, then watch from the next revision; read everything
-// again after any break (an idle watch too, which is how an etcd that went
-// away is noticed).
+// What a watch takes from etcd, and how the rest is left out: counted by
+// reason, the first kMaxLogged logged, nothing kept.
+class Discovery::Intake {
+ public:
+  static constexpr size_t kMaxView = 4096;   // engines of one role
+  static constexpr size_t kMaxLogged = 32;   // refusals logged per watch; the rest only counted
+
+  Intake(Discovery& d, std::string role) : d_(d), role_(std::move(role)) {}
+
+  // Applies one key's value to `view`: the record it holds, or none.
+  void Put(const EtcdKv& kv, std::map<std::string, EngineRecord>* view) {
+    const char* reason = nullptr;
+    std::string why;
+    auto r = EngineRecord::FromJson(kv.value);
+    if (!r.ok()) {
+      reason = kv.value.size() > 64 * 1024 ? "size" : "unreadable";
+      why = r.status().message();
+    } else if (r->role != role_) {
+      reason = "role";
+      why = "it says it is a " + r->role.substr(0, 40);
+    } else if (kv.key != d_.KeyOf(role_, r->instance)) {
+      reason = "key";
+      why = "it is not under its engine's key";
+    } else if (Status st = d_.options_.check ? d_.options_.check(*r) : Status::Ok(); !st.ok()) {
+      reason = "check";
+      why = st.message();
+    } else if (kv.lease == 0 || kv.lease != r->lease) {
+      reason = "lease";
+      why = "it is not held under the lease it names (a record replayed, or put by hand)";
+    } else if (view->size() >= kMaxView && !view->count(kv.key)) {
+      reason = "full";
+      why = "the view holds " + std::to_string(kMaxView) + " engines already";
+    }
+    if (reason == nullptr) {
+      (*view)[kv.key] = std::move(r).value();
+      return;
+    }
+    view->erase(kv.key);
+    d_.Refused(role_, reason);
+    if (logged_ < kMaxLogged) {
+      std::string key = kv.key.substr(0, 120);
+      for (char& c : key) {
+        if (c < 0x20 || c > 0x7e) c = '?';
+      }
+      TLOG_WARN("tandem discovery: ignoring %s: %s%s\n", key.c_str(), why.c_str(),
+                ++logged_ == kMaxLogged ? " (further records left out are counted in "
+                                          "tandem_discovery_refused_records_total, not logged)" : "");
+    }
+  }
+
+ private:
+  Discovery& d_;
+  const std::string role_;
+  size_t logged_ = 0;
+};
+
+void Discovery::Refused(const std::string& role, const char* reason) {
+  MutexLock lock(mu_);
+  ++refused_[{role, reason}];
+}
+
+StatusOr<int64_t> Discovery::ReadView(const std::string& prefix, Intake& intake, std::map<std::string, EngineRecord>* view) {
+  constexpr int64_t kPageKeys = 64;
+  constexpr size_t kPageBytes = size_t(4) << 20;  // one page's answer (a record is at most 64 KiB)
+  constexpr size_t kMaxScanned = size_t(1) << 16;  // keys read in one view: past this, the flood is named
+  std::map<std::string, EngineRecord> fresh;
+  std::string from = prefix;
+  int64_t revision = 0, limit = kPageKeys;
+  size_t scanned = 0;
+  for (;;) {
+    auto page = etcd_.RangePage(prefix, from, revision, limit, kPageBytes);
+    if (page.status().code() == StatusCode::kResourceExhausted && limit > 1) {
+      limit /= 2;  // large values here: fewer keys a page
+      continue;
+    }
+    if (!page.ok()) return page.status();
+    if (revision == 0) revision = page->revision;
+    for (const EtcdKv& kv : page->kvs) intake.Put(kv, &fresh);
+    scanned += page->kvs.size();
+    if (!page->more || page->kvs.empty()) break;
+    if (scanned >= kMaxScanned) {
+      {
+        MutexLock lock(mu_);
+        ++floods_;
+      }
+      TLOG_WARN("tandem discovery: over %zu keys under %s: reading no further (etcd holds a flood; the engines "
+                "among the first %zu keys are used)\n", kMaxScanned, prefix.c_str(), scanned);
+      break;
+    }
+    from = page->kvs.back().key + std::string(1, '\0');
+    limit = std::min(kPageKeys, limit * 2);
+  }
+  *view = std::move(fresh);
+  return revision;
+}
+
+// Read the role's keys, then watch from the next revision. A watch that ends
+// quiet asks etcd for its revision (cheap, whatever the prefix holds) and
+// goes on from where it was; any failure, a compaction, or a store whose
+// revision went back (a new etcd) reads the view whole again.
 void Discovery::RunWatch(std::string role, std::function<void(const std::vector<EngineRecord>&)> on_change) {
   const std::string prefix = options_.etcd.prefix + "/" + role + "/";
-  std::map<std::string, std::string> view;  // key -> value
-  std::set<std::string> logged;             // unreadable keys already logged
-  std::vector<EngineRecord> delivered;
+  Intake intake(*this, role);
+  std::map<std::string, EngineRecord> view;  // key -> the record taken from it
+  std::vector<std::string> delivered;        // the last view delivered, as JSON
   bool first = true;
   auto deliver = [&] {
     std::vector<EngineRecord> records;
-    for (const auto& [key, value] : view) {
-      auto r = EngineRecord::FromJson(value);
-      if (!r.ok() || r->role != role) {
-        if (logged.insert(key).second) {
-          TLOG_WARN("tandem discovery: ignoring %s: %s\n", key.c_str(),
-                    r.ok() ? ("it says it is a " + r->role).c_str() : r.status().message().c_str());
-        }
-        continue;
-      }
-      records.push_back(std::move(r).value());
+    std::vector<std::string> now;
+    for (const auto& [key, r] : view) {
+      records.push_back(r);
+      now.push_back(r.ToJson());
     }
-    auto same = [](const std::vector<EngineRecord>& a, const std::vector<EngineRecord>& b) {
-      if (a.size() != b.size()) return false;
-      for (size_t i = 0; i < a.size(); ++i) {
-        if (a[i].ToJson() != b[i].ToJson()) return false;
-      }
-      return true;
-    };
-    if (!first && same(records, delivered)) return;
+    if (!first && now == delivered) return;
     first = false;
     {
       MutexLock lock(mu_);
       peers_[role] = int64_t(records.size());
       ++changes_[role];
     }
-    delivered = records;
+    delivered = std::move(now);
     on_change(records);
   };
-  constexpr size_t kMaxView = 4096;  // engines of one role
+  int64_t next = 0;  // the revision to watch from; 0: read the view whole first
   while (!stop_) {
     const auto began = std::chrono::steady_clock::now();
     try {
-    auto range = etcd_.RangePrefix(prefix);
-    if (!range.ok()) {
-      Failed(range.status());
-      if (!WaitFor(options_.retry)) break;
-      continue;
-    }
-    Answered();
-    view.clear();
-    for (EtcdKv& kv : range->kvs) view[kv.key] = std::move(kv.value);
-    deliver();
-    Status st = etcd_.Watch(
-        prefix, range->revision + 1,
-        [&](const std::vector<EtcdEvent>& events, int64_t) {
-          for (const EtcdEvent& e : events) {
-            if (e.deleted) {
-              view.erase(e.kv.key);
-            } else if (view.size() < kMaxView || view.count(e.kv.key)) {
-              view[e.kv.key] = e.kv.value;
+      if (next == 0) {
+        auto revision = ReadView(prefix, intake, &view);
+        if (!revision.ok()) {
+          Failed(revision.status());
+          if (!WaitFor(options_.retry)) break;
+          continue;
+        }
+        Answered();
+        deliver();
+        next = *revision + 1;
+      }
+      int64_t seen = next - 1;
+      Status st = etcd_.Watch(
+          prefix, next,
+          [&](const std::vector<EtcdEvent>& events, int64_t) {
+            for (const EtcdEvent& e : events) {
+              if (e.deleted) {
+                view.erase(e.kv.key);
+              } else {
+                intake.Put(e.kv, &view);
+              }
+              seen = std::max(seen, e.kv.mod_revision);
             }
-          }
-          deliver();
-          return true;
-        },
-        stop_, options_.watch_idle);
-    if (!st.ok() && st.code() != StatusCode::kOutOfRange) {
-      Failed(st);
-      if (!WaitFor(options_.retry)) break;
-    }
+            deliver();
+            return true;
+          },
+          stop_, options_.watch_idle);
+      next = seen + 1;
+      if (st.code() == StatusCode::kOutOfRange) {
+        next = 0;
+      } else if (st.code() == StatusCode::kResourceExhausted) {
+        {
+          MutexLock lock(mu_);
+          ++floods_;
+        }
+        TLOG_WARN("tandem discovery: %s; reading the view again\n", st.message().c_str());
+        next = 0;
+      } else if (!st.ok()) {
+        Failed(st);
+        next = 0;
+        if (!WaitFor(options_.retry)) break;
+      } else if (!stop_) {
+        auto revision = etcd_.Revision(prefix);
+        if (!revision.ok()) {
+          Failed(revision.status());
+          next = 0;
+          if (!WaitFor(options_.retry)) break;
+        } else {
+          Answered();
+          if (*revision < seen) next = 0;  // not the store this watch began on
+        }
+      }
     } catch (const std::exception& e) {
       Failed(Internal(std::string("watching failed: ") + e.what()));
+      next = 0;
       if (!WaitFor(options_.retry)) break;
     }
     // A watch that ended at once (compacted, refused) is not retried in a hot loop.
@@ -329,6 +449,16 @@ std::string Discovery::MetricsText() const {
     for (const auto& [role, n] : changes_) {
       out += "tandem_discovery_view_changes_total{role=\"" + role + "\"} " + std::to_string(n) + "\n";
     }
+    out += "# HELP tandem_discovery_refused_records_total Keys under a watched role's prefix left out, by reason "
+           "(unreadable, size, role, key, check, lease, full)\n"
+           "# TYPE tandem_discovery_refused_records_total counter\n";
+    for (const auto& [what, n] : refused_) {
+      out += "tandem_discovery_refused_records_total{role=\"" + what.first + "\",reason=\"" + what.second + "\"} " +
+             std::to_string(n) + "\n";
+    }
+    out += "# HELP tandem_discovery_floods_total Reads of a view cut short by etcd's size (an answer over its bound, "
+           "or too many keys)\n# TYPE tandem_discovery_floods_total counter\n"
+           "tandem_discovery_floods_total " + std::to_string(floods_) + "\n";
   }
   return out;
 }

@@ -5,6 +5,16 @@
 // the lease). Watchers keep a view of one role's engines (decode servers
 // watch prefill engines, routers watch decode servers) and hear every change.
 //
+// etcd's writers are not trusted. A watch takes a record only under its own
+// key (<prefix>/<role>/<instance in hex>), bound to the lease etcd holds it
+// under (the lease is written into the record, and signed with it: a record
+// replayed after its engine died dies with the lease it names), and passing
+// the deployment's check (its proof, DiscoveryOptions::check). Whatever else
+// is under the prefix is counted by reason and left out, logged the first
+// few times; nothing of it is kept. A view is read in pages of bounded
+// bytes, so no amount of junk beside the records keeps a watcher from
+// reading them: the flood costs a watcher time, not memory or its view.
+//
 // etcd unreachable: registrations and views stay as they were (engines go on
 // serving with the last view they had), Health() and the metrics say so, and
 // everything is read again when etcd answers: a lease that lapsed meanwhile
@@ -42,6 +52,9 @@ struct EngineRecord {
   // Its KV events (discovery/kv_events.h): the topic its messages carry and
   // the two endpoints; empty when it publishes none.
   std::string kv_topic, kv_events, kv_snapshot;
+  // The etcd lease the record is put under (set by Discovery::Register); a
+  // watcher takes the record only from a key held under that lease.
+  int64_t lease = 0;
   // Hex of an HMAC over the rest of the record with the cluster key (the
   // engine's proof that it belongs: etcd's writers are not trusted to say
   // where requests go); empty without a key.
@@ -56,7 +69,13 @@ struct DiscoveryOptions {
   int64_t ttl_s = 10;                               // the lease: how long a silent engine stays listed
   std::chrono::milliseconds retry{1000};            // etcd unreachable: asked again this often
   std::chrono::milliseconds call_timeout{2000};     // one call to etcd
-  std::chrono::milliseconds watch_idle{2000};       // a watch that hears nothing this long reads the view again
+  std::chrono::milliseconds watch_idle{2000};       // a watch that hears nothing this long asks whether etcd is there
+  // Proves a record belongs to this deployment (its proof: an HMAC with the
+  // cluster key), given it with its lease set; none: records go unsigned.
+  std::function<void(EngineRecord*)> seal;
+  // Whether a watch takes a record (its proof; an address it may dial); the
+  // reason if not. None: every well-formed record bound to its lease.
+  std::function<Status(const EngineRecord&)> check;
 };
 
 class Discovery {
@@ -68,11 +87,13 @@ class Discovery {
 
   // Keeps this engine registered while the discovery lives. `describe` is
   // asked again at every keep-alive; a changed record (its load) is put again.
+  // The record's lease is set here and the record sealed (options.seal).
   // Once per Discovery.
   void Register(std::function<EngineRecord()> describe);
   // Calls on_change with every engine of `role` registered now: when first
-  // read, then at each change (records that do not parse are left out, and
-  // logged once). Not called while etcd is unreachable: the last view stands.
+  // read, then at each change (records not taken are left out, counted, and
+  // the first few logged). Not called while etcd is unreachable: the last
+  // view stands.
   void Watch(const std::string& role, std::function<void(const std::vector<EngineRecord>&)> on_change);
   // Ends the threads; a registration's lease is revoked (its key goes now).
   void Stop();
@@ -89,6 +110,10 @@ class Discovery {
  private:
   void RunRegistration(std::function<EngineRecord()> describe);
   void RunWatch(std::string role, std::function<void(const std::vector<EngineRecord>&)> on_change);
+  class Intake;
+  // Reads the view of `prefix` whole, page by page at one revision; the revision.
+  StatusOr<int64_t> ReadView(const std::string& prefix, Intake& intake, std::map<std::string, EngineRecord>* view);
+  void Refused(const std::string& role, const char* reason);
   void Failed(const Status& why);
   void Answered();
   bool WaitFor(std::chrono::milliseconds d);  // false: stopping
@@ -104,6 +129,8 @@ class Discovery {
   std::string last_error_ GUARDED_BY(mu_);
   std::map<std::string, int64_t> peers_ GUARDED_BY(mu_);    // role -> engines in the view
   std::map<std::string, int64_t> changes_ GUARDED_BY(mu_);  // role -> views delivered
+  std::map<std::pair<std::string, std::string>, int64_t> refused_ GUARDED_BY(mu_);  // (role, reason) -> records left out
+  int64_t floods_ GUARDED_BY(mu_) = 0;  // reads cut short: an answer over its bound, or too many keys
   bool registering_ GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;  // started by Register/Watch, joined by Stop (callers' thread)
   Mutex threads_mu_;

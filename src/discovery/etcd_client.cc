@@ -10,7 +10,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr size_t kMaxAnswerBytes = size_t(8) << 20;  // a range of thousands of engines is far less
+constexpr size_t kMaxAnswerBytes = EtcdClient::kMaxAnswerBytes;
 constexpr size_t kMaxRecords = 4096;                 // keys under one role's prefix
 
 std::string Base64(const std::string& bytes) {
@@ -154,7 +154,7 @@ std::string PrefixRangeEnd(const std::string& prefix) {
 EtcdClient::EtcdClient(EtcdEndpoint endpoint, std::chrono::milliseconds timeout)
     : endpoint_(std::move(endpoint)), timeout_(timeout) {}
 
-StatusOr<std::string> EtcdClient::Call(const std::string& path, const std::string& body) const {
+StatusOr<std::string> EtcdClient::Call(const std::string& path, const std::string& body, size_t max_bytes) const {
   httplib::Client cli(endpoint_.host, endpoint_.port);
   cli.set_connection_timeout(timeout_);
   cli.set_read_timeout(timeout_);
@@ -168,7 +168,7 @@ StatusOr<std::string> EtcdClient::Call(const std::string& path, const std::strin
   bool too_big = false, too_slow = false;
   const auto deadline = std::chrono::steady_clock::now() + 2 * timeout_;  // the whole call, however it trickles
   req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-    if (answer.size() + n > kMaxAnswerBytes) return !(too_big = true);
+    if (answer.size() + n > max_bytes) return !(too_big = true);
     if (std::chrono::steady_clock::now() > deadline) return !(too_slow = true);
     answer.append(data, n);
     return true;
@@ -179,7 +179,7 @@ StatusOr<std::string> EtcdClient::Call(const std::string& path, const std::strin
   } catch (const std::exception& e) {
     return Unavailable("etcd's answer to " + path + " could not be read: " + Printable(e.what()));
   }
-  if (too_big) return ResourceExhausted("etcd's answer to " + path + " is over 8 MiB");
+  if (too_big) return ResourceExhausted("etcd's answer to " + path + " is over " + std::to_string(max_bytes >> 10) + " KiB");
   if (too_slow) return Status(StatusCode::kDeadlineExceeded, "etcd's answer to " + path + " took over " + std::to_string(2 * timeout_.count()) + " ms");
   if (!res) {
     return Unavailable("etcd at " + endpoint_.host + ":" + std::to_string(endpoint_.port) + " did not answer " + path +
@@ -243,6 +243,35 @@ StatusOr<EtcdRange> EtcdClient::RangePrefix(const std::string& prefix) {
   return out;
 }
 
+StatusOr<EtcdPage> EtcdClient::RangePage(const std::string& prefix, const std::string& from, int64_t revision,
+                                         int64_t limit, size_t max_bytes) {
+  json body = {{"key", Base64(from)}, {"range_end", Base64(PrefixRangeEnd(prefix))}, {"limit", std::to_string(limit)}};
+  if (revision > 0) body["revision"] = std::to_string(revision);
+  TANDEM_ASSIGN_OR_RETURN(std::string text, Call("/v3/kv/range", body.dump(), max_bytes));
+  TANDEM_ASSIGN_OR_RETURN(json j, ParseAnswer(text, "a range"));
+  EtcdPage out;
+  out.revision = Int(Member(j, "header"), "revision");
+  if (out.revision <= 0) return Unavailable("etcd's range answer carries no revision");
+  out.more = Bool(j, "more");
+  if (const json& kvs = Member(j, "kvs"); kvs.is_array()) {
+    if (int64_t(kvs.size()) > limit) return Unavailable("etcd answered a range of " + std::to_string(limit) + " keys with more");
+    for (const json& kv : kvs) {
+      TANDEM_ASSIGN_OR_RETURN(EtcdKv parsed, ParseKv(kv));
+      out.kvs.push_back(std::move(parsed));
+    }
+  }
+  return out;
+}
+
+StatusOr<int64_t> EtcdClient::Revision(const std::string& prefix) {
+  const json body = {{"key", Base64(prefix)}, {"range_end", Base64(PrefixRangeEnd(prefix))}, {"count_only", true}};
+  TANDEM_ASSIGN_OR_RETURN(std::string text, Call("/v3/kv/range", body.dump()));
+  TANDEM_ASSIGN_OR_RETURN(json j, ParseAnswer(text, "a count"));
+  const int64_t revision = Int(Member(j, "header"), "revision");
+  if (revision <= 0) return Unavailable("etcd's count answer carries no revision");
+  return revision;
+}
+
 Status EtcdClient::Watch(const std::string& prefix, int64_t start_revision,
                          const std::function<bool(const std::vector<EtcdEvent>&, int64_t)>& on_events,
                          const std::atomic<bool>& stop, std::chrono::milliseconds idle) {
@@ -253,7 +282,8 @@ Status EtcdClient::Watch(const std::string& prefix, int64_t start_revision,
   const json create = {{"create_request",
                         {{"key", Base64(prefix)},
                          {"range_end", Base64(PrefixRangeEnd(prefix))},
-                         {"start_revision", std::to_string(start_revision)}}}};
+                         {"start_revision", std::to_string(start_revision)},
+                         {"fragment", true}}}};
   httplib::Request req;
   req.method = "POST";
   req.path = "/v3/watch";

@@ -45,6 +45,13 @@ struct EtcdRange {
   int64_t revision = 0;  // the store's revision the range was read at
 };
 
+// One page of a range: at most `limit` keys, read at one revision.
+struct EtcdPage {
+  std::vector<EtcdKv> kvs;
+  int64_t revision = 0;
+  bool more = false;  // keys after the last one remain
+};
+
 struct EtcdEvent {
   bool deleted = false;  // false: put
   EtcdKv kv;             // a delete carries only the key and its revision
@@ -52,6 +59,8 @@ struct EtcdEvent {
 
 class EtcdClient {
  public:
+  static constexpr size_t kMaxAnswerBytes = size_t(8) << 20;  // one answer (a range of thousands of engines is far less)
+
   explicit EtcdClient(EtcdEndpoint endpoint, std::chrono::milliseconds timeout = std::chrono::milliseconds(2000));
 
   const EtcdEndpoint& endpoint() const { return endpoint_; }
@@ -65,19 +74,28 @@ class EtcdClient {
   Status Delete(const std::string& key);
   // Every key that begins with `prefix`, and the revision of that view.
   StatusOr<EtcdRange> RangePrefix(const std::string& prefix);
+  // The keys of `prefix` from `from` on (`from` itself included), at most
+  // `limit` of them, as of `revision` (0: now). ResourceExhausted: the
+  // answer would be over `max_bytes` (ask for fewer keys).
+  StatusOr<EtcdPage> RangePage(const std::string& prefix, const std::string& from, int64_t revision, int64_t limit,
+                               size_t max_bytes);
+  // The store's revision now (a count of the prefix's keys: no value is sent).
+  StatusOr<int64_t> Revision(const std::string& prefix);
 
   // Watches every key beginning with `prefix` from `start_revision` on,
   // calling on_events (on this thread) with each batch; returns when
   // on_events returns false, when `stop` is set (checked at least every
   // `idle`, which also ends a watch that hears nothing, so the caller can
   // check etcd is still there), or on an error. OutOfRange: the revision was
-  // compacted (range again). The status is OK when stopped or idle.
+  // compacted (range again). ResourceExhausted: one answer of the stream was
+  // over 8 MiB (range again). The status is OK when stopped or idle. Large
+  // revisions come in fragments (each well under the bound).
   Status Watch(const std::string& prefix, int64_t start_revision,
                const std::function<bool(const std::vector<EtcdEvent>&, int64_t revision)>& on_events,
                const std::atomic<bool>& stop, std::chrono::milliseconds idle);
 
  private:
-  StatusOr<std::string> Call(const std::string& path, const std::string& body) const;
+  StatusOr<std::string> Call(const std::string& path, const std::string& body, size_t max_bytes = kMaxAnswerBytes) const;
   const EtcdEndpoint endpoint_;
   const std::chrono::milliseconds timeout_;
 };

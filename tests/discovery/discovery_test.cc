@@ -148,16 +148,36 @@ TEST(Discovery, AnEngineThatStopsKeepingItsLeaseAliveLeavesWithinItsTtl) {
   EtcdClient client(*ParseEtcdUrl(etcd.Url("/ttl")));
   auto lease = client.GrantLease(2);
   ASSERT_TRUE(lease.ok()) << lease.status().message();
-  ASSERT_TRUE(client.Put("/ttl/prefill/00000000000000aa", Prefill(0xaa, "10.0.0.9:9").ToJson(), *lease).ok());
+  EngineRecord vanished = Prefill(0xaa, "10.0.0.9:9");
+  vanished.lease = *lease;
+  ASSERT_TRUE(client.Put("/ttl/prefill/00000000000000aa", vanished.ToJson(), *lease).ok());
   ASSERT_TRUE(WaitUntil([&] { return view.size() == 1; }, seconds(5)));
   const auto put = std::chrono::steady_clock::now();
   ASSERT_TRUE(WaitUntil([&] { return view.size() == 0; }, seconds(8)));
   EXPECT_LT(std::chrono::steady_clock::now() - put, milliseconds(4000));  // 2 s TTL, etcd's expiry checks
   EXPECT_EQ(client.KeepAlive(*lease).status().code(), StatusCode::kNotFound);
+  // Its record put again after its lease lapsed (a replay) is left out: it
+  // names a lease that is gone, and a key put under no lease outlives none.
+  ASSERT_TRUE(client.Put("/ttl/prefill/00000000000000aa", vanished.ToJson()).ok());
   // A record that is not an engine's is left out, never an error.
   ASSERT_TRUE(client.Put("/ttl/prefill/junk", "{not json").ok());
-  ASSERT_TRUE(client.Put("/ttl/prefill/00000000000000bb", Prefill(0xbb, "10.0.0.8:8").ToJson()).ok());
+  auto live = client.GrantLease(30);
+  ASSERT_TRUE(live.ok()) << live.status().message();
+  EngineRecord bb = Prefill(0xbb, "10.0.0.8:8");
+  bb.lease = *live;
+  ASSERT_TRUE(client.Put("/ttl/prefill/00000000000000bb", bb.ToJson(), *live).ok());
   ASSERT_TRUE(WaitUntil([&] { return view.size() == 1; }, seconds(5)));
+  EXPECT_EQ(view.Addresses(), std::vector<std::string>{"10.0.0.8:8"});
+  // Replayed under a live lease other than the one it names, or under
+  // another engine's key: left out too.
+  ASSERT_TRUE(client.Put("/ttl/prefill/00000000000000aa", vanished.ToJson(), *live).ok());
+  ASSERT_TRUE(client.Put("/ttl/prefill/00000000000000cc", bb.ToJson(), *live).ok());
+  ASSERT_TRUE(WaitUntil([&] {
+    const std::string m = watcher.MetricsText();
+    return m.find("tandem_discovery_refused_records_total{role=\"prefill\",reason=\"key\"} 1") != std::string::npos &&
+           m.find("tandem_discovery_refused_records_total{role=\"prefill\",reason=\"lease\"} 2") != std::string::npos &&
+           m.find("tandem_discovery_refused_records_total{role=\"prefill\",reason=\"unreadable\"} 1") != std::string::npos;
+  }, seconds(5))) << watcher.MetricsText();
   EXPECT_EQ(view.Addresses(), std::vector<std::string>{"10.0.0.8:8"});
 }
 

@@ -85,7 +85,7 @@ TEST(DiscoveryE2E, EnginesStartedFromDiscoveryAloneFollowEveryChange) {
       << Health(router.port()).dump() << router.Log();
   EXPECT_EQ(Peers(Health(router.port()), "decode"), 1);
   // A record no engine of this cluster signed (anyone who can write to etcd
-  // could add one): seen, but no request goes there.
+  // could add one): left out, never listed, no request goes there.
   {
     discovery::EtcdClient etcd_client(*discovery::ParseEtcdUrl(url));
     discovery::EngineRecord forged;
@@ -93,9 +93,9 @@ TEST(DiscoveryE2E, EnginesStartedFromDiscoveryAloneFollowEveryChange) {
     forged.instance = 1;
     forged.address = "127.0.0.1:9";
     ASSERT_TRUE(etcd_client.Put("/one/decode/0000000000000001", forged.ToJson()).ok());
-    ASSERT_TRUE(WaitUntil([&] { return Peers(Health(router.port()), "decode") == 2; }, seconds(10)));
-    EXPECT_TRUE(WaitUntil([&] { return router.Log().find("leaving out decode 127.0.0.1:9: its record is not signed") !=
+    EXPECT_TRUE(WaitUntil([&] { return router.Log().find("ignoring /one/decode/0000000000000001: its record is not signed") !=
                                        std::string::npos; }, seconds(10))) << router.Log();
+    EXPECT_EQ(Peers(Health(router.port()), "decode"), 1);
     EXPECT_EQ(testing::HttpGet(router.port(), "/metrics").body.find("127.0.0.1:9"), std::string::npos);
     ASSERT_TRUE(etcd_client.Delete("/one/decode/0000000000000001").ok());
   }
@@ -206,7 +206,8 @@ TEST(DiscoveryE2E, RequestsGoWhereTheirPrefixIsCachedEvenAfterTheRouterRestarts)
 }
 
 // Refusals with the reason: a bad discovery URL, an unadvertisable address,
-// a router with neither --decode nor --discovery, discovery under --disagg.
+// a router with neither --decode nor --discovery or with --discovery and no
+// cluster key, discovery under --disagg.
 TEST(DiscoveryE2E, MisconfiguredDiscoveryIsRefusedWithTheReason) {
   const std::string m = testing::TinyModelPath();
   auto r = testing::RunTandem("prefill -m " + m + " --insecure-no-cluster-key --discovery http://x:1/p", 60);
@@ -218,6 +219,10 @@ TEST(DiscoveryE2E, MisconfiguredDiscoveryIsRefusedWithTheReason) {
   r = testing::RunTandem("router", 60);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--discovery"), std::string::npos) << r.output;
+  // A router that would send clients' requests and keys wherever a record in etcd says: only with the cluster key.
+  r = testing::RunTandem("router --discovery etcd://127.0.0.1:1/p", 60);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("needs --cluster-key-file"), std::string::npos) << r.output;
   r = testing::RunTandem("serve --disagg -m " + m + " --discovery etcd://127.0.0.1:1/p", 60);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--disagg wires"), std::string::npos) << r.output;
