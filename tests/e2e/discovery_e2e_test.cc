@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <httplib.h>
+#include <openssl/evp.h>
 
 #include <fstream>
 #include <future>
+#include <random>
 #include <sstream>
 #include <thread>
 #include <nlohmann/json.hpp>
@@ -203,6 +205,154 @@ TEST(DiscoveryE2E, RequestsGoWhereTheirPrefixIsCachedEvenAfterTheRouterRestarts)
   // And the decode servers placed prompts on the prefill engine holding their prefix.
   EXPECT_GT(metric(decodes[0], "tandem_prefill_cached_placements_total") +
                 metric(decodes[1], "tandem_prefill_cached_placements_total"), 0);
+}
+
+// Resident memory of a process, from /proc; -1 when unreadable.
+int64_t ResidentBytes(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
+  return -1;
+}
+
+std::string Base64(const std::string& bytes) {
+  std::string out(4 * ((bytes.size() + 2) / 3) + 1, '\0');
+  out.resize(size_t(EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                    reinterpret_cast<const unsigned char*>(bytes.data()), int(bytes.size()))));
+  return out;
+}
+
+double RefusedRecords(int port) {
+  double n = 0;
+  for (const auto& [name, v] : testing::ParseMetrics(testing::HttpGet(port, "/metrics").body)) {
+    if (name.rfind("tandem_discovery_refused_records_total", 0) == 0) n += v;
+  }
+  return n;
+}
+
+// Anyone who can write to etcd floods the engines' prefixes: 6,000 junk
+// records of 10 KB (random bytes, text that is no record, well-formed records
+// nobody signed, a genuine record replayed under other keys) and 10 of 1 MB.
+// The router and the decode server keep serving, a router started after the
+// flood finds the decode server, a prefill engine started after it is linked
+// within its lease's TTL, neither process grows by 64 MiB, and an engine's
+// record replayed after it died (under a fresh lease) is never taken.
+TEST(DiscoveryE2E, AFloodWrittenToEtcdFreezesNoViewAndCostsLittleMemory) {
+  TANDEM_REQUIRE_ETCD();
+  EtcdProcess etcd;
+  ASSERT_TRUE(etcd.Start()) << etcd.why();
+  const std::string url = etcd.Url("/flood");
+  auto prefill0 = std::make_unique<ServerProcess>(Engine({"prefill"}, url), 60, "tcp://127.0.0.1:");
+  ASSERT_TRUE(prefill0->ok()) << prefill0->Log();
+  ServerProcess decode(Engine({"serve", "--model-id", "tiny"}, url));
+  ASSERT_TRUE(decode.ok()) << decode.Log();
+  const std::vector<std::string> router_args = {"router", "--discovery", url, "--discovery-ttl", "3"};
+  ServerProcess router(router_args);
+  ASSERT_TRUE(router.ok()) << router.Log();
+  auto links_up = [&] { return testing::ParseMetrics(testing::HttpGet(decode.port(), "/metrics").body)["tandem_prefill_links_up"]; };
+  ASSERT_TRUE(WaitUntil([&] { return links_up() == 1 && Health(router.port())["status"] == "ok"; }, seconds(20)))
+      << Health(router.port()).dump() << decode.Log();
+  int status = 0;
+  const std::string answer = testing::Complete(router.port(), testing::Prompt(0), 8, &status);
+  ASSERT_EQ(status, 200) << answer;
+  const int64_t rss_router = ResidentBytes(router.pid()), rss_decode = ResidentBytes(decode.pid());
+  ASSERT_GT(rss_router, 0);
+  ASSERT_GT(rss_decode, 0);
+
+  discovery::EtcdClient etcd_client(*discovery::ParseEtcdUrl(url));
+  auto genuine = etcd_client.RangePrefix("/flood/prefill/");
+  ASSERT_TRUE(genuine.ok() && genuine->kvs.size() == 1);
+  const std::string genuine_key = genuine->kvs[0].key, genuine_value = genuine->kvs[0].value;
+  // The flood, 80 puts a transaction (etcd takes up to 128 and 1.5 MiB a request).
+  httplib::Client http("127.0.0.1", etcd.port());
+  http.set_read_timeout(seconds(30));
+  std::mt19937_64 rng(41);
+  const auto flood_began = std::chrono::steady_clock::now();
+  for (const char* role : {"prefill", "decode"}) {
+    json ops = json::array();
+    auto flush = [&] {
+      if (ops.empty()) return;
+      auto res = http.Post("/v3/kv/txn", json{{"success", ops}}.dump(), "application/json");
+      ASSERT_TRUE(res && res->status == 200) << (res ? res->body.substr(0, 300) : "no answer");
+      ops = json::array();
+    };
+    for (int i = 0; i < 3000; ++i) {
+      char id[24];
+      std::snprintf(id, sizeof(id), "%016x", 0x10000 + i);
+      std::string key = std::string("/flood/") + role + "/" + id, value;
+      switch (i % 4) {
+        case 0:
+          key = std::string("/flood/") + role + "/junk-" + std::to_string(i);
+          for (int b = 0; b < 10240; ++b) value.push_back(char(rng()));
+          break;
+        case 1: value.assign(10240, 'x'); break;
+        case 2: {
+          discovery::EngineRecord r;
+          r.role = role;
+          r.instance = 0x10000 + uint64_t(i);
+          r.address = "127.0.0.1:" + std::to_string(10000 + i);
+          r.layout = std::string(10000, 'l');
+          value = r.ToJson();  // well-formed, unsigned, under no lease
+          break;
+        }
+        default: value = genuine_value;  // a genuine record under another engine's key
+      }
+      ops.push_back({{"request_put", {{"key", Base64(key)}, {"value", Base64(value)}}}});
+      if (ops.size() == 80) flush();
+    }
+    flush();
+    for (int j = 0; j < 5; ++j) {
+      ASSERT_TRUE(etcd_client.Put(std::string("/flood/") + role + "/big-" + std::to_string(j), std::string(1000000, '{')).ok());
+    }
+  }
+  const double flood_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - flood_began).count();
+  // Both watchers have read past it (each junk record counted, none kept).
+  ASSERT_TRUE(WaitUntil([&] { return RefusedRecords(decode.port()) >= 3005 && RefusedRecords(router.port()) >= 3005; },
+                        seconds(60)))
+      << RefusedRecords(decode.port()) << " " << RefusedRecords(router.port());
+  EXPECT_EQ(Peers(Health(decode.port()), "prefill"), 1);
+  EXPECT_EQ(Peers(Health(router.port()), "decode"), 1);
+  EXPECT_EQ(testing::Complete(router.port(), testing::Prompt(0), 8, &status), answer);
+  EXPECT_EQ(status, 200);
+
+  // A router started after the flood reads the decode prefix page by page and finds the one engine in it.
+  ServerProcess late_router(router_args);
+  ASSERT_TRUE(late_router.ok()) << late_router.Log();
+  ASSERT_TRUE(WaitUntil([&] { return Health(late_router.port())["status"] == "ok"; }, seconds(30)))
+      << Health(late_router.port()).dump() << late_router.Log();
+  EXPECT_EQ(Peers(Health(late_router.port()), "decode"), 1);
+  EXPECT_EQ(testing::Complete(late_router.port(), testing::Prompt(0), 8, &status), answer);
+  // A prefill engine started after the flood: linked within its lease's TTL (3 s).
+  ServerProcess prefill1(Engine({"prefill"}, url), 60, "tcp://127.0.0.1:");
+  ASSERT_TRUE(prefill1.ok()) << prefill1.Log();
+  const auto joined = std::chrono::steady_clock::now();
+  ASSERT_TRUE(WaitUntil([&] { return Peers(Health(decode.port()), "prefill") == 2 && links_up() == 2; }, seconds(10)))
+      << Health(decode.port()).dump();
+  const double join_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - joined).count();
+  EXPECT_LT(join_s, 3.0);
+  const int64_t grew_router = ResidentBytes(router.pid()) - rss_router, grew_decode = ResidentBytes(decode.pid()) - rss_decode;
+  EXPECT_LT(grew_router, int64_t(64) << 20);
+  EXPECT_LT(grew_decode, int64_t(64) << 20);
+
+  // The first prefill engine dies; its record, replayed under a lease the writer holds, is not taken.
+  prefill0->Kill9();
+  ASSERT_TRUE(WaitUntil([&] { return Peers(Health(decode.port()), "prefill") == 1; }, seconds(10)));
+  auto lease = etcd_client.GrantLease(60);
+  ASSERT_TRUE(lease.ok());
+  const auto lease_refusals = [&] {
+    return testing::ParseMetrics(testing::HttpGet(decode.port(), "/metrics").body)
+        ["tandem_discovery_refused_records_total{role=\"prefill\",reason=\"lease\"}"];
+  };
+  const double before = lease_refusals();
+  ASSERT_TRUE(etcd_client.Put(genuine_key, genuine_value, *lease).ok());
+  ASSERT_TRUE(WaitUntil([&] { return lease_refusals() > before; }, seconds(10)));
+  EXPECT_EQ(Peers(Health(decode.port()), "prefill"), 1);
+  EXPECT_EQ(testing::Complete(router.port(), testing::Prompt(1), 8, &status).empty(), false);
+  EXPECT_EQ(status, 200);
+  std::printf("etcd flood: 6,010 records (%.0f MB) written in %.1f s; resident memory grew %.1f MiB (router), "
+              "%.1f MiB (decode server); a prefill engine started after it was linked in %.2f s\n",
+              (6000 * 10240 + 10 * 1e6) / 1e6, flood_s, double(grew_router) / (1 << 20), double(grew_decode) / (1 << 20), join_s);
 }
 
 // Refusals with the reason: a bad discovery URL, an unadvertisable address,
