@@ -14,11 +14,16 @@ namespace tandem::discovery {
 namespace {
 
 constexpr size_t kMaxEventsPerBatch = 4096;
-constexpr size_t kMaxItemsPerBatch = size_t(1) << 19;  // keys and tokens of one batch
+constexpr size_t kMaxItemsPerBatch = size_t(1) << 18;  // keys and tokens of one batch: at most 2.3 MB encoded
 constexpr size_t kMaxHeldItems = size_t(1) << 22;      // keys of batches held while a snapshot comes
 constexpr auto kSnapshotInterval = std::chrono::milliseconds(250);  // at most 4 snapshots a second
 constexpr size_t kMaxQueuedItems = size_t(1) << 22;  // keys and tokens waiting for the publisher thread
-constexpr int64_t kMaxMessageBytes = int64_t(16) << 20;
+constexpr int64_t kMaxMessageBytes = int64_t(4) << 20;  // a batch's bound, with room
+// Messages a subscriber's socket holds unread, per engine followed (events,
+// and a snapshot's batches): with the size bound, at most 64 MiB an engine
+// however far behind the subscriber falls (ZeroMQ drops the rest: a gap, then
+// a snapshot).
+constexpr int kReceiveQueue = 16;
 constexpr size_t kMaxHeldBatches = 4096;
 constexpr auto kSnapshotDeadline = std::chrono::seconds(5);
 const char* const kZapEndpoint = "inproc://zeromq.zap.01";
@@ -266,9 +271,12 @@ void KvEventPublisher::Run() {
 
 struct KvEventSubscriber::Impl {
   zmq::context_t context{1};
-  zmq::socket_t sub{context, zmq::socket_type::sub};
   struct Source {
     KvSource spec;
+    // Its events, on a socket of its own: a message is that engine's because
+    // it came on the connection to the address its record names, whatever
+    // topic it claims (one naming another's topic is refused).
+    std::unique_ptr<zmq::socket_t> sub;
     int64_t last = -1;  // the last batch applied; -1: not read yet
     bool syncing = false;
     std::unique_ptr<zmq::socket_t> dealer;  // while a snapshot comes
@@ -288,20 +296,6 @@ KvEventSubscriber::KvEventSubscriber(CachedPrefixes& into, KvCurveKeys keys)
 
 StatusOr<std::unique_ptr<KvEventSubscriber>> KvEventSubscriber::Start(CachedPrefixes& into, KvCurveKeys keys) {
   auto s = std::unique_ptr<KvEventSubscriber>(new KvEventSubscriber(into, std::move(keys)));
-  try {
-    zmq::socket_t& sub = s->impl_->sub;
-    sub.set(zmq::sockopt::linger, 0);
-    sub.set(zmq::sockopt::maxmsgsize, kMaxMessageBytes);
-    sub.set(zmq::sockopt::rcvhwm, 100'000);
-    if (s->keys_.enabled()) {
-      sub.set(zmq::sockopt::curve_serverkey, s->keys_.server());
-      sub.set(zmq::sockopt::curve_publickey, s->keys_.public_z85);
-      sub.set(zmq::sockopt::curve_secretkey, s->keys_.secret_z85);
-    }
-    sub.set(zmq::sockopt::subscribe, "");
-  } catch (const zmq::error_t& e) {
-    return Unavailable(std::string("KV events subscriber: ") + e.what());
-  }
   s->thread_ = std::thread([raw = s.get()] {
     try {
       raw->Run();
@@ -341,7 +335,7 @@ std::string KvEventSubscriber::MetricsText() const {
   return line("tandem_kv_events_batches_total", "KV event batches applied from the engines followed", "counter", c.batches) +
          line("tandem_kv_events_snapshots_total", "Whole-cache snapshots read (a join or a gap)", "counter", c.snapshots) +
          line("tandem_kv_events_gaps_total", "Batches found missing (a snapshot was read again)", "counter", c.gaps) +
-         line("tandem_kv_events_refused_total", "Messages refused (unknown engine, malformed)", "counter", c.refused) +
+         line("tandem_kv_events_refused_total", "Messages refused (another engine's topic, malformed)", "counter", c.refused) +
          line("tandem_kv_events_synced", "1 when every engine followed has been read whole", "gauge", synced() ? 1 : 0);
 }
 
@@ -360,16 +354,22 @@ void KvEventSubscriber::Run() {
     MutexLock lock(mu_);
     counters_.*field += n;
   };
+  // A socket to one engine: bounded messages, a bounded queue, the cluster's keys.
+  auto open = [&](zmq::socket_type type) {
+    auto socket = std::make_unique<zmq::socket_t>(impl.context, type);
+    socket->set(zmq::sockopt::linger, 0);
+    socket->set(zmq::sockopt::maxmsgsize, kMaxMessageBytes);
+    socket->set(zmq::sockopt::rcvhwm, kReceiveQueue);
+    if (keys_.enabled()) {
+      socket->set(zmq::sockopt::curve_serverkey, keys_.server());
+      socket->set(zmq::sockopt::curve_publickey, keys_.public_z85);
+      socket->set(zmq::sockopt::curve_secretkey, keys_.secret_z85);
+    }
+    return socket;
+  };
   auto ask = [&](Impl::Source& s) {
     s.dealer.reset();
-    s.dealer = std::make_unique<zmq::socket_t>(impl.context, zmq::socket_type::dealer);
-    s.dealer->set(zmq::sockopt::linger, 0);
-    s.dealer->set(zmq::sockopt::maxmsgsize, kMaxMessageBytes);
-    if (keys_.enabled()) {
-      s.dealer->set(zmq::sockopt::curve_serverkey, keys_.server());
-      s.dealer->set(zmq::sockopt::curve_publickey, keys_.public_z85);
-      s.dealer->set(zmq::sockopt::curve_secretkey, keys_.secret_z85);
-    }
+    s.dealer = open(zmq::socket_type::dealer);
     s.dealer->connect(s.spec.snapshot);
     const std::string from = EncodeSequence(0);
     (void)s.dealer->send(zmq::buffer(from), zmq::send_flags::dontwait);
@@ -417,19 +417,17 @@ void KvEventSubscriber::Run() {
             ++it;
             continue;
           }
-          try {
-            impl.sub.disconnect(it->second.spec.events);
-          } catch (const zmq::error_t&) {
-            // Never connected (ZeroMQ refused the endpoint): nothing to undo.
-          }
           impl.by_topic.erase(it->second.spec.topic);
           into_.Forget(it->first);
           it = impl.sources.erase(it);
         }
         for (const KvSource& w : *wanted) {
           if (impl.sources.count(w.name) || impl.by_topic.count(w.topic)) continue;  // one name, one topic
+          std::unique_ptr<zmq::socket_t> sub;
           try {
-            impl.sub.connect(w.events);  // first: what follows the snapshot is held
+            sub = open(zmq::socket_type::sub);
+            sub->set(zmq::sockopt::subscribe, w.topic);
+            sub->connect(w.events);  // first: what follows the snapshot is held
           } catch (const zmq::error_t& e) {
             TLOG_WARN("tandem kv events: not following %s at %s: %s\n", w.name.c_str(), w.events.c_str(), e.what());
             count(&Counters::refused);
@@ -437,36 +435,46 @@ void KvEventSubscriber::Run() {
           }
           Impl::Source& s = impl.sources[w.name];
           s.spec = w;
+          s.sub = std::move(sub);
           impl.by_topic[w.topic] = w.name;
           ask_safely(s);
         }
         MutexLock lock(mu_);
         sources_applied_ = true;
       }
-      std::vector<zmq::pollitem_t> items = {{impl.sub.handle(), 0, ZMQ_POLLIN, 0}};
-      std::vector<Impl::Source*> asking;
+      std::vector<zmq::pollitem_t> items;
+      std::vector<Impl::Source*> following, asking;
+      for (auto& [name, s] : impl.sources) {
+        items.push_back({s.sub->handle(), 0, ZMQ_POLLIN, 0});
+        following.push_back(&s);
+      }
       for (auto& [name, s] : impl.sources) {
         if (s.dealer) {
           items.push_back({s.dealer->handle(), 0, ZMQ_POLLIN, 0});
           asking.push_back(&s);
         }
       }
+      if (items.empty()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));  // nothing to follow yet: SetSources is polled
+        continue;
+      }
       zmq::poll(items.data(), items.size(), std::chrono::milliseconds(50));
-      if (items[0].revents & ZMQ_POLLIN) {
+      for (size_t k = 0; k < following.size(); ++k) {
+        if (!(items[k].revents & ZMQ_POLLIN)) continue;
+        Impl::Source& s = *following[k];
         for (int n = 0; n < 256; ++n) {
           std::vector<zmq::message_t> frames;
-          if (!zmq::recv_multipart(impl.sub, std::back_inserter(frames), zmq::recv_flags::dontwait)) break;
-          auto named = frames.size() == 3 ? impl.by_topic.find(frames[0].to_string()) : impl.by_topic.end();
-          auto it = named != impl.by_topic.end() ? impl.sources.find(named->second) : impl.sources.end();
-          auto seq = frames.size() == 3 ? DecodeSequence(frames[1].to_string()) : StatusOr<int64_t>(InvalidArgument("frames"));
+          if (!zmq::recv_multipart(*s.sub, std::back_inserter(frames), zmq::recv_flags::dontwait)) break;
+          auto seq = frames.size() == 3 && frames[0].to_string() == s.spec.topic
+                         ? DecodeSequence(frames[1].to_string())
+                         : StatusOr<int64_t>(InvalidArgument("not this engine's topic, or not three frames"));
           if (seq.ok() && (*seq < 1 || *seq == INT64_MAX)) seq = InvalidArgument("a sequence number out of range");
           auto batch = seq.ok() ? DecodeKvEventBatch(frames[2].to_string(), size_t(1) << 20, /*keep_tokens=*/false)
                                 : StatusOr<KvEventBatch>(seq.status());
-          if (it == impl.sources.end() || !batch.ok()) {
+          if (!batch.ok()) {
             count(&Counters::refused);
             continue;
           }
-          Impl::Source& s = it->second;
           if (s.syncing) {
             if (s.held.size() >= kMaxHeldBatches) {
               s.held.clear();
@@ -477,7 +485,7 @@ void KvEventSubscriber::Run() {
           } else if (*seq <= s.last) {
             // Already in the snapshot.
           } else if (*seq == s.last + 1) {
-            apply(it->first, batch->events);
+            apply(s.spec.name, batch->events);
             s.last = *seq;
             count(&Counters::batches);
           } else {
@@ -500,7 +508,7 @@ void KvEventSubscriber::Run() {
           ask_safely(s);
           continue;
         }
-        if (!(items[k + 1].revents & ZMQ_POLLIN)) continue;
+        if (!(items[following.size() + k].revents & ZMQ_POLLIN)) continue;
         for (int n = 0; n < 64 && s.dealer; ++n) {
           std::vector<zmq::message_t> frames;
           if (!zmq::recv_multipart(*s.dealer, std::back_inserter(frames), zmq::recv_flags::dontwait)) break;

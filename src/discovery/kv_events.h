@@ -17,9 +17,15 @@
 // encrypted on the wire, as they name cached token ids. Without a key
 // (--insecure-no-cluster-key, loopback only) they are plain.
 //
-// Bounds: messages over 16 MiB are dropped by ZeroMQ before they are read; a
-// batch holds at most 4096 events; a subscriber holds at most 4096 numbered
-// batches of an engine while its snapshot comes (more: it asks again).
+// Attribution: a subscriber follows each engine on a socket of its own,
+// connected to the endpoints the engine's (signed) record names, and takes
+// from it only messages under that engine's topic: no member of the cluster
+// can speak for another (its sequence numbers, its cache).
+//
+// Bounds: messages over 4 MiB are dropped by ZeroMQ before they are read; a
+// batch holds at most 4096 events; a subscriber's sockets queue at most 16
+// unread messages an engine; it holds at most 4096 numbered batches of an
+// engine while its snapshot comes (more: it asks again).
 #pragma once
 
 #include <atomic>

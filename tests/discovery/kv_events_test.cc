@@ -165,5 +165,41 @@ TEST(KvEvents, SubscribersFollowAPublisherJoinLateBySnapshotAndWithoutTheKeyHear
   EXPECT_NE((*late)->MetricsText().find("tandem_kv_events_synced 1"), std::string::npos);
 }
 
+// A member of the cluster (it holds the key) that publishes under another
+// engine's topic, its sequence numbers far ahead: its messages come on the
+// connection to its own endpoint, so they are refused, and the engine whose
+// topic it claims is followed as before (before, they froze that engine's view).
+TEST(KvEvents, APublisherSpeaksOnlyForItsOwnEngine) {
+  std::vector<uint8_t> secret(32, 7);
+  auto keys = DeriveKvCurveKeys(secret);
+  ASSERT_TRUE(keys.ok()) << keys.status().message();
+  KvPublisherOptions po;
+  po.topic = "tandem-00000000000000aa";
+  po.keys = *keys;
+  auto honest = KvEventPublisher::Start(po);
+  ASSERT_TRUE(honest.ok()) << honest.status().message();
+  auto liar = KvEventPublisher::Start(po);  // the same topic: the honest engine's
+  ASSERT_TRUE(liar.ok()) << liar.status().message();
+  CachedPrefixes view;
+  auto sub = KvEventSubscriber::Start(view, *keys);
+  ASSERT_TRUE(sub.ok());
+  (*sub)->SetSources({{"honest", (*honest)->topic(), (*honest)->events_endpoint(), (*honest)->snapshot_endpoint()},
+                      // Its record names a topic of its own, a prefix of the honest one's
+                      // (ZeroMQ subscriptions match prefixes, so its messages reach this
+                      // subscriber and must be refused by name); it publishes under the honest one's.
+                      {"liar", "tandem-000000000000", (*liar)->events_endpoint(), (*liar)->snapshot_endpoint()}});
+  ASSERT_TRUE(WaitUntil([&] { return (*sub)->counters().snapshots >= 1; }, seconds(10)));
+  const std::vector<int32_t> mine = Tokens(64 * 2, 100), forged = Tokens(64 * 3, 900);
+  auto lie = (*liar)->Hook();
+  for (int i = 0; i < 50; ++i) lie(Stored(forged));  // its numbers run ahead of the honest engine's
+  ASSERT_TRUE(WaitUntil([&] { return (*liar)->published() >= 1 && (*sub)->counters().refused >= 1; }, seconds(10)))
+      << (*sub)->counters().refused;
+  (*honest)->Hook()(Stored(mine));
+  ASSERT_TRUE(WaitUntil([&] { return view.PrefixPages("honest", ChainKeys(mine, 64)) == 2; }, seconds(10)));
+  EXPECT_EQ(view.PrefixPages("honest", ChainKeys(forged, 64)), 0);
+  EXPECT_EQ(view.keys("honest"), 2u);
+  EXPECT_EQ((*sub)->counters().gaps, 0);
+}
+
 }  // namespace
 }  // namespace tandem::discovery
