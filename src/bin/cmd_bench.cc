@@ -108,6 +108,7 @@ void RegisterBench(CLI::App& app) {
   RegisterServeBench(*bench);
   RegisterStructuredBench(*bench);
   RegisterFrontDoorBench(*bench);
+  RegisterBystanderBench(*bench);
   RegisterHandoffBench(*bench);
   RegisterPrefillBench(*bench);
   RegisterAgenticBench(*bench);

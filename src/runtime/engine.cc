@@ -246,18 +246,19 @@ void Engine::Loop() {
   for (;;) {
     loop_beat_ns_ = Clock::now().time_since_epoch().count();
     TakeNewRequests();
+    ReplaySome();
     bool drain_over = false;
     {
       MutexLock lock(mu_);
       drain_over = stopping_ && Clock::now() >= drain_deadline_;
     }
     if (drain_over) {
-      scheduler_.ForEach([&](Sequence& s) {
+      ForEachHeld([&](Sequence& s) {
         if (!s.done) Fail(s, Unavailable("this server stopped before the request finished (its drain deadline passed)"));
       });
     }
     DropCancelledAndExpired();
-    if (stopping_ && scheduler_.empty()) {
+    if (stopping_ && scheduler_.empty() && replaying_.empty()) {
       MutexLock lock(mu_);  // a Submit that raced Shutdown is in incoming_: it ends too
       if (incoming_.empty()) break;
       continue;
@@ -271,11 +272,13 @@ void Engine::Loop() {
     }
     scheduler_.Admit();
     if (scheduler_.computing()) {
+      if (!replaying_.empty()) ++counters_.steps_beside_replay;
       Step();
       PublishStats();
       continue;
     }
     PublishStats();
+    if (!replaying_.empty()) continue;  // more to replay: no wait
     // Nothing to compute: wait for a request, or briefly for what the role
     // brings (a handoff's commit) or a prefetch.
     const auto wait = scheduler_.holding()       ? std::chrono::microseconds(200)
@@ -289,22 +292,27 @@ void Engine::Loop() {
   loop_alive_ = false;
 }
 
+// A resumed request replays its delivered tokens before the scheduler sees it.
 void Engine::TakeNewRequests() {
-  std::vector<Sequence*> resumed;
-  {
-    MutexLock lock(mu_);
-    while (!incoming_.empty()) {
-      if (!incoming_.front()->spec.resumed.empty()) resumed.push_back(incoming_.front().get());
+  MutexLock lock(mu_);
+  while (!incoming_.empty()) {
+    if (!incoming_.front()->spec.resumed.empty()) {
+      replaying_.push_back(std::move(incoming_.front()));
+    } else {
       scheduler_.Enqueue(std::move(incoming_.front()));
-      incoming_.pop_front();
     }
+    incoming_.pop_front();
   }
-  for (Sequence* s : resumed) Replay(*s);
+}
+
+void Engine::ForEachHeld(const std::function<void(Sequence&)>& fn) {
+  for (auto& s : replaying_) fn(*s);
+  scheduler_.ForEach(fn);
 }
 
 void Engine::DropCancelledAndExpired() {
   const auto now = Clock::now();
-  scheduler_.ForEach([&](Sequence& s) {
+  ForEachHeld([&](Sequence& s) {
     if (s.done) return;
     if (s.handle->cancelled()) {
       Finish(s, FinishReason::kCancelled);
@@ -315,6 +323,7 @@ void Engine::DropCancelledAndExpired() {
     }
   });
   scheduler_.EraseEnded();
+  std::erase_if(replaying_, [](const std::unique_ptr<Sequence>& s) { return s->done; });
 }
 
 void Engine::Step() {
@@ -412,7 +421,7 @@ void Engine::PublishStats() {
   role_healthy_ = role_->Healthy();  // also after Admit found a link dead
   EngineStats s = counters_;
   s.running = scheduler_.running_count();
-  s.waiting = scheduler_.waiting_count();
+  s.waiting = scheduler_.waiting_count() + int64_t(replaying_.size());
   s.pages = pool_->accounting();
   s.cached_pages = index_ ? index_->cached_pages() : 0;
   metrics_.running.Set(double(s.running));

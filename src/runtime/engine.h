@@ -101,7 +101,12 @@ class Engine final : private RoleHost {
   static StatusOr<std::unique_ptr<Engine>> Start(std::unique_ptr<Engine> engine);
   void Loop();
   void TakeNewRequests();
-  void Replay(Sequence& seq);  // a resumed request's delivered tokens, before it runs
+  // Resumed requests' delivered tokens, at most replay_tokens_per_pass of
+  // them in all; a request whose replay is done goes to the scheduler.
+  void ReplaySome();
+  void EndReplay(Sequence& seq);  // its replay event; an answer the tokens end ends here
+  // Every request the engine holds: replaying, and the scheduler's.
+  void ForEachHeld(const std::function<void(Sequence&)>& fn);
   void DropCancelledAndExpired();
   void Step();
   // A sequence whose next token is drawn this step, from these logits.
@@ -154,6 +159,9 @@ class Engine final : private RoleHost {
   // Loop thread only.
   EngineStats counters_;
   Scheduler scheduler_;  // after counters_, metrics_, pool_ and index_ (it holds references)
+  // Resumed requests whose delivered tokens are still being replayed
+  // (ReplaySome), in arrival order: the scheduler sees them after.
+  std::deque<std::unique_ptr<Sequence>> replaying_;
   std::vector<float> logits_;
 
   mutable Mutex mu_;

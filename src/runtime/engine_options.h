@@ -29,6 +29,13 @@ struct EngineOptions {
   int32_t max_running = 32;       // sequences in the decode batch
   int32_t max_waiting = 256;      // queued requests before Submit refuses
   int32_t chunk_size = 8192;      // prefill tokens of one sequence per step
+  // A resumed answer's delivered tokens go through the text decoder, the stop
+  // strings and the grammar before it runs (RequestSpec::resumed): at most
+  // this many, all resumed requests together, in one pass of the engine
+  // loop, so sixteen choices resuming a whole context each take their turns
+  // beside everyone's steps (about a microsecond a token here, a few ms a
+  // pass) instead of holding the loop.
+  int64_t replay_tokens_per_pass = 4096;
   int32_t max_batch_tokens = 8192;
   // Beside decoding sequences, a step's prompt chunks are sized so the step
   // takes about this long (runtime/step_budget.h): what a burst of prompts
@@ -70,6 +77,9 @@ struct EngineStats {
   // Structured outputs: grammar work on token masks, in all and in the
   // busiest step, and draws that waited a step for their mask.
   int64_t grammar_work = 0, grammar_work_max_step = 0, grammar_mask_waits = 0;
+  // Resumed tokens replayed, in all and in the busiest pass of the loop, and
+  // steps that ran while a replay was still under way (its share given to others).
+  int64_t replay_tokens = 0, replay_tokens_max_pass = 0, steps_beside_replay = 0;
   bool healthy = false;
 };
 

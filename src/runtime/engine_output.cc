@@ -57,25 +57,59 @@ void Engine::Emit(Sequence& s, int32_t token, const PositionLogprobs* logprobs) 
 }
 
 // A constrained request's grammar state, from its start (compiled once per
-// constraint text and kept for the next requests that send it), walked over
-// the tokens it has generated already (a resumed answer's).
+// constraint text and kept for the next requests that send it). A resumed
+// answer's was made by its replay (ReplaySome), walked over its tokens.
 Status Engine::StartConstraint(Sequence& s) {
   if (s.constraint || s.spec.sampling.constraint.empty()) return Status::Ok();
   TANDEM_ASSIGN_OR_RETURN(s.constraint, constraints_.Start(s.spec.sampling.constraint));
-  for (size_t i = size_t(s.prompt_len); i < s.tokens.size(); ++i) s.constraint->Accept(s.tokens[i]);
   return s.constraint->status();
 }
 
-// A resumed request: its delivered tokens go through the text decoder, the
-// stop strings and the grammar, as they did where the answer began, and
-// come back as one replay event; an answer they already end ends here.
-void Engine::Replay(Sequence& s) {
+// Resumed requests: their delivered tokens go through the text decoder, the
+// stop strings and the grammar, as they did where the answer began, at most
+// replay_tokens_per_pass of them a pass, oldest request first (a prompt's
+// chunks take their turns the same way); each comes back as one replay event.
+void Engine::ReplaySome() {
+  int64_t budget = std::max<int64_t>(1, options_.replay_tokens_per_pass);
+  int64_t spent = 0;
+  while (!replaying_.empty() && spent < budget) {
+    Sequence& s = *replaying_.front();
+    if (!s.done) {
+      if (s.replayed == 0 && !s.spec.sampling.constraint.empty() && !s.constraint) {
+        auto started = constraints_.Start(s.spec.sampling.constraint);
+        if (!started.ok()) {
+          Fail(s, started.status());
+        } else {
+          s.constraint = std::move(started).value();
+        }
+      }
+      const size_t end = std::min(s.spec.resumed.size(), s.replayed + size_t(budget - spent));
+      for (; !s.done && s.replayed < end; ++s.replayed) {
+        const int32_t t = s.spec.resumed[s.replayed];
+        s.replay_text += s.stops->Push(s.decoder->Push(t));
+        if (s.constraint) s.constraint->Accept(t);
+        ++spent;
+      }
+      if (!s.done && s.replayed < s.spec.resumed.size()) break;  // its turn is over
+      if (!s.done) EndReplay(s);
+    }
+    if (!s.done) scheduler_.Enqueue(std::move(replaying_.front()));
+    replaying_.pop_front();
+  }
+  counters_.replay_tokens += spent;
+  counters_.replay_tokens_max_pass = std::max(counters_.replay_tokens_max_pass, spent);
+}
+
+// A resumed request's tokens are all replayed: their text goes out as one
+// replay event; an answer they already end ends here.
+void Engine::EndReplay(Sequence& s) {
   StreamEvent ev;
   ev.replay = true;
   ev.tokens = s.spec.resumed;
-  for (int32_t t : s.spec.resumed) ev.text += s.stops->Push(s.decoder->Push(t));
+  ev.text = std::move(s.replay_text);
+  s.replay_text.clear();
   s.handle->Push(std::move(ev));
-  if (Status st = StartConstraint(s); !st.ok()) return Fail(s, st);
+  if (s.constraint && !s.constraint->status().ok()) return Fail(s, s.constraint->status());
   if (s.stops->stopped() || (s.constraint && s.constraint->finished())) return Finish(s, FinishReason::kStop);
   if (s.generated >= s.spec.max_tokens || int64_t(s.tokens.size()) >= context_tokens_) {
     Finish(s, FinishReason::kLength);

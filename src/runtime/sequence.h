@@ -56,6 +56,11 @@ struct Sequence {
   // prompt's chunks are computed; a preempted sequence does not add twice).
   std::vector<PositionLogprobs> prompt_logprobs;
   bool prompt_logprobs_sent = false;
+  // A resumed answer: how many of spec.resumed were replayed so far
+  // (Engine::ReplaySome), and the text they made, sent as one replay event
+  // once all are.
+  size_t replayed = 0;
+  std::string replay_text;
 };
 
 }  // namespace tandem

@@ -152,5 +152,67 @@ TEST_F(Resume, ResumedTokensAreCheckedAndCountAgainstTheContext) {
   EXPECT_EQ(full.completion_tokens, 8);
 }
 
+// The heaviest replay a request can ask for (issue 41: a bystander waited
+// 62.9 s behind it): sixteen choices resuming a whole context each, with 63
+// stop strings of 127 bytes that never match and a grammar. Its tokens are
+// replayed a slice at a time (replay_tokens_per_pass, all requests together),
+// so a bystander's request runs its steps while the replay is under way, and
+// no pass of the loop replays more than its share. The answers are the ones
+// a replay in one piece gave (the other Resume tests).
+TEST_F(Resume, AWholeContextReplayTakesItsTurnsBesideOtherRequests) {
+  EngineOptions opt;
+  opt.cache_tokens = 64 * 200;
+  opt.replay_tokens_per_pass = 256;
+  auto made = Engine::Create(*model_->model, opt);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  Engine& engine = **made;
+  RequestSpec bystander = Spec(7, 4);
+  RequestSpec heavy = Spec(8, 0);
+  heavy.prompt.resize(8);
+  // A JSON string as long as the context: a quote, then one letter over and over.
+  const Tokenizer& tok = model_->model->tokenizer();
+  const std::vector<int32_t> quote = tok.Encode("\"", false, false), letter = tok.Encode("a", false, false);
+  ASSERT_EQ(quote.size(), 1u);
+  ASSERT_EQ(letter.size(), 1u);
+  heavy.resumed = quote;
+  heavy.resumed.resize(size_t(engine.context_tokens()) - heavy.prompt.size() - 1, letter[0]);
+  heavy.max_tokens = int32_t(heavy.resumed.size());  // it ends when its replay does
+  for (int i = 0; i < 63; ++i) heavy.stop.push_back("\x01" + std::string(126, char('a' + i % 26)));
+  heavy.sampling.constraint = R"(json_schema {"type": "string"})";
+  heavy.sampling.seed = 11;
+  // The bystander first: with the replay in one piece, its steps came after all of it.
+  auto by = engine.Submit(bystander);
+  ASSERT_TRUE(by.ok()) << by.status().ToString();
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (int c = 0; c < 16; ++c) {
+    auto h = engine.Submit(heavy);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    handles.push_back(*h);
+  }
+  StreamEvent ev;
+  int64_t by_tokens = 0;
+  while ((*by)->Next(&ev, std::chrono::seconds(60)) && ev.kind == StreamEvent::Kind::kText) by_tokens += int64_t(ev.tokens.size());
+  EXPECT_EQ(ev.kind, StreamEvent::Kind::kFinish) << ev.error.ToString();
+  EXPECT_EQ(by_tokens, 4);
+  for (auto& h : handles) {
+    std::vector<int32_t> replayed;
+    int replay_events = 0;
+    while (h->Next(&ev, std::chrono::seconds(60)) && ev.kind == StreamEvent::Kind::kText) {
+      ++replay_events;
+      EXPECT_TRUE(ev.replay);
+      replayed.insert(replayed.end(), ev.tokens.begin(), ev.tokens.end());
+    }
+    EXPECT_EQ(ev.kind, StreamEvent::Kind::kFinish) << ev.error.ToString();
+    EXPECT_EQ(ev.finish_reason, "length");
+    EXPECT_EQ(replay_events, 1);
+    EXPECT_EQ(replayed, heavy.resumed);
+  }
+  const int64_t total = 16 * int64_t(heavy.resumed.size());
+  ASSERT_TRUE(testing::WaitUntil([&] { return engine.Stats().replay_tokens == total; }, std::chrono::seconds(10)));
+  const EngineStats st = engine.Stats();
+  EXPECT_LE(st.replay_tokens_max_pass, 256);
+  EXPECT_GE(st.steps_beside_replay, 2) << "the bystander's prompt and token waited for the whole replay";
+}
+
 }  // namespace
 }  // namespace tandem
