@@ -49,6 +49,7 @@ struct ServeArgs {
   std::string transport = "auto";
   int64_t peer_timeout_ms = 5000;
   int64_t handoff_timeout_ms = 60000;
+  int64_t silence_timeout_ms = 5000;  // --disagg: the router's
   std::string cluster_key_file;
   bool insecure_no_cluster_key = false;  // with --prefill
   DiscoveryFlags discovery;              // a decode server: registers, follows the prefill engines
@@ -163,6 +164,7 @@ DisaggLaunch LaunchFor(const ServeArgs& a) {
     }
   }
   l.decode_args.insert(l.decode_args.end(), {"--handoff-timeout-ms", std::to_string(a.handoff_timeout_ms)});
+  l.router_args.insert(l.router_args.end(), {"--silence-timeout-ms", std::to_string(a.silence_timeout_ms)});
   for (auto* side : {&l.decode_args, &l.prefill_args}) {  // the prefill engine draws each first token
     side->insert(side->end(), {"--grammar-work-per-step", std::to_string(a.engine.grammar_work_per_step)});
     side->insert(side->end(), {"--grammar-time-share", std::to_string(a.engine.grammar_time_share)});
@@ -450,6 +452,11 @@ void RegisterServe(CLI::App& app) {
                   "Disaggregated: a handoff not committed this long after its destination was sent is aborted "
                   "(its request re-placed or failed)")
       ->check(CLI::Range(int64_t(10), int64_t(3600) * 1000));
+  cmd->add_option("--silence-timeout-ms", a->silence_timeout_ms,
+                  "With --disagg: the router moves a request whose decode server has sent it nothing this long while "
+                  "that server does not answer its health checks (or says its loop is stalled), its stream resumed; "
+                  "0: never")
+      ->check(CLI::Range(int64_t(0), int64_t(600'000)));
   a->access.AddTo(cmd);
   cmd->add_flag("--allow-mixed-numerics", a->decode.allow_mixed_numerics,
                 "With --prefill or --disagg: link to prefill engines whose numerics identity differs (another "

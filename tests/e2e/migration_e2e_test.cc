@@ -10,7 +10,9 @@
 
 #include <signal.h>
 
+#include <atomic>
 #include <future>
+#include <thread>
 #include <regex>
 
 #include "loadgen/stream_client.h"
@@ -135,6 +137,44 @@ TEST_F(StreamsThatMove, ADecodeServerKilledMidStreamCostsNoStream) {
   EXPECT_EQ(Metric(launcher->port(), "tandem_router_moves_exhausted_total"), 0);
   EXPECT_TRUE(testing::WaitUntil([&] { return ChildPid(*launcher, "decode") != victim; }, std::chrono::seconds(30)))
       << "the killed decode server was not restarted";
+}
+
+// A decode server stopped (SIGSTOP) for 15 s while the streams run on it,
+// as a wedged host would be: it answers nothing, not even /health. The
+// router hears nothing from it for --silence-timeout-ms (2 s) and moves its
+// streams to the other server, resumed bit for bit, so every stream ends
+// whole before the stopped server runs again, and requests that arrive
+// meanwhile are answered too (issue 41: they all waited for it to wake).
+TEST_F(StreamsThatMove, ADecodeServerStoppedMidStreamIsLeftBehindBitForBit) {
+  auto launcher = Launch({"--silence-timeout-ms", "2000"});
+  ASSERT_TRUE(launcher->ok()) << launcher->Log();
+  const pid_t victim = ChildPid(*launcher, "decode");
+  ASSERT_GT(victim, 0) << launcher->Log();
+  std::atomic<bool> continued{false};
+  std::thread wake;
+  ExpectEveryStreamWhole(launcher->port(), [&] {
+    ASSERT_EQ(kill(victim, SIGSTOP), 0);
+    wake = std::thread([&] {  // 15 s, or at once when the test is done with it
+      testing::WaitUntil([&] { return continued.load(); }, std::chrono::seconds(15));
+      continued = true;
+      kill(victim, SIGCONT);
+    });
+  });
+  // New requests while it is still stopped: placed where they are answered.
+  const bool still_stopped = !continued.load();
+  EXPECT_TRUE(still_stopped) << "the streams waited for the stopped server to wake";
+  EXPECT_EQ(Ask(launcher->port(), 3), reference_[3]);
+  EXPECT_EQ(Ask(launcher->port(), 5), reference_[5]);
+  EXPECT_TRUE(still_stopped && !continued.load()) << "the new requests waited for the stopped server to wake";
+  continued = true;
+  if (wake.joinable()) wake.join();
+  EXPECT_GE(Metric(launcher->port(), "tandem_router_moves_by_reason_total{reason=\"silent\"}"), 1)
+      << "the stop hit no stream";
+  EXPECT_EQ(Metric(launcher->port(), "tandem_router_moves_exhausted_total"), 0);
+  // Awake again, it serves.
+  EXPECT_TRUE(testing::WaitUntil([&] { return testing::HttpGet(launcher->port(), "/health").status == 200; },
+                                 std::chrono::seconds(30)));
+  EXPECT_EQ(Ask(launcher->port(), 6), reference_[6]);
 }
 
 TEST_F(StreamsThatMove, ADrainedDecodeServerHandsItsStreamsOnAndIsRestarted) {
