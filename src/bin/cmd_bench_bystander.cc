@@ -120,7 +120,7 @@ int RunBystanderBench(const BystanderArgs& a) {
   eo.context_tokens = std::min<int64_t>(a.context, (*model)->config().context_length);
   eo.cache_tokens = (eo.context_tokens + 64) * (a.choices + 2);
   eo.max_running = a.choices + 1;
-  eo.max_waiting = a.choices + 2;
+  eo.max_waiting = 2 * a.choices + 8;  // a round's requests, and the last round's still ending
   eo.replay_tokens_per_pass = a.replay_tokens_per_pass;
   auto engine = Engine::Create(**model, eo);
   if (!engine.ok()) {
@@ -174,7 +174,7 @@ int RunBystanderBench(const BystanderArgs& a) {
     char vs_free[32] = "-";
     if (free_ms > 0) std::snprintf(vs_free, sizeof(vs_free), "%.2f", m / free_ms);
     std::printf("%-11s %12.1f %10.2f %10s %18lld %17lld\n", kind.c_str(), m, alone_ms > 0 ? m / alone_ms : 0.0,
-                vs_free, (long long)st.replay_tokens_max_pass, (long long)st.grammar_work_max_step);
+                vs_free, (long long)st.replay_max_pass, (long long)st.grammar_work_max_step);
   }
   e.Shutdown(std::chrono::milliseconds(0));
   if (failed > 0) std::fprintf(stderr, "error: %d bystander requests failed\n", failed);
@@ -194,7 +194,7 @@ void RegisterBystanderBench(CLI::App& bench) {
   cmd->add_option("--ctx-size", a->context, "The engine's context (the resume kind replays all of it)")
       ->check(CLI::Range(int64_t(128), int64_t(1) << 20));
   cmd->add_option("--replay-tokens-per-pass", a->replay_tokens_per_pass,
-                  "Resumed tokens one pass of the engine loop replays (as serve's)")
+                  "Resumed tokens one pass of the engine loop replays (EngineOptions::replay_tokens_per_pass)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
   cmd->callback([a] { SetExitCode(RunBystanderBench(*a)); });
 }

@@ -310,7 +310,13 @@ StatusOr<int64_t> Discovery::ReadView(const std::string& prefix, Intake& intake,
         ++floods_;
       }
       TLOG_WARN("tandem discovery: over %zu keys under %s: reading no further (etcd holds a flood; the engines "
-                "among the first %zu keys are used)\n", kMaxScanned, prefix.c_str(), scanned);
+                "among the first %zu keys, and those known before past them, are used)\n", kMaxScanned,
+                prefix.c_str(), scanned);
+      // The engines this view held past the keys read stay (a flood sorted
+      // before them must not remove them); the watch brings every change
+      // from this revision on.
+      const std::string& last = page->kvs.back().key;
+      for (auto it = view->upper_bound(last); it != view->end(); ++it) fresh.insert(*it);
       break;
     }
     from = page->kvs.back().key + std::string(1, '\0');

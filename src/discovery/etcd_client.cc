@@ -291,6 +291,11 @@ Status EtcdClient::Watch(const std::string& prefix, int64_t start_revision,
   req.set_header("Content-Type", "application/json");
   std::string pending;  // an answer's bytes up to its newline
   size_t scanned = 0;   // bytes of pending already searched for a newline
+  // A revision's events split over several answers (fragment: true on all
+  // but its last): handed on whole, so a stream that ends between them
+  // leaves the revision to the next watch, not half of it.
+  std::vector<EtcdEvent> fragments;
+  size_t fragment_bytes = 0;
   bool created = false;
   Status outcome = Status::Ok();
   req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
@@ -315,17 +320,25 @@ Status EtcdClient::Watch(const std::string& prefix, int64_t start_revision,
                                 : Unavailable("etcd cancelled the watch: " + Printable(Str(result, "cancel_reason")));
         return false;
       }
-      std::vector<EtcdEvent> events;
       if (const json& list = Member(result, "events"); list.is_array()) {
+        fragment_bytes += line.size();
+        if (fragment_bytes > kMaxAnswerBytes) {
+          outcome = ResourceExhausted("an etcd watch revision's events are over 8 MiB");
+          return false;
+        }
         for (const json& e : list) {
           EtcdEvent event;
           event.deleted = Str(e, "type") == "DELETE";
           auto kv = ParseKv(Member(e, "kv"));
           if (!kv.ok()) return (outcome = kv.status()), false;
           event.kv = std::move(kv).value();
-          events.push_back(std::move(event));
+          fragments.push_back(std::move(event));
         }
       }
+      if (Bool(result, "fragment")) continue;  // more of this revision follows
+      std::vector<EtcdEvent> events = std::move(fragments);
+      fragments.clear();
+      fragment_bytes = 0;
       const int64_t revision = Int(Member(result, "header"), "revision");
       if (!events.empty() && !on_events(events, revision)) return false;
     }

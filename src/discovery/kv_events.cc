@@ -24,6 +24,12 @@ constexpr int64_t kMaxMessageBytes = int64_t(4) << 20;  // a batch's bound, with
 // however far behind the subscriber falls (ZeroMQ drops the rest: a gap, then
 // a snapshot).
 constexpr int kReceiveQueue = 16;
+// What a publisher queues for one subscriber that does not read: a gap, then
+// a snapshot, heals what it drops.
+constexpr int kSendQueue = 64;
+// Engines one subscriber follows: each is a socket (two while its snapshot
+// comes), under ZeroMQ's 1,023 a context and the process's descriptors.
+constexpr size_t kMaxSources = 256;
 constexpr size_t kMaxHeldBatches = 4096;
 constexpr auto kSnapshotDeadline = std::chrono::seconds(5);
 const char* const kZapEndpoint = "inproc://zeromq.zap.01";
@@ -81,7 +87,8 @@ StatusOr<std::unique_ptr<KvEventPublisher>> KvEventPublisher::Start(KvPublisherO
         s->set(zmq::sockopt::curve_secretkey, o.keys.secret_z85);
       }
     }
-    i.pub.set(zmq::sockopt::sndhwm, 100'000);
+    i.pub.set(zmq::sockopt::sndhwm, kSendQueue);
+    i.snapshot.set(zmq::sockopt::sndhwm, kSendQueue);
     if (o.keys.enabled()) {
       i.zap = std::make_unique<zmq::socket_t>(i.context, zmq::socket_type::rep);
       i.zap->bind(kZapEndpoint);  // before any CURVE socket binds: no handshake is ever unchecked
@@ -288,7 +295,7 @@ struct KvEventSubscriber::Impl {
     size_t held_items = 0;
   };
   std::map<std::string, Source> sources;  // by name
-  std::map<std::string, std::string> by_topic;  // topic -> name
+  size_t logged = 0;  // sources left out, the first 32 logged
 };
 
 KvEventSubscriber::KvEventSubscriber(CachedPrefixes& into, KvCurveKeys keys)
@@ -411,18 +418,40 @@ void KvEventSubscriber::Run() {
         wanted.swap(wanted_);
       }
       if (wanted) {
+        // A name (the engine's address) two records claim is followed for
+        // neither: one of them speaks for an engine it is not.
+        std::map<std::string, int> claims;
+        for (const KvSource& w : *wanted) ++claims[w.name];
         for (auto it = impl.sources.begin(); it != impl.sources.end();) {
-          const bool keep = std::find(wanted->begin(), wanted->end(), it->second.spec) != wanted->end();
+          const bool keep = claims[it->first] == 1 &&
+                            std::find(wanted->begin(), wanted->end(), it->second.spec) != wanted->end();
           if (keep) {
             ++it;
             continue;
           }
-          impl.by_topic.erase(it->second.spec.topic);
           into_.Forget(it->first);
           it = impl.sources.erase(it);
         }
         for (const KvSource& w : *wanted) {
-          if (impl.sources.count(w.name) || impl.by_topic.count(w.topic)) continue;  // one name, one topic
+          if (impl.sources.count(w.name)) continue;
+          if (claims[w.name] > 1) {
+            if (impl.logged < 32) {
+              ++impl.logged;
+              TLOG_WARN("tandem kv events: not following %s: %d records claim it\n", w.name.c_str(), claims[w.name]);
+            }
+            count(&Counters::refused);
+            claims[w.name] = 0;  // counted once
+            continue;
+          }
+          if (claims[w.name] == 0) continue;
+          if (impl.sources.size() >= kMaxSources) {
+            if (impl.logged < 32) {
+              ++impl.logged;
+              TLOG_WARN("tandem kv events: following %zu engines already; not %s\n", kMaxSources, w.name.c_str());
+            }
+            count(&Counters::refused);
+            continue;
+          }
           std::unique_ptr<zmq::socket_t> sub;
           try {
             sub = open(zmq::socket_type::sub);
@@ -436,7 +465,6 @@ void KvEventSubscriber::Run() {
           Impl::Source& s = impl.sources[w.name];
           s.spec = w;
           s.sub = std::move(sub);
-          impl.by_topic[w.topic] = w.name;
           ask_safely(s);
         }
         MutexLock lock(mu_);

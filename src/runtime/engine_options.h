@@ -34,7 +34,8 @@ struct EngineOptions {
   // this many, all resumed requests together, in one pass of the engine
   // loop, so sixteen choices resuming a whole context each take their turns
   // beside everyone's steps (about a microsecond a token here, a few ms a
-  // pass) instead of holding the loop.
+  // pass) instead of holding the loop. A token whose grammar walk is long
+  // counts for one more per 1,024 units of grammar work.
   int64_t replay_tokens_per_pass = 4096;
   int32_t max_batch_tokens = 8192;
   // Beside decoding sequences, a step's prompt chunks are sized so the step
@@ -77,9 +78,10 @@ struct EngineStats {
   // Structured outputs: grammar work on token masks, in all and in the
   // busiest step, and draws that waited a step for their mask.
   int64_t grammar_work = 0, grammar_work_max_step = 0, grammar_mask_waits = 0;
-  // Resumed tokens replayed, in all and in the busiest pass of the loop, and
-  // steps that ran while a replay was still under way (its share given to others).
-  int64_t replay_tokens = 0, replay_tokens_max_pass = 0, steps_beside_replay = 0;
+  // Resumed tokens replayed; the most one pass of the loop replayed, in
+  // tokens (a token whose grammar walk is long counts for more: Engine::
+  // ReplaySome); steps that ran while a replay was still under way.
+  int64_t replay_tokens = 0, replay_max_pass = 0, steps_beside_replay = 0;
   bool healthy = false;
 };
 

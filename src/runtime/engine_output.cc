@@ -67,11 +67,13 @@ Status Engine::StartConstraint(Sequence& s) {
 
 // Resumed requests: their delivered tokens go through the text decoder, the
 // stop strings and the grammar, as they did where the answer began, at most
-// replay_tokens_per_pass of them a pass, oldest request first (a prompt's
-// chunks take their turns the same way); each comes back as one replay event.
+// replay_tokens_per_pass of them a pass (a token whose grammar walk is long
+// counts for more), oldest request first (a prompt's chunks take their turns
+// the same way); each comes back as one replay event.
 void Engine::ReplaySome() {
+  constexpr int64_t kReplayGrammarWork = 1024;
   int64_t budget = std::max<int64_t>(1, options_.replay_tokens_per_pass);
-  int64_t spent = 0;
+  int64_t spent = 0, tokens = 0;
   while (!replaying_.empty() && spent < budget) {
     Sequence& s = *replaying_.front();
     if (!s.done) {
@@ -83,12 +85,14 @@ void Engine::ReplaySome() {
           s.constraint = std::move(started).value();
         }
       }
-      const size_t end = std::min(s.spec.resumed.size(), s.replayed + size_t(budget - spent));
-      for (; !s.done && s.replayed < end; ++s.replayed) {
+      // A token costs one, and its grammar walk one more per kReplayGrammarWork
+      // units (about a microsecond, what the rest of a token's replay takes).
+      for (; !s.done && s.replayed < s.spec.resumed.size() && spent < budget; ++s.replayed, ++tokens) {
         const int32_t t = s.spec.resumed[s.replayed];
         s.replay_text += s.stops->Push(s.decoder->Push(t));
-        if (s.constraint) s.constraint->Accept(t);
-        ++spent;
+        int64_t work = 0;
+        if (s.constraint) s.constraint->Accept(t, &work);
+        spent += 1 + work / kReplayGrammarWork;
       }
       if (!s.done && s.replayed < s.spec.resumed.size()) break;  // its turn is over
       if (!s.done) EndReplay(s);
@@ -96,8 +100,8 @@ void Engine::ReplaySome() {
     if (!s.done) scheduler_.Enqueue(std::move(replaying_.front()));
     replaying_.pop_front();
   }
-  counters_.replay_tokens += spent;
-  counters_.replay_tokens_max_pass = std::max(counters_.replay_tokens_max_pass, spent);
+  counters_.replay_tokens += tokens;
+  counters_.replay_max_pass = std::max(counters_.replay_max_pass, spent);
 }
 
 // A resumed request's tokens are all replayed: their text goes out as one

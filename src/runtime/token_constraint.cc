@@ -254,13 +254,13 @@ const TokenMask& TokenConstraint::Allowed(int64_t budget) {
   return tight_;
 }
 
-void TokenConstraint::Accept(int32_t token) {
+void TokenConstraint::Accept(int32_t token, int64_t* work) {
   walk_.reset();  // a mask under way was for the position this token fills
   if (token < 0 || size_t(token) >= compiled_->token_bytes.size()) return;
   const std::string& bytes = compiled_->token_bytes[size_t(token)];
   Grammar::State next;
   for (char c : bytes) {
-    compiled_->grammar->Advance(state_, uint8_t(c), &next);
+    compiled_->grammar->Advance(state_, uint8_t(c), &next, work);
     std::swap(state_, next);
   }
 }

@@ -88,8 +88,9 @@ class TokenConstraint {
   const TokenMask& Allowed(int64_t budget);
   const Status& status() const { return status_; }
   // Moves past a sampled token. End-of-generation tokens move nowhere.
+  // *work, when given, grows by the grammar work it took (Grammar::Advance's).
   // REQUIRES: no walk under way (the mask for this position was finished).
-  void Accept(int32_t token);
+  void Accept(int32_t token, int64_t* work = nullptr);
   // Nothing may follow: the answer is complete.
   bool finished() const;
   // The fewest tokens a complete answer still needs.

@@ -168,7 +168,9 @@ TEST(KvEvents, SubscribersFollowAPublisherJoinLateBySnapshotAndWithoutTheKeyHear
 // A member of the cluster (it holds the key) that publishes under another
 // engine's topic, its sequence numbers far ahead: its messages come on the
 // connection to its own endpoint, so they are refused, and the engine whose
-// topic it claims is followed as before (before, they froze that engine's view).
+// topic it claims is followed as before (before, they froze that engine's
+// view). One that signs a record claiming another engine's name is followed
+// for neither.
 TEST(KvEvents, APublisherSpeaksOnlyForItsOwnEngine) {
   std::vector<uint8_t> secret(32, 7);
   auto keys = DeriveKvCurveKeys(secret);
@@ -199,6 +201,15 @@ TEST(KvEvents, APublisherSpeaksOnlyForItsOwnEngine) {
   EXPECT_EQ(view.PrefixPages("honest", ChainKeys(forged, 64)), 0);
   EXPECT_EQ(view.keys("honest"), 2u);
   EXPECT_EQ((*sub)->counters().gaps, 0);
+  // A second record claiming the honest engine's name (its address), with
+  // the liar's endpoints: neither is followed until one claim is left.
+  const int64_t refused = (*sub)->counters().refused;
+  (*sub)->SetSources({{"honest", (*honest)->topic(), (*honest)->events_endpoint(), (*honest)->snapshot_endpoint()},
+                      {"honest", (*honest)->topic(), (*liar)->events_endpoint(), (*liar)->snapshot_endpoint()}});
+  ASSERT_TRUE(WaitUntil([&] { return view.keys("honest") == 0 && (*sub)->counters().refused > refused; }, seconds(10)));
+  (*sub)->SetSources({{"honest", (*honest)->topic(), (*honest)->events_endpoint(), (*honest)->snapshot_endpoint()}});
+  ASSERT_TRUE(WaitUntil([&] { return view.PrefixPages("honest", ChainKeys(mine, 64)) == 2; }, seconds(10)));
+  EXPECT_EQ(view.PrefixPages("honest", ChainKeys(forged, 64)), 0);
 }
 
 }  // namespace

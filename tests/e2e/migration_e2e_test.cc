@@ -139,7 +139,7 @@ TEST_F(StreamsThatMove, ADecodeServerKilledMidStreamCostsNoStream) {
       << "the killed decode server was not restarted";
 }
 
-// A decode server stopped (SIGSTOP) for 15 s while the streams run on it,
+// A decode server stopped (SIGSTOP) for 30 s while the streams run on it,
 // as a wedged host would be: it answers nothing, not even /health. The
 // router hears nothing from it for --silence-timeout-ms (2 s) and moves its
 // streams to the other server, resumed bit for bit, so every stream ends
@@ -154,8 +154,8 @@ TEST_F(StreamsThatMove, ADecodeServerStoppedMidStreamIsLeftBehindBitForBit) {
   std::thread wake;
   ExpectEveryStreamWhole(launcher->port(), [&] {
     ASSERT_EQ(kill(victim, SIGSTOP), 0);
-    wake = std::thread([&] {  // 15 s, or at once when the test is done with it
-      testing::WaitUntil([&] { return continued.load(); }, std::chrono::seconds(15));
+    wake = std::thread([&] {  // 30 s, or at once when the test is done with it
+      testing::WaitUntil([&] { return continued.load(); }, std::chrono::seconds(30));
       continued = true;
       kill(victim, SIGCONT);
     });
