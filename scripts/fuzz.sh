@@ -4,7 +4,9 @@
 #   scripts/fuzz.sh messages [RUNS]   the handoff wire-message decoders (default 10,000,000 executions)
 #   scripts/fuzz.sh peer [SECONDS]    a hostile peer against a live prefill engine over TCP (default 600 s)
 #   scripts/fuzz.sh prefill [SECONDS] a hostile prefill engine against a live decode engine over TCP (default 600 s)
-# The peer and prefill targets link the Release build's libraries (scripts/build.sh).
+#   scripts/fuzz.sh http [SECONDS]    hostile HTTP requests (every API field, tandem_resume included) against a
+#                                     live server, a bystander's latency measured beside them (default 600 s)
+# The peer, prefill and http targets link the Release build's libraries (scripts/build.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=${1:-messages}
@@ -56,5 +58,38 @@ case "$target" in
     "./build-fuzz/${name}_fuzzer" -max_total_time="$seconds" -rss_limit_mb=2048 -max_len=2048 -timeout=150 \
       -print_final_stats=1 "build-fuzz/$target-corpus" "${extra[@]}"
     ;;
-  *) echo "usage: scripts/fuzz.sh messages [RUNS] | peer [SECONDS] | prefill [SECONDS]"; exit 2 ;;
+  http)
+    seconds=${2:-600}
+    [ -f build/libtandem_server.a ] || bash scripts/build.sh build
+    mkdir -p build-fuzz/http-corpus build-fuzz/http-objects
+    # The server and the runtime (request parsing, templates, grammars, stop
+    # strings, replay) are compiled here with coverage, so libFuzzer is guided
+    # by what they do; the rest is the Release build.
+    httplib_flags=$(pkg-config --cflags cpp-httplib)
+    objects=()
+    pids=()
+    for src in src/server/*.cc src/runtime/*.cc; do
+      obj="build-fuzz/http-objects/$(basename "$(dirname "$src")")_$(basename "$src" .cc).o"
+      # Again when the source or any header under src/ is newer than the object.
+      if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ] || [ -n "$(find src -name '*.h' -newer "$obj" -print -quit)" ]; then
+        clang++ -std=c++20 -O1 -g -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -Isrc \
+          $httplib_flags -c "$src" -o "$obj.tmp" && mv "$obj.tmp" "$obj" &
+        pids+=($!)
+        if [ "${#pids[@]}" -ge "$(nproc)" ]; then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
+      fi
+      objects+=("$obj")
+    done
+    for pid in "${pids[@]}"; do wait "$pid"; done
+    for obj in "${objects[@]}"; do [ -f "$obj" ] || { echo "failed to compile $obj" >&2; exit 1; }; done
+    libs=(build/libtandem_model.a build/libtandem_prefix.a build/libtandem_cache.a build/libtandem_kernels.a
+          build/libtandem_common.a)
+    clang++ "${flags[@]}" $httplib_flags fuzz/http_requests_fuzzer.cc -Wl,--start-group "${objects[@]}" "${libs[@]}" \
+      -Wl,--end-group -lcpp-httplib -lprometheus-cpp-core -lssl -lcrypto -lspdlog -lfmt -lxxhash -lpthread \
+      -o build-fuzz/http_requests_fuzzer
+    # Each execution is a request over a socket (a few hundred a second):
+    # -timeout covers the slowest legitimate answer, the RSS limit a leak.
+    ./build-fuzz/http_requests_fuzzer -max_total_time="$seconds" -rss_limit_mb=4096 -max_len=4096 -len_control=0 -timeout=120 \
+      -detect_leaks=0 -print_final_stats=1 build-fuzz/http-corpus
+    ;;
+  *) echo "usage: scripts/fuzz.sh messages [RUNS] | peer [SECONDS] | prefill [SECONDS] | http [SECONDS]"; exit 2 ;;
 esac
