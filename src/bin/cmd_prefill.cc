@@ -141,7 +141,7 @@ int RunPrefill(PrefillArgs& a) {
   Status st = server.Listen(a.host + ":" + std::to_string(a.port), std::move(wrap));
   if (!st.ok()) return TLOG_ERROR("error: %s\n", st.ToString().c_str()), 1;
   TLOG_INFO("tandem prefill: %s, handoffs at %s://%s:%d (%s kernels, %s attention, layout %s, instance %llu)\n",
-               (*model)->config().name.c_str(), *lanes == transfer::TransportKind::kTcp ? "tcp" : "ucx",
+               (*model)->config().name.c_str(), transfer::TransportFamily(*lanes),
                a.host.c_str(), server.port(),
                kernels::IsaName(kernels::ActiveIsa()), a.attention.attention.c_str(), worker.layout_fingerprint().c_str(),
                (unsigned long long)worker.instance_id());
@@ -156,7 +156,7 @@ int RunPrefill(PrefillArgs& a) {
     me.role = "prefill";
     me.instance = worker.instance_id();
     me.address = *a.discovery.Advertised(a.host, server.port());
-    me.transport = *lanes == transfer::TransportKind::kTcp ? "tcp" : "ucx";
+    me.transport = transfer::TransportFamily(*lanes);
     me.layout = worker.layout_fingerprint();
     me.weights = worker.weights_identity();
     me.numerics = worker.engine().numerics().Id();

@@ -104,7 +104,7 @@ Status StartDiscovery(ServeArgs& a, const Model& model, Engine& engine, decode::
   discovery::EngineRecord want;
   want.layout = links.layout_fingerprint;
   want.weights = links.weights_identity;
-  want.transport = a.decode.transport == transfer::TransportKind::kTcp ? "tcp" : "ucx";
+  want.transport = transfer::TransportFamily(a.decode.transport);
   const std::vector<std::string> fixed = links.addresses;
   discovery::KvEventSubscriber* subscriber = kv.subscriber.get();
   found.Watch("prefill", [&role, want, fixed, subscriber](const std::vector<discovery::EngineRecord>& records) {
@@ -169,7 +169,8 @@ DisaggLaunch LaunchFor(const ServeArgs& a) {
     side->insert(side->end(), {"--grammar-work-per-step", std::to_string(a.engine.grammar_work_per_step)});
     side->insert(side->end(), {"--grammar-time-share", std::to_string(a.engine.grammar_time_share)});
   }
-  l.transport_tcp = a.transport == "tcp";
+  // (A bad name is the children's to refuse, with the reason.)
+  if (auto kind = transfer::ParseTransportKind(a.transport); kind.ok()) l.transport = *kind;
   l.prefill_engines = a.prefill_engines;
   l.decode_servers = a.decode_servers;
   if (!a.decode.local_prefill) l.decode_args.push_back("--no-local-prefill");

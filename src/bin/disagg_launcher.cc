@@ -442,7 +442,7 @@ int RunDisagg(const DisaggLaunch& given) {
                                   own),
                            extra);
         return std::make_shared<Child>(PrefillEngineName(i), std::move(args),
-                                       "handoffs at " + std::string(l.transport_tcp ? "tcp" : "ucx") + "://" + loop + ":");
+                                       "handoffs at " + std::string(transfer::TransportFamily(l.transport)) + "://" + loop + ":");
       });
   std::string addresses;
   // The decode servers and the router restart on the ports they had, where

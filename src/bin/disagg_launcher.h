@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "transfer/transport_kind.h"
+
 namespace tandem::cli {
 
 struct DisaggLaunch {
@@ -27,7 +29,8 @@ struct DisaggLaunch {
   std::vector<std::vector<std::string>> prefill_engine_args;
   std::vector<std::vector<std::string>> decode_server_args;  // decode server i's own (its L3 folder and share)
   std::vector<std::string> router_args;     // --log-level
-  bool transport_tcp = false;               // --transport tcp (the prefill engine's address says tcp://)
+  // --transport (the prefill engines' addresses say tcp:// or ucx://)
+  transfer::TransportKind transport = transfer::TransportKind::kAuto;
   int prefill_engines = 1;                  // each decode server balances them (--prefill a,b,...)
   int decode_servers = 1;                   // the router balances them (--decode a,b,...)
   bool fault_control = false;               // --debug-fault-control

@@ -12,6 +12,8 @@ StatusOr<TransportKind> ParseTransportKind(const std::string& name) {
   return InvalidArgument("--transport must be auto, shm or tcp, not '" + name + "'");
 }
 
+const char* TransportFamily(TransportKind kind) { return kind == TransportKind::kTcp ? "tcp" : "ucx"; }
+
 StatusOr<std::unique_ptr<Transport>> MakeTransport(TransportKind kind, uint64_t knock) {
   if (kind == TransportKind::kTcp) return std::unique_ptr<Transport>(std::make_unique<SocketTransport>());
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<UcxTransport> ucx, UcxTransport::Create(kind == TransportKind::kShm, knock));

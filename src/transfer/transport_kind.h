@@ -17,6 +17,9 @@ namespace tandem::transfer {
 enum class TransportKind { kAuto, kShm, kTcp };
 
 StatusOr<TransportKind> ParseTransportKind(const std::string& name);  // "auto" | "shm" | "tcp"
+// The wire family a kind speaks, as addresses and discovery records name it:
+// "tcp" (plain streams) or "ucx" (auto and shm: one family, one address form).
+const char* TransportFamily(TransportKind kind);
 // knock: ClusterKey::Knock() (0: none), for the UCX kinds (transfer/ucx.h).
 StatusOr<std::unique_ptr<Transport>> MakeTransport(TransportKind kind, uint64_t knock = 0);
 

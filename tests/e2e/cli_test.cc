@@ -139,6 +139,15 @@ TEST_F(Cli, BadInputsGiveClearErrors) {
   auto isa = RunTandem("generate -m " + dir_ + "/bad.gguf --isa neon -p x");
   EXPECT_NE(isa.exit_code, 0);
   EXPECT_NE(isa.output.find("--isa"), std::string::npos) << isa.output;
+  // A command that does not exist is an error, --help or not (it printed the parent's help, exit 0).
+  auto nosuch = RunTandem("nosuch --help");
+  EXPECT_EQ(nosuch.exit_code, 2) << nosuch.output;
+  EXPECT_NE(nosuch.output.find("tandem: unknown command 'nosuch' (the commands: "), std::string::npos) << nosuch.output;
+  auto bench = RunTandem("bench nosuch");
+  EXPECT_EQ(bench.exit_code, 2) << bench.output;
+  EXPECT_NE(bench.output.find("tandem bench: unknown command 'nosuch'"), std::string::npos) << bench.output;
+  EXPECT_NE(bench.output.find("bystander"), std::string::npos) << bench.output;
+  EXPECT_EQ(RunTandem("bench bystander --help").exit_code, 0);
 }
 
 // Server logs: one line per event with time, role and level (the filter
