@@ -595,7 +595,8 @@ void RegisterAgenticBench(CLI::App& bench) {
                   "while --faults run; outcomes are reported by fault window and quiet period")
       ->check(CLI::Range(1.0, 7.0 * 24 * 3600));
   cmd->add_option("--faults", a->faults,
-                  "With --soak: KIND:TARGET@AT[+FOR][/RATE],... kinds kill, wedge, bit-flips (TARGET: prefill engine) "
+                  "With --soak: KIND:TARGET@AT[+FOR][/RATE],... kinds kill, wedge, bit-flips, drain (TARGET: prefill "
+                  "engine), decode-kill, decode-drain, decode-wedge (TARGET: decode server), router-kill, router-drain "
                   "and abort-storm (TARGET: requests), e.g. kill:0@30+5,wedge:1@90+12,abort-storm:64@150,bit-flips:0@210+30/0.05");
   cmd->add_option("--faults-repeat", a->faults_repeat_s, "With --soak: run the --faults schedule again every this many seconds")
       ->check(CLI::NonNegativeNumber);

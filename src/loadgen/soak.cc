@@ -30,6 +30,7 @@ const char* FaultName(Fault::Kind kind) {
     case Fault::Kind::kBitFlips: return "bit-flips";
     case Fault::Kind::kDrain: return "drain";
     case Fault::Kind::kRouterDrain: return "router-drain";
+    case Fault::Kind::kDecodeWedge: return "decode-wedge";
     case Fault::Kind::kDecodeKill: return "decode-kill";
     case Fault::Kind::kDecodeDrain: return "decode-drain";
     case Fault::Kind::kRouterKill: return "router-kill";
@@ -45,6 +46,10 @@ std::string DescribeFault(const Fault& f) {
       break;
     case Fault::Kind::kWedge:
       std::snprintf(text, sizeof(text), "wedge (SIGSTOP) prefill %d at %.0f s for %.0f s", f.target, f.at_s, f.for_s);
+      break;
+    case Fault::Kind::kDecodeWedge:
+      std::snprintf(text, sizeof(text), "wedge (SIGSTOP) decode server %d at %.0f s for %.0f s", f.target, f.at_s,
+                    f.for_s);
       break;
     case Fault::Kind::kAbortStorm:
       std::snprintf(text, sizeof(text), "abort storm of %d hung-up requests at %.0f s", f.target, f.at_s);
@@ -97,8 +102,9 @@ StatusOr<Fault> ParseOneFault(const std::string& item) {
   else if (kind == "router-kill") f.kind = Fault::Kind::kRouterKill;
   else if (kind == "drain") f.kind = Fault::Kind::kDrain;
   else if (kind == "router-drain") f.kind = Fault::Kind::kRouterDrain;
+  else if (kind == "decode-wedge") f.kind = Fault::Kind::kDecodeWedge;
   else return InvalidArgument("unknown fault '" + kind + "' (kill, wedge, abort-storm, bit-flips, drain, decode-kill, "
-                              "decode-drain, router-kill, router-drain)");
+                              "decode-drain, decode-wedge, router-kill, router-drain)");
   char* end = nullptr;
   const std::string target = item.substr(colon + 1, at - colon - 1);
   const long t = std::strtol(target.c_str(), &end, 10);
@@ -239,10 +245,13 @@ class FaultRunner {
         note(Control(f.target, "restart"));
         break;
       case Fault::Kind::kWedge:
-        note(Control(f.target, "stop"));
+      case Fault::Kind::kDecodeWedge: {
+        const std::string child = f.kind == Fault::Kind::kWedge ? "prefill" : "decode";
+        note(Control(f.target, "stop", 0, child));
         SleepFor(f.for_s, stop);
-        note(Control(f.target, "cont"));
+        note(Control(f.target, "cont", 0, child));
         break;
+      }
       case Fault::Kind::kBitFlips:
         note(Control(f.target, "restart", f.rate));
         SleepFor(f.for_s, stop);
@@ -413,7 +422,8 @@ std::vector<SoakWindow> SoakWindows(const std::vector<FaultEvent>& events, const
     w.label = DescribeFault(e.fault) + (e.error.empty() ? "" : " (FAILED: " + e.error + ")");
     const Fault::Kind k = e.fault.kind;
     const char* who = k == Fault::Kind::kAbortStorm                                      ? " "
-                      : k == Fault::Kind::kDecodeKill || k == Fault::Kind::kDecodeDrain ? " d"
+                      : k == Fault::Kind::kDecodeKill || k == Fault::Kind::kDecodeDrain ||
+                              k == Fault::Kind::kDecodeWedge                                ? " d"
                       : k == Fault::Kind::kRouterKill || k == Fault::Kind::kRouterDrain  ? " r"
                                                                                          : " p";
     w.short_label = std::string(FaultName(k)) + who + std::to_string(e.fault.target);

@@ -25,10 +25,11 @@ namespace tandem {
 
 struct Fault {
   // kKill, kWedge, kBitFlips, kDrain: a prefill engine; kDecodeKill,
-  // kDecodeDrain: a decode server; kRouterKill, kRouterDrain: the router;
+  // kDecodeDrain, kDecodeWedge: a decode server; kRouterKill, kRouterDrain: the router;
   // kAbortStorm: clients. A drain is a SIGTERM (the child finishes or hands
   // on what it holds and exits; the launcher starts it again): a planned restart.
-  enum class Kind { kKill, kWedge, kAbortStorm, kBitFlips, kDrain, kDecodeKill, kDecodeDrain, kRouterKill, kRouterDrain };
+  enum class Kind { kKill, kWedge, kAbortStorm, kBitFlips, kDrain, kDecodeKill, kDecodeDrain, kRouterKill, kRouterDrain,
+                    kDecodeWedge };
   Kind kind = Kind::kKill;
   double at_s = 0;    // since the soak started
   // kill: down time; wedge: stopped time; bit flips, drain: the window; storm: unused
@@ -41,7 +42,8 @@ const char* FaultName(Fault::Kind kind);
 std::string DescribeFault(const Fault& f);
 
 // "kill:0@30+5,wedge:1@90+12,abort-storm:64@150,bit-flips:0@210+30/0.05,
-// drain:0@270+10,decode-kill:1@240+5,decode-drain:0@300+20,router-kill:0@360+3,router-drain:0@400+5":
+// drain:0@270+10,decode-kill:1@240+5,decode-drain:0@300+20,router-kill:0@360+3,router-drain:0@400+5,
+// decode-wedge:0@450+15":
 // KIND:TARGET@AT[+FOR][/RATE], times in seconds. Sorted by time.
 StatusOr<std::vector<Fault>> ParseFaults(const std::string& text);
 // The schedule again every `period_s` (0: once) while it starts before `duration_s`.

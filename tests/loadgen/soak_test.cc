@@ -20,6 +20,10 @@ TEST(SoakSchedule, ParsesEveryKindSortedByTime) {
   EXPECT_EQ((*f)[3].kind, Fault::Kind::kBitFlips);
   EXPECT_DOUBLE_EQ((*f)[3].rate, 0.1);
   EXPECT_TRUE(ParseFaults("")->empty());
+  auto wedge = ParseFaults("decode-wedge:1@20+15");
+  ASSERT_TRUE(wedge.ok()) << wedge.status().ToString();
+  EXPECT_EQ((*wedge)[0].kind, Fault::Kind::kDecodeWedge);
+  EXPECT_EQ(DescribeFault((*wedge)[0]), "wedge (SIGSTOP) decode server 1 at 20 s for 15 s");
 }
 
 TEST(SoakSchedule, RefusesWhatItCannotRunAndSaysWhy) {
