@@ -1,5 +1,7 @@
 #include "common/sampling_params.h"
 
+#include <random>
+
 namespace tandem {
 
 Status SamplingParams::Validate() const {
@@ -27,6 +29,11 @@ Status SamplingParams::Validate() const {
   if (constraint.size() > kMaxConstraintBytes) return InvalidArgument("constraint is over 1 MiB");
   if (answer_budget < 0) return InvalidArgument("answer_budget must be >= 0");
   return Status::Ok();
+}
+
+uint64_t FreshSeed() {
+  std::random_device rd;
+  return (uint64_t(rd()) << 32 | rd()) & ((uint64_t(1) << 53) - 1);
 }
 
 }  // namespace tandem

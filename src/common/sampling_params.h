@@ -42,4 +42,10 @@ struct SamplingParams {
   Status Validate() const;
 };
 
+// The seed a request that sent none is given, where it enters (the server;
+// a router that may move it, so every backend continues the same answer):
+// 53 random bits, so any JSON reader (a browser's included) gives the exact
+// number back when it resumes the stream.
+uint64_t FreshSeed();
+
 }  // namespace tandem

@@ -15,9 +15,9 @@
 #include <strings.h>
 
 #include <nlohmann/json.hpp>
-#include <random>
 
 #include "common/log.h"
+#include "common/sampling_params.h"
 #include "router/router.h"
 #include "server/openai_api.h"
 #include "server/request_body.h"
@@ -67,8 +67,7 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
       // (A field the client sent malformed is left for the backend to refuse.)
       std::string fields;
       if (!body.contains("seed") || body["seed"].is_null()) {
-        std::random_device rd;
-        fields = "\"seed\":" + std::to_string((uint64_t(rd()) << 31 | rd()) & ((uint64_t(1) << 53) - 1));
+        fields = "\"seed\":" + std::to_string(FreshSeed());
       }
       if (stream_ && !body.contains("tandem_trace")) fields += std::string(fields.empty() ? "" : ",") + "\"tandem_trace\":true";
       body_ = WithFields(body_, fields);

@@ -1,10 +1,10 @@
 #include "server/http_server.h"
 
+#include "common/sampling_params.h"
 #include "server/stream_frames.h"
 
 #include <algorithm>
 #include <ctime>
-#include <random>
 
 #include <nlohmann/json.hpp>
 
@@ -441,7 +441,7 @@ void HttpServer::HandleCompletion(HttpRequest& req, const std::shared_ptr<HttpRe
   ParsedRequest& p = std::get<ParsedRequest>(parsed);
   // The tenant whose cached prefixes this request may find (invariant 10).
   p.spec.cache_salt = CacheSaltFor(req.Header("Authorization"), p.cache_salt);
-  if (!p.has_seed) p.spec.sampling.seed = std::random_device{}() | (uint64_t(std::random_device{}()) << 32);
+  if (!p.has_seed) p.spec.sampling.seed = FreshSeed();
   // Every choice must be done by one deadline: the request's timeout from now.
   if (p.n > 1) p.spec.deadline = std::chrono::steady_clock::now() + engine_.options().request_timeout;
   std::vector<std::shared_ptr<RequestHandle>> handles;
