@@ -332,8 +332,10 @@ TEST(DiscoveryE2E, AFloodWrittenToEtcdFreezesNoViewAndCostsLittleMemory) {
   const double join_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - joined).count();
   EXPECT_LT(join_s, 3.0);
   const int64_t grew_router = ResidentBytes(router.pid()) - rss_router, grew_decode = ResidentBytes(decode.pid()) - rss_decode;
+#if !defined(TANDEM_SANITIZED)  // AddressSanitizer's quarantine keeps 256 MiB of freed memory resident
   EXPECT_LT(grew_router, int64_t(64) << 20);
   EXPECT_LT(grew_decode, int64_t(64) << 20);
+#endif
 
   // The first prefill engine dies; its record, replayed under a lease the writer holds, is not taken.
   prefill0->Kill9();
