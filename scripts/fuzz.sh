@@ -62,13 +62,13 @@ case "$target" in
     seconds=${2:-600}
     [ -f build/libtandem_server.a ] || bash scripts/build.sh build
     mkdir -p build-fuzz/http-corpus build-fuzz/http-objects
-    # The server and the runtime (request parsing, templates, grammars, stop
+    # The server, the runtime and structured outputs (request parsing, templates, grammars, stop
     # strings, replay) are compiled here with coverage, so libFuzzer is guided
     # by what they do; the rest is the Release build.
     httplib_flags=$(pkg-config --cflags cpp-httplib)
     objects=()
     pids=()
-    for src in src/server/*.cc src/runtime/*.cc; do
+    for src in src/server/*.cc src/runtime/*.cc src/structured/*.cc; do
       obj="build-fuzz/http-objects/$(basename "$(dirname "$src")")_$(basename "$src" .cc).o"
       # Again when the source or any header under src/ is newer than the object.
       if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ] || [ -n "$(find src -name '*.h' -newer "$obj" -print -quit)" ]; then

@@ -17,7 +17,7 @@
 #include "bin/model_options.h"
 #include "loadgen/grammar_load.h"
 #include "runtime/engine.h"
-#include "runtime/json_schema.h"
+#include "structured/json_schema.h"
 
 namespace tandem::cli {
 namespace {

@@ -25,7 +25,7 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;
   float presence_penalty = 0.0f;
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token, added to its logit)
-  // Structured output (runtime/json_schema.h): empty, "json_object" or
+  // Structured output (structured/json_schema.h): empty, "json_object" or
   // "json_schema <schema>". Only tokens that keep the answer in it are sampled.
   std::string constraint;
   // The tokens the whole answer may take (the request's max_tokens): a

@@ -341,7 +341,7 @@ void Engine::Step() {
     if (!s.done && !s.mask_row.empty() && s.computed == int64_t(s.tokens.size())) draws.push_back({&s, s.mask_row});
   });
   // Masks may add a share of the model's time to the step when any sequence
-  // computed in it (runtime/grammar_budget.h); when none did (only masks are
+  // computed in it (structured/grammar_budget.h); when none did (only masks are
   // waiting), only the work bound.
   auto until = std::chrono::steady_clock::time_point::max();
   if (!members.empty()) {

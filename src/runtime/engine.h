@@ -37,7 +37,7 @@
 #include "prefix/tiers.h"
 #include "runtime/engine_metrics.h"
 #include "runtime/engine_options.h"
-#include "runtime/grammar_budget.h"
+#include "structured/grammar_budget.h"
 #include "runtime/engine_role.h"
 #include "runtime/request.h"
 #include "runtime/scheduler.h"

@@ -1,5 +1,5 @@
 // Each step's draws: the token masks of constrained sequences, made under the
-// step's grammar budget (runtime/grammar_budget.h), then every token drawn.
+// step's grammar budget (structured/grammar_budget.h), then every token drawn.
 // A sequence whose mask is not finished keeps its logits and draws in a later
 // step, from the same logits and the same mask: the same token.
 #include <algorithm>

@@ -52,7 +52,7 @@ struct EngineOptions {
   int threads = 2;
   // Structured outputs: the grammar work (Grammar::Advance's units, about a
   // nanosecond each) the token masks of one step may take together; a mask
-  // that needs more is finished in later steps (runtime/grammar_budget.h).
+  // that needs more is finished in later steps (structured/grammar_budget.h).
   int64_t grammar_work_per_step = int64_t(1) << 22;
   // And, when sequences computed in the step, at most this fraction of
   // the step's model time: what one request's masks may add to everyone's

@@ -21,7 +21,7 @@ class Sampler {
   // Picks the token at `position` from one row of logits. history: the tokens
   // before it (for the penalties); history[prompt_len..] were generated (the
   // frequency and presence penalties count those; -1: none were). allowed:
-  // when given, a bitset over the vocab (runtime/token_constraint.h) of the
+  // when given, a bitset over the vocab (structured/token_constraint.h) of the
   // only tokens that may be picked. REQUIRES: allowed has a bit set.
   int32_t Sample(std::span<const float> logits, const SamplingParams& params,
                  std::span<const int32_t> history, int64_t position, int64_t prompt_len = -1,

@@ -13,7 +13,7 @@
 #include "prefix/tiers.h"
 #include "runtime/request.h"
 #include "runtime/stop_strings.h"
-#include "runtime/token_constraint.h"
+#include "structured/token_constraint.h"
 
 namespace tandem {
 
@@ -39,7 +39,7 @@ struct Sequence {
   std::unique_ptr<StopStringMatcher> stops;
   std::unique_ptr<TokenConstraint> constraint;  // spec.sampling.constraint, from the first token sampled or received
   // The logits of the next position while its token mask is still being
-  // made (runtime/grammar_budget.h): drawn from in a later step. Empty otherwise.
+  // made (structured/grammar_budget.h): drawn from in a later step. Empty otherwise.
   std::vector<float> mask_row;
   std::chrono::steady_clock::time_point arrival, deadline, last_token;
   bool started = false;  // a token was streamed

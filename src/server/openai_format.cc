@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <charconv>
 
-#include "runtime/json_schema.h"
+#include "structured/json_schema.h"
 #include "server/openai_api.h"
 #include "server/openai_json.h"
 

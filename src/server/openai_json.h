@@ -63,7 +63,7 @@ std::string Quote(const std::string& text);
 // the templated prompt's token ids, whether tool calls are expected, and the
 // format they will come in.
 // forced_constraint: with tool_choice "required" or a named function, the
-// output constraint (runtime/json_schema.h) that makes the answer such calls.
+// output constraint (structured/json_schema.h) that makes the answer such calls.
 // ordered: the body with its key order kept (null when it has no tools).
 MaybeError BuildChatPrompt(const Json& body, const nlohmann::ordered_json& ordered, const ModelInfo& model,
                            std::vector<int32_t>* tokens, bool* tools_enabled, ToolCallFormat* tool_format,

@@ -1,4 +1,4 @@
-// Random JSON schemas in the subset runtime/json_schema.h compiles, for tests
+// Random JSON schemas in the subset structured/json_schema.h compiles, for tests
 // that check constrained answers against a real validator (python3-jsonschema).
 #pragma once
 

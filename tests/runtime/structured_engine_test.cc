@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "runtime/engine.h"
-#include "runtime/json_schema.h"
+#include "structured/json_schema.h"
 #include "runtime/random_schema.h"
 #include "support/process.h"
 #include "support/test_models.h"

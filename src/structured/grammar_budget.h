@@ -1,7 +1,7 @@
 // One engine step's budget for structured-output work.
 //
 // A constrained request's token mask is a walk of the vocab trie
-// (runtime/token_constraint.h) that takes from nothing (its state's mask is
+// (structured/token_constraint.h) that takes from nothing (its state's mask is
 // cached) to a fraction of a second (many long parses alive in a new state).
 // Masks are made on the engine's loop thread, so without a bound one
 // request's schema (n=16 choices, each in a new state every token) adds its
@@ -28,7 +28,7 @@
 #include <cstdint>
 #include <span>
 
-#include "runtime/token_constraint.h"
+#include "structured/token_constraint.h"
 
 namespace tandem {
 

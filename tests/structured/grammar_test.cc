@@ -1,16 +1,16 @@
 // Structured outputs below the engine: the byte grammar, the JSON-schema
 // compiler (checked against python3-jsonschema on random schemas), and the
 // token mask that keeps an answer inside its grammar and its budget.
-#include "runtime/grammar.h"
+#include "structured/grammar.h"
 
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <random>
 
-#include "runtime/json_schema.h"
+#include "structured/json_schema.h"
 #include "runtime/sampler.h"
-#include "runtime/token_constraint.h"
+#include "structured/token_constraint.h"
 #include "support/process.h"
 #include "support/test_models.h"
 #include "runtime/random_schema.h"

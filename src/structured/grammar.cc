@@ -1,4 +1,4 @@
-#include "runtime/grammar.h"
+#include "structured/grammar.h"
 
 #include <algorithm>
 #include <bit>

@@ -1,5 +1,5 @@
 // Structured outputs: a JSON schema (or "any JSON object") compiled into a
-// byte grammar (runtime/grammar.h) whose sentences are the compact JSON texts
+// byte grammar (structured/grammar.h) whose sentences are the compact JSON texts
 // (no whitespace) the schema accepts.
 //
 // A request's constraint travels as text (SamplingParams::constraint), so the
@@ -30,7 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
-#include "runtime/grammar.h"
+#include "structured/grammar.h"
 
 namespace tandem {
 

@@ -17,7 +17,7 @@
 // Work: a mask is a walk of the trie that advances the grammar state byte by
 // byte; the walk can stop between bytes and resume, so an engine spends a
 // bounded amount of grammar work per step on all its requests' masks
-// (runtime/grammar_budget.h) and a mask that needs more is finished in later
+// (structured/grammar_budget.h) and a mask that needs more is finished in later
 // steps, with the same bits.
 //
 // Thread safety: none; an engine's loop thread owns its cache and the
@@ -33,7 +33,7 @@
 
 #include "common/status.h"
 #include "model/tokenizer.h"
-#include "runtime/grammar.h"
+#include "structured/grammar.h"
 
 namespace tandem {
 
@@ -126,7 +126,7 @@ class ConstraintCache {
  public:
   explicit ConstraintCache(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
   ~ConstraintCache();
-  // The constraint at its start. Compiles the text (runtime/json_schema.h)
+  // The constraint at its start. Compiles the text (structured/json_schema.h)
   // unless it is one of the most recent grammars.
   StatusOr<std::unique_ptr<TokenConstraint>> Start(const std::string& constraint);
 

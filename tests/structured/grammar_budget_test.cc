@@ -7,7 +7,7 @@
 // sequences that need a mask; a mask that needs more is finished in later
 // steps with the same bits, and a mask past its own bound ends its request
 // with a clear error.
-#include "runtime/grammar_budget.h"
+#include "structured/grammar_budget.h"
 
 #include <gtest/gtest.h>
 
@@ -21,7 +21,7 @@
 
 #include "loadgen/grammar_load.h"
 #include "runtime/engine.h"
-#include "runtime/json_schema.h"
+#include "structured/json_schema.h"
 #include "runtime/sampler.h"
 #include "support/test_models.h"
 

@@ -1,4 +1,4 @@
-#include "runtime/grammar_budget.h"
+#include "structured/grammar_budget.h"
 
 #include <algorithm>
 #include <vector>

@@ -1,10 +1,10 @@
-#include "runtime/token_constraint.h"
+#include "structured/token_constraint.h"
 
 #include <algorithm>
 #include <limits>
 #include <numeric>
 
-#include "runtime/json_schema.h"
+#include "structured/json_schema.h"
 
 namespace tandem {
 namespace {

@@ -1,6 +1,6 @@
 // A context-free grammar over bytes and the parse states that constrain
-// sampling to it (structured outputs). runtime/json_schema.h compiles JSON
-// schemas into one; runtime/token_constraint.h turns a state into the set of
+// sampling to it (structured outputs). structured/json_schema.h compiles JSON
+// schemas into one; structured/token_constraint.h turns a state into the set of
 // tokens that may come next.
 //
 // A state is every way the bytes so far can continue: a set of stacks of
