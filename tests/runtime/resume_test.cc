@@ -95,6 +95,16 @@ class Resume : public ::testing::Test {
     s.ignore_eos = true;
     return s;
   }
+  // Sampled under a small JSON schema (an object, an array of enums in it).
+  RequestSpec SchemaSpec() const {
+    RequestSpec s = Spec(4, 40);
+    s.sampling.temperature = 0.9f;
+    s.sampling.seed = 5;
+    s.sampling.constraint = R"(json_schema {"type": "object", "properties": {"a": {"type": "integer"},
+      "b": {"type": "array", "items": {"enum": ["x", "yy", 3]}, "maxItems": 3}}, "required": ["a", "b"],
+      "additionalProperties": false})";
+    return s;
+  }
   std::unique_ptr<testing::InMemoryModel> model_;
   std::unique_ptr<Engine> engine_;
 };
@@ -129,12 +139,7 @@ TEST_F(Resume, StopStringsAndEndOfGenerationEndItWhereTheyWould) {
 }
 
 TEST_F(Resume, TheGrammarGoesOnFromTheResumedTokens) {
-  RequestSpec s = Spec(4, 40);
-  s.sampling.temperature = 0.9f;
-  s.sampling.seed = 5;
-  s.sampling.constraint = R"(json_schema {"type": "object", "properties": {"a": {"type": "integer"},
-      "b": {"type": "array", "items": {"enum": ["x", "yy", 3]}, "maxItems": 3}}, "required": ["a", "b"],
-      "additionalProperties": false})";
+  const RequestSpec s = SchemaSpec();
   ExpectResumesEverywhere(*engine_, s, "json schema");
 }
 
@@ -170,12 +175,7 @@ TEST_F(Resume, ReplayedOneTokenAPassItGoesOnAsItWould) {
   RequestSpec stopped = probe;
   stopped.stop = {whole.text.substr(whole.text.size() / 2, 3)};
   ExpectResumesEverywhere(**made, stopped, "stop string, one token a pass");
-  RequestSpec s = Spec(4, 40);
-  s.sampling.temperature = 0.9f;
-  s.sampling.seed = 5;
-  s.sampling.constraint = R"(json_schema {"type": "object", "properties": {"a": {"type": "integer"},
-      "b": {"type": "array", "items": {"enum": ["x", "yy", 3]}, "maxItems": 3}}, "required": ["a", "b"],
-      "additionalProperties": false})";
+  const RequestSpec s = SchemaSpec();
   ExpectResumesEverywhere(**made, s, "json schema, one token a pass");
 }
 
