@@ -14,6 +14,7 @@
 #include "kernels/cpu.h"
 #include "kernels/quant_dot.h"
 #include "kernels/roofline.h"
+#include "model/arch/architecture.h"
 #include "model/forward.h"
 #include "model/presets.h"
 
@@ -42,42 +43,13 @@ double Median(std::vector<double> v) {
 
 // Whether the model's feed-forward matrices take integer dot products
 // (kernels/quant_dot.h): its prefill is then measured against the int8 peak.
-bool IntegerModel(const Model& m) {
-  const ModelWeights& w = m.weights();
-  if (!w.layers.empty()) return kernels::UsesIntegerDot(w.layers[0].w_up.type);
-  for (const auto& l : w.dsa_layers) {
-    if (!l.up_shexp.data && !l.w_up.data) continue;
-    return kernels::UsesIntegerDot(l.w_up.data ? l.w_up.type : l.up_shexp.type);
-  }
-  return false;
-}
+bool IntegerModel(const Model& m) { return kernels::UsesIntegerDot(m.weights().ffn_type); }
 
-// FLOPs of the matmuls for one token (2 per multiply-add). deepseek32: the
-// MLA projections and absorptions, the indexer's, and the experts a token
-// uses (routed and shared) or the dense FFN in the leading layers.
-double MatmulFlopsPerToken(const ModelConfig& c) {
-  if (c.is_dsa()) {
-    const DsaConfig& d = c.dsa;
-    const double dim = double(c.dim), heads = double(c.n_heads);
-    const double attention = dim * d.q_lora_rank + double(d.q_lora_rank) * heads * d.qk_head_dim() +
-                             dim * d.latent_dim() + heads * d.kv_lora_rank * (d.qk_nope_dim + d.v_head_dim) +
-                             heads * d.v_head_dim * dim +
-                             double(d.q_lora_rank) * d.index_heads * d.index_dim + dim * (d.index_dim + d.index_heads);
-    const double moe = dim * d.n_experts + 3.0 * dim * d.expert_ffn_dim * (d.n_experts_used + d.n_shared_experts);
-    const double layers = attention * c.n_layers + 3.0 * dim * c.ffn_dim * d.leading_dense +
-                          moe * (c.n_layers - d.leading_dense);
-    return 2.0 * (layers + dim * c.vocab_size);
-  }
-  const double per_layer = double(c.dim) * (c.q_dim() + 2 * c.kv_dim()) + double(c.q_dim()) * c.dim +
-                           3.0 * double(c.dim) * c.ffn_dim;
-  return 2.0 * (per_layer * c.n_layers + double(c.dim) * c.vocab_size);
-}
+double MatmulFlopsPerToken(const ModelConfig& c) { return c.arch().MatmulFlopsPerToken(c); }
 
-// Attention FLOPs of a token attending to `entries` positions (QK and PV);
-// deepseek32: every head over the whole latent row.
+// Attention FLOPs of a token attending to `entries` positions.
 double AttentionFlops(const ModelConfig& c, int64_t entries) {
-  if (c.is_dsa()) return 4.0 * double(c.n_layers) * double(c.n_heads * c.dsa.latent_dim()) * double(entries);
-  return 4.0 * double(c.n_layers) * double(c.q_dim()) * double(entries);
+  return c.arch().AttentionFlopsPerEntry(c) * double(entries);
 }
 
 struct Point {
@@ -126,8 +98,7 @@ StatusOr<Point> BenchPoint(const Model& m, ThreadPool& threads, const AttentionO
   // Bytes one decode step must read: the weight matrices it uses, the cache rows it
   // attends to (K and V, or the latent), and with sparse attention every index key.
   const CacheBufferRegistry& r = spec.registry;
-  const double kv_row = c.is_dsa() ? double(r.spec(spec.kv_latent).BytesPerToken())
-                                   : double(r.spec(spec.k).BytesPerToken() + r.spec(spec.v).BytesPerToken());
+  const double kv_row = double(spec.AttendedBytesPerToken());
   const double index_row =
       attention.kind == AttentionKind::kSparse && spec.index_k >= 0 ? double(r.spec(spec.index_k).BytesPerToken()) : 0;
   const int64_t mid = context + a.decode_tokens / 2;

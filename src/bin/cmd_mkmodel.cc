@@ -19,7 +19,7 @@ void RegisterMkmodel(CLI::App& app) {
   cmd->add_option("--preset", args->preset, "Preset: " + names);
   cmd->add_option("--type", args->type, "Matrix type: f32, f16, bf16, q8_0, q4_0, q5_0, q4_k, q5_k, q6_k, or q4_k_m (Q4_K with Q6_K where llama.cpp puts it)");
   cmd->add_option("--seed", args->seed, "Weight seed");
-  cmd->add_option("--arch", args->arch, "Architecture: llama or qwen2 (the dsa-* presets are always deepseek32)");
+  cmd->add_option("--arch", args->arch, "Architecture: llama, qwen2 or qwen3 (the dsa-* presets are always deepseek32)");
   cmd->add_option("-o,--out", args->out, "Output .gguf path")->required();
   cmd->callback([args] {
     auto preset = FindPreset(args->preset);

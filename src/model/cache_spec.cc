@@ -1,5 +1,7 @@
 #include "model/cache_spec.h"
 
+#include "model/arch/architecture.h"
+
 namespace tandem {
 
 Status AttentionOptions::Validate() const {
@@ -48,24 +50,16 @@ StatusOr<CacheSpec> MakeCacheSpec(const ModelConfig& config, const AttentionOpti
   TANDEM_RETURN_IF_ERROR(attention.Validate());
   CacheSpec spec;
   spec.attention = attention;
-  if (config.is_dsa()) {
-    // The model's own indexer: its key width, and every query scores (dense
-    // attention is top-k at or above the context).
-    spec.attention.index_dims = config.dsa.index_dim;
-    TANDEM_RETURN_IF_ERROR(spec.attention.Validate());
-    TANDEM_ASSIGN_OR_RETURN(spec.kv_latent,
-                            spec.registry.Register({"kv_latent", attention.kv_dtype, config.dsa.latent_dim()}));
-    TANDEM_ASSIGN_OR_RETURN(spec.index_k, spec.registry.Register({"index_k", attention.index_k_dtype,
-                                                                  config.dsa.index_dim}));
-    return spec;
-  }
-  TANDEM_ASSIGN_OR_RETURN(spec.k, spec.registry.Register({"k", attention.kv_dtype, config.kv_dim()}));
-  TANDEM_ASSIGN_OR_RETURN(spec.v, spec.registry.Register({"v", attention.kv_dtype, config.kv_dim()}));
-  if (attention.kind == AttentionKind::kSparse) {
-    TANDEM_ASSIGN_OR_RETURN(spec.index_k, spec.registry.Register({"index_k", attention.index_k_dtype,
-                                                                  attention.index_dims}));
-  }
+  TANDEM_RETURN_IF_ERROR(config.arch().RegisterCache(config, &spec));
   return spec;
+}
+
+int64_t CacheSpec::AttendedBytesPerToken() const {
+  int64_t bytes = 0;
+  for (CacheBufferId b = 0; b < registry.size(); ++b) {
+    if (b != index_k) bytes += registry.spec(b).BytesPerToken();
+  }
+  return bytes;
 }
 
 std::string AttentionFingerprint(const AttentionOptions& attention) {

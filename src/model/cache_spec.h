@@ -1,9 +1,9 @@
-// Which per-token cache buffers an engine keeps, derived from the model and
-// the attention options. Llama family: K and V always; the sparse-attention
-// index-K buffer when attention is sparse. deepseek32: the MLA latent
-// (`kv_latent`, kv_lora_rank + RoPE dims) and the lightning indexer's key
-// (`index_k`, the model's index dims), nothing else. The registry built here
-// is the only list of them.
+// Which per-token cache buffers an engine keeps, derived from the model's
+// architecture (model/arch/) and the attention options. Llama family: K and
+// V always; the sparse-attention index-K buffer when attention is sparse.
+// deepseek32: the MLA latent (`kv_latent`, kv_lora_rank + RoPE dims) and the
+// lightning indexer's key (`index_k`, the model's index dims), nothing else.
+// The registry built here is the only list of them.
 #pragma once
 
 #include "cache/registry.h"
@@ -36,6 +36,9 @@ struct CacheSpec {
   CacheBufferId k = -1, v = -1;  // llama family
   CacheBufferId kv_latent = -1;  // deepseek32
   CacheBufferId index_k = -1;    // -1 unless attention is sparse or the model is deepseek32
+
+  // Bytes a token keeps in the buffers attention reads whole (all but index-K), one layer.
+  int64_t AttendedBytesPerToken() const;
 };
 
 StatusOr<CacheSpec> MakeCacheSpec(const ModelConfig& config, const AttentionOptions& attention = {});

@@ -17,34 +17,14 @@ namespace tandem {
 ForwardPass::ForwardPass(const Model& model, const CacheSpec& spec, ThreadPool& pool)
     : model_(model), c_(model.config()), spec_(spec), pool_(pool) {
   layout_fingerprint_ = CacheLayout(spec_.registry, int(c_.n_layers), 0).Fingerprint();
-  if (c_.is_dsa()) {
-    // MLA in its absorbed form is multi-query attention over the cached
-    // latent rows: keys are the whole row (latent + RoPE dims), values the
-    // same rows (the first kv_lora_rank outputs are used); the scale is the
-    // query head's (nope + rope dims).
-    k_buf_ = v_buf_ = spec_.kv_latent;
-    attn_head_dim_ = c_.dsa.latent_dim();
-    attn_kv_heads_ = 1;
-    // YaRN (config.cc): the softmax scale times mscale^2, mscale = 1 + 0.1 ln(factor).
-    const double mscale = c_.rope_scaling == RopeScaling::kYarn ? 1.0 + 0.1 * std::log(c_.rope_factor) : 1.0;
-    attn_scale_ = float(mscale * mscale / std::sqrt(double(c_.dsa.qk_head_dim())));
-    index_heads_ = int(c_.dsa.index_heads);
-    index_dims_ = c_.dsa.index_dim;
-    sparse_ = spec_.attention.kind == AttentionKind::kSparse;
-  } else {
-    k_buf_ = spec_.k;
-    v_buf_ = spec_.v;
-    attn_head_dim_ = c_.head_dim;
-    attn_kv_heads_ = c_.n_kv_heads;
-    attn_scale_ = float(1.0 / std::sqrt(double(c_.head_dim)));
-    if (spec_.index_k >= 0) {
-      indexer_ = std::make_unique<Indexer>(c_, spec_.attention.index_dims);
-      index_heads_ = indexer_->n_heads();
-      index_dims_ = indexer_->dims();
-      sparse_ = true;
-    }
+  geo_ = c_.arch().Geometry(c_, spec_);
+  if (geo_.derived_indexer) {
+    indexer_ = std::make_unique<Indexer>(c_, spec_.attention.index_dims);
+    geo_.index_heads = indexer_->n_heads();
+    geo_.index_dims = indexer_->dims();
   }
-  switch (spec_.registry.spec(k_buf_).dtype) {
+  layers_ = c_.arch().MakeLayers(c_);
+  switch (spec_.registry.spec(geo_.k).dtype) {
     case CacheDType::kF16: kv_type_ = kernels::KvType::kF16; break;
     case CacheDType::kBF16: kv_type_ = kernels::KvType::kBF16; break;
     default: kv_type_ = kernels::KvType::kF32; break;
@@ -83,14 +63,14 @@ void ForwardPass::Resize(int n, int64_t max_context) {
     if (v.size() < size) v.resize(size);
   };
   const size_t threads = size_t(pool_.size());
-  fit(x_, size_t(n) * c_.dim);
-  fit(xb_, size_t(n) * c_.dim);
-  fit(q_, size_t(n) * AttnQDim());
-  fit(k_, size_t(n) * c_.kv_dim());
-  fit(v_, size_t(n) * c_.kv_dim());
-  fit(att_, size_t(n) * AttnQDim());
-  fit(hb_, size_t(n) * c_.ffn_dim);
-  fit(hb2_, size_t(n) * c_.ffn_dim);
+  fit(activations_.x, size_t(n) * c_.dim);
+  fit(activations_.xb, size_t(n) * c_.dim);
+  fit(activations_.q, size_t(n) * AttnQDim());
+  fit(activations_.k, size_t(n) * c_.kv_dim());
+  fit(activations_.v, size_t(n) * c_.kv_dim());
+  fit(activations_.att, size_t(n) * AttnQDim());
+  fit(activations_.hb, size_t(n) * c_.ffn_dim);
+  fit(activations_.hb2, size_t(n) * c_.ffn_dim);
   fit(rope_cos_, size_t(n) * c_.rope_dims / 2);
   fit(rope_sin_, size_t(n) * c_.rope_dims / 2);
   // Sparse runs score up to kQueryTile tokens at once, fewer where that many
@@ -101,18 +81,18 @@ void ForwardPass::Resize(int n, int64_t max_context) {
   fit(entries_, size_t(n));
   attn_scratch_per_ = size_t(kernels::AttentionScratchFloats(kQueryTile, AttentionShapeFor(0, int(c_.n_heads))));
   fit(attn_scratch_, threads * attn_scratch_per_);
-  if (sparse_ || c_.is_dsa()) {
-    const size_t dims = size_t(index_dims_);
-    fit(index_keys_, size_t(n) * dims);
-    fit(index_queries_, size_t(n) * dims * size_t(index_heads_));
-    fit(index_weights_, size_t(n) * size_t(index_heads_));
+  if (spec_.index_k >= 0) {
+    const size_t dims = size_t(geo_.index_dims);
+    fit(activations_.index_keys, size_t(n) * dims);
+    fit(activations_.index_queries, size_t(n) * dims * size_t(geo_.index_heads));
+    fit(activations_.index_weights, size_t(n) * size_t(geo_.index_heads));
     fit(key_scratch_, threads * size_t(kernels::IndexerScratchFloats(kQueryTile, int64_t(dims))));
     fit(positions_, threads * size_t(max_context));
     fit(n_positions_, threads);
   }
   if (indexer_) fit(query_means_, size_t(n) * c_.kv_dim());
-  if (c_.is_dsa()) ResizeDsa(n);
   max_context_ = max_context;
+  layers_->Reserve(*this, n);
 }
 
 void ForwardPass::MatMuls(std::span<const MatMulJob> jobs, int n) {
@@ -186,6 +166,8 @@ void ForwardPass::MatMuls(std::span<const MatMulJob> jobs, int n) {
 Status ForwardPass::Run(std::span<const SequenceChunk> batch, PagePool& cache,
                         std::vector<float>* logits) {
   TANDEM_RETURN_IF_ERROR(Validate(batch, cache));
+  batch_ = batch;
+  cache_ = &cache;
   tokens_.clear();
   int64_t max_context = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -200,9 +182,9 @@ Status ForwardPass::Run(std::span<const SequenceChunk> batch, PagePool& cache,
   const int half = int(c_.rope_dims / 2);
   ForTokens(n, c_.dim, [&](int i0, int i1) {
     for (int i = i0; i < i1; ++i) {
-      const SequenceChunk& s = ChunkOf(batch, i);
+      const SequenceChunk& s = ChunkOf(i);
       const int32_t tok = s.tokens[size_t(tokens_[size_t(i)].pos - s.start_pos)];
-      float* row = x_.data() + size_t(i) * c_.dim;
+      float* row = activations_.x.data() + size_t(i) * c_.dim;
       const uint8_t* src = emb.data + size_t(tok) * emb.row_bytes;
       for (int64_t d = 0; d < c_.dim; ++d) row[d] = kernels::WeightAt(emb.type, src, d);
       model_.rope().Angles(tokens_[size_t(i)].pos, rope_cos_.data() + size_t(i) * half,
@@ -211,13 +193,11 @@ Status ForwardPass::Run(std::span<const SequenceChunk> batch, PagePool& cache,
   });
   PlanAttention();
   for (int l = 0; l < int(c_.n_layers); ++l) {
-    if (c_.is_dsa()) {
-      DsaLayer(l, batch, cache);
-    } else {
-      Layer(l, batch, cache);
-    }
+    layers_->Forward(*this, l);
     if (layer_hook_) layer_hook_(l);
   }
+  batch_ = {};
+  cache_ = nullptr;
 
   // Final norm and the output head, only for the tokens whose logits are wanted.
   std::vector<int> wanted;
@@ -228,13 +208,13 @@ Status ForwardPass::Run(std::span<const SequenceChunk> batch, PagePool& cache,
     }
   }
   for (size_t i = 0; i < wanted.size(); ++i) {
-    kernels::RmsNorm(x_.data() + size_t(wanted[i]) * c_.dim, model_.weights().output_norm.data(),
-                     c_.dim, c_.rms_eps, xb_.data() + i * c_.dim);
+    kernels::RmsNorm(activations_.x.data() + size_t(wanted[i]) * c_.dim, model_.weights().output_norm.data(),
+                     c_.dim, c_.rms_eps, activations_.xb.data() + i * c_.dim);
   }
   const size_t base = logits->size();
   logits->resize(base + wanted.size() * size_t(c_.vocab_size));
   const auto& out = model_.weights().output;
-  MatMuls({{&out, xb_.data(), c_.dim, logits->data() + base, c_.vocab_size}}, int(wanted.size()));
+  MatMuls({{&out, activations_.xb.data(), c_.dim, logits->data() + base, c_.vocab_size}}, int(wanted.size()));
   return Status::Ok();
 }
 
@@ -248,87 +228,32 @@ void ForwardPass::ForTokens(int n, int64_t floats, const std::function<void(int,
   });
 }
 
-void ForwardPass::Layer(int l, std::span<const SequenceChunk> batch, PagePool& cache) {
-  const LayerWeights& w = model_.weights().layers[size_t(l)];
-  const int n = int(tokens_.size());
-  const int64_t dim = c_.dim, qd = c_.q_dim(), kvd = c_.kv_dim();
-  ForTokens(n, dim, [&](int i0, int i1) {
-    for (int i = i0; i < i1; ++i) {
-      kernels::RmsNorm(x_.data() + i * dim, w.attn_norm.data(), dim, c_.rms_eps, xb_.data() + i * dim);
-    }
-  });
-  MatMuls({{&w.wq, xb_.data(), dim, q_.data(), qd},
-           {&w.wk, xb_.data(), dim, k_.data(), kvd},
-           {&w.wv, xb_.data(), dim, v_.data(), kvd}},
-          n);
-  const int half = int(c_.rope_dims / 2);
-  ForTokens(n, qd + 2 * kvd, [&](int i0, int i1) {
-    for (int i = i0; i < i1; ++i) {
-      float* q = q_.data() + i * qd;
-      float* k = k_.data() + i * kvd;
-      float* v = v_.data() + i * kvd;
-      if (!w.q_bias.empty()) kernels::Add(q, w.q_bias.data(), qd);
-      if (!w.k_bias.empty()) kernels::Add(k, w.k_bias.data(), kvd);
-      if (!w.v_bias.empty()) kernels::Add(v, w.v_bias.data(), kvd);
-      const float* cs = rope_cos_.data() + size_t(i) * half;
-      const float* sn = rope_sin_.data() + size_t(i) * half;
-      kernels::Rope(q, int(c_.n_heads), int(c_.head_dim), int(c_.rope_dims), cs, sn, c_.rope_neox);
-      kernels::Rope(k, int(c_.n_kv_heads), int(c_.head_dim), int(c_.rope_dims), cs, sn, c_.rope_neox);
-      const SequenceChunk& s = ChunkOf(batch, i);
-      const int64_t pos = tokens_[size_t(i)].pos;
-      StoreKvRow(k, kvd, cache.Rows(spec_.k, l, s.pages).RowBytes(pos));  // each token its own row
-      StoreKvRow(v, kvd, cache.Rows(spec_.v, l, s.pages).RowBytes(pos));
-    }
-  });
-  if (indexer_) WriteIndexKeys(l, batch, cache);
-  Attention(l, batch, cache);
-  MatMuls({{&w.wo, att_.data(), qd, xb_.data(), dim}}, n);
-  ForTokens(n, dim, [&](int i0, int i1) {
-    for (int i = i0; i < i1; ++i) {
-      kernels::Add(x_.data() + i * dim, xb_.data() + i * dim, dim);
-      kernels::RmsNorm(x_.data() + i * dim, w.ffn_norm.data(), dim, c_.rms_eps, xb_.data() + i * dim);
-    }
-  });
-  MatMuls({{&w.w_gate, xb_.data(), dim, hb_.data(), c_.ffn_dim},
-           {&w.w_up, xb_.data(), dim, hb2_.data(), c_.ffn_dim}},
-          n);
-  ForTokens(n, c_.ffn_dim, [&](int i0, int i1) {
-    for (int i = i0; i < i1; ++i) {
-      kernels::SiluMul(hb_.data() + size_t(i) * c_.ffn_dim, hb2_.data() + size_t(i) * c_.ffn_dim, c_.ffn_dim);
-    }
-  });
-  MatMuls({{&w.w_down, hb_.data(), c_.ffn_dim, xb_.data(), dim}}, n);
-  ForTokens(n, dim, [&](int i0, int i1) {
-    for (int i = i0; i < i1; ++i) kernels::Add(x_.data() + i * dim, xb_.data() + i * dim, dim);
-  });
-}
-
 // Index keys go into the index-K buffer (quantized as the registry says);
 // index queries stay in activations for this layer's top-k selection.
-void ForwardPass::WriteIndexKeys(int l, std::span<const SequenceChunk> batch, PagePool& cache) {
+void ForwardPass::DeriveIndexKeys(int l) {
   const int n = int(tokens_.size());
   const int64_t dims = indexer_->dims(), kvd = c_.kv_dim(), hd = c_.head_dim;
   const int heads = indexer_->n_heads();
-  for (int i = 0; i < n; ++i) indexer_->GroupMeans(q_.data() + i * c_.q_dim(), query_means_.data() + i * kvd);
+  for (int i = 0; i < n; ++i) indexer_->GroupMeans(activations_.q.data() + i * c_.q_dim(), query_means_.data() + i * kvd);
   std::vector<MatMulJob> jobs = {
-      {&indexer_->key_projection(), k_.data(), kvd, index_keys_.data(), dims}};
+      {&indexer_->key_projection(), activations_.k.data(), kvd, activations_.index_keys.data(), dims}};
   for (int g = 0; g < heads; ++g) {
     jobs.push_back({&indexer_->query_projection(g), query_means_.data() + g * hd, kvd,
-                    index_queries_.data() + g * dims, dims * heads});
+                    activations_.index_queries.data() + g * dims, dims * heads});
   }
   MatMuls(jobs, n);
-  StoreIndexKeys(l, batch, cache);
+  StoreIndexKeys(l);
 }
 
-// index_keys_ of every token into the index-K buffer, quantized as the registry says.
-void ForwardPass::StoreIndexKeys(int l, std::span<const SequenceChunk> batch, PagePool& cache) {
+// activations_.index_keys of every token into the index-K buffer, quantized as the registry says.
+void ForwardPass::StoreIndexKeys(int l) {
   const int n = int(tokens_.size());
-  const int64_t dims = index_dims_;
+  const int64_t dims = geo_.index_dims;
   const bool fp8 = spec_.attention.index_k_dtype == CacheDType::kFp8E4M3Scaled;
   for (int i = 0; i < n; ++i) {
-    const kernels::PagedRows rows = cache.Rows(spec_.index_k, l, ChunkOf(batch, i).pages);
+    const kernels::PagedRows rows = cache_->Rows(spec_.index_k, l, ChunkOf(i).pages);
     const int64_t pos = tokens_[size_t(i)].pos;
-    const float* key = index_keys_.data() + i * dims;
+    const float* key = activations_.index_keys.data() + i * dims;
     if (fp8) {
       QuantizeFp8Row(key, dims, rows.RowBytes(pos), rows.Scale(pos));
     } else {
@@ -339,19 +264,19 @@ void ForwardPass::StoreIndexKeys(int l, std::span<const SequenceChunk> batch, Pa
 }
 
 kernels::IndexerQueries ForwardPass::IndexQueries(int token, int count) const {
-  const int64_t dims = index_dims_, per_token = dims * index_heads_;
+  const int64_t dims = geo_.index_dims, per_token = dims * geo_.index_heads;
   // The derived indexer's head weights are constants; a DSA model's come per token (indexer.proj).
-  const float* w = indexer_ ? indexer_->head_weights() : index_weights_.data() + size_t(token) * size_t(index_heads_);
-  return {index_queries_.data() + size_t(token) * per_token, per_token, w, indexer_ ? 0 : int64_t(index_heads_),
-          index_heads_, dims, count};
+  const float* w = indexer_ ? indexer_->head_weights() : activations_.index_weights.data() + size_t(token) * size_t(geo_.index_heads);
+  return {activations_.index_queries.data() + size_t(token) * per_token, per_token, w, indexer_ ? 0 : int64_t(geo_.index_heads),
+          geo_.index_heads, dims, count};
 }
 
 float* ForwardPass::IndexerScratch(int thread) {
   return key_scratch_.data() +
-         size_t(thread) * size_t(kernels::IndexerScratchFloats(kQueryTile, index_dims_));
+         size_t(thread) * size_t(kernels::IndexerScratchFloats(kQueryTile, geo_.index_dims));
 }
 
-void ForwardPass::SelectForFewTokens(int l, std::span<const SequenceChunk> batch, PagePool& cache) {
+void ForwardPass::SelectForFewTokens(int l) {
   const int n = int(tokens_.size());
   const int threads = pool_.size();
   const bool fp8 = spec_.attention.index_k_dtype == CacheDType::kFp8E4M3Scaled;
@@ -361,7 +286,7 @@ void ForwardPass::SelectForFewTokens(int l, std::span<const SequenceChunk> batch
       if (context <= spec_.attention.top_k) continue;
       const int64_t per = (context + threads - 1) / threads;
       const int64_t begin = std::min(context, t * per), end = std::min(context, begin + per);
-      kernels::Active().indexer_scores(IndexQueries(i, 1), ReadRows(cache, spec_.index_k, l, ChunkOf(batch, i)),
+      kernels::Active().indexer_scores(IndexQueries(i, 1), ReadRows(*cache_, spec_.index_k, l, ChunkOf(i)),
                                        fp8, begin, end,
                                        scores_.data() + size_t(i) * size_t(max_context_) + begin, 0,
                                        IndexerScratch(t));
@@ -380,28 +305,28 @@ void ForwardPass::SelectForFewTokens(int l, std::span<const SequenceChunk> batch
 // A run of sparse tokens of one sequence: one indexer call scores every
 // position for all of them (each key decoded once for the run), then each
 // token takes its top-k and attends to it.
-void ForwardPass::SparseRun(int l, const AttentionUnit& a, std::span<const SequenceChunk> batch,
-                            PagePool& cache, int thread, float* attn_scratch) {
-  const SequenceChunk& s = ChunkOf(batch, a.token);
+void ForwardPass::SparseRun(int l, const AttentionUnit& a, int thread, float* attn_scratch) {
+  const SequenceChunk& s = ChunkOf(a.token);
   const int64_t stride = max_context_;
   float* scores = scores_.data() + size_t(thread) * size_t(sparse_run_) * size_t(stride);
   int32_t* positions = positions_.data() + size_t(thread) * size_t(stride);
   const int64_t end = entries_[size_t(a.token + a.count - 1)];  // the run's longest context
-  kernels::Active().indexer_scores(IndexQueries(a.token, a.count), ReadRows(cache, spec_.index_k, l, s),
+  kernels::Active().indexer_scores(IndexQueries(a.token, a.count), ReadRows(*cache_, spec_.index_k, l, s),
                                    spec_.attention.index_k_dtype == CacheDType::kFp8E4M3Scaled, 0, end,
                                    scores, stride, IndexerScratch(thread));
-  const kernels::PagedRows k = ReadRows(cache, k_buf_, l, s), v = ReadRows(cache, v_buf_, l, s);
+  const kernels::PagedRows k = ReadRows(*cache_, geo_.k, l, s), v = ReadRows(*cache_, geo_.v, l, s);
   const int64_t qd = AttnQDim();
   for (int j = 0; j < a.count; ++j) {
     const int i = a.token + j;
     const int64_t selected = kernels::SelectTopK(scores + j * stride, entries_[size_t(i)],
                                                  spec_.attention.top_k, positions);
-    const kernels::AttentionQueries query{q_.data() + i * qd, qd, att_.data() + i * qd, qd, &selected, 1};
+    const kernels::AttentionQueries query{activations_.q.data() + i * qd, qd, activations_.att.data() + i * qd, qd, &selected, 1};
     kernels::Attention(query, k, v, positions, AttentionShapeFor(a.head_begin, a.head_end), attn_scratch);
   }
 }
 
-void ForwardPass::StoreKvRow(const float* x, int64_t n, uint8_t* row) const {
+void ForwardPass::StoreKvRow(CacheBufferId b, int l, int i, const float* x, int64_t n) {
+  uint8_t* row = cache_->Rows(b, l, ChunkOf(i).pages).RowBytes(tokens_[size_t(i)].pos);
   auto* h = reinterpret_cast<uint16_t*>(row);
   switch (kv_type_) {
     case kernels::KvType::kF32: std::memcpy(row, x, size_t(n) * 4); break;
@@ -411,7 +336,7 @@ void ForwardPass::StoreKvRow(const float* x, int64_t n, uint8_t* row) const {
 }
 
 kernels::AttentionShape ForwardPass::AttentionShapeFor(int head_begin, int head_end) const {
-  return {int(c_.n_heads), int(attn_kv_heads_), int(attn_head_dim_), attn_scale_, head_begin, head_end, kv_type_};
+  return {int(c_.n_heads), int(geo_.kv_heads), int(geo_.head_dim), geo_.scale, head_begin, head_end, kv_type_};
 }
 
 // The units of attention work of one Run (the same for every layer). With
@@ -422,9 +347,9 @@ kernels::AttentionShape ForwardPass::AttentionShapeFor(int head_begin, int head_
 // list is a unit alone. Largest first, so the causal triangle balances.
 void ForwardPass::PlanAttention() {
   const int n = int(tokens_.size());
-  const int heads = int(c_.n_heads), group = int(c_.n_heads / attn_kv_heads_);
+  const int heads = int(c_.n_heads), group = int(c_.n_heads / geo_.kv_heads);
   const int threads = pool_.size();
-  const int64_t top_k = sparse_ ? spec_.attention.top_k : INT64_MAX;
+  const int64_t top_k = geo_.sparse ? spec_.attention.top_k : INT64_MAX;
   units_.clear();
   for (int i = 0; i < n; ++i) entries_[size_t(i)] = tokens_[size_t(i)].pos + 1;
   if (n < threads) {
@@ -438,7 +363,7 @@ void ForwardPass::PlanAttention() {
   } else {
     // Costs in (entry x KV-head group) units: a sparse token attends to top_k
     // entries with every group and scores its whole context per index head.
-    const int64_t groups = heads / group, index_heads = sparse_ ? index_heads_ : 0;
+    const int64_t groups = heads / group, index_heads = geo_.sparse ? geo_.index_heads : 0;
     for (int i = 0; i < n;) {
       // A run of up to kQueryTile consecutive tokens of one chunk, all dense or all sparse.
       const bool sparse = entries_[size_t(i)] > top_k;
@@ -465,32 +390,32 @@ void ForwardPass::PlanAttention() {
 // Threads take units in order as they finish the previous one; every unit
 // writes its own outputs and the kernels' order does not depend on the
 // split, so the result never depends on who ran what.
-void ForwardPass::Attention(int l, std::span<const SequenceChunk> batch, PagePool& cache) {
+void ForwardPass::Attention(int l) {
   const int64_t qd = AttnQDim();
   const int threads = pool_.size();
   const bool few = int(tokens_.size()) < threads;
   // Few tokens (decode): score each token's positions with all threads and
   // select its top-k before the heads are split.
-  if (sparse_ && few) SelectForFewTokens(l, batch, cache);
+  if (geo_.sparse && few) SelectForFewTokens(l);
   std::atomic<size_t> next{0};
   pool_.ParallelFor(threads, [&](int t) {
     float* scratch = attn_scratch_.data() + size_t(t) * attn_scratch_per_;
     for (size_t u = next.fetch_add(1); u < units_.size(); u = next.fetch_add(1)) {
       const AttentionUnit& a = units_[u];
       if (a.sparse && !few) {
-        SparseRun(l, a, batch, cache, t, scratch);
+        SparseRun(l, a, t, scratch);
         continue;
       }
-      const SequenceChunk& s = ChunkOf(batch, a.token);
+      const SequenceChunk& s = ChunkOf(a.token);
       const int32_t* positions = nullptr;
       const int64_t* n_entries = entries_.data() + a.token;
       if (a.sparse) {  // few tokens: selected before the heads were split
         positions = positions_.data() + size_t(a.token) * size_t(max_context_);
         n_entries = n_positions_.data() + a.token;
       }
-      const kernels::AttentionQueries queries{q_.data() + a.token * qd, qd, att_.data() + a.token * qd,
+      const kernels::AttentionQueries queries{activations_.q.data() + a.token * qd, qd, activations_.att.data() + a.token * qd,
                                               qd, n_entries, a.count};
-      kernels::Attention(queries, ReadRows(cache, k_buf_, l, s), ReadRows(cache, v_buf_, l, s),
+      kernels::Attention(queries, ReadRows(*cache_, geo_.k, l, s), ReadRows(*cache_, geo_.v, l, s),
                          positions, AttentionShapeFor(a.head_begin, a.head_end), scratch);
     }
   });

@@ -1,6 +1,6 @@
-// The forward pass over a ragged batch and the paged cache: the llama family
-// here, deepseek32 (MLA over the latent, the model's lightning indexer,
-// experts) in forward_dsa.cc on the same batching, cache and attention.
+// The forward pass over a ragged batch and the paged cache: the batching,
+// embeddings, matmuls, cache rows, attention and output head every
+// architecture shares; each architecture's layer (model/arch/) runs on them.
 //
 // One Run() takes any mix of sequences: prompt chunks and single decode
 // tokens, each with its own start position and page table. Every token's
@@ -29,6 +29,7 @@
 #include "common/aligned.h"
 #include "common/thread_pool.h"
 #include "kernels/quant_dot.h"
+#include "model/arch/architecture.h"
 #include "model/cache_spec.h"
 #include "model/indexer.h"
 #include "model/model.h"
@@ -61,10 +62,13 @@ class ForwardPass {
   // out from here). Runs on the calling thread.
   void SetLayerHook(std::function<void(int layer)> hook) { layer_hook_ = std::move(hook); }
 
- private:
-  struct TokenRef {
-    int chunk;
-    int64_t pos;
+  // ---- What an architecture's layer (model/arch/) runs on, during Run. ----
+  // Activations, [tokens x width] each, cache-line aligned (the matmul
+  // kernels' 64-byte loads of them); reused across calls. x is the residual
+  // stream; the layer's results go back into it.
+  struct Activations {
+    AlignedFloats x, xb, q, k, v, att, hb, hb2;
+    AlignedFloats index_keys, index_queries, index_weights;  // the indexer's, under sparse attention
   };
   struct MatMulJob {
     const kernels::WeightMatrix* w;
@@ -73,6 +77,37 @@ class ForwardPass {
     float* y;
     int64_t y_stride;
   };
+  const Model& model() const { return model_; }
+  const AttentionGeometry& geometry() const { return geo_; }
+  Activations& acts() { return activations_; }
+  int tokens() const { return int(tokens_.size()); }
+  // Token i's RoPE angles (rope_dims / 2 each).
+  const float* rope_cos(int i) const { return rope_cos_.data() + size_t(i) * size_t(c_.rope_dims / 2); }
+  const float* rope_sin(int i) const { return rope_sin_.data() + size_t(i) * size_t(c_.rope_dims / 2); }
+  // Several matmuls in one parallel region (one barrier); each output element
+  // is computed whole by one thread, so the split never changes a result.
+  void MatMuls(std::span<const MatMulJob> jobs, int n);
+  void MatMuls(std::initializer_list<MatMulJob> jobs, int n) { MatMuls(std::span<const MatMulJob>(jobs.begin(), jobs.size()), n); }
+  // fn(i0, i1) over the tokens [0, n) in ranges, across the pool when each
+  // token's element-wise work (`floats` values) times n is worth a round of
+  // it (a prompt chunk), else on this thread (decode). Each token's values
+  // depend on that token alone, so the split never moves a bit.
+  void ForTokens(int n, int64_t floats, const std::function<void(int, int)>& fn);
+  // Token i's row of buffer b (K, V or latent: the K/V dtype) in layer l.
+  void StoreKvRow(CacheBufferId b, int l, int i, const float* x, int64_t n);
+  // acts().index_keys of every token into the index-K buffer, quantized as the registry says.
+  void StoreIndexKeys(int l);
+  // The derived indexer's keys and queries from acts().q and k (geometry().derived_indexer).
+  void DeriveIndexKeys(int l);
+  // Attention of every token over its cached context in layer l: acts().q in,
+  // acts().att out, as geometry() says.
+  void Attention(int l);
+
+ private:
+  struct TokenRef {
+    int chunk;
+    int64_t pos;
+  };
   Status Validate(std::span<const SequenceChunk> batch, const PagePool& cache) const;
   // The only way this pass reads cached rows: waits on the sequence's gate for
   // the layer first (writes of new tokens go to pages no load touches).
@@ -80,19 +115,6 @@ class ForwardPass {
     if (s.gates != nullptr) s.gates->Wait(l);
     return cache.Rows(b, l, s.pages);
   }
-  // Several matmuls in one parallel region (one barrier); each output element
-  // is computed whole by one thread, so the split never changes a result.
-  void MatMuls(std::span<const MatMulJob> jobs, int n);
-  void MatMuls(std::initializer_list<MatMulJob> jobs, int n) { MatMuls(std::span<const MatMulJob>(jobs.begin(), jobs.size()), n); }
-  void Layer(int l, std::span<const SequenceChunk> batch, PagePool& cache);
-  void WriteIndexKeys(int l, std::span<const SequenceChunk> batch, PagePool& cache);
-  void StoreIndexKeys(int l, std::span<const SequenceChunk> batch, PagePool& cache);
-  // deepseek32 (forward_dsa.cc): MLA over the latent, the model's indexer, experts.
-  void DsaLayer(int l, std::span<const SequenceChunk> batch, PagePool& cache);
-  void DsaIndexer(const DsaLayerWeights& w, int n);
-  void DsaExperts(const DsaLayerWeights& w, int n);
-  void ResizeDsa(int n);
-  int64_t AttnQDim() const { return c_.n_heads * attn_head_dim_; }
   // One piece of attention work: `count` consecutive tokens from `token`
   // (query heads [head_begin, head_end)), dense, or one token over its top-k.
   struct AttentionUnit {
@@ -105,53 +127,33 @@ class ForwardPass {
   static constexpr int kQueryTile = 32;  // dense query tokens per attention unit
   static constexpr int64_t kMaxScoresBytes = int64_t(64) << 20;  // sparse runs' score rows, all threads
   int sparse_run_ = kQueryTile;          // sparse query tokens per run (Resize)
-  // fn(i0, i1) over the tokens [0, n) in ranges, across the pool when each
-  // token's element-wise work (`floats` values) times n is worth a round of
-  // it (a prompt chunk), else on this thread (decode). Each token's values
-  // depend on that token alone, so the split never moves a bit.
-  void ForTokens(int n, int64_t floats, const std::function<void(int, int)>& fn);
+  int64_t AttnQDim() const { return c_.n_heads * geo_.head_dim; }
   void PlanAttention();
-  void Attention(int l, std::span<const SequenceChunk> batch, PagePool& cache);
   kernels::AttentionShape AttentionShapeFor(int head_begin, int head_end) const;
-  void StoreKvRow(const float* x, int64_t n, uint8_t* row) const;
-  void SelectForFewTokens(int l, std::span<const SequenceChunk> batch, PagePool& cache);
-  void SparseRun(int l, const AttentionUnit& a, std::span<const SequenceChunk> batch, PagePool& cache,
-                 int thread, float* attn_scratch);
+  void SelectForFewTokens(int l);
+  void SparseRun(int l, const AttentionUnit& a, int thread, float* attn_scratch);
   // The indexer queries of tokens [token, token + count).
   kernels::IndexerQueries IndexQueries(int token, int count) const;
   float* IndexerScratch(int thread);
   void Resize(int n_tokens, int64_t max_context);
-  const SequenceChunk& ChunkOf(std::span<const SequenceChunk> batch, int i) const {
-    return batch[size_t(tokens_[size_t(i)].chunk)];
-  }
+  const SequenceChunk& ChunkOf(int i) const { return batch_[size_t(tokens_[size_t(i)].chunk)]; }
 
   const Model& model_;
   const ModelConfig& c_;
   const CacheSpec spec_;
   ThreadPool& pool_;
-  std::unique_ptr<Indexer> indexer_;  // llama family, sparse attention only (derived from Q/K)
-  // What attention reads: llama K and V, or for deepseek32 the latent rows as both.
-  CacheBufferId k_buf_ = -1, v_buf_ = -1;
-  int64_t attn_head_dim_ = 0, attn_kv_heads_ = 0;
-  float attn_scale_ = 0;
-  bool sparse_ = false;  // queries past top_k attend to their indexer top-k
-  int index_heads_ = 0;
-  int64_t index_dims_ = 0;
+  AttentionGeometry geo_;
+  std::unique_ptr<ArchLayers> layers_;
+  std::unique_ptr<Indexer> indexer_;  // geo_.derived_indexer only (model/indexer.h)
   std::string layout_fingerprint_;
   std::function<void(int)> layer_hook_;
   std::vector<TokenRef> tokens_;
   int64_t max_context_ = 0;
-  // Activations, [n_tokens x width] each, cache-line aligned (the matmul
-  // kernels' 64-byte loads of them); reused across calls.
-  AlignedFloats x_, xb_, q_, k_, v_, att_, hb_, hb2_, rope_cos_, rope_sin_;
-  AlignedFloats index_keys_, index_queries_, index_weights_, query_means_;
-  // deepseek32 activations: q latent (before and after its norm), the
-  // compressed KV (before and after), full queries, per-head values, the
-  // router's logits and the experts' inputs and outputs.
-  AlignedFloats qa_, qr_, kv_, kvn_, qfull_, vals_, router_, moe_x_, moe_h_, moe_h2_, moe_y_, slot_out_, ffn_out_;
-  std::vector<int32_t> slot_expert_;  // [token x experts used]: the expert of each slot, ascending
-  std::vector<float> slot_weight_;
-  std::vector<int64_t> routed_;       // slots (token x used + slot) of one expert (DsaExperts' scratch)
+  // The batch and cache of the Run in progress.
+  std::span<const SequenceChunk> batch_;
+  PagePool* cache_ = nullptr;
+  Activations activations_;
+  AlignedFloats rope_cos_, rope_sin_, query_means_;
   // Scratch [threads x ...]: scores of kQueryTile tokens and the selected
   // positions of one per thread (or per token, when fewer tokens than
   // threads), and the indexer kernel's scratch per thread.

@@ -9,7 +9,7 @@
 
 #include "common/half.h"
 #include "model/default_vocab.h"
-#include "model/dsa_config.h"
+#include "model/arch/deepseek32_config.h"
 #include "model/quantize.h"
 
 namespace tandem {
@@ -241,13 +241,15 @@ StatusOr<GgufWriter> BuildRandomDsaModel(const ModelPreset& p, MatrixTypes types
 
 StatusOr<GgufWriter> BuildRandomModel(const ModelPreset& p, MatrixTypes types, uint64_t seed,
                                       const std::string& a) {
-  if (p.is_dsa()) {
+  if (p.architecture() == "deepseek32") {
     if (a != "llama" && a != "deepseek32") {
       return InvalidArgument("preset '" + p.name + "' is a deepseek32 model, not " + a);
     }
     return BuildRandomDsaModel(p, types, seed);
   }
-  if (a != "llama" && a != "qwen2") return InvalidArgument("mkmodel architecture must be llama or qwen2");
+  if (a != "llama" && a != "qwen2" && a != "qwen3") {
+    return InvalidArgument("mkmodel architecture must be llama, qwen2 or qwen3, not '" + a + "'");
+  }
   GgufWriter w;
   w.SetString("general.architecture", a);
   w.SetString("general.name", "tandem-" + p.name);
@@ -260,6 +262,10 @@ StatusOr<GgufWriter> BuildRandomModel(const ModelPreset& p, MatrixTypes types, u
   w.SetFloat32(a + ".attention.layer_norm_rms_epsilon", 1e-5f);
   w.SetFloat32(a + ".rope.freq_base", 10000.0f);
   w.SetUint32(a + ".rope.dimension_count", uint32_t(p.dim / p.n_heads));
+  if (a == "qwen3") {
+    w.SetUint32(a + ".attention.key_length", uint32_t(p.dim / p.n_heads));
+    w.SetUint32(a + ".attention.value_length", uint32_t(p.dim / p.n_heads));
+  }
   w.SetUint32(a + ".vocab_size", uint32_t(p.vocab_size));
   WriteDefaultTokenizer(BuildDefaultVocab(int32_t(p.vocab_size)), w);
   w.SetBool("tokenizer.ggml.add_bos_token", true);
@@ -292,6 +298,13 @@ StatusOr<GgufWriter> BuildRandomModel(const ModelPreset& p, MatrixTypes types, u
       TANDEM_RETURN_IF_ERROR(add(b + "attn_q.bias", p.n_heads * hd, 1, 0.1f, TensorType::kF32));
       TANDEM_RETURN_IF_ERROR(add(b + "attn_k.bias", kv, 1, 0.1f, TensorType::kF32));
       TANDEM_RETURN_IF_ERROR(add(b + "attn_v.bias", kv, 1, 0.1f, TensorType::kF32));
+    }
+    if (a == "qwen3") {  // per-head norms near 1, each dimension its own weight
+      for (const char* norm : {"attn_q_norm.weight", "attn_k_norm.weight"}) {
+        std::vector<float> v = RandomValues(seed, b + norm, size_t(hd), 0.2f);
+        for (float& x : v) x += 1.0f;
+        TANDEM_RETURN_IF_ERROR(w.AddTensor(b + norm, TensorType::kF32, {uint64_t(hd)}, EncodeTensor(v, TensorType::kF32)));
+      }
     }
     TANDEM_RETURN_IF_ERROR(add(b + "attn_output.weight", p.n_heads * hd, p.dim, s, type));
     TANDEM_RETURN_IF_ERROR(add(b + "ffn_gate.weight", p.dim, p.ffn_dim, s, type));

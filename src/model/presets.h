@@ -13,7 +13,7 @@
 
 namespace tandem {
 
-// A deepseek32 preset's MLA, indexer and expert shape (model/dsa_config.h).
+// A deepseek32 preset's MLA, indexer and expert shape (model/arch/deepseek32_config.h).
 struct DsaShape {
   int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope_dim = 0, qk_rope_dim = 0, v_head_dim = 0;
   int64_t index_heads = 0, index_dim = 0, index_top_k = 0;
@@ -27,7 +27,8 @@ struct ModelPreset {
   int64_t dim, n_layers, n_heads, n_kv_heads, ffn_dim, vocab_size, context_length;
   DsaShape dsa = {};  // kv_lora_rank > 0: a deepseek32 preset
 
-  bool is_dsa() const { return dsa.kv_lora_rank > 0; }
+  // What BuildRandomModel writes it as by default: deepseek32 with an MLA shape, else llama.
+  std::string architecture() const { return dsa.kv_lora_rank > 0 ? "deepseek32" : "llama"; }
 };
 
 const std::vector<ModelPreset>& ModelPresets();
@@ -65,9 +66,10 @@ inline constexpr const char* kPresetChatTemplate =
     "{%- endfor -%}\n"
     "{%- if ns.system -%}{{- bos_token + '[INST] <<SYS>>\\n' + ns.system + '\\n<</SYS>>\\n\\n [/INST]' -}}{%- endif -%}\n";
 
-// Matrices in `type`; norms always F32. architecture: "llama" or "qwen2"
-// (qwen2 adds Q/K/V biases and uses NeoX RoPE ordering); a deepseek32 preset
-// is always deepseek32 ("llama", the default, is taken to mean that).
+// Matrices in `type`; norms always F32. architecture: "llama", "qwen2"
+// (adds Q/K/V biases and uses NeoX RoPE ordering) or "qwen3" (NeoX RoPE,
+// per-head Q and K norms); a deepseek32 preset is always deepseek32
+// ("llama", the default, is taken to mean that).
 StatusOr<GgufWriter> BuildRandomModel(const ModelPreset& preset, MatrixTypes types, uint64_t seed,
                                       const std::string& architecture = "llama");
 inline StatusOr<GgufWriter> BuildRandomModel(const ModelPreset& preset, TensorType type, uint64_t seed,

@@ -24,8 +24,8 @@ RopeTable::RopeTable(const ModelConfig& c) : rot_dims_(int(c.rope_dims)) {
     low = std::max(0.0, std::floor(CorrectionDim(rot_dims_, orig, c.yarn_beta_fast, c.rope_theta)));
     high = std::min(double(rot_dims_ - 1),
                     std::ceil(CorrectionDim(rot_dims_, orig, c.yarn_beta_slow, c.rope_theta)));
-    // deepseek32 scales attention instead (forward.cc); its rotation keeps magnitude 1.
-    mscale_ = c.is_dsa() ? 1.0 : 1.0 + 0.1 * std::log(c.rope_factor);
+    // Where the attention scale takes the correction (deepseek32), the rotation keeps magnitude 1.
+    mscale_ = c.yarn_scales_attention ? 1.0 : 1.0 + 0.1 * std::log(c.rope_factor);
   }
   for (int i = 0; i < half; ++i) {
     const double base_freq = std::pow(c.rope_theta, -2.0 * i / rot_dims_);

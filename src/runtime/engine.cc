@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "model/arch/architecture.h"
 #include "model/numerics.h"
 #include "model/tokenizer.h"
 #include "runtime/stop_strings.h"
@@ -30,12 +31,9 @@ StatusOr<CacheSpec> CheckOptions(const Model& model, const EngineOptions& option
                            "grammar-work-per-step >= 1; grammar-time-share in (0, 100]; cache >= one page)");
   }
   TANDEM_ASSIGN_OR_RETURN(CacheSpec spec, MakeCacheSpec(model.config(), options.attention));
-  if (const ModelConfig& c = model.config();
-      c.is_dsa() && (spec.attention.kind != AttentionKind::kSparse || spec.attention.top_k != c.dsa.index_top_k)) {
-    TLOG_WARN("%s is a deepseek32 model trained with sparse attention over its indexer's top %lld positions; this "
-              "engine runs %s (pass --attention sparse --topk %lld for the model's own computation)\n",
-              c.name.c_str(), (long long)c.dsa.index_top_k, AttentionFingerprint(spec.attention).c_str(),
-              (long long)c.dsa.index_top_k);
+  if (const std::string advice = model.config().arch().AttentionAdvice(model.config(), spec.attention);
+      !advice.empty()) {
+    TLOG_WARN("%s\n", advice.c_str());
   }
   return spec;
 }

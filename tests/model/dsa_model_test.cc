@@ -21,6 +21,7 @@
 #include <tuple>
 
 #include "cache/layout.h"
+#include "model/arch/deepseek32.h"
 #include "model/cache_spec.h"
 #include "model/model.h"
 #include "model/presets.h"
@@ -69,7 +70,7 @@ TEST(DsaModel, PresetsLoadWithEveryFieldAndTensorInPlace) {
     auto m = Build("dsa-tiny", type);
     ASSERT_TRUE(m.ok()) << type << ": " << m.status().message();
     const ModelConfig& c = (**m)->config();
-    ASSERT_TRUE(c.is_dsa());
+    ASSERT_EQ(c.architecture, "deepseek32");
     const ModelPreset p = *FindPreset("dsa-tiny");
     EXPECT_EQ(c.n_layers, p.n_layers);
     EXPECT_EQ(c.n_heads, p.n_heads);
@@ -87,12 +88,13 @@ TEST(DsaModel, PresetsLoadWithEveryFieldAndTensorInPlace) {
     EXPECT_TRUE(c.dsa.expert_weights_norm);
     EXPECT_DOUBLE_EQ(c.dsa.expert_weights_scale, 2.5);
     const ModelWeights& w = (**m)->weights();
-    ASSERT_EQ(w.dsa_layers.size(), size_t(c.n_layers));
-    EXPECT_TRUE(w.layers.empty());
-    const DsaLayerWeights& dense = w.dsa_layers[0];
+    const auto* dsa = dynamic_cast<const DsaWeights*>(w.layers.get());
+    ASSERT_NE(dsa, nullptr);
+    ASSERT_EQ(dsa->layers.size(), size_t(c.n_layers));
+    const DsaLayerWeights& dense = dsa->layers[0];
     EXPECT_EQ(dense.w_down.rows, c.dim);
     EXPECT_TRUE(dense.gate_exps.empty());
-    const DsaLayerWeights& moe = w.dsa_layers[1];
+    const DsaLayerWeights& moe = dsa->layers[1];
     ASSERT_EQ(moe.wk_b.size(), size_t(c.n_heads));
     EXPECT_EQ(moe.wk_b[1].rows, 512);
     EXPECT_EQ(moe.wk_b[1].cols, p.dsa.qk_nope_dim);

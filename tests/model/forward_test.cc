@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "kernels/cpu.h"
+#include "model/arch/llama.h"
 #include "support/paths.h"
 #include "support/reference_model.h"
 #include "support/test_models.h"
@@ -90,7 +91,24 @@ TEST(ForwardReference, KQuantMixAndLegacyQuantsMatchTheReference) {
 TEST(ForwardReference, Qwen2ShapeWithBiasesAndNeoxRope) {
   auto m = MakePresetModel("tiny", TensorType::kF16, 7, "qwen2");
   ASSERT_TRUE(m->model->config().rope_neox);
-  ASSERT_FALSE(m->model->weights().layers[0].q_bias.empty());
+  const auto* layers = dynamic_cast<const LlamaWeights*>(m->model->weights().layers.get());
+  ASSERT_NE(layers, nullptr);
+  ASSERT_FALSE(layers->layers[0].q_bias.empty());
+  ExpectMatchesReference(*m->model, 40, 1e-5);
+}
+
+// The second architecture through model/arch/'s door (qwen3.cc): per-head
+// Q and K norms (weights near 1, not 1) before NeoX RoPE, against the
+// reference's own QK-norm; a pass that skipped the norms would miss by far
+// more than the bound.
+TEST(ForwardReference, Qwen3QkNormAndNeoxRope) {
+  auto m = MakePresetModel("tiny", TensorType::kF32, 7, "qwen3");
+  ASSERT_EQ(m->model->config().architecture, "qwen3");
+  ASSERT_TRUE(m->model->config().rope_neox);
+  const auto* layers = dynamic_cast<const LlamaWeights*>(m->model->weights().layers.get());
+  ASSERT_NE(layers, nullptr);
+  ASSERT_EQ(layers->layers[0].q_norm.size(), size_t(m->model->config().head_dim));
+  ASSERT_TRUE(layers->layers[0].q_bias.empty());
   ExpectMatchesReference(*m->model, 40, 1e-5);
 }
 

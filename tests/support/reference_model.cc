@@ -108,12 +108,12 @@ ReferenceModel::ReferenceModel(const GgufFile& g) : g_(g) {
   layers_ = int64_t(*g.GetUint(arch_ + ".block_count"));
   heads_ = int64_t(*g.GetUint(arch_ + ".attention.head_count"));
   kv_heads_ = int64_t(g.GetUintOr(arch_ + ".attention.head_count_kv", uint64_t(heads_)));
-  head_dim_ = dim_ / heads_;
+  head_dim_ = int64_t(g.GetUintOr(arch_ + ".attention.key_length", uint64_t(dim_ / heads_)));
   ffn_ = int64_t(*g.GetUint(arch_ + ".feed_forward_length"));
   vocab_ = int64_t(g.FindTensor("token_embd.weight")->dims[1]);
   eps_ = g.GetFloatOr(arch_ + ".attention.layer_norm_rms_epsilon", 1e-5);
   theta_ = g.GetFloatOr(arch_ + ".rope.freq_base", 10000.0);
-  neox_ = arch_ == "qwen2";
+  neox_ = arch_ == "qwen2" || arch_ == "qwen3";
   if (g.GetStringOr(arch_ + ".rope.scaling.type", "none") == "linear") {
     linear_scale_ = g.GetFloatOr(arch_ + ".rope.scaling.factor", 1.0);
   }
@@ -158,6 +158,18 @@ std::vector<double> ReferenceModel::Forward(const std::vector<int32_t>& tokens) 
         const auto bq = Tensor(p + "attn_q.bias"), bk = Tensor(p + "attn_k.bias"), bv = Tensor(p + "attn_v.bias");
         for (size_t i = 0; i < bq.size(); ++i) q[t][i] += bq[i];
         for (size_t i = 0; i < bk.size(); ++i) k[t][i] += bk[i], v[t][i] += bv[i];
+      }
+      if (g_.FindTensor(p + "attn_q_norm.weight")) {  // qwen3: each head RMS-normed before RoPE
+        const auto qn = Tensor(p + "attn_q_norm.weight"), kn = Tensor(p + "attn_k_norm.weight");
+        auto norm_heads = [&](std::vector<double>& v, int64_t n_heads, const std::vector<double>& w) {
+          for (int64_t h = 0; h < n_heads; ++h) {
+            std::vector<double> head(v.begin() + h * head_dim_, v.begin() + (h + 1) * head_dim_), out;
+            RmsNorm(head, w, eps_, out);
+            std::copy(out.begin(), out.end(), v.begin() + h * head_dim_);
+          }
+        };
+        norm_heads(q[t], heads_, qn);
+        norm_heads(k[t], kv_heads_, kn);
       }
       rope(q[t], heads_, t);
       rope(k[t], kv_heads_, t);

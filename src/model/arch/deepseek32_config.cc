@@ -1,4 +1,4 @@
-#include "model/dsa_config.h"
+#include "model/arch/deepseek32_config.h"
 
 #include <algorithm>
 

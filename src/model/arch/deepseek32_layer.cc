@@ -1,4 +1,4 @@
-// The deepseek32 layer (model/dsa_config.h), on ForwardPass's batch, cache
+// The deepseek32 layer (model/arch/deepseek32_config.h), on ForwardPass's batch, cache
 // and attention machinery. Every step is per token or a canonical matmul, so
 // a token's bits do not depend on the batch or the chunking (invariant 5):
 //
@@ -17,7 +17,9 @@
 #include <cstring>
 
 #include "kernels/ops.h"
+#include "model/arch/deepseek32.h"
 #include "model/forward.h"
+#include "model/model.h"
 
 namespace tandem {
 namespace {
@@ -60,9 +62,29 @@ std::vector<int32_t> Best(const float* v, const std::vector<int32_t>& among, int
   return order;
 }
 
-}  // namespace
+using MatMulJob = ForwardPass::MatMulJob;
 
-void ForwardPass::ResizeDsa(int n) {
+class Deepseek32Layers : public ArchLayers {
+ public:
+  explicit Deepseek32Layers(const ModelConfig& c) : c_(c) {}
+  void Reserve(ForwardPass& pass, int n) override;
+  void Forward(ForwardPass& pass, int l) override;
+
+ private:
+  void Indexer(ForwardPass& pass, const DsaLayerWeights& w, int n);
+  void Experts(ForwardPass& pass, const DsaLayerWeights& w, int n);
+
+  const ModelConfig& c_;
+  // The q latent (before and after its norm), the compressed KV (before and
+  // after), full queries, per-head values, the router's logits and the
+  // experts' inputs and outputs; [tokens x width] each.
+  AlignedFloats qa_, qr_, kv_, kvn_, qfull_, vals_, router_, moe_x_, moe_h_, moe_h2_, moe_y_, slot_out_, ffn_out_;
+  std::vector<int32_t> slot_expert_;  // [token x experts used]: the expert of each slot, ascending
+  std::vector<float> slot_weight_;
+  std::vector<int64_t> routed_;       // slots (token x used + slot) of one expert (Experts' scratch)
+};
+
+void Deepseek32Layers::Reserve(ForwardPass& pass, int n) {
   const DsaConfig& d = c_.dsa;
   const size_t t = size_t(n);
   auto fit = [](AlignedFloats& v, size_t size) {
@@ -76,8 +98,8 @@ void ForwardPass::ResizeDsa(int n) {
   fit(vals_, t * size_t(c_.n_heads * d.v_head_dim));
   fit(router_, t * size_t(d.n_experts));
   const size_t ffn = size_t(std::max({c_.ffn_dim, d.expert_ffn_dim * d.n_shared_experts, d.expert_ffn_dim}));
-  fit(hb_, t * ffn);
-  fit(hb2_, t * ffn);
+  fit(pass.acts().hb, t * ffn);
+  fit(pass.acts().hb2, t * ffn);
   fit(moe_x_, t * size_t(c_.dim));
   fit(moe_h_, t * size_t(d.expert_ffn_dim));
   fit(moe_h2_, t * size_t(d.expert_ffn_dim));
@@ -88,20 +110,21 @@ void ForwardPass::ResizeDsa(int n) {
   slot_weight_.resize(t * size_t(d.n_experts_used));
 }
 
-void ForwardPass::DsaLayer(int l, std::span<const SequenceChunk> batch, PagePool& cache) {
-  const DsaLayerWeights& w = model_.weights().dsa_layers[size_t(l)];
+void Deepseek32Layers::Forward(ForwardPass& pass, int l) {
+  const DsaLayerWeights& w = static_cast<const DsaWeights&>(*pass.model().weights().layers).layers[size_t(l)];
+  ForwardPass::Activations& a = pass.acts();
+  const int64_t index_heads = pass.geometry().index_heads, index_dims = pass.geometry().index_dims;
   const DsaConfig& d = c_.dsa;
-  const int n = int(tokens_.size());
+  const int n = pass.tokens();
   const int64_t dim = c_.dim, heads = c_.n_heads, qk = d.qk_head_dim(), nope = d.qk_nope_dim;
   const int64_t rope = d.qk_rope_dim, lat = d.latent_dim(), kvr = d.kv_lora_rank, ql = d.q_lora_rank;
-  const int half = int(rope / 2);
   for (int i = 0; i < n; ++i) {
-    kernels::RmsNorm(x_.data() + i * dim, w.attn_norm.data(), dim, c_.rms_eps, xb_.data() + i * dim);
+    kernels::RmsNorm(a.x.data() + i * dim, w.attn_norm.data(), dim, c_.rms_eps, a.xb.data() + i * dim);
   }
-  MatMuls({{&w.wq_a, xb_.data(), dim, qa_.data(), ql},
-           {&w.wkv_a, xb_.data(), dim, kv_.data(), lat},
-           {&w.index_k, xb_.data(), dim, index_keys_.data(), index_dims_},
-           {&w.index_proj, xb_.data(), dim, index_weights_.data(), index_heads_}},
+  pass.MatMuls({{&w.wq_a, a.xb.data(), dim, qa_.data(), ql},
+           {&w.wkv_a, a.xb.data(), dim, kv_.data(), lat},
+           {&w.index_k, a.xb.data(), dim, a.index_keys.data(), index_dims},
+           {&w.index_proj, a.xb.data(), dim, a.index_weights.data(), index_heads}},
           n);
   for (int i = 0; i < n; ++i) {
     kernels::RmsNorm(qa_.data() + i * ql, w.q_a_norm.data(), ql, c_.rms_eps, qr_.data() + i * ql);
@@ -109,86 +132,88 @@ void ForwardPass::DsaLayer(int l, std::span<const SequenceChunk> batch, PagePool
     float* row = kvn_.data() + i * lat;
     kernels::RmsNorm(kv_.data() + i * lat, w.kv_a_norm.data(), kvr, c_.rms_eps, row);
     std::memcpy(row + kvr, kv_.data() + i * lat + kvr, size_t(rope) * 4);
-    kernels::Rope(row + kvr, 1, int(rope), int(rope), rope_cos_.data() + size_t(i) * half,
-                  rope_sin_.data() + size_t(i) * half, false);
+    kernels::Rope(row + kvr, 1, int(rope), int(rope), pass.rope_cos(i),
+                  pass.rope_sin(i), false);
   }
-  MatMuls({{&w.wq_b, qr_.data(), ql, qfull_.data(), heads * qk},
-           {&w.index_q_b, qr_.data(), ql, index_queries_.data(), index_heads_ * index_dims_}},
+  pass.MatMuls({{&w.wq_b, qr_.data(), ql, qfull_.data(), heads * qk},
+           {&w.index_q_b, qr_.data(), ql, a.index_queries.data(), index_heads * index_dims}},
           n);
   for (int i = 0; i < n; ++i) {
     kernels::Rope(qfull_.data() + i * heads * qk + nope, int(heads), int(qk), int(rope),
-                  rope_cos_.data() + size_t(i) * half, rope_sin_.data() + size_t(i) * half, false);
+                  pass.rope_cos(i), pass.rope_sin(i), false);
   }
-  DsaIndexer(w, n);
+  Indexer(pass, w, n);
   // Absorbed queries: [attn_k_b(h) q_nope(h) | q_pe(h)] per head, over the latent row.
   std::vector<MatMulJob> absorb;
   for (int64_t h = 0; h < heads; ++h) {
-    absorb.push_back({&w.wk_b[size_t(h)], qfull_.data() + h * qk, heads * qk, q_.data() + h * lat, heads * lat});
+    absorb.push_back({&w.wk_b[size_t(h)], qfull_.data() + h * qk, heads * qk, a.q.data() + h * lat, heads * lat});
   }
-  MatMuls(absorb, n);
+  pass.MatMuls(absorb, n);
   for (int i = 0; i < n; ++i) {
     for (int64_t h = 0; h < heads; ++h) {
-      std::memcpy(q_.data() + (i * heads + h) * lat + kvr, qfull_.data() + (i * heads + h) * qk + nope,
+      std::memcpy(a.q.data() + (i * heads + h) * lat + kvr, qfull_.data() + (i * heads + h) * qk + nope,
                   size_t(rope) * 4);
     }
-    const SequenceChunk& s = ChunkOf(batch, i);
-    StoreKvRow(kvn_.data() + i * lat, lat, cache.Rows(spec_.kv_latent, l, s.pages).RowBytes(tokens_[size_t(i)].pos));
+    pass.StoreKvRow(pass.spec().kv_latent, l, i, kvn_.data() + i * lat, lat);
   }
-  StoreIndexKeys(l, batch, cache);
-  Attention(l, batch, cache);
+  pass.StoreIndexKeys(l);
+  pass.Attention(l);
   // Each head's latent output (the first kv_lora_rank of its row) through attn_v_b(h).
   std::vector<MatMulJob> values;
   for (int64_t h = 0; h < heads; ++h) {
-    values.push_back({&w.wv_b[size_t(h)], att_.data() + h * lat, heads * lat, vals_.data() + h * d.v_head_dim,
+    values.push_back({&w.wv_b[size_t(h)], a.att.data() + h * lat, heads * lat, vals_.data() + h * d.v_head_dim,
                       heads * d.v_head_dim});
   }
-  MatMuls(values, n);
-  MatMuls({{&w.wo, vals_.data(), heads * d.v_head_dim, xb_.data(), dim}}, n);
-  for (int i = 0; i < n; ++i) kernels::Add(x_.data() + i * dim, xb_.data() + i * dim, dim);
+  pass.MatMuls(values, n);
+  pass.MatMuls({{&w.wo, vals_.data(), heads * d.v_head_dim, a.xb.data(), dim}}, n);
+  for (int i = 0; i < n; ++i) kernels::Add(a.x.data() + i * dim, a.xb.data() + i * dim, dim);
 
   for (int i = 0; i < n; ++i) {
-    kernels::RmsNorm(x_.data() + i * dim, w.ffn_norm.data(), dim, c_.rms_eps, xb_.data() + i * dim);
+    kernels::RmsNorm(a.x.data() + i * dim, w.ffn_norm.data(), dim, c_.rms_eps, a.xb.data() + i * dim);
   }
   if (l < d.leading_dense) {
-    MatMuls({{&w.w_gate, xb_.data(), dim, hb_.data(), c_.ffn_dim}, {&w.w_up, xb_.data(), dim, hb2_.data(), c_.ffn_dim}},
+    pass.MatMuls({{&w.w_gate, a.xb.data(), dim, a.hb.data(), c_.ffn_dim}, {&w.w_up, a.xb.data(), dim, a.hb2.data(), c_.ffn_dim}},
             n);
     for (int i = 0; i < n; ++i) {
-      kernels::SiluMul(hb_.data() + size_t(i) * c_.ffn_dim, hb2_.data() + size_t(i) * c_.ffn_dim, c_.ffn_dim);
+      kernels::SiluMul(a.hb.data() + size_t(i) * c_.ffn_dim, a.hb2.data() + size_t(i) * c_.ffn_dim, c_.ffn_dim);
     }
-    MatMuls({{&w.w_down, hb_.data(), c_.ffn_dim, ffn_out_.data(), dim}}, n);
+    pass.MatMuls({{&w.w_down, a.hb.data(), c_.ffn_dim, ffn_out_.data(), dim}}, n);
   } else {
-    DsaExperts(w, n);
+    Experts(pass, w, n);
   }
-  for (int i = 0; i < n; ++i) kernels::Add(x_.data() + i * dim, ffn_out_.data() + i * dim, dim);
+  for (int i = 0; i < n; ++i) kernels::Add(a.x.data() + i * dim, ffn_out_.data() + i * dim, dim);
 }
 
 // The indexer's per-token key (cached by StoreIndexKeys), queries and head weights.
-void ForwardPass::DsaIndexer(const DsaLayerWeights& w, int n) {
-  const int64_t rope = c_.dsa.qk_rope_dim, dims = index_dims_;
-  const int half = int(rope / 2);
-  const float weight_scale = float(1.0 / std::sqrt(double(dims * index_heads_)));
+void Deepseek32Layers::Indexer(ForwardPass& pass, const DsaLayerWeights& w, int n) {
+  ForwardPass::Activations& a = pass.acts();
+  const int index_heads = pass.geometry().index_heads;
+  const int64_t index_dims = pass.geometry().index_dims;
+  const int64_t rope = c_.dsa.qk_rope_dim, dims = index_dims;
+  const float weight_scale = float(1.0 / std::sqrt(double(dims * index_heads)));
   for (int i = 0; i < n; ++i) {
-    const float* cs = rope_cos_.data() + size_t(i) * half;
-    const float* sn = rope_sin_.data() + size_t(i) * half;
-    float* key = index_keys_.data() + i * dims;
+    const float* cs = pass.rope_cos(i);
+    const float* sn = pass.rope_sin(i);
+    float* key = a.index_keys.data() + i * dims;
     LayerNorm(key, w.index_k_norm.data(), w.index_k_norm_bias.data(), dims, 1e-6f);
     kernels::Rope(key, 1, int(dims), int(rope), cs, sn, true);
     Hadamard(key, dims);
-    float* q = index_queries_.data() + i * dims * index_heads_;
-    kernels::Rope(q, index_heads_, int(dims), int(rope), cs, sn, true);
-    for (int h = 0; h < index_heads_; ++h) Hadamard(q + h * dims, dims);
-    float* weights = index_weights_.data() + size_t(i) * size_t(index_heads_);
-    for (int h = 0; h < index_heads_; ++h) weights[h] = weights[h] * weight_scale;
+    float* q = a.index_queries.data() + i * dims * index_heads;
+    kernels::Rope(q, index_heads, int(dims), int(rope), cs, sn, true);
+    for (int h = 0; h < index_heads; ++h) Hadamard(q + h * dims, dims);
+    float* weights = a.index_weights.data() + size_t(i) * size_t(index_heads);
+    for (int h = 0; h < index_heads; ++h) weights[h] = weights[h] * weight_scale;
   }
 }
 
-// Routes each token of xb_ to its experts and writes the mixture (plus the
+// Routes each token of a.xb to its experts and writes the mixture (plus the
 // shared experts) to ffn_out_.
-void ForwardPass::DsaExperts(const DsaLayerWeights& w, int n) {
+void Deepseek32Layers::Experts(ForwardPass& pass, const DsaLayerWeights& w, int n) {
+  ForwardPass::Activations& a = pass.acts();
   const DsaConfig& d = c_.dsa;
   const int64_t dim = c_.dim, experts = d.n_experts, used = d.n_experts_used, eff = d.expert_ffn_dim;
   const int64_t per_group = experts / d.n_expert_groups;
-  MatMuls({{&w.router, xb_.data(), dim, router_.data(), experts}}, n);
+  pass.MatMuls({{&w.router, a.xb.data(), dim, router_.data(), experts}}, n);
   std::vector<float> prob(static_cast<size_t>(experts)), biased(static_cast<size_t>(experts));
   std::vector<float> group_score(static_cast<size_t>(d.n_expert_groups));
   std::vector<int32_t> all_groups(static_cast<size_t>(d.n_expert_groups));
@@ -233,24 +258,24 @@ void ForwardPass::DsaExperts(const DsaLayerWeights& w, int n) {
     const int m = int(routed_.size());
     if (m == 0) continue;
     for (int j = 0; j < m; ++j) {
-      std::memcpy(moe_x_.data() + j * dim, xb_.data() + (routed_[size_t(j)] / used) * dim, size_t(dim) * 4);
+      std::memcpy(moe_x_.data() + j * dim, a.xb.data() + (routed_[size_t(j)] / used) * dim, size_t(dim) * 4);
     }
-    MatMuls({{&w.gate_exps[size_t(e)], moe_x_.data(), dim, moe_h_.data(), eff},
+    pass.MatMuls({{&w.gate_exps[size_t(e)], moe_x_.data(), dim, moe_h_.data(), eff},
              {&w.up_exps[size_t(e)], moe_x_.data(), dim, moe_h2_.data(), eff}},
             m);
     for (int j = 0; j < m; ++j) kernels::SiluMul(moe_h_.data() + j * eff, moe_h2_.data() + j * eff, eff);
-    MatMuls({{&w.down_exps[size_t(e)], moe_h_.data(), eff, moe_y_.data(), dim}}, m);
+    pass.MatMuls({{&w.down_exps[size_t(e)], moe_h_.data(), eff, moe_y_.data(), dim}}, m);
     for (int j = 0; j < m; ++j) {
       std::memcpy(slot_out_.data() + size_t(routed_[size_t(j)]) * dim, moe_y_.data() + j * dim, size_t(dim) * 4);
     }
   }
   const int64_t shared = eff * d.n_shared_experts;
   if (shared > 0) {
-    MatMuls({{&w.gate_shexp, xb_.data(), dim, hb_.data(), shared}, {&w.up_shexp, xb_.data(), dim, hb2_.data(), shared}},
+    pass.MatMuls({{&w.gate_shexp, a.xb.data(), dim, a.hb.data(), shared}, {&w.up_shexp, a.xb.data(), dim, a.hb2.data(), shared}},
             n);
-    for (int i = 0; i < n; ++i) kernels::SiluMul(hb_.data() + i * shared, hb2_.data() + i * shared, shared);
+    for (int i = 0; i < n; ++i) kernels::SiluMul(a.hb.data() + i * shared, a.hb2.data() + i * shared, shared);
   }
-  if (shared > 0) MatMuls({{&w.down_shexp, hb_.data(), shared, moe_y_.data(), dim}}, n);
+  if (shared > 0) pass.MatMuls({{&w.down_shexp, a.hb.data(), shared, moe_y_.data(), dim}}, n);
   for (int i = 0; i < n; ++i) {
     float* out = ffn_out_.data() + i * dim;
     for (int64_t j = 0; j < dim; ++j) out[j] = 0.0f;
@@ -261,6 +286,12 @@ void ForwardPass::DsaExperts(const DsaLayerWeights& w, int n) {
     }
     if (shared > 0) kernels::Add(out, moe_y_.data() + i * dim, dim);
   }
+}
+
+}  // namespace
+
+std::unique_ptr<ArchLayers> MakeDeepseek32Layers(const ModelConfig& config) {
+  return std::make_unique<Deepseek32Layers>(config);
 }
 
 }  // namespace tandem
