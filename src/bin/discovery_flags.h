@@ -12,6 +12,7 @@
 
 #include "discovery/discovery.h"
 #include "discovery/kv_events.h"
+#include "node/membership.h"
 
 namespace tandem::cli {
 
@@ -39,18 +40,6 @@ struct DiscoveryFlags {
   StatusOr<std::string> Advertised(const std::string& host, int port) const;
 };
 
-// Records are signed with the cluster key and checked by those that read
-// them: a record etcd holds that no engine of this cluster wrote (etcd's
-// writers are not trusted) is left out. Without a key file, nothing is
-// signed, and a reader given `insecure` takes records of loopback addresses
-// only (transfer/cluster_key.h); one not given it takes none.
-StatusOr<std::function<void(discovery::EngineRecord*)>> RecordSigner(const std::string& cluster_key_file);
-StatusOr<std::function<Status(const discovery::EngineRecord&)>> RecordChecker(const std::string& cluster_key_file,
-                                                                             bool insecure, const std::string& who);
-
-// The addresses of `records` (a discovery view), leaving out, with a
-// warning logged once each, those that do not match `want` (an empty field of
-// want matches anything) or that `allowed` refuses.
 // The KV event keys of a cluster: derived from its key file's secret; none
 // without one.
 StatusOr<discovery::KvCurveKeys> KvKeys(const std::string& cluster_key_file);
@@ -58,11 +47,8 @@ StatusOr<discovery::KvCurveKeys> KvKeys(const std::string& cluster_key_file);
 StatusOr<std::unique_ptr<discovery::KvEventPublisher>> StartKvPublisher(const DiscoveryFlags& flags,
                                                                          const std::string& host,
                                                                          const std::string& cluster_key_file);
-// The KV event sources of `records` (those that publish), named by their addresses.
-std::vector<discovery::KvSource> KvSources(const std::vector<discovery::EngineRecord>& records,
-                                           const std::vector<std::string>& addresses);
-
-std::vector<std::string> MatchingAddresses(const std::vector<discovery::EngineRecord>& records,
-                                           const discovery::EngineRecord& want);
+// The signed records and the view filters live with the nodes (node/membership.h).
+using node::KvSources;
+using node::MatchingAddresses;
 
 }  // namespace tandem::cli
