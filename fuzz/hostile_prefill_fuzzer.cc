@@ -282,7 +282,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (kind & 8) {
           send(AbortAck{id}.Encode());
         } else {
-          send(Abort{id, std::string(bytes.begin(), bytes.end())}.Encode());
+          send(Abort{id, AbortCode::kCancelled, std::string(bytes.begin(), bytes.end())}.Encode());
         }
         break;
       }

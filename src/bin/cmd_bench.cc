@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "bin/commands.h"
+#include "common/env.h"
 #include "common/splitmix.h"
 #include "cache/page_pool.h"
 #include "common/fp8.h"
@@ -54,7 +55,7 @@ void BenchIndexerOne(const IndexerBenchArgs& a, CacheDType dtype, int64_t contex
   const int reps = int(std::max<int64_t>(3, 4'000'000 / context));
   double score_s = 0, topk_s = 0;
   for (int r = 0; r < reps; ++r) {
-    auto t0 = std::chrono::steady_clock::now();
+    auto t0 = Env::Default().Now();
     const int tasks = threads.size();
     threads.ParallelFor(tasks, [&](int t) {
       const int64_t per = (context + tasks - 1) / tasks;
@@ -63,7 +64,7 @@ void BenchIndexerOne(const IndexerBenchArgs& a, CacheDType dtype, int64_t contex
                                        scratch.data() + size_t(t) * per_thread);
     });
     score_s += Since(t0);
-    t0 = std::chrono::steady_clock::now();
+    t0 = Env::Default().Now();
     kernels::SelectTopK(scores.data(), context, a.top_k, selected.data());
     topk_s += Since(t0);
   }

@@ -25,6 +25,7 @@
 #include "bin/commands.h"
 #include "bin/agentic_shared.h"
 #include "bin/model_options.h"
+#include "common/env.h"
 #include "loadgen/agentic.h"
 #include "loadgen/differential.h"
 #include "loadgen/trace.h"
@@ -248,11 +249,11 @@ int Soak(const AgenticArgs& a, const AgenticShape& shape, const std::string& hos
   std::fprintf(stderr, "  soak: %.0f s, %d sessions at a time, %zu faults scheduled\n", o.duration_s, o.concurrency,
                o.faults.size());
   PointProgress progress;
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = Env::Default().Now();
   if (Status st = RunSoak(host, port, report->header.model, shape, o, &progress, all, events); !st.ok()) {
     return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
   }
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double wall = std::chrono::duration<double>(Env::Default().Now() - t0).count();
   for (const RoundRecord& r : *all) k.sessions = std::max<int64_t>(k.sessions, r.session + 1);
   report->points.push_back(Summarize(0, o.concurrency, *all, wall));
   const ServerState after_state = ProbeServer(host, port);
@@ -406,13 +407,13 @@ int RunAgentic(AgenticArgs& a) {
   if (trace) {
     PointProgress progress;
     const ServerState before = ProbeServer(host, port);
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = Env::Default().Now();
     std::vector<RoundRecord> recs;
     {
       ProgressBar bar(tty, "  trace", &progress);
       recs = RunTrace(host, port, header.model, *trace, shape, 0, a.trace_workers, a.trace_speed, &progress);
     }
-    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double wall = std::chrono::duration<double>(Env::Default().Now() - t0).count();
     PointSummary s = Summarize(0, a.trace_workers, recs, wall);
     const ServerState after = ProbeServer(host, port);
     s.handoff_time_share = HandoffShare(before, after);
@@ -438,13 +439,13 @@ int RunAgentic(AgenticArgs& a) {
     }
     PointProgress progress;
     const ServerState before = ProbeServer(host, port);
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = Env::Default().Now();
     std::vector<RoundRecord> recs;
     {
       ProgressBar bar(tty, "  " + std::to_string(c) + " sessions", &progress);
       recs = RunPoint(host, port, header.model, shape, int(i), c, &progress);
     }
-    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double wall = std::chrono::duration<double>(Env::Default().Now() - t0).count();
     PointSummary s = Summarize(int(i), c, recs, wall);
     const ServerState after = ProbeServer(host, port);
     s.handoff_time_share = HandoffShare(before, after);

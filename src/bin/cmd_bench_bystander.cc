@@ -27,6 +27,7 @@
 
 #include "bin/commands.h"
 #include "bin/model_options.h"
+#include "common/env.h"
 #include "common/splitmix.h"
 #include "loadgen/grammar_load.h"
 #include "runtime/engine.h"
@@ -94,12 +95,12 @@ double Bystander(Engine& engine, const Tokenizer& tok, int i) {
   s.prompt = tok.Encode("The bystander " + std::to_string(i) + " asks a short question.", tok.add_bos(), false);
   s.max_tokens = 2;
   s.ignore_eos = true;
-  const auto t0 = Clock::now();
+  const auto t0 = Env::Default().Now();
   auto h = engine.Submit(std::move(s));
   if (!h.ok()) return -1;
   StreamEvent ev;
   while ((*h)->Next(&ev, std::chrono::seconds(600))) {
-    if (ev.kind == StreamEvent::Kind::kFinish) return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (ev.kind == StreamEvent::Kind::kFinish) return std::chrono::duration<double, std::milli>(Env::Default().Now() - t0).count();
     if (ev.kind == StreamEvent::Kind::kError) return -1;
   }
   return -1;

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "bin/commands.h"
+#include "common/env.h"
 #include "common/splitmix.h"
 #include "transfer/transport_kind.h"
 
@@ -34,7 +35,7 @@ struct HandoffBenchArgs {
 
 constexpr int64_t kPagesPerBatch = 32;
 
-double Seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double Seconds(Clock::time_point t0) { return std::chrono::duration<double>(Env::Default().Now() - t0).count(); }
 
 // Destination order: a fixed pseudo-random permutation (pages of a request are
 // scattered over the pool).
@@ -68,7 +69,7 @@ double SocketCopyGBps(const uint8_t* src, uint8_t* dst, const std::vector<int64_
   close(listener);
   const int one = 1;
   setsockopt(out, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  const auto t0 = Clock::now();
+  const auto t0 = Env::Default().Now();
   std::thread receiver([&] {
     for (size_t i = 0; i < order.size(); ++i) {
       uint8_t* at = dst + order[i] * page;
@@ -129,13 +130,13 @@ int RunHandoffBench(const HandoffBenchArgs& a) {
     double best_copy = 0, best_put = 0, best_socket = 0;
     for (int r = 0; r < a.rounds; ++r) {
       if (tcp) best_socket = std::max(best_socket, SocketCopyGBps(src, local.data(), order, page));
-      auto t0 = Clock::now();
+      auto t0 = Env::Default().Now();
       for (int64_t i = 0; i < a.pages; ++i) {
         std::memcpy(local.data() + order[size_t(i)] * page, src + i * page, size_t(page));
       }
       best_copy = std::max(best_copy, double(total) / Seconds(t0) / 1e9);
       // As the prefill engine posts them: one PutMany per layer's pages of a request.
-      t0 = Clock::now();
+      t0 = Env::Default().Now();
       std::vector<transfer::PutOp> ops;
       for (int64_t i = 0; i < a.pages; i += kPagesPerBatch) {
         ops.clear();
@@ -145,7 +146,7 @@ int RunHandoffBench(const HandoffBenchArgs& a) {
         Status st = (*conn)->PutMany(ops, region->key);
         if (!st.ok()) return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
       }
-      Status st = (*conn)->Flush(Clock::now() + std::chrono::seconds(60));
+      Status st = (*conn)->Flush(Env::Default().Now() + std::chrono::seconds(60));
       if (!st.ok()) return std::fprintf(stderr, "error: %s\n", st.ToString().c_str()), 1;
       best_put = std::max(best_put, double(total) / Seconds(t0) / 1e9);
     }

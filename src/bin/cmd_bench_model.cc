@@ -11,6 +11,7 @@
 #include "bin/llama_bench_runner.h"
 #include "bin/model_options.h"
 #include "common/aligned.h"
+#include "common/env.h"
 #include "kernels/cpu.h"
 #include "kernels/quant_dot.h"
 #include "kernels/roofline.h"
@@ -74,7 +75,7 @@ StatusOr<Point> BenchPoint(const Model& m, ThreadPool& threads, const AttentionO
   double attention_flops = 0;
   const int64_t top_k = attention.kind == AttentionKind::kSparse ? attention.top_k : INT64_MAX;
   for (int64_t t = 0; t < context; ++t) attention_flops += AttentionFlops(c, std::min(t + 1, top_k));
-  auto t0 = std::chrono::steady_clock::now();
+  auto t0 = Env::Default().Now();
   for (int64_t start = 0; start < context; start += chunk) {
     const size_t len = size_t(std::min<int64_t>(chunk, context - start));
     SequenceChunk piece{std::span<const int32_t>(tokens).subspan(size_t(start), len), start, pages, false};
@@ -86,7 +87,7 @@ StatusOr<Point> BenchPoint(const Model& m, ThreadPool& threads, const AttentionO
   p.prefill_tps = double(context) / prefill_s;
   p.prefill_gflops = (MatmulFlopsPerToken(c) * double(context) + attention_flops) / prefill_s / 1e9;
   int32_t next = 1;
-  t0 = std::chrono::steady_clock::now();
+  t0 = Env::Default().Now();
   for (int i = 0; i < a.decode_tokens; ++i) {
     SequenceChunk step{std::span<const int32_t>(&next, 1), context + i, pages, false};
     logits.clear();

@@ -16,6 +16,7 @@
 
 #include "bin/commands.h"
 #include "bin/model_options.h"
+#include "common/env.h"
 #include "model/numerics.h"
 #include "common/splitmix.h"
 #include "prefill/prefill_server.h"
@@ -117,7 +118,7 @@ StatusOr<BurstResult> RunBurst(const Model& model, const PrefillBenchArgs& a, in
       hello = true;
     } else if (*type == MessageType::kCommit) {
       auto commit = Commit::Decode(bytes);
-      auto ready = decode.receiver().OnCommit(*commit, 1, Clock::now());
+      auto ready = decode.receiver().OnCommit(*commit, 1, Env::Default().Now());
       if (ready.ok()) {
         decode.index().Insert(ready->prompt, ready->pages);  // the decode side's prefix cache
         decode.pool().Release(ready->pages);
@@ -126,15 +127,15 @@ StatusOr<BurstResult> RunBurst(const Model& model, const PrefillBenchArgs& a, in
         std::fprintf(stderr, "handoff %llu failed: %s\n", (unsigned long long)commit->handoff_id,
                      ready.status().ToString().c_str());
       }
-      committed[commit->handoff_id] = Clock::now();
+      committed[commit->handoff_id] = Env::Default().Now();
     } else if (*type == MessageType::kAbort) {
       auto abort = Abort::Decode(bytes);
       if (!abort.ok()) return;
       std::fprintf(stderr, "handoff %llu refused: %s\n", (unsigned long long)abort->handoff_id, abort->reason.c_str());
-      (void)decode.receiver().StartAbort(abort->handoff_id, abort->reason, Clock::now());
+      (void)decode.receiver().StartAbort(abort->handoff_id, abort->code, abort->reason, Env::Default().Now());
       decode.receiver().OnAbortAck(abort->handoff_id, 1);
       ++failed;
-      committed[abort->handoff_id] = Clock::now();
+      committed[abort->handoff_id] = Env::Default().Now();
     }
     cv.notify_all();
   };
@@ -157,10 +158,10 @@ StatusOr<BurstResult> RunBurst(const Model& model, const PrefillBenchArgs& a, in
     std::vector<uint64_t> ids;
     std::unique_lock<std::mutex> lock(mu);
     for (const auto& p : prompts) {
-      TANDEM_ASSIGN_OR_RETURN(Destination d, decode.receiver().Begin(next_id, p, 1, Clock::now()));
+      TANDEM_ASSIGN_OR_RETURN(Destination d, decode.receiver().Begin(next_id, p, 1, Env::Default().Now()));
       d.decode_instance_id = instance;
       d.time_budget_ms = 3'600'000;
-      if (sent) sent->push_back(Clock::now());
+      if (sent) sent->push_back(Env::Default().Now());
       TANDEM_RETURN_IF_ERROR(conn->Send(d.Encode()));
       ids.push_back(next_id++);
     }
@@ -189,7 +190,7 @@ StatusOr<BurstResult> RunBurst(const Model& model, const PrefillBenchArgs& a, in
     failed = 0;
   }
   std::vector<Clock::time_point> sent;
-  const auto t0 = Clock::now();
+  const auto t0 = Env::Default().Now();
   TANDEM_ASSIGN_OR_RETURN(auto ids, burst(prompts, &sent));
   Clock::time_point last = t0;
   {
@@ -203,8 +204,8 @@ StatusOr<BurstResult> RunBurst(const Model& model, const PrefillBenchArgs& a, in
   }
   r.seconds = std::chrono::duration<double>(last - t0).count();
   // Published after the engine's step: settle (bounded) before reading.
-  for (const auto until = Clock::now() + std::chrono::seconds(5);
-       prefill->stats().in_flight > 0 && Clock::now() < until;) {
+  for (const auto until = Env::Default().Now() + std::chrono::seconds(5);
+       prefill->stats().in_flight > 0 && Env::Default().Now() < until;) {
     std::this_thread::yield();
   }
   r.cached_tokens = prefill->stats().cached_tokens - cached_before;

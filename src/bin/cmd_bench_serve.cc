@@ -7,6 +7,7 @@
 
 #include "bin/commands.h"
 #include "bin/model_options.h"
+#include "common/env.h"
 #include "loadgen/stream_client.h"
 #include "server/http_server.h"
 
@@ -32,7 +33,7 @@ std::string Prompt(int client, int request, int words) {
 
 void RunLevel(const std::string& host, int port, const ServeBenchArgs& a, int clients) {
   std::vector<std::future<std::vector<StreamTiming>>> futures;
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = Env::Default().Now();
   for (int c = 0; c < clients; ++c) {
     futures.push_back(std::async(std::launch::async, [&, c] {
       std::vector<StreamTiming> out;
@@ -59,7 +60,7 @@ void RunLevel(const std::string& host, int port, const ServeBenchArgs& a, int cl
       tokens += t.completion_tokens;
     }
   }
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double wall = std::chrono::duration<double>(Env::Default().Now() - t0).count();
   std::printf("%5d %6lld %4lld | %8.2f %9.1f | %8.1f %8.1f %8.1f | %7.1f %7.1f %7.1f | %8.2f\n", clients,
               (long long)ok, (long long)failed, double(ok) / wall, double(tokens) / wall,
               Percentile(ttft, 50) * 1e3, Percentile(ttft, 90) * 1e3, Percentile(ttft, 99) * 1e3,

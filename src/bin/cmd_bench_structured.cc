@@ -15,6 +15,7 @@
 
 #include "bin/commands.h"
 #include "bin/model_options.h"
+#include "common/env.h"
 #include "loadgen/grammar_load.h"
 #include "runtime/engine.h"
 #include "structured/json_schema.h"
@@ -53,7 +54,7 @@ ModeResult RunMode(Engine& engine, const Model& model, const StructuredBenchArgs
   const Tokenizer& tok = model.tokenizer();
   std::vector<std::shared_ptr<RequestHandle>> handles;
   using Clock = std::chrono::steady_clock;
-  const auto t0 = Clock::now();
+  const auto t0 = Env::Default().Now();
   for (int i = 0; i < a.requests; ++i) {
     RequestSpec spec;
     spec.prompt = tok.Encode("Request " + std::to_string(i) + ": list the parts of a bicycle with a score for each.",
@@ -80,11 +81,11 @@ ModeResult RunMode(Engine& engine, const Model& model, const StructuredBenchArgs
     for (;;) {
       if (!h->Next(&ev, std::chrono::milliseconds(100))) continue;  // the engine's deadline bounds this
       if (ev.kind != StreamEvent::Kind::kText) break;
-      if (!ev.tokens.empty() && first == Clock::time_point{}) first = Clock::now();
+      if (!ev.tokens.empty() && first == Clock::time_point{}) first = Env::Default().Now();
       n += int64_t(ev.tokens.size());
       text += ev.text;
     }
-    const auto last = Clock::now();
+    const auto last = Env::Default().Now();
     ++r.answers;
     if (ev.kind == StreamEvent::Kind::kError) {
       ++r.failed;
@@ -96,7 +97,7 @@ ModeResult RunMode(Engine& engine, const Model& model, const StructuredBenchArgs
     r.decode_s += std::chrono::duration<double>(last - first).count();
     if (!constraint.empty() && !nlohmann::json::parse(text, nullptr, false).is_discarded()) ++r.complete;
   }
-  r.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  r.wall_s = std::chrono::duration<double>(Env::Default().Now() - t0).count();
   return r;
 }
 
@@ -135,14 +136,14 @@ IsolationResult RunIsolation(Engine& engine, const Model& model, const Structure
     }
     if (auto h = engine.Submit(std::move(spec)); h.ok()) beside.push_back(*h);
   }
-  const auto t0 = Clock::now();
+  const auto t0 = Env::Default().Now();
   std::vector<std::shared_ptr<RequestHandle>> ordinary;
   std::vector<std::unique_ptr<std::vector<Clock::time_point>>> pushed;
   for (int i = 0; i < a.ordinary; ++i) {
     auto h = engine.Submit(loadgen::OrdinaryRequest(tok, i, a.max_tokens));
     if (!h.ok()) continue;
     pushed.push_back(std::make_unique<std::vector<Clock::time_point>>());
-    (*h)->SetListener([times = pushed.back().get()] { times->push_back(Clock::now()); });
+    (*h)->SetListener([times = pushed.back().get()] { times->push_back(Env::Default().Now()); });
     ordinary.push_back(*h);
   }
   for (size_t i = 0; i < ordinary.size(); ++i) {
@@ -164,7 +165,7 @@ IsolationResult RunIsolation(Engine& engine, const Model& model, const Structure
       last = times[e - skip];
     }
   }
-  r.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  r.wall_s = std::chrono::duration<double>(Env::Default().Now() - t0).count();
   for (auto& h : beside) {
     StreamEvent ev;
     while (h->Next(&ev, std::chrono::seconds(600))) {

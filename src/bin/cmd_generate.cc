@@ -80,7 +80,7 @@ int RunGenerate(const GenerateArgs& args) {
                (long long)r.prompt_tokens, r.prefill_seconds,
                r.prompt_tokens / std::max(r.prefill_seconds, 1e-9), r.tokens.size(),
                r.decode_seconds, r.tokens.size() / std::max(r.decode_seconds, 1e-9),
-               r.finish_reason.c_str());
+               FinishReasonName(r.finish));
   return 0;
 }
 

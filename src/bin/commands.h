@@ -7,11 +7,13 @@
 #include <chrono>
 #include <string>
 
+#include "common/env.h"
+
 namespace tandem::cli {
 
 // Seconds from t0 until now (the benchmarks' timer).
 inline double Since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return std::chrono::duration<double>(Env::Default().Now() - t0).count();
 }
 
 void RegisterCommands(CLI::App& app);

@@ -2,6 +2,7 @@
 #include "bin/disagg_launcher.h"
 
 #include "bin/supervisor.h"
+#include "common/env.h"
 #include "transfer/cluster_key.h"
 #include "common/log.h"
 
@@ -79,8 +80,8 @@ class Child {
   // that waits for the launcher's signals passes them).
   static constexpr int kSignalled = -1;
   int WaitPort(int timeout_s, const sigset_t* signals = nullptr) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
-    while (std::chrono::steady_clock::now() < until) {
+    const auto until = Env::Default().Now() + std::chrono::seconds(timeout_s);
+    while (Env::Default().Now() < until) {
       {
         std::lock_guard<std::mutex> lock(mu_);
         if (port_ > 0 || eof_) return port_;

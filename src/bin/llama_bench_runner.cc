@@ -1,4 +1,5 @@
 #include "bin/llama_bench_runner.h"
+#include "common/env.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -53,11 +54,11 @@ StatusOr<std::string> Capture(const std::vector<std::string>& argv, std::chrono:
   }
   close(fds[1]);
   std::string out;
-  const auto end = std::chrono::steady_clock::now() + deadline;
+  const auto end = Env::Default().Now() + deadline;
   bool timed_out = false;
   char buf[4096];
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - Env::Default().Now());
     if (left.count() <= 0) {
       timed_out = true;
       break;
@@ -73,7 +74,7 @@ StatusOr<std::string> Capture(const std::vector<std::string>& argv, std::chrono:
   // Its output ended: it has until the same deadline to exit.
   int status = 0;
   for (;;) {
-    if (!timed_out && std::chrono::steady_clock::now() >= end) timed_out = true;
+    if (!timed_out && Env::Default().Now() >= end) timed_out = true;
     if (timed_out) {  // the group, and the child itself should it have left it
       kill(-pid, SIGKILL);
       kill(pid, SIGKILL);

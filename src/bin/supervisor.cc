@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/env.h"
 #include "common/log.h"
 
 namespace tandem::cli {
@@ -22,7 +23,7 @@ std::chrono::milliseconds Supervisor::Down(const std::string& child, const std::
   ChildState& c = children_[child];
   c.up = false;
   c.last_exit = how;
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = Env::Default().Now();
   while (!c.recent.empty() && now - c.recent.front() > kWindow) c.recent.pop_front();
   if (int(c.recent.size()) >= budget_) {
     TLOG_ERROR("tandem serve --disagg: the %s %s; it was restarted %zu times in the last %lld s (the budget): "
@@ -43,7 +44,7 @@ std::chrono::milliseconds Supervisor::Down(const std::string& child, const std::
 
 std::chrono::milliseconds Supervisor::Drained(const std::string& child) {
   ChildState& c = children_[child];
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = Env::Default().Now();
   while (!c.recent_drains.empty() && now - c.recent_drains.front() > kWindow) c.recent_drains.pop_front();
   if (c.recent_drains.size() >= kDrainsPerWindow) {
     return Down(child, "exited cleanly " + std::to_string(c.recent_drains.size() + 1) + " times within a minute");

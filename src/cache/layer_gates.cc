@@ -1,4 +1,5 @@
 #include "cache/layer_gates.h"
+#include "common/env.h"
 
 #include <chrono>
 
@@ -21,9 +22,9 @@ void LayerGates::OpenAll() {
 void LayerGates::Wait(int layer) const {
   UniqueLock lock(mu_);
   if (open_[size_t(layer)]) return;
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = Env::Default().Now();
   cv_.wait(lock.native(), [&]() REQUIRES(mu_) { return open_[size_t(layer)] != 0; });
-  waited_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+  waited_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(Env::Default().Now() - t0).count();
 }
 
 void LayerGates::WaitAll() const {

@@ -1,4 +1,5 @@
 #include "common/process_start.h"
+#include "common/env.h"
 
 #include <chrono>
 
@@ -6,7 +7,7 @@ namespace tandem {
 namespace {
 
 double NowUnixSeconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return std::chrono::duration<double>(Env::Default().WallNow().time_since_epoch()).count();
 }
 
 // Set while the process starts (static initialization), not at first use.

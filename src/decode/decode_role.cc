@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <iterator>
 
+#include "common/env.h"
 #include "common/log.h"
 #include "model/numerics.h"
 #include "runtime/engine_metrics.h"
@@ -137,13 +138,13 @@ StatusOr<PrefillLinksOptions> DecodeRole::LinksOptions(const Model& model, const
 StatusOr<std::unique_ptr<DecodeRole>> DecodeRole::Start(const DecodeOptions& options, PrefillLinksOptions links) {
   if (options.max_placements < 1) return InvalidArgument("the decode role's max_placements must be at least 1");
   links.receiver.deadlines.bootstrapping = options.page_wait;
-  const TimeSource* clock = links.clock;
+  const Env* env = links.env;
   TANDEM_ASSIGN_OR_RETURN(auto connected, PrefillLinks::Connect(std::move(links)));
-  return std::unique_ptr<DecodeRole>(new DecodeRole(options, std::move(connected), clock));
+  return std::unique_ptr<DecodeRole>(new DecodeRole(options, std::move(connected), env));
 }
 
-DecodeRole::DecodeRole(DecodeOptions options, std::unique_ptr<PrefillLinks> links, const TimeSource* clock)
-    : options_(std::move(options)), links_(std::move(links)), clock_(clock) {}
+DecodeRole::DecodeRole(DecodeOptions options, std::unique_ptr<PrefillLinks> links, const Env* env)
+    : options_(std::move(options)), links_(std::move(links)), env_(env) {}
 
 DecodeRole::~DecodeRole() = default;
 
@@ -187,7 +188,7 @@ StatusOr<EngineRole::Admission> DecodeRole::Admit(Sequence& seq) {
   const uint64_t id = next_handoff_++;
   Status st = links_->Start(id, seq.tokens, seq.spec.sampling, h.replaces, seq.spec.cache_salt);
   if (st.code() == StatusCode::kResourceExhausted) {
-    const auto now = clock_->now();
+    const auto now = env_->Now();
     if (h.page_wait_since == Clock::time_point{}) h.page_wait_since = now;
     if (now - h.page_wait_since < options_.page_wait) return Admission::kWait;
     st = ResourceExhausted("no cache pages came free for this prompt within " +
@@ -198,7 +199,7 @@ StatusOr<EngineRole::Admission> DecodeRole::Admit(Sequence& seq) {
   h.page_wait_since = Clock::time_point{};
   h.replaces = 0;
   ++h.placements;
-  h.sent = Clock::now();
+  h.sent = env_->Now();
   if (h.placements == 1) {
     h.page_wait_s = SecondsBetween(seq.arrival, h.sent);
     metrics_->page_wait.Observe(h.page_wait_s);
@@ -229,7 +230,7 @@ void DecodeRole::Poll() {
         TLOG_WARN("tandem decode: handoff %llu failed (%s): placing its request again\n", (unsigned long long)o.id,
                   o.status.message().c_str());
         h.replaces = o.id;
-        h.failed_s += SecondsBetween(h.sent, Clock::now());
+        h.failed_s += SecondsBetween(h.sent, env_->Now());
         metrics_->replacements.Increment();
         again.push_back(&s);
         continue;
@@ -243,10 +244,10 @@ void DecodeRole::Poll() {
       host_->Fail(s, server_side ? Status(StatusCode::kUnavailable, o.status.message()) : o.status);
       continue;
     }
-    const double wait = SecondsBetween(h.sent, Clock::now());
+    const double wait = SecondsBetween(h.sent, env_->Now());
     const double compute = double(o.ready.compute_us) * 1e-6, transfer = double(o.ready.transfer_us) * 1e-6;
     h.seconds += wait;
-    h.committed = Clock::now();
+    h.committed = env_->Now();
     // The peer's own measurements, bounded by the wait this side saw (another
     // process's clock, or a peer that misreports, cannot push the parts past it).
     h.queue_s = std::min(double(o.ready.queue_us) * 1e-6, wait);
@@ -303,10 +304,13 @@ void DecodeRole::OnEnd(const Sequence& seq, FinishReason reason, const Status& e
   }
   if (h.id != 0) {  // still open: nothing more of it may land
     open_.erase(h.id);
-    links_->Abort(h.id, reason == FinishReason::kError ? error.message() : FinishReasonName(reason));
+    const AbortCode code = reason != FinishReason::kError                         ? AbortCode::kCancelled
+                           : error.code() == StatusCode::kDeadlineExceeded ? AbortCode::kDeadline
+                                                                           : AbortCode::kFailed;
+    links_->Abort(h.id, code, reason == FinishReason::kError ? error.message() : FinishReasonName(reason));
   }
   if (reason == FinishReason::kError) return;
-  const auto now = Clock::now();
+  const auto now = env_->Now();
   const double e2e = SecondsBetween(seq.arrival, now);
   if (h.committed != Clock::time_point{}) metrics_->decode_phase.Observe(SecondsBetween(h.committed, now));
   handoff_seconds_total_ += h.seconds;

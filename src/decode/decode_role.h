@@ -77,7 +77,7 @@ class DecodeRole : public EngineRole {
   // transport, a fake clock) and pass them to Start.
   static StatusOr<PrefillLinksOptions> LinksOptions(const Model& model, const EngineOptions& engine,
                                                     const DecodeOptions& options);
-  // The links' Bootstrapping deadline is options.page_wait; their clock is
+  // The links' Bootstrapping deadline is options.page_wait; their Env is
   // the role's too (the page wait).
   static StatusOr<std::unique_ptr<DecodeRole>> Start(const DecodeOptions& options, PrefillLinksOptions links);
   ~DecodeRole() override;
@@ -108,12 +108,12 @@ class DecodeRole : public EngineRole {
     double page_wait_s = 0, queue_s = 0, compute_s = 0, transfer_s = 0, commit_s = 0, failed_s = 0;
   };
   struct Metrics;
-  DecodeRole(DecodeOptions options, std::unique_ptr<PrefillLinks> links, const TimeSource* clock);
+  DecodeRole(DecodeOptions options, std::unique_ptr<PrefillLinks> links, const Env* env);
   void ExportCounters();
 
   const DecodeOptions options_;
   std::unique_ptr<PrefillLinks> links_;
-  const TimeSource* const clock_;
+  const Env* const env_;
   RoleHost* host_ = nullptr;
   std::unique_ptr<Metrics> metrics_;
   std::map<const Sequence*, Handoff> handoffs_;   // requests admitted at least once, until they end

@@ -175,7 +175,8 @@ Status HandoffReceiver::Validate(const Commit& c, const Entry& e, const std::vec
   return st;
 }
 
-StatusOr<Abort> HandoffReceiver::StartAbort(uint64_t handoff_id, std::string reason, Clock::time_point now) {
+StatusOr<Abort> HandoffReceiver::StartAbort(uint64_t handoff_id, AbortCode code, std::string reason,
+                                            Clock::time_point now) {
   auto it = entries_.find(handoff_id);
   if (it == entries_.end() || it->second->machine.terminal()) {
     return NotFound("no open handoff " + std::to_string(handoff_id));
@@ -184,7 +185,7 @@ StatusOr<Abort> HandoffReceiver::StartAbort(uint64_t handoff_id, std::string rea
   TANDEM_RETURN_IF_ERROR(e.machine.Transition(HandoffState::kAborted, now));
   ++stats_.aborted;
   Quarantine(e, now);
-  return Abort{handoff_id, std::move(reason)};
+  return Abort{handoff_id, code, std::move(reason)};
 }
 
 void HandoffReceiver::Quarantine(Entry& e, Clock::time_point now) {

@@ -85,7 +85,7 @@ class HandoffReceiver {
                            std::optional<uint64_t> message = std::nullopt);
 
   // Ends a handoff that has not committed; returns the Abort to send to its peer.
-  StatusOr<Abort> StartAbort(uint64_t handoff_id, std::string reason, Clock::time_point now);
+  StatusOr<Abort> StartAbort(uint64_t handoff_id, AbortCode code, std::string reason, Clock::time_point now);
   // The peer stopped writing and flushed: a quarantined handoff's pages are free.
   // Ignored unless it comes from the handoff's own peer.
   // `message` as for OnCommit: false when a put into its pages came after it

@@ -1,4 +1,5 @@
 #include "decode/prefill_links.h"
+#include "common/env.h"
 #include "common/log.h"
 
 #include <algorithm>
@@ -21,7 +22,7 @@ PrefillLinks::PrefillLinks(PrefillLinksOptions options)
 
 StatusOr<std::unique_ptr<PrefillLinks>> PrefillLinks::Connect(PrefillLinksOptions options) {
   if (options.addresses.empty() && !options.discovered) return InvalidArgument("no prefill engine address");
-  if (options.clock == nullptr) return InvalidArgument("the prefill links need a clock");
+  if (options.env == nullptr) return InvalidArgument("the prefill links need an Env");
   auto r = std::unique_ptr<PrefillLinks>(new PrefillLinks(std::move(options)));
   if (r->options_.make_transport) {
     TANDEM_ASSIGN_OR_RETURN(r->transport_, r->options_.make_transport());
@@ -73,14 +74,14 @@ void PrefillLinks::Attach(PagePool& pool, PrefixIndex* index) {
   windows_owner_ = std::make_unique<transfer::WriteWindows>(pool.layout());
   receiver_->SetWriteWindows(windows_owner_.get());
   windows_ = windows_owner_.get();
-  const auto until = Clock::now() + options_.startup_wait;  // real time: a wait, not a deadline of the protocol
+  const auto until = Env::Default().Now() + options_.startup_wait;  // real time: a wait, not a deadline of the protocol
   auto connecting = [&] {
     return std::any_of(links_.begin(), links_.end(), [](const Link& l) { return l.state == LinkState::kConnecting; });
   };
-  while (connecting() && Clock::now() < until) {
+  while (connecting() && Env::Default().Now() < until) {
     {
       UniqueLock lock(mu_);
-      arrived_.wait_until(lock.native(), std::min(until, Clock::now() + std::chrono::milliseconds(50)),
+      arrived_.wait_until(lock.native(), std::min(until, Env::Default().Now() + std::chrono::milliseconds(50)),
                           [&]() REQUIRES(mu_) { return !inbox_.empty(); });
     }
     (void)Poll();  // nothing can have begun yet: no outcomes
@@ -212,15 +213,15 @@ Status PrefillLinks::Start(uint64_t handoff_id, const std::vector<int32_t>& toke
   }
   if (!st.ok()) {
     handoff_link_.erase(handoff_id);  // the caller fails this one now
-    (void)receiver_->StartAbort(handoff_id, "send failed", now);
+    (void)receiver_->StartAbort(handoff_id, AbortCode::kLinkFailed, "send failed", now);
     LinkDown(link, "sending a destination failed: " + st.message());
   }
   return st;
 }
 
-void PrefillLinks::Abort(uint64_t handoff_id, const std::string& reason) {
+void PrefillLinks::Abort(uint64_t handoff_id, AbortCode code, const std::string& reason) {
   auto it = handoff_link_.find(handoff_id);
-  auto abort = receiver_->StartAbort(handoff_id, reason, Now());
+  auto abort = receiver_->StartAbort(handoff_id, code, reason, Now());
   if (abort.ok() && it != handoff_link_.end() && links_[it->second].connection) {
     (void)links_[it->second].connection->Send(abort->Encode());
   }
@@ -340,14 +341,15 @@ void PrefillLinks::Handle(const Arrival& a, std::vector<Outcome>& out) {
     auto abort = Abort::Decode(bytes);
     if (!abort.ok()) return;
     const bool open = mine(abort->handoff_id);
-    (void)receiver_->StartAbort(abort->handoff_id, abort->reason, Now());
+    (void)receiver_->StartAbort(abort->handoff_id, abort->code, abort->reason, Now());
     const bool quiet = receiver_->OnAbortAck(abort->handoff_id, a.connection_id, number);
     if (open) {
       handoff_link_.erase(abort->handoff_id);
       failed_on_[abort->handoff_id] = a.link;
       Outcome o;
       o.id = abort->handoff_id;
-      o.status = Status(StatusCode::kAborted, "the prefill engine " + link.address + " failed the handoff: " + abort->reason);
+      o.status = Status(StatusCode::kAborted, "the prefill engine " + link.address + " failed the handoff (" +
+                                                  AbortCodeName(abort->code) + "): " + abort->reason);
       o.retryable = true;
       out.push_back(std::move(o));
     }
@@ -377,7 +379,7 @@ std::vector<PrefillLinks::Outcome> PrefillLinks::Poll() {
     auto it = handoff_link_.find(id);
     const bool open = it != handoff_link_.end();
     if (open) failed_on_[id] = it->second;
-    Abort(id, "deadline");
+    Abort(id, AbortCode::kDeadline, "deadline");
     if (!open) continue;
     Outcome o;
     o.id = id;

@@ -38,7 +38,7 @@
 #include <thread>
 
 #include "common/cached_prefixes.h"
-#include "common/clock.h"
+#include "common/env.h"
 #include "common/mutex.h"
 #include "common/placement.h"
 #include "model/cache_spec.h"
@@ -82,7 +82,7 @@ struct PrefillLinksOptions {
   std::function<StatusOr<std::unique_ptr<transfer::Transport>>()> make_transport;
   // The time liveness, backoff, probation and handoff deadlines are kept by
   // (tests give a fake one). Attach's start-up wait is on real time.
-  const TimeSource* clock = &TimeSource::Steady();
+  const Env* env = &Env::Default();
 };
 
 class PrefillLinks {
@@ -131,7 +131,7 @@ class PrefillLinks {
   Status Start(uint64_t handoff_id, const std::vector<int32_t>& tokens, const SamplingParams& sampling,
                uint64_t replaces, uint64_t cache_salt = 0);
   // Ends an open handoff now; Poll reports nothing more for it.
-  void Abort(uint64_t handoff_id, const std::string& reason);
+  void Abort(uint64_t handoff_id, AbortCode code, const std::string& reason);
 
   // Handles everything that arrived, heartbeats, liveness, reconnects and
   // deadlines; returns the handoffs that ended since the last call.
@@ -224,7 +224,7 @@ class PrefillLinks {
   int64_t affinity_hits_ = 0;   // handoffs placed where a prefix of theirs was computed
   int64_t cached_hits_ = 0;     // handoffs placed where KV events say a prefix of theirs is held
   int64_t reconnects_ = 0, peers_declared_dead_ = 0, messages_ = 0;
-  transfer::Clock::time_point Now() const { return options_.clock->now(); }
+  transfer::Clock::time_point Now() const { return options_.env->Now(); }
   Mutex mu_;
   std::condition_variable arrived_;
   std::deque<Arrival> inbox_ GUARDED_BY(mu_);

@@ -3,6 +3,7 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include "common/env.h"
 #include "common/log.h"
 
 namespace tandem::discovery {
@@ -355,7 +356,7 @@ void Discovery::RunWatch(std::string role, std::function<void(const std::vector<
   };
   int64_t next = 0;  // the revision to watch from; 0: read the view whole first
   while (!stop_) {
-    const auto began = std::chrono::steady_clock::now();
+    const auto began = options_.env->Now();
     try {
       if (next == 0) {
         auto revision = ReadView(prefix, intake, &view);
@@ -415,7 +416,7 @@ void Discovery::RunWatch(std::string role, std::function<void(const std::vector<
       if (!WaitFor(options_.retry)) break;
     }
     // A watch that ended at once (compacted, refused) is not retried in a hot loop.
-    if (std::chrono::steady_clock::now() - began < std::chrono::milliseconds(100) && !WaitFor(options_.retry / 5)) break;
+    if (options_.env->Now() - began < std::chrono::milliseconds(100) && !WaitFor(options_.retry / 5)) break;
   }
 }
 

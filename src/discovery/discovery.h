@@ -35,6 +35,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/env.h"
 #include "common/mutex.h"
 #include "common/status.h"
 #include "discovery/etcd_client.h"
@@ -65,6 +66,8 @@ struct EngineRecord {
 };
 
 struct DiscoveryOptions {
+  // The time its retries are paced by (tests give a fake one).
+  const Env* env = &Env::Default();
   EtcdEndpoint etcd;
   int64_t ttl_s = 10;                               // the lease: how long a silent engine stays listed
   std::chrono::milliseconds retry{1000};            // etcd unreachable: asked again this often

@@ -7,6 +7,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "common/env.h"
 #include "common/log.h"
 #include "discovery/kv_events_wire.h"
 
@@ -35,7 +36,7 @@ constexpr auto kSnapshotDeadline = std::chrono::seconds(5);
 const char* const kZapEndpoint = "inproc://zeromq.zap.01";
 
 double Now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return std::chrono::duration<double>(Env::Default().WallNow().time_since_epoch()).count();
 }
 
 std::string Port(const std::string& last_endpoint) { return last_endpoint.substr(last_endpoint.rfind(':') + 1); }
@@ -135,7 +136,7 @@ void KvEventPublisher::Publish(PrefixIndex::Event event) {
 
 void KvEventPublisher::Run() {
   Impl& i = *impl_;
-  auto next_snapshot = std::chrono::steady_clock::now();
+  auto next_snapshot = Env::Default().Now();
   // Batches of at most kMaxEventsPerBatch events and kMaxItemsPerBatch keys
   // and tokens (a single event larger than that goes alone).
   auto split = [](std::vector<KvEvent>& events) {
@@ -184,8 +185,8 @@ void KvEventPublisher::Run() {
                                                   zmq::str_buffer(""), zmq::str_buffer("")};
         (void)zmq::send_multipart(*i.zap, reply);
       }
-      if ((items[0].revents & ZMQ_POLLIN) && std::chrono::steady_clock::now() >= next_snapshot) {
-        next_snapshot = std::chrono::steady_clock::now() + kSnapshotInterval;
+      if ((items[0].revents & ZMQ_POLLIN) && Env::Default().Now() >= next_snapshot) {
+        next_snapshot = Env::Default().Now() + kSnapshotInterval;
         std::vector<zmq::message_t> request;
         (void)zmq::recv_multipart(i.snapshot, std::back_inserter(request));
         if (!request.empty()) {
@@ -381,7 +382,7 @@ void KvEventSubscriber::Run() {
     const std::string from = EncodeSequence(0);
     (void)s.dealer->send(zmq::buffer(from), zmq::send_flags::dontwait);
     s.syncing = true;
-    s.asked = std::chrono::steady_clock::now();
+    s.asked = Env::Default().Now();
     s.snapshot.clear();
     s.snapshot_seq = -1;
     s.snapshot_batches = 0;
@@ -395,7 +396,7 @@ void KvEventSubscriber::Run() {
     } catch (const zmq::error_t& e) {
       s.dealer.reset();
       s.syncing = true;
-      s.asked = std::chrono::steady_clock::now();
+      s.asked = Env::Default().Now();
       count(&Counters::refused);
     }
   };
@@ -527,12 +528,12 @@ void KvEventSubscriber::Run() {
       }
       // Sources whose ask failed (no dealer): again after the deadline.
       for (auto& [name, s] : impl.sources) {
-        if (s.syncing && !s.dealer && std::chrono::steady_clock::now() - s.asked > kSnapshotDeadline) ask_safely(s);
+        if (s.syncing && !s.dealer && Env::Default().Now() - s.asked > kSnapshotDeadline) ask_safely(s);
       }
       for (size_t k = 0; k < asking.size(); ++k) {
         Impl::Source& s = *asking[k];
         const std::string name = s.spec.name;
-        if (std::chrono::steady_clock::now() - s.asked > kSnapshotDeadline) {  // however it trickles
+        if (Env::Default().Now() - s.asked > kSnapshotDeadline) {  // however it trickles
           ask_safely(s);
           continue;
         }

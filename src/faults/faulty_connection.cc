@@ -1,5 +1,6 @@
 #include "faults/faulty_connection.h"
 
+#include "common/env.h"
 #include "common/splitmix.h"
 #include "transfer/messages.h"
 
@@ -51,7 +52,7 @@ Status FaultyConnection::Put(const void* src, size_t bytes, const RemoteKey& key
     return Status::Ok();
   }
   if (plan_.put_delay.count() > 0) {
-    delayed_.push_back({Clock::now() + plan_.put_delay, src, bytes, key, offset, nullptr});
+    delayed_.push_back({Env::Default().Now() + plan_.put_delay, src, bytes, key, offset, nullptr});
     cv_.notify_all();
     return Status::Ok();
   }
@@ -81,7 +82,7 @@ void FaultyConnection::RunDelayed() {
       cv_.wait(lock.native());  // held until a message goes out
       continue;
     }
-    if (Clock::now() < queue.front().ready) {
+    if (Env::Default().Now() < queue.front().ready) {
       cv_.wait_until(lock.native(), queue.front().ready);
       continue;
     }
@@ -152,7 +153,7 @@ void FaultyConnection::ReleaseLatePuts() {
   MutexLock lock(mu_);
   const auto delay = plan_.put_delay.count() > 0 ? plan_.put_delay : std::chrono::microseconds(20000);
   for (DelayedPut& p : late_) {
-    if (p.ready == Clock::time_point::max()) p.ready = Clock::now() + delay;
+    if (p.ready == Clock::time_point::max()) p.ready = Env::Default().Now() + delay;
   }
   cv_.notify_all();
 }

@@ -9,6 +9,7 @@
 #include <memory>
 #include <tuple>
 
+#include "common/env.h"
 #include "common/thread_pool.h"
 #include "kernels/cpu.h"
 
@@ -16,7 +17,7 @@ namespace tandem::kernels {
 namespace {
 
 double Seconds(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return std::chrono::duration<double>(Env::Default().Now() - t0).count();
 }
 
 }  // namespace
@@ -34,7 +35,7 @@ double MeasureReadBandwidth(ThreadPool& threads, int64_t bytes, int passes) {
   double best = 0;
   std::atomic<uint32_t> sink{0};
   for (int pass = 0; pass < passes; ++pass) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = Env::Default().Now();
     threads.ParallelFor(tasks, [&](int t) {
       const float* p = buf.get() + t * per;
       const float s = wide ? StreamReadAvx512(p, per) : StreamReadAvx2(p, per);
@@ -49,7 +50,7 @@ double MeasureMemcpyBandwidth(int64_t bytes, int passes) {
   std::vector<uint8_t> src(size_t(bytes), 1), dst(size_t(bytes), 0);
   double best = 0;
   for (int pass = 0; pass < passes; ++pass) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = Env::Default().Now();
     std::memcpy(dst.data(), src.data(), src.size());
     best = std::max(best, double(bytes) / Seconds(t0) / 1e9);
   }
@@ -63,7 +64,7 @@ double MeasureFmaPeak(ThreadPool& threads) {
   std::atomic<uint32_t> sink{0};
   double best = 0;
   for (int pass = 0; pass < 3; ++pass) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = Env::Default().Now();
     threads.ParallelFor(tasks, [&](int) {
       sink.fetch_add(uint32_t(wide ? FmaLoopAvx512(iters) : FmaLoopAvx2(iters)));
     });
@@ -82,7 +83,7 @@ std::pair<double, double> MeasureInt8Peak(ThreadPool& threads) {
   auto best_of = [&](auto loop, double ops_per_iter) {
     double best = 0;
     for (int pass = 0; pass < 3; ++pass) {
-      const auto t0 = std::chrono::steady_clock::now();
+      const auto t0 = Env::Default().Now();
       threads.ParallelFor(tasks, [&](int) { sink.fetch_add(uint32_t(int64_t(loop(iters)))); });
       best = std::max(best, double(iters) * ops_per_iter * tasks / Seconds(t0) / 1e9);
     }

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/env.h"
 #include "common/splitmix.h"
 #include "loadgen/stream_client.h"
 
@@ -359,7 +360,7 @@ void SendRound(const std::string& host, int port, const Json& messages, const Ag
   {
     Json body = rec.request;
     body["messages"] = messages;
-    rec.start_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    rec.start_s = std::chrono::duration<double>(Env::Default().Now() - t0).count();
     StreamTiming t = StreamChat(host, port, body, shape.request_timeout_s, shape.extensions ? shape.resume_within_s : 0);
     rec.http_status = t.status;
     rec.text = std::move(t.text);
@@ -394,7 +395,7 @@ std::vector<RoundRecord> RunPoint(const std::string& host, int port, const std::
   progress->failures = 0;
   std::vector<std::vector<RoundRecord>> per_session(static_cast<size_t>(concurrency));
   std::vector<std::thread> threads;
-  const auto t0 = Clock::now();
+  const auto t0 = Env::Default().Now();
   for (int s = 0; s < concurrency; ++s) {
     threads.emplace_back([&, s] {
       RunSession(host, port, model, shape, point, concurrency, s, t0, progress, &per_session[size_t(s)]);

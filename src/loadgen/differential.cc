@@ -6,6 +6,7 @@
 #include <chrono>
 #include <string_view>
 
+#include "common/env.h"
 #include "model/unicode.h"
 
 namespace tandem {
@@ -278,15 +279,15 @@ Status VerifyRoundsAgainstReference(const DifferentialOptions& options, std::vec
   TANDEM_ASSIGN_OR_RETURN(SessionRounds sessions, GroupSessions(rounds));
   VerifyProgress progress;
   for (const RoundRecord& r : *rounds) progress.rounds_total += Judgeable(r);
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = Env::Default().Now();
   for (auto& [key, list] : sessions) {
     const std::vector<const RoundRecord*> view(list.begin(), list.end());
     for (size_t i = 0; i < list.size(); ++i) {
       RoundRecord& r = *list[i];
       if (!Judgeable(r)) continue;
-      const auto r0 = std::chrono::steady_clock::now();
+      const auto r0 = Env::Default().Now();
       JudgeAgainstReference(o, MessagesForRound(view, i), &r);
-      const auto now = std::chrono::steady_clock::now();
+      const auto now = Env::Default().Now();
       r.verify_s = std::chrono::duration<double>(now - r0).count();
       progress.tokens_computed += r.prompt_tokens + r.completion_tokens;
       ++progress.rounds_done;

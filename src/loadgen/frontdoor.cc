@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/env.h"
 #include "loadgen/stream_client.h"
 #include "server/http_client.h"
 
@@ -28,7 +29,7 @@ using Json = nlohmann::json;
 
 namespace {
 
-double MsSince(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+double MsSince(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Env::Default().Now() - t0).count(); }
 
 // A blocking TCP connection to host:port; -1 on failure.
 int Connect(const std::string& host, int port) {
@@ -119,7 +120,7 @@ void Idle(const FrontDoorOptions& o, FrontDoorReport& r) {
   }
   // Until the server has accepted them all (bounded).
   double open = 0;
-  for (auto until = Clock::now() + std::chrono::seconds(10); Clock::now() < until;) {
+  for (auto until = Env::Default().Now() + std::chrono::seconds(10); Env::Default().Now() < until;) {
     open = Metric(Metrics(o.host, o.port), "http_open_connections*");
     if (open >= double(fds.size())) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -159,7 +160,7 @@ std::vector<StreamResult> RunStreams(HttpClient& client, const FrontDoorOptions&
     if (!o.api_key.empty()) req.headers.emplace_back("Authorization", "Bearer " + o.api_key);
     req.body = bodies[i];
     req.timeout = timeout;
-    const auto t0 = Clock::now();
+    const auto t0 = Env::Default().Now();
     auto status = std::make_shared<int>(0);
     auto raw = std::make_shared<std::string>();
     auto ttfb = std::make_shared<double>(-1);
@@ -228,7 +229,7 @@ void Streams(const FrontDoorOptions& o, const std::string& model, FrontDoorRepor
   int64_t health_failed = 0;
   std::thread prober([&] {
     while (!stop) {
-      const auto t0 = Clock::now();
+      const auto t0 = Env::Default().Now();
       httplib::Client cli(o.host, o.port);
       cli.set_connection_timeout(o.health_timeout_s, 0);
       cli.set_read_timeout(o.health_timeout_s, 0);
@@ -238,7 +239,7 @@ void Streams(const FrontDoorOptions& o, const std::string& model, FrontDoorRepor
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   });
-  const auto t0 = Clock::now();
+  const auto t0 = Env::Default().Now();
   std::vector<StreamResult> all = RunStreams(client, o, bodies, o.phase_timeout);
   r.streams_wall_s = MsSince(t0) / 1000;
   stop = true;
@@ -273,7 +274,7 @@ void Slowloris(const FrontDoorOptions& o, const std::string& model, FrontDoorRep
   std::vector<Slow> slow;
   const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: " + o.host +
                            "\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n" + AuthHeader(o) + "\r\n{";
-  const auto t0 = Clock::now();
+  const auto t0 = Env::Default().Now();
   for (int i = 0; i < o.slowloris; ++i) {
     const int fd = Connect(o.host, o.port);
     if (fd < 0 || !SendAll(fd, head)) {
@@ -292,14 +293,14 @@ void Slowloris(const FrontDoorOptions& o, const std::string& model, FrontDoorRep
     cli.set_read_timeout(30, 0);
     httplib::Headers h;
     if (!o.api_key.empty()) h.emplace("Authorization", "Bearer " + o.api_key);
-    const auto t = Clock::now();
+    const auto t = Env::Default().Now();
     auto res = cli.Post("/v1/completions", h, b.dump(), "application/json");
     r.request_during_slowloris_ms = MsSince(t);
     r.request_during_slowloris_status = res ? res->status : 0;
   });
-  const auto until = Clock::now() + o.phase_timeout;
+  const auto until = Env::Default().Now() + o.phase_timeout;
   size_t open = slow.size();
-  while (open > 0 && Clock::now() < until) {
+  while (open > 0 && Env::Default().Now() < until) {
     for (Slow& s : slow) {
       if (!s.open) continue;
       char buf[4096];
@@ -353,7 +354,7 @@ void BigBody(const FrontDoorOptions& o, FrontDoorReport& r) {
     if ((r.big_body_sent >> 20) % 64 == 0) peak = std::max(peak, Rss(o.host, o.port));
   }
   pollfd p{fd, POLLIN, 0};
-  for (auto until = Clock::now() + std::chrono::seconds(10); Clock::now() < until && answer.find("\r\n\r\n") == std::string::npos;) {
+  for (auto until = Env::Default().Now() + std::chrono::seconds(10); Env::Default().Now() < until && answer.find("\r\n\r\n") == std::string::npos;) {
     if (::poll(&p, 1, 100) <= 0) continue;
     char buf[4096];
     const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
@@ -385,16 +386,16 @@ void HangUps(const FrontDoorOptions& o, const std::string& model, FrontDoorRepor
   }
   // Until the engine has them all (running, or queued behind --max-running).
   double running = 0;
-  for (auto until = Clock::now() + std::chrono::seconds(30); Clock::now() < until;) {
+  for (auto until = Env::Default().Now() + std::chrono::seconds(30); Env::Default().Now() < until;) {
     const std::string m = Metrics(o.host, engine);
     running = Metric(m, "tandem_requests_running") + Metric(m, "tandem_requests_waiting");
     if (running >= double(fds.size())) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   r.hang_ups_running = int64_t(running);
-  const auto t0 = Clock::now();
+  const auto t0 = Env::Default().Now();
   for (int fd : fds) ::close(fd);
-  for (auto until = t0 + std::chrono::seconds(30); Clock::now() < until;) {
+  for (auto until = t0 + std::chrono::seconds(30); Env::Default().Now() < until;) {
     const std::string m = Metrics(o.host, engine);
     const double run = Metric(m, "tandem_requests_running"), wait = Metric(m, "tandem_requests_waiting");
     const double used = Metric(m, "tandem_cache_pages", "state=\"used\"");

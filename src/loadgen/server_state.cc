@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "common/env.h"
 #include "loadgen/agentic.h"
 
 namespace tandem {
@@ -190,13 +191,13 @@ ServerState ProbeServer(const std::string& host, int port) {
 
 Status WaitForBaseline(const std::string& host, int port, double deadline_s,
                        const std::function<void(const ServerState&)>& on_poll) {
-  const auto until = Clock::now() + std::chrono::duration<double>(deadline_s);
+  const auto until = Env::Default().Now() + std::chrono::duration<double>(deadline_s);
   ServerState s;
   for (;;) {
     s = ProbeServer(host, port);
     if (on_poll) on_poll(s);
     if (s.AtBaseline()) return Status::Ok();
-    if (Clock::now() >= until) break;
+    if (Env::Default().Now() >= until) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   char secs[32];

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "common/env.h"
 #include "common/splitmix.h"
 
 namespace tandem {
@@ -134,20 +135,20 @@ StatusOr<Fault> ParseOneFault(const std::string& item) {
   return f;
 }
 
-double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double Since(Clock::time_point t0) { return std::chrono::duration<double>(Env::Default().Now() - t0).count(); }
 
 // Sleeps until t0 + at_s; false if `stop` was set first.
 bool SleepUntil(Clock::time_point t0, double at_s, const std::atomic<bool>& stop) {
   const auto until = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(at_s));
-  while (Clock::now() < until) {
+  while (Env::Default().Now() < until) {
     if (stop.load()) return false;
-    std::this_thread::sleep_for(std::min<Clock::duration>(until - Clock::now(), std::chrono::milliseconds(100)));
+    std::this_thread::sleep_for(std::min<Clock::duration>(until - Env::Default().Now(), std::chrono::milliseconds(100)));
   }
   return !stop.load();
 }
 
 // Sleeps `s` seconds, or until `stop` is set.
-void SleepFor(double s, const std::atomic<bool>& stop) { SleepUntil(Clock::now(), s, stop); }
+void SleepFor(double s, const std::atomic<bool>& stop) { SleepUntil(Env::Default().Now(), s, stop); }
 
 // connect() within 2 s (a full accept queue must not hold the fault runner).
 bool ConnectWithin(int fd, const sockaddr* addr, socklen_t len) {
@@ -368,7 +369,7 @@ Status RunSoak(const std::string& host, int port, const std::string& model, cons
   std::atomic<bool> stop_sessions{false}, stop_faults{false};
   std::atomic<int> next_session{0};
   std::vector<std::vector<RoundRecord>> per_worker(static_cast<size_t>(o.concurrency));
-  const auto t0 = Clock::now();
+  const auto t0 = Env::Default().Now();
   std::vector<std::thread> workers;
   for (int w = 0; w < o.concurrency; ++w) {
     workers.emplace_back([&, w] {

@@ -8,6 +8,7 @@
 #include <random>
 #include <thread>
 
+#include "common/env.h"
 #include "server/openai_api.h"
 
 namespace tandem {
@@ -16,7 +17,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double Since(Clock::time_point t0) { return std::chrono::duration<double>(Env::Default().Now() - t0).count(); }
 
 using Json = nlohmann::json;
 
@@ -71,8 +72,8 @@ void ParseFrame(const Json& j, StreamTiming& t, Clock::time_point t0, Clock::tim
       new_tokens = !ids->empty();
     }
     if (new_tokens && t.ttft_s == 0 && t.text.empty()) {
-      t.ttft_s = std::chrono::duration<double>(Clock::now() - t0).count();
-      last = Clock::now();
+      t.ttft_s = std::chrono::duration<double>(Env::Default().Now() - t0).count();
+      last = Env::Default().Now();
     }
     auto delta = c.find("delta");
     if (delta == c.end() || !delta->is_object()) continue;
@@ -80,7 +81,7 @@ void ParseFrame(const Json& j, StreamTiming& t, Clock::time_point t0, Clock::tim
     if (content == delta->end() || !content->is_string()) continue;
     const std::string& piece = content->get_ref<const std::string&>();
     if (piece.empty()) continue;
-    const auto now = Clock::now();
+    const auto now = Env::Default().Now();
     if (t.text.empty()) {
       if (t.ttft_s == 0) t.ttft_s = std::chrono::duration<double>(now - t0).count();
     } else {
@@ -181,7 +182,7 @@ StreamTiming StreamChat(const std::string& host, int port, nlohmann::json body, 
   }
   StreamTiming t;
   Traced traced;
-  const auto t0 = Clock::now();
+  const auto t0 = Env::Default().Now();
   auto last = t0;
   std::optional<Clock::time_point> broke;  // when the stream last broke off
   for (;;) {
@@ -222,7 +223,7 @@ StreamTiming StreamChat(const std::string& host, int port, nlohmann::json body, 
     if (traced.tokens.size() > delivered_before) broke.reset();  // it made progress: a new break gets the whole window
     if (resumable && (stream_cut || refused || unavailable) && t.e2e_s < timeout_s &&
         (traced.id || !traced.opened)) {
-      if (!broke) broke = Clock::now();
+      if (!broke) broke = Env::Default().Now();
       if (Since(*broke) < resume_within_s) {
         ++t.resumes;
         t.error.clear();

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/env.h"
 #include "common/splitmix.h"
 
 namespace tandem {
@@ -176,7 +177,7 @@ std::vector<RoundRecord> RunTrace(const std::string& host, int port, const std::
   progress->failures = 0;
   std::vector<std::vector<RoundRecord>> per_session(trace.sessions.size());
   std::atomic<size_t> next{0};
-  const auto t0 = Clock::now();
+  const auto t0 = Env::Default().Now();
   const double first = trace.sessions.front().turns[0].at_s;
   // REQUIRES (the caller checked): TraceSeconds(trace, speed) is a sane
   // number of seconds, so no sleep below overflows or outlasts the run.

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "cache/page_pool.h"
+#include "common/env.h"
 #include "model/forward.h"
 #include "model/numerics.h"
 #include "runtime/generator.h"
@@ -375,7 +376,7 @@ Status VerifyRounds(const Model& model, const AttentionOptions& attention, std::
                           : std::max<int64_t>(model.config().context_length, longest + kPageTokens);
   ThreadPool pool(std::max(1, options.threads));
   ReferenceVerifier verifier(model, spec, pool, ctx, options.model_id, options.exact, options.near_tie_nats);
-  const auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = Env::Default().Now();
   for (auto& [key, list] : sessions) {
     int64_t session_longest = 0;
     for (const RoundRecord* r : list) session_longest = std::max(session_longest, RoundTokens(*r));
@@ -389,9 +390,9 @@ Status VerifyRounds(const Model& model, const AttentionOptions& attention, std::
     for (size_t i = 0; i < list.size(); ++i) {
       RoundRecord& r = *list[i];
       if (!Judgeable(r)) continue;
-      const auto r0 = std::chrono::steady_clock::now();
+      const auto r0 = Env::Default().Now();
       progress.tokens_computed += verifier.Judge(MessagesForRound(view, i), &r, options.from_scratch ? nullptr : &session);
-      const auto now = std::chrono::steady_clock::now();
+      const auto now = Env::Default().Now();
       r.verify_s = std::chrono::duration<double>(now - r0).count();
       ++progress.rounds_done;
       progress.elapsed_s = std::chrono::duration<double>(now - t0).count();

@@ -1,5 +1,6 @@
 #include "prefill/prefill_engine.h"
 
+#include "common/env.h"
 #include "transfer/message_auth.h"
 #include "common/log.h"
 
@@ -19,8 +20,8 @@ namespace {
 // closed by then), with a floor of one second: an Abort or AbortAck must never
 // overtake our writes, so a flush that does not confirm closes the connection
 // instead (OnEnd), which is the fence.
-Clock::time_point FlushDeadline(Clock::time_point deadline, std::chrono::milliseconds peer_timeout) {
-  const auto now = Clock::now();
+Clock::time_point FlushDeadline(Clock::time_point now, Clock::time_point deadline,
+                                std::chrono::milliseconds peer_timeout) {
   return std::max(std::min(deadline, now + 2 * peer_timeout), now + std::chrono::seconds(1));
 }
 
@@ -66,16 +67,16 @@ PrefillEngine::Stats PrefillEngine::stats() const {
   return s;
 }
 
-void PrefillEngine::Refuse(transfer::Connection& c, uint64_t handoff_id, const std::string& why) {
+void PrefillEngine::Refuse(transfer::Connection& c, uint64_t handoff_id, const std::string& why, AbortCode code) {
   ++stats_.refused;
-  (void)c.Send(Abort{handoff_id, why}.Encode());
+  (void)c.Send(Abort{handoff_id, code, why}.Encode());
 }
 
 void PrefillEngine::OnAccept(std::shared_ptr<transfer::Connection> connection) {
   MutexLock lock(mu_);
   Peer& peer = peers_[connection->id()];
   peer.connection = std::move(connection);
-  peer.last_heard = Clock::now();  // silent from here on counts too
+  peer.last_heard = options_.env->Now();  // silent from here on counts too
 }
 
 Status PrefillEngine::CheckFirstMessage(std::span<const uint8_t> bytes, std::vector<uint8_t>* reply) const {
@@ -134,7 +135,7 @@ void PrefillEngine::OnMessage(std::shared_ptr<transfer::Connection> connection, 
   auto it = peers_.find(connection->id());
   if (it == peers_.end() || !connection->alive() || stopping_) return;  // dropped: its handoffs are already gone
   Peer& peer = it->second;
-  peer.last_heard = Clock::now();
+  peer.last_heard = options_.env->Now();
   if (peer.hello_ok && !(peer.opened == 0 && transfer::IsUnsealedHeartbeat(bytes))) {
     // After the Hellos only sealed messages count (a heartbeat the decode
     // side sent before our answer reached it is the one exception).
@@ -240,11 +241,11 @@ void PrefillEngine::OnDestination(Peer& peer, const std::shared_ptr<transfer::Co
               (unsigned long long)id, (unsigned long long)connection->id());
     return;
   }
-  auto h = std::make_shared<Handoff>(std::chrono::milliseconds(d->time_budget_ms), Clock::now());
+  auto h = std::make_shared<Handoff>(std::chrono::milliseconds(d->time_budget_ms), options_.env->Now());
   h->connection = connection;
-  h->taken = Clock::now();
+  h->taken = options_.env->Now();
   h->decode_instance = peer.decode_instance;
-  h->deadline = Clock::now() + std::chrono::milliseconds(d->time_budget_ms);
+  h->deadline = options_.env->Now() + std::chrono::milliseconds(d->time_budget_ms);
   h->remote_layout = std::make_unique<CacheLayout>(engine_->cache_spec().registry, int(model_.config().n_layers),
                                                    d->pool_pages);
   h->sent_upto = d->skip_tokens;
@@ -260,7 +261,8 @@ void PrefillEngine::OnDestination(Peer& peer, const std::shared_ptr<transfer::Co
   auto handle = engine_->Submit(std::move(spec));
   if (!handle.ok()) {
     if (handle.status().code() == StatusCode::kResourceExhausted) {
-      return Refuse(*connection, id, "the prefill queue is full (" + std::to_string(options_.max_queue) + " handoffs)");
+      return Refuse(*connection, id, "the prefill queue is full (" + std::to_string(options_.max_queue) + " handoffs)",
+                    AbortCode::kQueueFull);
     }
     return Refuse(*connection, id, handle.status().message());
   }
@@ -318,7 +320,7 @@ bool PrefillEngine::MayAnswerLocked(uint64_t decode_instance, uint64_t connectio
   }
   auto it = closing_.find(decode_instance);
   if (it == closing_.end()) return true;
-  std::erase_if(it->second, [](const auto& c) { return c->WaitReleased(Clock::now()); });
+  std::erase_if(it->second, [this](const auto& c) { return c->WaitReleased(options_.env->Now()); });
   if (!it->second.empty()) return false;
   closing_.erase(it);
   return true;
@@ -339,7 +341,7 @@ void PrefillEngine::RunHeartbeats() {
   while (!stop_) {
     cv_.wait_for(lock.native(), options_.heartbeat_interval, [&]() REQUIRES(mu_) { return stop_; });
     if (stop_) return;
-    const auto now = Clock::now();
+    const auto now = options_.env->Now();
     std::vector<std::shared_ptr<transfer::Connection>> silent;
     for (auto& [id, peer] : peers_) {
       if (now - peer.last_heard > options_.peer_timeout || !peer.connection->alive()) {
@@ -357,7 +359,7 @@ void PrefillEngine::RunHeartbeats() {
     stats_.peers_closed += int64_t(silent.size());
     AnswerDeferredHellosLocked();
     for (auto it = closing_.begin(); it != closing_.end();) {  // forget what is released
-      std::erase_if(it->second, [](const auto& c) { return c->WaitReleased(Clock::now()); });
+      std::erase_if(it->second, [this](const auto& c) { return c->WaitReleased(options_.env->Now()); });
       it = it->second.empty() ? closing_.erase(it) : std::next(it);
     }
   }
@@ -417,7 +419,7 @@ void PrefillEngine::OnLayer(int layer) {
       // The first step after a prefix hit also sends the cached pages the decode side lacks.
       h->step_from = std::min(h->sent_upto, c.begin);
       if (h->compute_start == Clock::time_point{}) {
-        h->compute_start = Clock::now();
+        h->compute_start = options_.env->Now();
         MutexLock lock(mu_);
         (void)h->machine.Transition(transfer::HandoffState::kTransferring, h->compute_start);
       }
@@ -452,9 +454,9 @@ bool PrefillEngine::SendCommit(uint64_t request, std::span<const int32_t> prompt
   if (!h || !h->error.ok() || h->handle->cancelled()) return false;
   const Destination& d = h->destination;
   // Layer writes overlap the compute; what remains after it is the flush.
-  const auto flush_start = Clock::now();
+  const auto flush_start = options_.env->Now();
   if (!FlushWrites(*h).ok()) return false;
-  const auto flush_end = Clock::now();
+  const auto flush_end = options_.env->Now();
   if (flush_end > h->deadline) {
     h->error = Status(StatusCode::kDeadlineExceeded, "its time budget ran out at the prefill engine (" +
                                                          std::to_string(d.time_budget_ms) + " ms)");
@@ -477,16 +479,16 @@ bool PrefillEngine::SendCommit(uint64_t request, std::span<const int32_t> prompt
     return false;
   }
   if (h->machine.state() == transfer::HandoffState::kBootstrapping) {  // nothing to write: all cached on the decode side
-    (void)h->machine.Transition(transfer::HandoffState::kTransferring, Clock::now());
+    (void)h->machine.Transition(transfer::HandoffState::kTransferring, options_.env->Now());
   }
-  if (Status st = h->machine.Transition(transfer::HandoffState::kCommitted, Clock::now()); !st.ok()) {
+  if (Status st = h->machine.Transition(transfer::HandoffState::kCommitted, options_.env->Now()); !st.ok()) {
     TLOG_ERROR("tandem prefill: %s\n", st.message().c_str());  // a Commit went out: count it as one
   }
   return true;
 }
 
 Status PrefillEngine::FlushWrites(Handoff& h) {
-  Status flushed = h.connection->Flush(FlushDeadline(h.deadline, options_.peer_timeout));
+  Status flushed = h.connection->Flush(FlushDeadline(options_.env->Now(), h.deadline, options_.peer_timeout));
   h.posted = false;
   if (!flushed.ok()) {
     h.fenced = false;  // final: OnEnd closes the connection
@@ -531,7 +533,7 @@ void PrefillEngine::EndHandoff(uint64_t request, const Status& status) {
   if (!committed) {
     (void)h->machine.Transition(h->abort_requested || h->peer_gone ? transfer::HandoffState::kAborted
                                                                    : transfer::HandoffState::kFailed,
-                                Clock::now());
+                                options_.env->Now());
   }
   if (committed && why.ok()) {
     ++stats_.committed;
@@ -550,15 +552,18 @@ void PrefillEngine::EndHandoff(uint64_t request, const Status& status) {
     (void)h->connection->Send(AbortAck{id}.Encode());
   } else {
     std::string reason = why.message();
+    AbortCode code = AbortCode::kFailed;
+    if (why.code() == StatusCode::kDeadlineExceeded) code = AbortCode::kDeadline;
     if (why.code() == StatusCode::kDeadlineExceeded && !h->out_of_budget) {
       reason = "its time budget ran out at the prefill engine (" + std::to_string(h->destination.time_budget_ms) +
                " ms): " + why.message();
     } else if (why.code() == StatusCode::kAborted) {
       reason = "the prefill engine is stopping";
+      code = AbortCode::kStopping;
     }
     ++stats_.failed;
     TLOG_WARN("tandem prefill: handoff %llu failed: %s\n", (unsigned long long)id, reason.c_str());
-    (void)h->connection->Send(Abort{id, reason}.Encode());
+    (void)h->connection->Send(Abort{id, code, reason}.Encode());
   }
   // Its writes flushed, or its connection closed: answer the Hellos that
   // waited for it (once that connection is released too).

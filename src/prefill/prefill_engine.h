@@ -29,6 +29,7 @@
 #include <memory>
 #include <thread>
 
+#include "common/env.h"
 #include "common/mutex.h"
 #include "runtime/engine.h"
 #include "runtime/engine_role.h"
@@ -40,6 +41,8 @@
 namespace tandem {
 
 struct PrefillOptions {
+  // The time peer liveness, handoff deadlines and stage timings are kept by (tests give a fake one).
+  const Env* env = &Env::Default();
   // The scheduler: pool size (cache_tokens), chunk_size, max_batch_tokens,
   // max_running (prompts batched together), prefix cache, tiers, threads.
   EngineOptions engine;
@@ -189,7 +192,8 @@ class PrefillEngine : public EngineRole {
       REQUIRES(mu_);
   bool MayAnswerLocked(uint64_t decode_instance, uint64_t connection_id) REQUIRES(mu_);
   void AnswerDeferredHellosLocked() REQUIRES(mu_);
-  void Refuse(transfer::Connection& c, uint64_t handoff_id, const std::string& why) REQUIRES(mu_);
+  void Refuse(transfer::Connection& c, uint64_t handoff_id, const std::string& why,
+              AbortCode code = AbortCode::kRefused) REQUIRES(mu_);
   void DropPeerLocked(uint64_t connection_id) REQUIRES(mu_);
 
   const Model& model_;

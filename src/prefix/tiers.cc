@@ -1,5 +1,6 @@
 #include "prefix/tiers.h"
 
+#include "common/env.h"
 #include "prefix/tiers_internal.h"
 
 #include <unistd.h>
@@ -275,13 +276,13 @@ std::shared_ptr<LayerGates> TieredCache::LoadIntoL1(std::vector<int32_t> l2_page
   auto gates = std::make_shared<LayerGates>(l1_.layout().n_layers());
   pending_loads_.push_back(gates);
   Submit([this, gates, src = std::move(l2_pages), dst = std::move(l1_pages)] {
-    const auto t0 = Clock::now();
+    const auto t0 = Env::Default().Now();
     const int64_t bytes = CopyLoad(src, dst, *gates);
     Unpin(src);
     MutexLock lock(stats_mu_);
     ++stats_.loads;
     stats_.load_bytes_l2 += bytes;
-    stats_.load_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    stats_.load_seconds += std::chrono::duration<double>(Env::Default().Now() - t0).count();
   });
   return gates;
 }

@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "cache/layer_gates.h"
+#include "common/env.h"
 #include "common/mutex.h"
 #include "cache/page_pool.h"
 #include "common/status.h"
@@ -124,7 +125,7 @@ class TieredCache {
   struct Prefetch {
     std::atomic<bool> done{false};
     std::chrono::steady_clock::time_point deadline;
-    bool Ready() const { return done.load() || std::chrono::steady_clock::now() >= deadline; }
+    bool Ready() const { return done.load() || Env::Default().Now() >= deadline; }
   };
   std::shared_ptr<Prefetch> PrefetchFromL3(std::span<const int32_t> tokens, int64_t from_page, int64_t max_tokens,
                                            uint64_t root);

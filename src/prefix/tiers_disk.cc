@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "cache/page_copy.h"
+#include "common/env.h"
 #include "common/keyed_fingerprint.h"
 #include "common/log.h"
 #include "prefix/tiers.h"
@@ -251,7 +252,7 @@ Status TieredCache::ScanDisk() {
 std::shared_ptr<TieredCache::Prefetch> TieredCache::PrefetchFromL3(std::span<const int32_t> tokens, int64_t from_page,
                                                                     int64_t max_tokens, uint64_t root) {
   auto p = std::make_shared<Prefetch>();
-  p->deadline = Clock::now() + options_.prefetch_deadline;
+  p->deadline = Env::Default().Now() + options_.prefetch_deadline;
   const int64_t n_full = std::min<int64_t>(int64_t(tokens.size()), max_tokens) / kPageTokens;
   const std::vector<uint64_t> keys = PageChainKeys(tokens, n_full, root);
   std::vector<uint64_t> wanted(keys.begin() + std::min<int64_t>(from_page, n_full), keys.end());
@@ -267,7 +268,7 @@ std::shared_ptr<TieredCache::Prefetch> TieredCache::PrefetchFromL3(std::span<con
         MutexLock lock(disk_mu_);
         if (!disk_index_.count(key)) break;
       }
-      if (Clock::now() >= p->deadline) {
+      if (Env::Default().Now() >= p->deadline) {
         MutexLock lock(stats_mu_);
         ++stats_.prefetch_misses;
         break;

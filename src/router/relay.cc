@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/env.h"
 #include "common/log.h"
 #include "common/sampling_params.h"
 #include "router/router.h"
@@ -58,7 +59,7 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
         stream_(stream),
         conversation_(ConversationKey(body)),
         chain_(router.PromptChain(req.target, req.body, body, req.Header("Authorization"))),
-        deadline_(std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(router.options_.request_timeout_s * 1000))) {
+        deadline_(router_.options_.env->Now() + std::chrono::milliseconds(int64_t(router.options_.request_timeout_s * 1000))) {
     body_ = std::move(req.body);
     // A client that traces its stream itself gets the traces.
     client_traced_ = stream_ && TrueField(body, "tandem_trace");
@@ -157,7 +158,7 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
         ++router_.unavailable_;
         return SendApiError(*reply_, 503, "no healthy decode backend", "server_error");
       }
-      const auto now = std::chrono::steady_clock::now();
+      const auto now = router_.options_.env->Now();
       if (wait_since_ == std::chrono::steady_clock::time_point{}) wait_since_ = now;
       if (now - wait_since_ >= router_.options_.move_wait || now >= deadline_) {
         ++(attempts_ == 0 ? router_.unavailable_ : router_.moves_exhausted_);
@@ -181,7 +182,7 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
     up.port = b->port;
     up.method = method_;
     up.target = target_;
-    up.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - std::chrono::steady_clock::now());
+    up.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - router_.options_.env->Now());
     if (up.timeout.count() < 1) up.timeout = std::chrono::milliseconds(1);
     if (method_ == "POST") up.headers.emplace_back("Content-Type", "application/json");
     if (!authorization_.empty()) up.headers.emplace_back("Authorization", authorization_);
@@ -199,7 +200,7 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
       MutexLock lock(mu_);
       generation = ++generation_;
     }
-    last_heard_ = std::chrono::steady_clock::now();
+    last_heard_ = router_.options_.env->Now();
     silenced_ = false;
     auto call = router_.client_->Start(std::move(up), std::move(events));
     bool hung_up = false;
@@ -227,7 +228,7 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
         MutexLock lock(self->mu_);
         if (self->generation_ != generation || self->ended_ == generation) return;  // that attempt ended
       }
-      const auto now = std::chrono::steady_clock::now();
+      const auto now = self->router_.options_.env->Now();
       const int64_t since = self->backend_->silent_since_ns.load();
       const bool silent = since != 0 && now.time_since_epoch() - std::chrono::steady_clock::duration(since) >= limit &&
                           now - self->last_heard_ >= limit;
@@ -253,7 +254,7 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
   }
 
   void OnHead(int status, const HttpHeaders& headers) {
-    last_heard_ = std::chrono::steady_clock::now();
+    last_heard_ = router_.options_.env->Now();
     upstream_.status = status;
     for (const auto& [k, v] : headers) {
       if (strcasecmp(k.c_str(), "Content-Type") == 0) upstream_.content_type = v;
@@ -269,7 +270,7 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
   }
 
   bool OnData(std::string data) {
-    last_heard_ = std::chrono::steady_clock::now();
+    last_heard_ = router_.options_.env->Now();
     if (!upstream_.streaming) {
       if (upstream_.body.size() + data.size() > router_.options_.max_answer_bytes) return upstream_.too_large = true, false;
       upstream_.body += data;
@@ -410,7 +411,7 @@ class Router::Relay : public std::enable_shared_from_this<Relay> {
   // The request goes on at another backend, if it has moves left.
   void Move(const std::string& why, int status, Router::MoveReason reason) {
     last_error_ = why;
-    if (attempts_ > router_.options_.max_moves || std::chrono::steady_clock::now() >= deadline_) {
+    if (attempts_ > router_.options_.max_moves || router_.options_.env->Now() >= deadline_) {
       ++router_.moves_exhausted_;
       if (last_answer_ && !reply_->started()) {  // the backend's own answer says it best
         return reply_->Send(last_answer_->status, last_answer_->content_type, std::move(last_answer_->body),

@@ -9,6 +9,7 @@
 
 #include <fstream>
 
+#include "common/env.h"
 #include "common/log.h"
 #include "common/chain_key.h"
 #include "common/process_start.h"
@@ -83,11 +84,11 @@ void Router::CheckHealth() {
       if (res && !stalled) {
         b->silent_since_ns = 0;
       } else if (b->silent_since_ns.load() == 0) {
-        b->silent_since_ns = std::chrono::steady_clock::now().time_since_epoch().count();
+        b->silent_since_ns = options_.env->Now().time_since_epoch().count();
       }
     }
-    const auto until = std::chrono::steady_clock::now() + options_.health_interval;
-    while (!stop_ && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const auto until = options_.env->Now() + options_.health_interval;
+    while (!stop_ && options_.env->Now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }
 
@@ -213,12 +214,12 @@ Status Router::Start() {
 
 void Router::Drain(std::chrono::milliseconds deadline) {
   draining_ = true;
-  const auto until = std::chrono::steady_clock::now() + deadline;
+  const auto until = options_.env->Now() + deadline;
   auto busy = [&] {
     const auto backends = Backends();
     return std::any_of(backends.begin(), backends.end(), [](const auto& b) { return b->in_flight->load() > 0; });
   };
-  while (busy() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  while (busy() && options_.env->Now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
 }
 
 void Router::Stop() {

@@ -41,6 +41,7 @@
 #include "common/cached_prefixes.h"
 #include <optional>
 
+#include "common/env.h"
 #include "common/mutex.h"
 #include "common/placement.h"
 #include "common/status.h"
@@ -50,6 +51,8 @@
 namespace tandem {
 
 struct RouterOptions {
+  // The time request deadlines, silence, health checks and drains are kept by (tests give a fake one).
+  const Env* env = &Env::Default();
   std::string host = "127.0.0.1";
   int port = 8080;
   std::vector<std::string> backends;  // decode servers, "host:port"

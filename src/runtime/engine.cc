@@ -1,4 +1,5 @@
 #include "runtime/engine.h"
+#include "common/env.h"
 #include "common/log.h"
 
 #include <xxhash.h>
@@ -123,7 +124,7 @@ Engine::Engine(const Model& model, const EngineOptions& options, CacheSpec spec,
                {"chat_format", numerics_.chat_format},
                {"mixed", numerics_.mixed ? "true" : "false"}})
       .Set(1);
-  loop_beat_ns_ = Clock::now().time_since_epoch().count();
+  loop_beat_ns_ = options_.env->Now().time_since_epoch().count();
   loop_alive_ = true;
 }
 
@@ -152,7 +153,7 @@ std::vector<std::pair<const uint8_t*, size_t>> Engine::BufferMemory(CacheBufferI
 void Engine::Shutdown(std::chrono::milliseconds drain) {
   {
     MutexLock lock(mu_);
-    if (!stopping_.exchange(true)) drain_deadline_ = Clock::now() + drain;
+    if (!stopping_.exchange(true)) drain_deadline_ = options_.env->Now() + drain;
   }
   wake_.notify_all();
   if (loop_.joinable()) loop_.join();
@@ -190,7 +191,7 @@ StatusOr<std::shared_ptr<RequestHandle>> Engine::Submit(RequestSpec spec) {
     return InvalidArgument("at most " + std::to_string(kMaxTopLogprobs) + " top logprobs per token");
   }
   auto seq = std::make_unique<Sequence>();
-  seq->arrival = Clock::now();
+  seq->arrival = options_.env->Now();
   seq->deadline = seq->arrival + options_.request_timeout;
   if (spec.deadline != Clock::time_point{}) seq->deadline = std::min(seq->deadline, spec.deadline);
   seq->prompt_len = int64_t(spec.prompt.size());
@@ -219,7 +220,7 @@ StatusOr<std::shared_ptr<RequestHandle>> Engine::Submit(RequestSpec spec) {
 
 std::chrono::milliseconds Engine::LoopStall() const {
   if (options_.loop_watchdog.count() <= 0 || !loop_alive_.load()) return std::chrono::milliseconds(0);
-  const auto since = Clock::now().time_since_epoch() - Clock::duration(loop_beat_ns_.load());
+  const auto since = options_.env->Now().time_since_epoch() - Clock::duration(loop_beat_ns_.load());
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(since);
   return ms > options_.loop_watchdog ? ms : std::chrono::milliseconds(0);
 }
@@ -242,13 +243,13 @@ EngineStats Engine::Stats() const {
 // the tiers deliver, admit, then one step (schedule, run, post-process).
 void Engine::Loop() {
   for (;;) {
-    loop_beat_ns_ = Clock::now().time_since_epoch().count();
+    loop_beat_ns_ = options_.env->Now().time_since_epoch().count();
     TakeNewRequests();
     ReplaySome();
     bool drain_over = false;
     {
       MutexLock lock(mu_);
-      drain_over = stopping_ && Clock::now() >= drain_deadline_;
+      drain_over = stopping_ && options_.env->Now() >= drain_deadline_;
     }
     if (drain_over) {
       ForEachHeld([&](Sequence& s) {
@@ -282,7 +283,7 @@ void Engine::Loop() {
     const auto wait = scheduler_.holding()       ? std::chrono::microseconds(200)
                       : scheduler_.prefetching() ? std::chrono::microseconds(1000)
                                                  : std::chrono::microseconds(50'000);
-    loop_beat_ns_ = Clock::now().time_since_epoch().count();  // waiting is not stalling
+    loop_beat_ns_ = options_.env->Now().time_since_epoch().count();  // waiting is not stalling
     UniqueLock lock(mu_);
     wake_.wait_for(lock.native(), wait, [&]() REQUIRES(mu_) { return !incoming_.empty() || stopping_; });
   }
@@ -309,7 +310,7 @@ void Engine::ForEachHeld(const std::function<void(Sequence&)>& fn) {
 }
 
 void Engine::DropCancelledAndExpired() {
-  const auto now = Clock::now();
+  const auto now = options_.env->Now();
   ForEachHeld([&](Sequence& s) {
     if (s.done) return;
     if (s.handle->cancelled()) {
@@ -327,9 +328,10 @@ void Engine::DropCancelledAndExpired() {
 void Engine::Step() {
   struct ObserveStep {
     prometheus::Histogram& histogram;
+    const Env& env;
     Clock::time_point began;
-    ~ObserveStep() { histogram.Observe(std::chrono::duration<double>(Clock::now() - began).count()); }
-  } observe{metrics_.step, Clock::now()};
+    ~ObserveStep() { histogram.Observe(env.SecondsSince(began)); }
+  } observe{metrics_.step, *options_.env, options_.env->Now()};
   std::vector<SequenceChunk> batch;
   std::vector<Sequence*> members = scheduler_.Schedule(&batch);
   std::vector<Draw> draws;
@@ -343,9 +345,9 @@ void Engine::Step() {
   // waiting), only the work bound.
   auto until = std::chrono::steady_clock::time_point::max();
   if (!members.empty()) {
-    const auto began = std::chrono::steady_clock::now();
+    const auto began = options_.env->Now();
     RunBatch(members, batch, &draws);
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = options_.env->Now();
     scheduler_.ObserveStep(std::chrono::duration<double>(now - began).count());
     metrics_.prompt_throughput.Set(scheduler_.step_budget().prompt_tokens_per_second());
     metrics_.step_prompt_budget.Set(double(scheduler_.last_prompt_budget()));

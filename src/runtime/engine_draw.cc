@@ -4,6 +4,7 @@
 // step, from the same logits and the same mask: the same token.
 #include <algorithm>
 
+#include "common/env.h"
 #include "runtime/engine.h"
 
 namespace tandem {
@@ -56,7 +57,7 @@ void Engine::DrawTokens(std::vector<Draw>& draws, std::chrono::steady_clock::tim
     const int64_t pos = int64_t(s.tokens.size());
     const int32_t token =
         sampler_.Sample(row, s.spec.sampling, s.tokens, pos, s.prompt_len, allowed);
-    const auto drawn = std::chrono::steady_clock::now();
+    const auto drawn = options_.env->Now();
     if (std::optional<FinishReason> taken = role_->TakeToken(s, token)) {
       metrics_.ttft.Observe(SecondsBetween(s.arrival, drawn));  // the first token, before the role sends it on
       Finish(s, *taken);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cache/page_pool.h"
+#include "common/env.h"
 #include "common/status.h"
 #include "model/cache_spec.h"
 #include "prefix/prefix_index.h"
@@ -23,6 +24,8 @@ enum class PrefillOrder {
 StatusOr<PrefillOrder> ParsePrefillOrder(const std::string& name);  // "arrival" | "shortest"
 
 struct EngineOptions {
+  // The time deadlines, drains, stall checks and metrics are kept by (tests give a fake one).
+  const Env* env = &Env::Default();
   AttentionOptions attention;
   int64_t cache_tokens = 65536;   // page pool size, in tokens
   int64_t context_tokens = 0;     // per sequence; 0 = the model's context length

@@ -3,6 +3,7 @@
 // its pages go to the prefix cache or back to the pool.
 #include <algorithm>
 
+#include "common/env.h"
 #include "runtime/engine.h"
 #include "runtime/stop_strings.h"
 
@@ -29,7 +30,7 @@ void Engine::CollectPromptLogprobs(Sequence& s, int64_t start, size_t n,
 }
 
 void Engine::Emit(Sequence& s, int32_t token, const PositionLogprobs* logprobs) {
-  const auto now = Clock::now();
+  const auto now = options_.env->Now();
   if (!s.spec.ignore_eos && model_.tokenizer().IsEndOfGeneration(token)) return Finish(s, FinishReason::kStop);
   if (Status st = StartConstraint(s); !st.ok()) return Fail(s, st);
   s.tokens.push_back(token);
@@ -142,14 +143,14 @@ void Engine::Finish(Sequence& s, FinishReason reason) {
   }
   StreamEvent ev;
   ev.kind = StreamEvent::Kind::kFinish;
-  ev.finish_reason = FinishReasonName(reason);
+  ev.finish = reason;
   ev.prompt_tokens = s.prompt_len;
   ev.completion_tokens = s.generated;
   ev.cached_prompt_tokens = s.cached_prompt_tokens;
   s.handle->Push(std::move(ev));
   Retire(s);
   s.done = true;
-  metrics_.e2e.Observe(SecondsBetween(s.arrival, Clock::now()));
+  metrics_.e2e.Observe(SecondsBetween(s.arrival, options_.env->Now()));
   if (reason == FinishReason::kCancelled) {
     ++counters_.requests_cancelled;
     metrics_.cancelled.Increment();

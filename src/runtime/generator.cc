@@ -2,13 +2,14 @@
 
 #include <chrono>
 
+#include "common/env.h"
 #include "runtime/stop_strings.h"
 
 namespace tandem {
 namespace {
 
 double Since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return std::chrono::duration<double>(Env::Default().Now() - t0).count();
 }
 
 }  // namespace
@@ -42,7 +43,7 @@ StatusOr<GenerateResult> Generator::Run(std::span<const int32_t> prompt,
   result.prompt_tokens = int64_t(prompt.size());
   std::vector<int32_t> seq(prompt.begin(), prompt.end());
   std::vector<float> logits;
-  auto t0 = std::chrono::steady_clock::now();
+  auto t0 = Env::Default().Now();
   for (size_t start = 0; start < prompt.size(); start += size_t(opt.chunk_size)) {
     const size_t len = std::min(size_t(opt.chunk_size), prompt.size() - start);
     SequenceChunk chunk{prompt.subspan(start, len), int64_t(start), pages, false};
@@ -50,10 +51,9 @@ StatusOr<GenerateResult> Generator::Run(std::span<const int32_t> prompt,
     TANDEM_RETURN_IF_ERROR(forward_.Run({&chunk, 1}, pool_, &logits));
   }
   result.prefill_seconds = Since(t0);
-  t0 = std::chrono::steady_clock::now();
+  t0 = Env::Default().Now();
   StreamDecoder decoder(model_.tokenizer());
   StopStringMatcher stops(opt.stop_strings);
-  result.finish_reason = "length";
   auto emit = [&](const std::string& text) {
     result.text += text;
     return text.empty() || !on_text || on_text(text);
@@ -62,14 +62,14 @@ StatusOr<GenerateResult> Generator::Run(std::span<const int32_t> prompt,
     const int64_t pos = int64_t(seq.size());
     const int32_t tok = sampler_.Sample(logits, opt.sampling, seq, pos, int64_t(prompt.size()));
     if (!opt.ignore_eos && model_.tokenizer().IsEndOfGeneration(tok)) {
-      result.finish_reason = "stop";
+      result.finish = FinishReason::kStop;
       break;
     }
     result.tokens.push_back(tok);
     seq.push_back(tok);
     const bool keep_going = emit(stops.Push(decoder.Push(tok)));
     if (stops.stopped() || !keep_going) {
-      result.finish_reason = "stop";
+      result.finish = FinishReason::kStop;
       break;
     }
     if (int32_t(result.tokens.size()) == opt.max_tokens || int64_t(seq.size()) == ctx_tokens_) break;

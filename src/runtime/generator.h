@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/forward.h"
+#include "runtime/request.h"
 #include "runtime/sampler.h"
 
 namespace tandem {
@@ -24,7 +25,7 @@ struct GenerateOptions {
 struct GenerateResult {
   std::vector<int32_t> tokens;  // generated ids (stop tokens excluded)
   std::string text;
-  std::string finish_reason;  // "stop" or "length"
+  FinishReason finish = FinishReason::kLength;  // kStop or kLength
   int64_t prompt_tokens = 0;
   double prefill_seconds = 0;
   double decode_seconds = 0;
@@ -36,7 +37,7 @@ class Generator {
   Generator(const Model& model, const CacheSpec& spec, ThreadPool& threads, int64_t ctx_tokens);
 
   // on_text receives text as it becomes final (valid UTF-8, stop strings cut);
-  // returning false stops generation (finish_reason "stop").
+  // returning false stops generation (FinishReason::kStop).
   StatusOr<GenerateResult> Run(std::span<const int32_t> prompt, const GenerateOptions& options,
                                const std::function<bool(std::string_view)>& on_text);
 

@@ -54,7 +54,7 @@ struct RequestSpec {
   uint64_t cache_salt = 0;
 };
 
-// How a request ended. StreamEvent::finish_reason carries its name.
+// How a request ended (StreamEvent::finish); the API names it with FinishReasonName.
 enum class FinishReason {
   kStop,       // end of generation, a stop string, or a finished structured answer
   kLength,     // max_tokens, the context, or the cache
@@ -78,7 +78,7 @@ struct StreamEvent {
   // `text` their final text, already delivered by the engine that began the
   // answer (a formatter's state, not news); no logprobs.
   bool replay = false;
-  std::string finish_reason;         // kFinish: FinishReasonName ("stop", "length" or "cancelled")
+  FinishReason finish = FinishReason::kStop;  // kFinish: how it ended (FinishReasonName at the API)
   Status error;                      // kError: why the request failed
   int64_t prompt_tokens = 0;         // kFinish: usage
   int64_t completion_tokens = 0;     // kFinish

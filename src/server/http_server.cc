@@ -1,5 +1,6 @@
 #include "server/http_server.h"
 
+#include "common/env.h"
 #include "common/sampling_params.h"
 #include "server/stream_frames.h"
 
@@ -17,7 +18,7 @@ void SendError(HttpReply& reply, const ApiError& e) {
   reply.Send(e.http_status, "application/json", ErrorJson(e), std::move(h));
 }
 
-int64_t UnixNow() { return int64_t(std::time(nullptr)); }
+int64_t UnixNow() { return int64_t(Env::Default().WallSeconds()); }
 
 }  // namespace
 
@@ -239,7 +240,7 @@ class HttpServer::Exchange : public std::enable_shared_from_this<Exchange> {
     c.done = true;
     if (ev.kind == StreamEvent::Kind::kError) return Fail(ApiErrorFromStatus(ev.error));
     c.usage = Usage{ev.prompt_tokens, ev.completion_tokens, ev.cached_prompt_tokens};
-    c.finish_reason = ev.finish_reason;
+    c.finish_reason = FinishReasonName(ev.finish);
   }
 
   void Complete() {
@@ -443,7 +444,7 @@ void HttpServer::HandleCompletion(HttpRequest& req, const std::shared_ptr<HttpRe
   p.spec.cache_salt = CacheSaltFor(req.Header("Authorization"), p.cache_salt);
   if (!p.has_seed) p.spec.sampling.seed = FreshSeed();
   // Every choice must be done by one deadline: the request's timeout from now.
-  if (p.n > 1) p.spec.deadline = std::chrono::steady_clock::now() + engine_.options().request_timeout;
+  if (p.n > 1) p.spec.deadline = Env::Default().Now() + engine_.options().request_timeout;
   std::vector<std::shared_ptr<RequestHandle>> handles;
   if (!p.resume) {
     auto first = engine_.Submit(p.spec);

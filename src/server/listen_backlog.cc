@@ -1,4 +1,5 @@
 #include "server/listen_backlog.h"
+#include "common/env.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -35,9 +36,9 @@ bool RaiseListenBacklog(int port) {
 
 bool StartListening(httplib::Server& server, std::thread* listener, std::chrono::milliseconds deadline) {
   *listener = std::thread([&server] { server.listen_after_bind(); });
-  const auto until = std::chrono::steady_clock::now() + deadline;
+  const auto until = Env::Default().Now() + deadline;
   while (!server.is_running()) {
-    if (std::chrono::steady_clock::now() >= until) return false;
+    if (Env::Default().Now() >= until) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return true;

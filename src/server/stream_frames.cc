@@ -54,14 +54,14 @@ std::string ChoiceFrames(const ParsedRequest& p, const Tokenizer& tok, StreamCho
   // Logprobs still held (tool-call text, a final cut) go out with the last chunks.
   const LogprobsOut lp{&tok, c.held_logprobs, c.text_offset};
   const bool rest = p.spec.logprobs >= 0 && !c.held_logprobs.empty();
-  if (!p.chat) return frame + CompletionChunkSse(c.meta, "", ev.finish_reason, nullptr, rest ? &lp : nullptr);
+  if (!p.chat) return frame + CompletionChunkSse(c.meta, "", FinishReasonName(ev.finish), nullptr, rest ? &lp : nullptr);
   ChatDelta d;
-  std::string reason = ev.finish_reason;
+  std::string reason = FinishReasonName(ev.finish);
   if (c.tools) {
     ToolCallStreamer::Out out = c.tools->Finish();
     if (!out.content.empty()) d.content = std::move(out.content);
     d.tool_calls = std::move(out.calls);
-    if (c.tools->calls() > 0 && reason == "stop") reason = "tool_calls";
+    if (c.tools->calls() > 0 && ev.finish == FinishReason::kStop) reason = "tool_calls";
     if (p.return_token_ids && !c.held_tokens.empty()) d.token_ids = c.held_tokens;
     if (rest) d.logprobs = lp;
     if (d.content || !d.tool_calls.empty() || d.token_ids || d.logprobs) frame += ChatChunkSse(c.meta, d);

@@ -1,4 +1,5 @@
 #include "structured/grammar_budget.h"
+#include "common/env.h"
 
 #include <algorithm>
 #include <vector>
@@ -31,7 +32,7 @@ int64_t GrammarBudget::Run(std::span<Ask> asks, std::chrono::steady_clock::time_
       left -= work;
       spent += work;
       if (work > 0 && until != std::chrono::steady_clock::time_point::max() &&
-          std::chrono::steady_clock::now() >= until) {
+          Env::Default().Now() >= until) {
         out_of_time = true;
       }
       if (a.mask == nullptr && a.constraint->status().ok()) still.push_back(i);

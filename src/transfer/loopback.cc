@@ -1,4 +1,5 @@
 #include "transfer/loopback.h"
+#include "common/env.h"
 
 #include <cstring>
 
@@ -25,7 +26,7 @@ class LoopbackConnection : public Connection, public std::enable_shared_from_thi
     }
     ++posted_;
     LoopbackNetwork::Op op;
-    op.ready = Clock::now() + net_->options_.put_latency;
+    op.ready = Env::Default().Now() + net_->options_.put_latency;
     op.is_put = true;
     op.from = shared_from_this();
     op.src = src;
@@ -49,7 +50,7 @@ class LoopbackConnection : public Connection, public std::enable_shared_from_thi
     auto peer = peer_.lock();
     if (!alive_ || !peer) return Unavailable("connection " + std::to_string(id_) + " is closed");
     LoopbackNetwork::Op op;
-    op.ready = Clock::now() + net_->options_.message_latency;
+    op.ready = Env::Default().Now() + net_->options_.message_latency;
     op.is_put = false;
     op.to = peer;
     op.message = std::move(message);
@@ -86,7 +87,7 @@ class LoopbackConnection : public Connection, public std::enable_shared_from_thi
     for (auto& [conn, status] : {std::pair{shared_from_this(), mine}, std::pair{peer, theirs}}) {
       if (!conn) continue;
       LoopbackNetwork::Op op;
-      op.ready = Clock::now();
+      op.ready = Env::Default().Now();
       op.to = conn;
       op.close_event = true;
       op.close_status = status;
@@ -143,7 +144,7 @@ void LoopbackNetwork::Run() {
       continue;
     }
     const auto ready = queue_.begin()->first.first;
-    if (Clock::now() < ready) {
+    if (Env::Default().Now() < ready) {
       cv_.wait_until(lock.native(), ready);
       continue;
     }

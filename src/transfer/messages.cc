@@ -387,9 +387,23 @@ StatusOr<Commit> Commit::Decode(std::span<const uint8_t> bytes) {
   return m;
 }
 
+const char* AbortCodeName(AbortCode code) {
+  switch (code) {
+    case AbortCode::kRefused: return "refused";
+    case AbortCode::kQueueFull: return "queue-full";
+    case AbortCode::kDeadline: return "deadline";
+    case AbortCode::kStopping: return "stopping";
+    case AbortCode::kFailed: return "failed";
+    case AbortCode::kCancelled: return "cancelled";
+    case AbortCode::kLinkFailed: return "link-failed";
+  }
+  return "unknown";
+}
+
 std::vector<uint8_t> Abort::Encode() const {
   MessageWriter w(kType);
   w.Put(handoff_id);
+  w.Put(uint16_t(code));
   w.PutString(reason);
   return std::move(w).Finish();
 }
@@ -398,6 +412,9 @@ StatusOr<Abort> Abort::Decode(std::span<const uint8_t> bytes) {
   TANDEM_ASSIGN_OR_RETURN(BodyReader r, OpenBody(bytes, kType));
   Abort m;
   m.handoff_id = r.Get<uint64_t>("handoff_id");
+  const uint16_t code = r.Get<uint16_t>("code");
+  if (r.ok() && (code < 1 || code > kMaxAbortCode)) r.Fail("code", std::to_string(code) + " is not an abort code");
+  m.code = AbortCode(code);
   m.reason = r.String("reason");
   TANDEM_RETURN_IF_ERROR(r.Finish());
   return m;

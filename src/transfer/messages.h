@@ -24,7 +24,7 @@
 namespace tandem {
 
 constexpr uint32_t kHandoffMagic = 0x4F484454;  // bytes "TDHO" read as little-endian u32
-constexpr uint16_t kHandoffVersion = 7;  // 5: authenticated messages (transfer/message_auth.h), Hello.target; 6: Hello.numerics, Commit.queue_us; 7: Destination.cache_salt
+constexpr uint16_t kHandoffVersion = 8;  // 5: authenticated messages (transfer/message_auth.h), Hello.target; 6: Hello.numerics, Commit.queue_us; 7: Destination.cache_salt; 8: Abort.code
 constexpr size_t kHandoffHeaderBytes = 12;
 
 // Decoding caps. A message beyond any of them is rejected before allocating.
@@ -166,11 +166,27 @@ struct Commit {
   bool operator==(const Commit&) const = default;
 };
 
+// Why a handoff was aborted, for programs (the text is for people): what
+// the other side may do about it follows from the code alone.
+enum class AbortCode : uint16_t {
+  kRefused = 1,     // prefill: the destination was not acceptable (authentication, pages, pool)
+  kQueueFull = 2,   // prefill: its queue of handoffs is full; another engine may take it
+  kDeadline = 3,    // the request's time budget ran out
+  kStopping = 4,    // the side that aborts is stopping or draining
+  kFailed = 5,      // the side that aborts failed the request (computing, writing, an error)
+  kCancelled = 6,   // decode: the request is no longer wanted (client, deadline, drain)
+  kLinkFailed = 7,  // decode: sending the destination failed
+};
+inline constexpr uint16_t kMaxAbortCode = 7;
+// "refused", "queue-full", "deadline", "stopping", "failed", "cancelled", "link-failed".
+const char* AbortCodeName(AbortCode code);
+
 // Either direction, any time. The receiver answers AbortAck once no write of
 // its own into the peer's pages can still land.
 struct Abort {
   static constexpr MessageType kType = MessageType::kAbort;
   uint64_t handoff_id = 0;
+  AbortCode code = AbortCode::kFailed;
   std::string reason;
 
   std::vector<uint8_t> Encode() const;

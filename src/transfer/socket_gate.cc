@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/env.h"
 #include "transfer/socket_frame.h"
 
 namespace tandem::transfer::socket_internal {
@@ -29,7 +30,7 @@ void PendingPeers::Add(int fd) {
                        "): the longest waiting is closed");
   }
   Peer& p = peers_[fd];
-  p.deadline = std::chrono::steady_clock::now() + gate_.deadline;
+  p.deadline = Env::Default().Now() + gate_.deadline;
   p.want = kFrameHeaderBytes;
 }
 
@@ -91,7 +92,7 @@ std::vector<PendingPeers::Admitted> PendingPeers::Service(const pollfd* ready, s
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     admitted.push_back({fd, std::move(message)});
   }
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = Env::Default().Now();
   for (auto it = peers_.begin(); it != peers_.end();) {
     if (now < it->second.deadline) {
       ++it;

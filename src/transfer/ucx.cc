@@ -1,5 +1,6 @@
 #include "transfer/ucx.h"
 
+#include "common/env.h"
 #include "transfer/address.h"
 #include "transfer/ucx_internal.h"
 
@@ -103,7 +104,7 @@ void UcxTransport::Impl::RunDelivery() {
       for (const auto& [id, c] : pending) first = std::min(first, c->gate_deadline_);
       cv.wait_until(lock.native(), first, ready);
     }
-    if (auto late = TakeLatePendingLocked(Clock::now()); !late.empty()) {
+    if (auto late = TakeLatePendingLocked(Env::Default().Now()); !late.empty()) {
       lock.Unlock();
       for (auto& c : late) Refuse(c, "no first message within " + std::to_string(gate->deadline.count()) + " ms");
       lock.Lock();
@@ -396,7 +397,7 @@ Status UcxTransport::Listen(const std::string& address,
     if (ucp_ep_create(t->worker, &ep, &conn->ep_) != UCS_OK) return;
     if (t->gate) {
       conn->gated_ = true;
-      conn->gate_deadline_ = Clock::now() + t->gate->deadline;
+      conn->gate_deadline_ = Env::Default().Now() + t->gate->deadline;
     }
     {
       MutexLock lock(t->mu);

@@ -2,6 +2,7 @@
 // connection over UCX. Not part of the transfer interface; include ucx.h.
 #pragma once
 
+#include "common/env.h"
 #include "transfer/ucx.h"
 
 #include <arpa/inet.h>
@@ -320,7 +321,7 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
         ucp_request_free(r);  // released by UCX when it completes
         return Unavailable(std::string(what) + ": the connection was closed");
       }
-      if (Clock::now() >= deadline) {
+      if (Env::Default().Now() >= deadline) {
         ucp_request_free(r);
         return Status(StatusCode::kDeadlineExceeded, std::string(what) + " did not complete before its deadline");
       }
@@ -372,8 +373,8 @@ class UcxConnection : public Connection, public std::enable_shared_from_this<Ucx
     }
     ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
     if (r == nullptr || UCS_PTR_IS_ERR(r)) return;
-    const auto until = Clock::now() + limit;
-    while (ucp_request_check_status(r) == UCS_INPROGRESS && Clock::now() < until) ucp_worker_progress(t_->worker);
+    const auto until = Env::Default().Now() + limit;
+    while (ucp_request_check_status(r) == UCS_INPROGRESS && Env::Default().Now() < until) ucp_worker_progress(t_->worker);
     if (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_request_cancel(t_->worker, r);
     ucp_request_free(r);
   }

@@ -24,7 +24,7 @@
 #include "faults/faulty_connection.h"
 #include "prefill/prefill_server.h"
 #include "runtime/engine.h"
-#include "support/fake_clock.h"
+#include "support/fake_env.h"
 #include "support/http_client.h"
 #include "support/test_models.h"
 #include "support/wait.h"
@@ -34,7 +34,7 @@ namespace tandem::decode {
 namespace {
 
 using namespace std::chrono_literals;
-using testing::FakeClock;
+using testing::FakeEnv;
 using testing::WaitUntil;
 using transfer::Connection;
 
@@ -87,7 +87,7 @@ class DecodeRoleTest : public ::testing::Test {
     links->make_transport = [net = net_]() -> StatusOr<std::unique_ptr<transfer::Transport>> {
       return std::unique_ptr<transfer::Transport>(new transfer::LoopbackTransport(net));
     };
-    links->clock = &clock_;
+    links->env = &clock_;
     links->reconnect_min = kBackoff;
     links->reconnect_max = 4 * kBackoff;
     links->heartbeat_interval = 20ms;
@@ -135,7 +135,7 @@ class DecodeRoleTest : public ::testing::Test {
 
   std::unique_ptr<testing::InMemoryModel> model_;
   std::shared_ptr<transfer::LoopbackNetwork> net_;
-  FakeClock clock_;
+  FakeEnv clock_;
   std::mutex mu_;
   int accepted_ = 0;  // guarded by mu_
   std::unique_ptr<PrefillServer> server_;

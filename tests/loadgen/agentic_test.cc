@@ -197,7 +197,7 @@ class Oracle : public ::testing::TestWithParam<std::string> {
       rec.token_ids = g->tokens;
       rec.has_token_ids = true;
       rec.text = g->text;
-      rec.finish_reason = g->finish_reason;
+      rec.finish_reason = FinishReasonName(g->finish);
       rec.prompt_tokens = int64_t(req.spec.prompt.size());
       rec.completion_tokens = int64_t(g->tokens.size());
       rec.http_status = 200;

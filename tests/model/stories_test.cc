@@ -78,7 +78,7 @@ TEST(Stories260K, StopStringCutsTheText) {
     return true;
   });
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->finish_reason, "stop");
+  EXPECT_EQ(r->finish, FinishReason::kStop);
   EXPECT_EQ(streamed, r->text);
   EXPECT_EQ(r->text, " Once upon a time, there was a little girl named ");
 }

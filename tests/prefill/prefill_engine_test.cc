@@ -198,7 +198,7 @@ TEST_P(PrefillEngineTest, AnAbortFromAnotherConnectionDoesNotStopThisOnesHandoff
   auto [b, to_b] = Connect();
   ASSERT_TRUE(to_a->Send(a->DestinationFor(1, Prompt(1))).ok());
   ASSERT_TRUE(to_b->Send(b->DestinationFor(1, Prompt(2))).ok());
-  ASSERT_TRUE(to_b->Send(Abort{1, "client gone"}.Encode()).ok());
+  ASSERT_TRUE(to_b->Send(Abort{1, AbortCode::kCancelled, "client gone"}.Encode()).ok());
   auto commit = a->Next(MessageType::kCommit);
   ASSERT_TRUE(commit.has_value()) << "A's handoff 1 must commit whatever B aborts";
   auto ready = a->receiver().OnCommit(*Commit::Decode(*commit), 1, Clock::now());
@@ -243,6 +243,7 @@ TEST_P(PrefillEngineTest, AFullQueueRefusesWithAReasonAndServesTheRest) {
     }
     auto abort = Abort::Decode(*m);
     ASSERT_TRUE(abort.ok());
+    EXPECT_EQ(abort->code, AbortCode::kQueueFull) << abort->reason;
     EXPECT_NE(abort->reason.find("queue is full"), std::string::npos) << abort->reason;
     ++refusals;
   }
@@ -273,6 +274,7 @@ TEST_P(PrefillEngineTest, AQueuedHandoffPastItsBudgetIsRefusedWithTheReason) {
     auto a = Abort::Decode(*m);
     ASSERT_TRUE(a.ok());
     EXPECT_EQ(a->handoff_id, 2u);
+    EXPECT_EQ(a->code, AbortCode::kDeadline) << a->reason;
     EXPECT_NE(a->reason.find("time budget ran out"), std::string::npos) << a->reason;
     refused = true;
   }
@@ -391,6 +393,7 @@ TEST_P(PrefillEngineTest, WithAClusterKeyOnlyDecodeEnginesThatProveItAreServed) 
     ASSERT_EQ(*PeekType(*m), MessageType::kAbort) << "destination " << i + 1 << " was served";
     auto abort = Abort::Decode(*m);
     ASSERT_TRUE(abort.ok());
+    EXPECT_EQ(abort->code, AbortCode::kRefused) << abort->reason;
     EXPECT_NE(abort->reason.find("not authenticated by the cluster key"), std::string::npos) << abort->reason;
   }
   // Proven over this connection's nonce: served.

@@ -33,7 +33,7 @@ Outcome Drain(RequestHandle& h) {
       o.tokens.insert(o.tokens.end(), ev.tokens.begin(), ev.tokens.end());
       o.text += ev.text;
     } else {
-      o.finish = ev.finish_reason;
+      o.finish = FinishReasonName(ev.finish);
       o.cached = ev.cached_prompt_tokens;
       o.error = ev.kind == StreamEvent::Kind::kError;
       return o;

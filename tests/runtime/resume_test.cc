@@ -37,7 +37,7 @@ Answer RunAnswer(Engine& engine, RequestSpec spec) {
       return a;
     }
     if (ev.kind == StreamEvent::Kind::kFinish) {
-      a.finish = ev.finish_reason;
+      a.finish = FinishReasonName(ev.finish);
       a.prompt_tokens = ev.prompt_tokens;
       a.completion_tokens = ev.completion_tokens;
       return a;
@@ -231,7 +231,7 @@ TEST_F(Resume, AWholeContextReplayTakesItsTurnsBesideOtherRequests) {
       replayed.insert(replayed.end(), ev.tokens.begin(), ev.tokens.end());
     }
     EXPECT_EQ(ev.kind, StreamEvent::Kind::kFinish) << ev.error.ToString();
-    EXPECT_EQ(ev.finish_reason, "length");
+    EXPECT_EQ(ev.finish, FinishReason::kLength);
     EXPECT_EQ(replay_events, 1);
     EXPECT_EQ(replayed, heavy.resumed);
   }

@@ -33,7 +33,7 @@ Answer Drain(RequestHandle& h) {
       a.text += ev.text;
       continue;
     }
-    a.finish = ev.finish_reason;
+    a.finish = FinishReasonName(ev.finish);
     a.error = ev.kind == StreamEvent::Kind::kError;
     a.message = ev.error.message();
     return a;

@@ -99,7 +99,7 @@ TEST_P(AbortStorm, HalfAbortedTenRoundsThenACleanRound) {
         std::this_thread::yield();
       }
       for (size_t i = 0; i < ids.size(); i += 2) {
-        auto abort = receiver.StartAbort(ids[i], "client gone", Clock::now());
+        auto abort = receiver.StartAbort(ids[i], AbortCode::kCancelled, "client gone", Clock::now());
         if (abort.ok()) {
           EXPECT_TRUE(decode_side->Send(abort->Encode()).ok());
         }

@@ -149,7 +149,7 @@ class HandoffHarness {
       case MessageType::kAbort: {
         auto a = Abort::Decode(bytes);
         if (!a.ok()) return;
-        (void)receiver_.StartAbort(a->handoff_id, a->reason, Clock::now());
+        (void)receiver_.StartAbort(a->handoff_id, a->code, a->reason, Clock::now());
         receiver_.OnAbortAck(a->handoff_id, 1);  // the prefill side flushed before failing it
         results_.push_back(Status(StatusCode::kAborted, "the prefill engine failed the handoff: " + a->reason));
         break;
@@ -379,8 +379,9 @@ TEST_P(Handoff, AbortQuarantinesUntilAckAndPeerCloseFreesEverything) {
   ASSERT_TRUE(h.receiver().Begin(7, prompt, 1, Clock::now()).ok());
   ASSERT_TRUE(h.receiver().Begin(8, prompt, 2, Clock::now()).ok());
   EXPECT_EQ(h.decode_pool().reserved_pages(), 10);
-  auto abort = h.receiver().StartAbort(7, "client gone", Clock::now());
+  auto abort = h.receiver().StartAbort(7, AbortCode::kCancelled, "client gone", Clock::now());
   ASSERT_TRUE(abort.ok());
+  EXPECT_EQ(abort->code, AbortCode::kCancelled);  // what goes to the peer says why
   EXPECT_EQ(h.receiver().stats().quarantined_pages, 5);
   EXPECT_EQ(h.decode_pool().reserved_pages(), 10) << "no page is freed before the sender acknowledges";
   h.receiver().OnAbortAck(7, 2);  // not its peer: ignored
@@ -389,11 +390,11 @@ TEST_P(Handoff, AbortQuarantinesUntilAckAndPeerCloseFreesEverything) {
   h.receiver().OnAbortAck(7, 1);  // duplicates are harmless
   EXPECT_EQ(h.receiver().stats().quarantined_pages, 0);
   EXPECT_EQ(h.decode_pool().reserved_pages(), 5);
-  ASSERT_TRUE(h.receiver().StartAbort(8, "deadline", Clock::now()).ok());
+  ASSERT_TRUE(h.receiver().StartAbort(8, AbortCode::kDeadline, "deadline", Clock::now()).ok());
   h.receiver().OnPeerClosed(2, Clock::now());  // the ack never comes; the connection closes
   EXPECT_EQ(h.decode_pool().accounting(), baseline);
   EXPECT_EQ(h.receiver().open_handoffs(), 0u);
-  EXPECT_FALSE(h.receiver().StartAbort(8, "again", Clock::now()).ok());
+  EXPECT_FALSE(h.receiver().StartAbort(8, AbortCode::kDeadline, "again", Clock::now()).ok());
 }
 
 // The sender committed before our Abort reached it: the Commit (sent after
@@ -405,7 +406,7 @@ TEST_P(Handoff, ACommitThatCrossesOurAbortReleasesTheQuarantine) {
   const auto baseline = h.decode_pool().accounting();
   const auto prompt = PseudoRandomTokens(300, m->model->config().vocab_size, 3);
   ASSERT_TRUE(h.receiver().Begin(9, prompt, 1, Clock::now()).ok());
-  ASSERT_TRUE(h.receiver().StartAbort(9, "client gone", Clock::now()).ok());
+  ASSERT_TRUE(h.receiver().StartAbort(9, AbortCode::kCancelled, "client gone", Clock::now()).ok());
   EXPECT_EQ(h.receiver().stats().quarantined_pages, 5);
   Commit late;
   late.handoff_id = 9;
@@ -454,7 +455,7 @@ TEST_P(Handoff, ABadCommitFailsOnlyItsOwnHandoff) {
   r = h.receiver().OnCommit(foreign, 2, Clock::now());  // peer 2 never served handoff 13
   EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(h.receiver().open_handoffs(), 1u) << "a commit from another peer changes nothing";
-  ASSERT_TRUE(h.receiver().StartAbort(13, "test over", Clock::now()).ok());
+  ASSERT_TRUE(h.receiver().StartAbort(13, AbortCode::kStopping, "test over", Clock::now()).ok());
   h.receiver().OnAbortAck(13, 1);
   EXPECT_EQ(h.decode_pool().accounting(), baseline);
   // A real handoff after all that is exact.

@@ -34,7 +34,7 @@ Commit SampleCommit() {
   return {99, 0xABCDEF0123456789ull, 31337, {{"k", 1, 4096}, {"v", 2, 4096}, {"index_k", 0xFFFFFFFFFFFFFFFFull, 2112}}};
 }
 
-Abort SampleAbort() { return {42, "client went away"}; }
+Abort SampleAbort() { return {42, AbortCode::kCancelled, "client went away"}; }
 AbortAck SampleAbortAck() { return {42}; }
 Heartbeat SampleHeartbeat() { return {0x0102030405060708ull}; }
 
@@ -112,7 +112,8 @@ TEST(HandoffMessages, RoundTrip) {
   ExpectRoundTrip(SampleCommit());
   ExpectRoundTrip(Commit{});
   ExpectRoundTrip(SampleAbort());
-  ExpectRoundTrip(Abort{1, ""});
+  ExpectRoundTrip(Abort{1, AbortCode::kRefused, ""});
+  for (uint16_t code = 1; code <= kMaxAbortCode; ++code) ExpectRoundTrip(Abort{2, AbortCode(code), "why"});
   ExpectRoundTrip(SampleAbortAck());
   ExpectRoundTrip(SampleHeartbeat());
 }
@@ -129,6 +130,9 @@ TEST(HandoffMessages, FieldsOutOfRangeAreRejectedByName) {
   Commit negative = SampleCommit();
   negative.first_token = -1;
   EXPECT_TRUE(IsDataLoss(Commit::Decode(negative.Encode()).status(), "'first_token'"));
+  for (uint16_t code : {uint16_t(0), uint16_t(kMaxAbortCode + 1), uint16_t(0xffff)}) {
+    EXPECT_TRUE(IsDataLoss(Abort::Decode(Abort{1, AbortCode(code), "x"}.Encode()).status(), "'code'")) << code;
+  }
 }
 
 TEST(HandoffMessages, PagesDigestCoversPagesAndGenerations) {
@@ -141,21 +145,22 @@ TEST(HandoffMessages, PagesDigestCoversPagesAndGenerations) {
 TEST(HandoffMessages, ExactBytesOfHeaderAndBody) {
   const std::vector<uint8_t> ack = AbortAck{0x0102030405060708ull}.Encode();
   // clang-format off
-  const std::vector<uint8_t> want = {'T', 'D', 'H', 'O', 7, 0, 5, 0, 8, 0, 0, 0,  // header
+  const std::vector<uint8_t> want = {'T', 'D', 'H', 'O', 8, 0, 5, 0, 8, 0, 0, 0,  // header
                                      8, 7, 6, 5, 4, 3, 2, 1};                    // handoff_id
   // clang-format on
   EXPECT_EQ(ack, want);
-  const std::vector<uint8_t> abort = Abort{1, "ab"}.Encode();
+  const std::vector<uint8_t> abort = Abort{1, AbortCode::kQueueFull, "ab"}.Encode();
   // clang-format off
-  const std::vector<uint8_t> want_abort = {'T', 'D', 'H', 'O', 7, 0, 4, 0, 14, 0, 0, 0,  // header
+  const std::vector<uint8_t> want_abort = {'T', 'D', 'H', 'O', 8, 0, 4, 0, 16, 0, 0, 0,  // header
                                            1, 0, 0, 0, 0, 0, 0, 0,  // handoff_id
+                                           2, 0,                    // code: queue-full
                                            2, 0, 0, 0, 'a', 'b'};   // reason
   // clang-format on
   EXPECT_EQ(abort, want_abort);
   auto header = DecodeHeader(abort);
   ASSERT_TRUE(header.ok());
   EXPECT_EQ(header->type, MessageType::kAbort);
-  EXPECT_EQ(header->body_length, 14u);
+  EXPECT_EQ(header->body_length, 16u);
 }
 
 // Every proper prefix fails: first on the header's body_length, and, with
@@ -237,7 +242,7 @@ TEST(HandoffMessages, HugeCountsAreRejectedBeforeAllocating) {
   PutU32(name, kHandoffHeaderBytes, kMaxHandoffStringBytes + 1);
   EXPECT_TRUE(IsDataLoss(Hello::Decode(name).status(), "'role'"));
   auto reason = SampleAbort().Encode();
-  PutU32(reason, kHandoffHeaderBytes + 8, 1000);
+  PutU32(reason, kHandoffHeaderBytes + 10, 1000);  // after handoff_id and code
   EXPECT_TRUE(IsDataLoss(Abort::Decode(reason).status(), "'reason': count 1000 needs"));
 }
 
