@@ -1,6 +1,7 @@
 #include "transfer/messages.h"
 
 #include <bit>
+#include <concepts>
 
 #include <type_traits>
 
@@ -206,32 +207,88 @@ StatusOr<MessageType> PeekType(std::span<const uint8_t> bytes) {
   return header.type;
 }
 
-std::vector<uint8_t> Hello::Encode() const {
-  MessageWriter w(kType);
-  w.PutString(role);
-  w.PutString(layout_fingerprint);
-  w.PutString(weights_identity);
-  w.Put(instance_id);
-  w.Put(peer_instance_id);
-  w.PutBytes(nonce);
-  w.PutBytes(proof);
-  w.PutString(target);
-  w.PutString(numerics);
-  return std::move(w).Finish();
+// ---- Each message's fields, listed once. ----
+// Fields(m, f) names every field of a message in the order it travels: f(name,
+// field) for a fixed-width integer, float, enum, string or byte string, and
+// f.Array(name, vector, cap, min_bytes, each) for a counted array whose
+// elements `each` lists. FieldWriter encodes them, FieldReader decodes them
+// (the names go into its errors); Check(m, r) judges what was read. Equality is
+// each struct's defaulted operator==, over the same members.
+namespace {
+
+template <typename M, typename T>
+concept MessageOf = std::same_as<std::remove_const_t<M>, T>;
+
+class FieldWriter {
+ public:
+  explicit FieldWriter(MessageType type) : w_(type) {}
+  template <typename T>
+  void operator()(const char*, const T& v) {
+    if constexpr (std::is_same_v<T, std::string>) {
+      w_.PutString(v);
+    } else if constexpr (std::is_same_v<T, std::vector<uint8_t>>) {
+      w_.PutBytes(v);
+    } else if constexpr (std::is_same_v<T, float>) {
+      w_.PutFloat(v);
+    } else if constexpr (std::is_enum_v<T>) {
+      w_.Put(std::underlying_type_t<T>(v));
+    } else {
+      w_.Put(v);
+    }
+  }
+  template <typename T, typename Each>
+  void Array(const char*, const std::vector<T>& v, uint32_t cap, size_t, Each each) {
+    w_.PutCount(v.size(), cap);
+    for (const T& e : v) each(*this, e);
+  }
+  std::vector<uint8_t> Finish() && { return std::move(w_).Finish(); }
+
+ private:
+  MessageWriter w_;
+};
+
+class FieldReader {
+ public:
+  explicit FieldReader(BodyReader& r) : r_(r) {}
+  template <typename T>
+  void operator()(const char* name, T& v) {
+    if constexpr (std::is_same_v<T, std::string>) {
+      v = r_.String(name);
+    } else if constexpr (std::is_same_v<T, std::vector<uint8_t>>) {
+      v = r_.Bytes(name);
+    } else if constexpr (std::is_same_v<T, float>) {
+      v = r_.GetFloat(name);
+    } else if constexpr (std::is_enum_v<T>) {
+      v = T(r_.Get<std::underlying_type_t<T>>(name));
+    } else {
+      v = r_.Get<T>(name);
+    }
+  }
+  // Nothing is allocated before the count is known to fit the bytes left.
+  template <typename T, typename Each>
+  void Array(const char* name, std::vector<T>& v, uint32_t cap, size_t min_bytes, Each each) {
+    v.resize(r_.Count(name, uint32_t(cap), min_bytes));
+    for (T& e : v) each(*this, e);
+  }
+
+ private:
+  BodyReader& r_;
+};
+
+template <MessageOf<Hello> M, typename F>
+void Fields(M& m, F& f) {
+  f("role", m.role);
+  f("layout_fingerprint", m.layout_fingerprint);
+  f("weights_identity", m.weights_identity);
+  f("instance_id", m.instance_id);
+  f("peer_instance_id", m.peer_instance_id);
+  f("nonce", m.nonce);
+  f("proof", m.proof);
+  f("target", m.target);
+  f("numerics", m.numerics);
 }
 
-StatusOr<Hello> Hello::Decode(std::span<const uint8_t> bytes) {
-  TANDEM_ASSIGN_OR_RETURN(BodyReader r, OpenBody(bytes, kType));
-  Hello m;
-  m.role = r.String("role");
-  m.layout_fingerprint = r.String("layout_fingerprint");
-  m.weights_identity = r.String("weights_identity");
-  m.instance_id = r.Get<uint64_t>("instance_id");
-  m.peer_instance_id = r.Get<uint64_t>("peer_instance_id");
-  m.nonce = r.Bytes("nonce");
-  m.proof = r.Bytes("proof");
-  m.target = r.String("target");
-  m.numerics = r.String("numerics");
+void Check(const Hello& m, BodyReader& r) {
   if (r.ok() && (m.nonce.size() > 64 || m.proof.size() > 64)) r.Fail("nonce", "a nonce or proof over 64 bytes");
   if (r.ok() && m.target.size() > 256) r.Fail("target", "an address over 256 bytes");
   if (r.ok() && m.numerics.size() > 256) r.Fail("numerics", "a numerics fingerprint over 256 bytes");
@@ -239,96 +296,51 @@ StatusOr<Hello> Hello::Decode(std::span<const uint8_t> bytes) {
     r.Fail("role", "'" + m.role.substr(0, 64) + "' is neither \"prefill\" nor \"decode\"");
   }
   if (r.ok() && m.instance_id == 0) r.Fail("instance_id", "0 is not an instance id");
-  TANDEM_RETURN_IF_ERROR(r.Finish());
-  return m;
 }
 
-std::vector<uint8_t> Destination::Encode() const {
-  MessageWriter w(kType);
-  w.Put(handoff_id);
-  w.Put(decode_instance_id);
-  w.Put(skip_tokens);
-  w.PutCount(tokens.size(), kMaxHandoffTokens);
-  for (int32_t t : tokens) w.Put(t);
-  w.PutCount(pages.size(), kMaxHandoffPages);
-  for (const PageRef& p : pages) {
-    w.Put(p.page);
-    w.Put(p.generation);
-  }
-  w.PutBytes(remote_key);
-  w.Put(pool_pages);
-  w.Put(time_budget_ms);
-  w.PutFloat(sampling.temperature);
-  w.Put(sampling.top_k);
-  w.PutFloat(sampling.top_p);
-  w.PutFloat(sampling.min_p);
-  w.PutFloat(sampling.repetition_penalty);
-  w.Put(sampling.repeat_last_n);
-  w.Put(sampling.seed);
-  w.PutFloat(sampling.frequency_penalty);
-  w.PutFloat(sampling.presence_penalty);
-  w.PutCount(sampling.logit_bias.size(), SamplingParams::kMaxLogitBias);
-  for (const auto& [token, bias] : sampling.logit_bias) {
-    w.Put(token);
-    w.PutFloat(bias);
-  }
-  w.PutString(sampling.constraint);
-  w.Put(sampling.answer_budget);
-  w.Put(cache_salt);
-  w.PutBytes(auth);
-  return std::move(w).Finish();
+template <MessageOf<Destination> M, typename F>
+void Fields(M& m, F& f) {
+  f("handoff_id", m.handoff_id);
+  f("decode_instance_id", m.decode_instance_id);
+  f("skip_tokens", m.skip_tokens);
+  f.Array("tokens", m.tokens, kMaxHandoffTokens, 4, [](auto& g, auto& t) { g("tokens", t); });
+  f.Array("pages", m.pages, kMaxHandoffPages, 8, [](auto& g, auto& p) {
+    g("pages.page", p.page);
+    g("pages.generation", p.generation);
+  });
+  f("remote_key", m.remote_key);
+  f("pool_pages", m.pool_pages);
+  f("time_budget_ms", m.time_budget_ms);
+  auto& s = m.sampling;
+  f("sampling.temperature", s.temperature);
+  f("sampling.top_k", s.top_k);
+  f("sampling.top_p", s.top_p);
+  f("sampling.min_p", s.min_p);
+  f("sampling.repetition_penalty", s.repetition_penalty);
+  f("sampling.repeat_last_n", s.repeat_last_n);
+  f("sampling.seed", s.seed);
+  f("sampling.frequency_penalty", s.frequency_penalty);
+  f("sampling.presence_penalty", s.presence_penalty);
+  f.Array("sampling.logit_bias", s.logit_bias, SamplingParams::kMaxLogitBias, 8, [](auto& g, auto& e) {
+    g("sampling.logit_bias", e.first);
+    g("sampling.logit_bias", e.second);
+  });
+  f("sampling.constraint", s.constraint);
+  f("sampling.answer_budget", s.answer_budget);
+  f("cache_salt", m.cache_salt);
+  f("auth", m.auth);
 }
 
-bool Destination::operator==(const Destination& o) const {
-  const SamplingParams& a = sampling;
-  const SamplingParams& b = o.sampling;
-  return handoff_id == o.handoff_id && decode_instance_id == o.decode_instance_id &&
-         skip_tokens == o.skip_tokens && tokens == o.tokens && pages == o.pages &&
-         remote_key == o.remote_key && pool_pages == o.pool_pages &&
-         time_budget_ms == o.time_budget_ms && a == b && cache_salt == o.cache_salt && auth == o.auth;
-}
-
-StatusOr<Destination> Destination::Decode(std::span<const uint8_t> bytes) {
-  TANDEM_ASSIGN_OR_RETURN(BodyReader r, OpenBody(bytes, kType));
-  Destination m;
-  m.handoff_id = r.Get<uint64_t>("handoff_id");
-  m.decode_instance_id = r.Get<uint64_t>("decode_instance_id");
-  m.skip_tokens = r.Get<int64_t>("skip_tokens");
-  m.tokens.resize(r.Count("tokens", kMaxHandoffTokens, 4));
-  for (int32_t& t : m.tokens) t = r.Get<int32_t>("tokens");
-  m.pages.resize(r.Count("pages", kMaxHandoffPages, 8));
-  for (PageRef& p : m.pages) {
-    p.page = r.Get<int32_t>("pages.page");
-    p.generation = r.Get<uint32_t>("pages.generation");
+void Check(const Destination& m, BodyReader& r) {
+  for (const PageRef& p : m.pages) {
     if (r.ok() && p.page < 0) r.Fail("pages.page", "negative page " + std::to_string(p.page));
   }
-  m.remote_key = r.Bytes("remote_key");
-  m.pool_pages = r.Get<int64_t>("pool_pages");
   if (r.ok() && (m.pool_pages < 0 || m.pool_pages > int64_t(1) << 31)) {
     r.Fail("pool_pages", std::to_string(m.pool_pages) + " is out of range");
   }
-  m.time_budget_ms = r.Get<int64_t>("time_budget_ms");
   if (r.ok() && (m.time_budget_ms < 1 || m.time_budget_ms > int64_t(24) * 3600 * 1000)) {
     r.Fail("time_budget_ms", std::to_string(m.time_budget_ms) + " is outside [1 ms, 24 h]");
   }
-  m.sampling.temperature = r.GetFloat("sampling.temperature");
-  m.sampling.top_k = r.Get<int32_t>("sampling.top_k");
-  m.sampling.top_p = r.GetFloat("sampling.top_p");
-  m.sampling.min_p = r.GetFloat("sampling.min_p");
-  m.sampling.repetition_penalty = r.GetFloat("sampling.repetition_penalty");
-  m.sampling.repeat_last_n = r.Get<int32_t>("sampling.repeat_last_n");
-  m.sampling.seed = r.Get<uint64_t>("sampling.seed");
-  m.sampling.frequency_penalty = r.GetFloat("sampling.frequency_penalty");
-  m.sampling.presence_penalty = r.GetFloat("sampling.presence_penalty");
-  m.sampling.logit_bias.resize(r.Count("sampling.logit_bias", SamplingParams::kMaxLogitBias, 8));
-  for (auto& [token, bias] : m.sampling.logit_bias) {
-    token = r.Get<int32_t>("sampling.logit_bias");
-    bias = r.GetFloat("sampling.logit_bias");
-  }
-  m.sampling.constraint = r.String("sampling.constraint");
-  m.sampling.answer_budget = r.Get<int32_t>("sampling.answer_budget");
-  m.cache_salt = r.Get<uint64_t>("cache_salt");
-  m.auth = r.Bytes("auth");
   if (r.ok() && m.auth.size() > 64) r.Fail("auth", std::to_string(m.auth.size()) + " bytes (at most 64)");
   if (r.ok()) {
     if (Status st = m.sampling.Validate(); !st.ok()) r.Fail("sampling", st.message());
@@ -345,47 +357,85 @@ StatusOr<Destination> Destination::Decode(std::span<const uint8_t> bytes) {
                           ") span " + std::to_string(want));
     }
   }
-  TANDEM_RETURN_IF_ERROR(r.Finish());
-  return m;
 }
 
-std::vector<uint8_t> Commit::Encode() const {
-  MessageWriter w(kType);
-  w.Put(handoff_id);
-  w.Put(pages_digest);
-  w.Put(first_token);
-  w.PutCount(digests.size(), kMaxHandoffBuffers);
-  for (const BufferDigest& d : digests) {
-    w.PutString(d.name);
-    w.Put(d.xxh3);
-    w.Put(d.bytes);
-  }
-  w.Put(compute_us);
-  w.Put(transfer_us);
-  w.Put(queue_us);
-  return std::move(w).Finish();
-}
-
-StatusOr<Commit> Commit::Decode(std::span<const uint8_t> bytes) {
-  TANDEM_ASSIGN_OR_RETURN(BodyReader r, OpenBody(bytes, kType));
-  Commit m;
-  m.handoff_id = r.Get<uint64_t>("handoff_id");
-  m.pages_digest = r.Get<uint64_t>("pages_digest");
-  m.first_token = r.Get<int32_t>("first_token");
-  if (r.ok() && m.first_token < 0) r.Fail("first_token", "negative token " + std::to_string(m.first_token));
+template <MessageOf<Commit> M, typename F>
+void Fields(M& m, F& f) {
+  f("handoff_id", m.handoff_id);
+  f("pages_digest", m.pages_digest);
+  f("first_token", m.first_token);
   // Each digest is at least a 4-byte name length and two u64s.
-  m.digests.resize(r.Count("digests", kMaxHandoffBuffers, 20));
-  for (BufferDigest& d : m.digests) {
-    d.name = r.String("digests.name");
-    d.xxh3 = r.Get<uint64_t>("digests.xxh3");
-    d.bytes = r.Get<uint64_t>("digests.bytes");
-  }
-  m.compute_us = r.Get<uint64_t>("compute_us");
-  m.transfer_us = r.Get<uint64_t>("transfer_us");
-  m.queue_us = r.Get<uint64_t>("queue_us");
+  f.Array("digests", m.digests, kMaxHandoffBuffers, 20, [](auto& g, auto& d) {
+    g("digests.name", d.name);
+    g("digests.xxh3", d.xxh3);
+    g("digests.bytes", d.bytes);
+  });
+  f("compute_us", m.compute_us);
+  f("transfer_us", m.transfer_us);
+  f("queue_us", m.queue_us);
+}
+
+void Check(const Commit& m, BodyReader& r) {
+  if (r.ok() && m.first_token < 0) r.Fail("first_token", "negative token " + std::to_string(m.first_token));
+}
+
+template <MessageOf<Abort> M, typename F>
+void Fields(M& m, F& f) {
+  f("handoff_id", m.handoff_id);
+  f("code", m.code);
+  f("reason", m.reason);
+}
+
+void Check(const Abort& m, BodyReader& r) {
+  const uint16_t code = uint16_t(m.code);
+  if (r.ok() && (code < 1 || code > kMaxAbortCode)) r.Fail("code", std::to_string(code) + " is not an abort code");
+}
+
+template <MessageOf<AbortAck> M, typename F>
+void Fields(M& m, F& f) {
+  f("handoff_id", m.handoff_id);
+}
+
+template <MessageOf<Heartbeat> M, typename F>
+void Fields(M& m, F& f) {
+  f("instance_id", m.instance_id);
+}
+
+void Check(const auto&, BodyReader&) {}  // AbortAck, Heartbeat: any value will do
+
+// Reads a message of type M: its frame, its fields, then its checks.
+template <typename M>
+StatusOr<M> DecodeMessage(std::span<const uint8_t> bytes) {
+  TANDEM_ASSIGN_OR_RETURN(BodyReader r, OpenBody(bytes, M::kType));
+  M m;
+  FieldReader f(r);
+  Fields(m, f);
+  if (r.ok()) Check(m, r);
   TANDEM_RETURN_IF_ERROR(r.Finish());
   return m;
 }
+
+template <typename M>
+std::vector<uint8_t> EncodeMessage(const M& m) {
+  FieldWriter f(M::kType);
+  Fields(m, f);
+  return std::move(f).Finish();
+}
+
+}  // namespace
+
+std::vector<uint8_t> Hello::Encode() const { return EncodeMessage(*this); }
+StatusOr<Hello> Hello::Decode(std::span<const uint8_t> bytes) { return DecodeMessage<Hello>(bytes); }
+std::vector<uint8_t> Destination::Encode() const { return EncodeMessage(*this); }
+StatusOr<Destination> Destination::Decode(std::span<const uint8_t> bytes) { return DecodeMessage<Destination>(bytes); }
+std::vector<uint8_t> Commit::Encode() const { return EncodeMessage(*this); }
+StatusOr<Commit> Commit::Decode(std::span<const uint8_t> bytes) { return DecodeMessage<Commit>(bytes); }
+std::vector<uint8_t> Abort::Encode() const { return EncodeMessage(*this); }
+StatusOr<Abort> Abort::Decode(std::span<const uint8_t> bytes) { return DecodeMessage<Abort>(bytes); }
+std::vector<uint8_t> AbortAck::Encode() const { return EncodeMessage(*this); }
+StatusOr<AbortAck> AbortAck::Decode(std::span<const uint8_t> bytes) { return DecodeMessage<AbortAck>(bytes); }
+std::vector<uint8_t> Heartbeat::Encode() const { return EncodeMessage(*this); }
+StatusOr<Heartbeat> Heartbeat::Decode(std::span<const uint8_t> bytes) { return DecodeMessage<Heartbeat>(bytes); }
 
 const char* AbortCodeName(AbortCode code) {
   switch (code) {
@@ -398,54 +448,6 @@ const char* AbortCodeName(AbortCode code) {
     case AbortCode::kLinkFailed: return "link-failed";
   }
   return "unknown";
-}
-
-std::vector<uint8_t> Abort::Encode() const {
-  MessageWriter w(kType);
-  w.Put(handoff_id);
-  w.Put(uint16_t(code));
-  w.PutString(reason);
-  return std::move(w).Finish();
-}
-
-StatusOr<Abort> Abort::Decode(std::span<const uint8_t> bytes) {
-  TANDEM_ASSIGN_OR_RETURN(BodyReader r, OpenBody(bytes, kType));
-  Abort m;
-  m.handoff_id = r.Get<uint64_t>("handoff_id");
-  const uint16_t code = r.Get<uint16_t>("code");
-  if (r.ok() && (code < 1 || code > kMaxAbortCode)) r.Fail("code", std::to_string(code) + " is not an abort code");
-  m.code = AbortCode(code);
-  m.reason = r.String("reason");
-  TANDEM_RETURN_IF_ERROR(r.Finish());
-  return m;
-}
-
-std::vector<uint8_t> AbortAck::Encode() const {
-  MessageWriter w(kType);
-  w.Put(handoff_id);
-  return std::move(w).Finish();
-}
-
-StatusOr<AbortAck> AbortAck::Decode(std::span<const uint8_t> bytes) {
-  TANDEM_ASSIGN_OR_RETURN(BodyReader r, OpenBody(bytes, kType));
-  AbortAck m;
-  m.handoff_id = r.Get<uint64_t>("handoff_id");
-  TANDEM_RETURN_IF_ERROR(r.Finish());
-  return m;
-}
-
-std::vector<uint8_t> Heartbeat::Encode() const {
-  MessageWriter w(kType);
-  w.Put(instance_id);
-  return std::move(w).Finish();
-}
-
-StatusOr<Heartbeat> Heartbeat::Decode(std::span<const uint8_t> bytes) {
-  TANDEM_ASSIGN_OR_RETURN(BodyReader r, OpenBody(bytes, kType));
-  Heartbeat m;
-  m.instance_id = r.Get<uint64_t>("instance_id");
-  TANDEM_RETURN_IF_ERROR(r.Finish());
-  return m;
 }
 
 uint64_t PagesDigest(std::span<const PageRef> pages) {

@@ -136,7 +136,7 @@ struct Destination {
 
   std::vector<uint8_t> Encode() const;
   static StatusOr<Destination> Decode(std::span<const uint8_t> bytes);
-  bool operator==(const Destination& o) const;
+  bool operator==(const Destination&) const = default;
 };
 
 // Digest of one registered buffer's bytes of a request (transfer/checksum.h).
