@@ -16,8 +16,7 @@ struct AttentionFlags {
   std::string attention = "dense", index_k_dtype = "fp8", kv_dtype = "f16";
   int64_t top_k = 2048;
 
-  // `note` ends each flag's help (" (must match the decode engines)", say).
-  void AddTo(CLI::App* cmd, const std::string& note = "");
+  void AddTo(CLI::App* cmd);
   StatusOr<AttentionOptions> Resolve() const {
     return ParseAttentionOptions(attention, index_k_dtype, top_k, kv_dtype);
   }

@@ -9,6 +9,8 @@
 #include "bin/discovery_flags.h"
 #include "bin/stop_signals.h"
 #include "bin/commands.h"
+#include "bin/engine_flags.h"
+#include "bin/link_flags.h"
 #include "common/log.h"
 #include "bin/tier_flags.h"
 #include "bin/model_options.h"
@@ -26,22 +28,17 @@ struct PrefillArgs {
   std::string host = "127.0.0.1";
   int port = 0;
   AttentionFlags attention;
-  int64_t cache_tokens = 65536;
-  int64_t context_tokens = 0;  // 0: the model's
-  int32_t chunk_size = 512;
-  int32_t max_batch_tokens = 2048;
-  int32_t max_running = 32;
-  int64_t grammar_work_per_step = EngineOptions{}.grammar_work_per_step;
-  double grammar_time_share = EngineOptions{}.grammar_time_share;
-  std::string prefill_order = "arrival";
+  // A prefill engine's own defaults: smaller chunks and steps than a colocated server's.
+  EngineOptions engine = [] {
+    EngineOptions e;
+    e.chunk_size = 512;
+    e.max_batch_tokens = 2048;
+    return e;
+  }();
+  EngineFlags engine_flags;
   std::string log_level = "info";
-  bool no_prefix_cache = false;
   int64_t max_queue = 256;
-  int64_t peer_timeout_ms = 5000;
-  bool allow_mixed_numerics = false;
-  std::string cluster_key_file;
-  bool insecure_no_cluster_key = false;
-  std::string transport = "auto";
+  LinkFlags link;
   TierFlags tiers;
   FaultFlags faults;
   DiscoveryFlags discovery;
@@ -49,12 +46,12 @@ struct PrefillArgs {
 
 int RunPrefill(PrefillArgs& a) {
   if (!StartLog("prefill", a.log_level)) return 2;
-  if (Status st = transfer::RequireClusterKey(a.cluster_key_file, a.insecure_no_cluster_key,
+  if (Status st = transfer::RequireClusterKey(a.link.cluster_key_file, a.link.insecure_no_cluster_key,
                                               {a.host + ":" + std::to_string(a.port)}, "tandem prefill");
       !st.ok()) {
     return TLOG_ERROR("error: %s\n", st.message().c_str()), 2;
   }
-  if (a.cluster_key_file.empty()) {
+  if (a.link.cluster_key_file.empty()) {
     TLOG_WARN("WARNING: --insecure-no-cluster-key: any local process can connect to this prefill engine as a decode "
               "engine and have cache pages written where it says (tests only)\n");
   }
@@ -69,26 +66,17 @@ int RunPrefill(PrefillArgs& a) {
   auto attention = a.attention.Resolve();
   if (!attention.ok()) return TLOG_ERROR("error: %s\n", attention.status().ToString().c_str()), 1;
   PrefillOptions po;
+  po.engine = a.engine;
   po.engine.attention = *attention;
-  po.engine.cache_tokens = a.cache_tokens;
-  po.engine.context_tokens = a.context_tokens;
-  po.engine.chunk_size = a.chunk_size;
-  po.engine.max_batch_tokens = a.max_batch_tokens;
-  po.engine.max_running = a.max_running;
-  po.engine.grammar_work_per_step = a.grammar_work_per_step;
-  po.engine.grammar_time_share = a.grammar_time_share;
-  auto order = ParsePrefillOrder(a.prefill_order);
-  if (!order.ok()) return TLOG_ERROR("error: %s\n", order.status().message().c_str()), 1;
-  po.engine.prefill_order = *order;
-  po.engine.prefix_cache = !a.no_prefix_cache;
+  if (Status st = a.engine_flags.Apply(&po.engine); !st.ok()) return TLOG_ERROR("error: %s\n", st.message().c_str()), 1;
   po.engine.threads = a.model.threads;
   po.engine.request_timeout = std::chrono::hours(24);  // each handoff's own time budget is its deadline
   po.max_queue = size_t(a.max_queue);
-  po.peer_timeout = std::chrono::milliseconds(a.peer_timeout_ms);
+  po.peer_timeout = std::chrono::milliseconds(a.link.peer_timeout_ms);
   po.heartbeat_interval = transfer::HeartbeatInterval(po.peer_timeout);
-  po.allow_mixed_numerics = a.allow_mixed_numerics;
-  if (!a.cluster_key_file.empty()) {
-    auto key = transfer::ClusterKey::Load(a.cluster_key_file);
+  po.allow_mixed_numerics = a.link.allow_mixed_numerics;
+  if (!a.link.cluster_key_file.empty()) {
+    auto key = transfer::ClusterKey::Load(a.link.cluster_key_file);
     if (!key.ok()) return TLOG_ERROR("error: %s\n", key.status().message().c_str()), 2;
     po.cluster_key = *key;
   }
@@ -98,14 +86,14 @@ int RunPrefill(PrefillArgs& a) {
   auto faults = a.faults.Resolve(a.tiers.enabled());  // tests only
   if (!faults.ok()) return TLOG_ERROR("error: %s\n", faults.status().ToString().c_str()), 1;
   faults->ApplyTo(&po.engine);
-  auto lanes = transfer::ParseTransportKind(a.transport);
+  auto lanes = transfer::ParseTransportKind(a.link.transport);
   if (!lanes.ok()) return TLOG_ERROR("error: %s\n", lanes.status().message().c_str()), 1;
   auto transport = transfer::MakeTransport(*lanes, po.cluster_key.Knock());
   if (!transport.ok()) return TLOG_ERROR("error: %s\n", transport.status().ToString().c_str()), 1;
   // KV events first (the engine's prefix index reports to it), gone last.
   std::unique_ptr<discovery::KvEventPublisher> kv_events;
   if (a.discovery.enabled()) {
-    auto started = StartKvPublisher(a.discovery, a.host, a.cluster_key_file);
+    auto started = StartKvPublisher(a.discovery, a.host, a.link.cluster_key_file);
     if (!started.ok()) return TLOG_ERROR("error: %s\n", started.status().message().c_str()), 1;
     kv_events = std::move(started).value();
     po.engine.prefix_events = kv_events->Hook();
@@ -149,7 +137,7 @@ int RunPrefill(PrefillArgs& a) {
             worker.engine().numerics().ToJson().dump().c_str());
   std::unique_ptr<discovery::Discovery> discovery;
   if (a.discovery.enabled()) {
-    auto started = a.discovery.Start(a.cluster_key_file, a.insecure_no_cluster_key, "tandem prefill --discovery");
+    auto started = a.discovery.Start(a.link.cluster_key_file, a.link.insecure_no_cluster_key, "tandem prefill --discovery");
     if (!started.ok()) return TLOG_ERROR("error: %s\n", started.status().message().c_str()), 2;
     discovery = std::move(started).value();
     discovery::EngineRecord me;
@@ -190,41 +178,11 @@ void RegisterPrefill(CLI::App& app) {
   a->model.AddTo(cmd);
   cmd->add_option("--host", a->host, "Address to listen on for handoffs");
   cmd->add_option("--port", a->port, "UCX port (0: any free port)")->check(CLI::Range(0, 65535));
-  a->attention.AddTo(cmd, " (must match the decode engines)");
-  cmd->add_option("--cache-tokens", a->cache_tokens, "Local page pool size in tokens")->check(CLI::Range(int64_t(64), int64_t(1) << 30));
-  cmd->add_option("--ctx-size", a->context_tokens,
-                  "Context tokens per sequence (default: the model's; must match the decode engines)")
-      ->check(CLI::Range(int64_t(0), int64_t(1) << 30));
-  cmd->add_option("--chunk-size", a->chunk_size, "Prefill tokens of one prompt per step")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--max-batch-tokens", a->max_batch_tokens, "Prefill tokens of all prompts together per step")
-      ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--prefill-order", a->prefill_order,
-                  "Which prompts' chunks a step serves first: arrival (default: bounds the tail, the last prompt of "
-                  "a burst waits for the burst, not for later short appends) or shortest (the oldest, then shortest "
-                  "remaining: a lower median time to first token, a longer tail)");
-  cmd->add_option("--max-running", a->max_running, "Prompts scheduled together (each holds its pages until handed off)")
-      ->check(CLI::Range(1, 4096));
-  cmd->add_option("--grammar-work-per-step", a->grammar_work_per_step,
-                  "Structured outputs: grammar work (about a nanosecond a unit) all token masks of one step may take; a mask "
-                  "that needs more finishes in later steps")
-      ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
-  cmd->add_option("--grammar-time-share", a->grammar_time_share,
-                  "Structured outputs: and at most this fraction of a step's model time, when sequences "
-                  "computed in it (what one request's masks may add to everyone's inter-token latency)")
-      ->check(CLI::Range(0.001, 100.0));
-  cmd->add_flag("--no-prefix-cache", a->no_prefix_cache, "Compute every prompt from its first token");
+  a->attention.AddTo(cmd);
+  a->engine_flags.AddTo(cmd, &a->engine);
   cmd->add_option("--max-queue", a->max_queue, "Handoffs that may wait to be scheduled; more are refused")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
-  cmd->add_option("--transport", a->transport, "How handoff bytes travel: auto (what UCX finds), shm or tcp");
-  cmd->add_option("--cluster-key-file", a->cluster_key_file,
-                  "A secret (16+ bytes) decode engines must prove before a destination is taken (transfer/cluster_key.h)");
-  cmd->add_flag("--allow-mixed-numerics", a->allow_mixed_numerics,
-                "Serve decode engines whose numerics identity differs (another build, during a rolling upgrade)");
-  cmd->add_flag("--insecure-no-cluster-key", a->insecure_no_cluster_key,
-                "INSECURE, tests only: run without --cluster-key-file (loopback addresses only)");
-  cmd->add_option("--peer-timeout-ms", a->peer_timeout_ms,
-                  "A decode engine silent this long is declared dead and its connection closed")
-      ->check(CLI::Range(int64_t(100), int64_t(3600) * 1000));
+  a->link.AddTo(cmd);
   a->tiers.AddTo(cmd);
   a->faults.AddTo(cmd);
   a->discovery.AddTo(cmd, /*registers=*/true);

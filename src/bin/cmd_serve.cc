@@ -15,11 +15,13 @@
 #include "bin/fault_flags.h"
 #include "bin/tier_flags.h"
 #include "bin/disagg_launcher.h"
+#include "bin/engine_flags.h"
 #include "bin/model_options.h"
 #include "kernels/cpu.h"
 #include "decode/decode_role.h"
 #include "bin/access_flags.h"
 #include "bin/http_flags.h"
+#include "bin/link_flags.h"
 #include "server/http_server.h"
 
 namespace tandem::cli {
@@ -32,11 +34,10 @@ struct ServeArgs {
   HttpFlags http;
   EngineOptions engine;
   decode::DecodeOptions decode;  // the decode role, with --prefill
-  std::string prefill_order;  // empty: the default, arrival (on the prefill engine too)
+  EngineFlags engine_flags;  // the engine's sizes and scheduling (on the prefill engines too)
   std::string log_level = "info";
   AttentionFlags attention;
   double request_timeout_s = 600, shutdown_timeout_s = 30;
-  bool no_prefix_cache = false;
   std::string verify = "all";
   bool disagg = false;
   int prefill_engines = 1;     // --disagg
@@ -46,12 +47,9 @@ struct ServeArgs {
   bool fault_control = false;  // --disagg, --debug-fault-control
   TierFlags tiers;
   FaultFlags faults;  // the transport's: --disagg, passed to the prefill engines
-  std::string transport = "auto";
-  int64_t peer_timeout_ms = 5000;
+  LinkFlags link;  // with --prefill or --disagg
   int64_t handoff_timeout_ms = 60000;
   int64_t silence_timeout_ms = 5000;  // --disagg: the router's
-  std::string cluster_key_file;
-  bool insecure_no_cluster_key = false;  // with --prefill
   DiscoveryFlags discovery;              // a decode server: registers, follows the prefill engines
 };
 
@@ -144,50 +142,33 @@ DisaggLaunch LaunchFor(const ServeArgs& a) {
   }
   if (!a.model.chat_date.empty()) l.model_args.insert(l.model_args.end(), {"--chat-date", a.model.chat_date});
   l.attention_args = a.attention.Args();
-  l.decode_args = {"--cache-tokens", std::to_string(a.engine.cache_tokens), "--max-running",
-                   std::to_string(a.engine.max_running), "--max-waiting", std::to_string(a.engine.max_waiting),
-                   "--request-timeout", std::to_string(a.request_timeout_s), "--verify-handoff", a.verify,
-                   "--step-time-ms", std::to_string(a.engine.step_time.count()), "--loop-watchdog-ms",
-                   std::to_string(a.engine.loop_watchdog.count())};
+  // The engine's sizes and scheduling, the same on both sides (one --cache-tokens sizes both pools; a
+  // prompt the decode server accepts fits the prefill engine's context too).
+  l.decode_args = a.engine_flags.ToArgs(a.engine);
+  l.prefill_args = a.engine_flags.ToArgs(a.engine);
+  l.decode_args.insert(l.decode_args.end(), {"--request-timeout", std::to_string(a.request_timeout_s), "--verify-handoff", a.verify});
   if (!a.server.model_id.empty()) l.decode_args.insert(l.decode_args.end(), {"--model-id", a.server.model_id});
   for (auto* side : {&l.decode_args, &l.router_args}) {
     side->insert(side->end(), {"--shutdown-timeout", std::to_string(a.shutdown_timeout_s)});
   }
-  if (a.no_prefix_cache) l.decode_args.push_back("--no-prefix-cache");
-  // One --cache-tokens sizes both engines' pools.
-  l.prefill_args = {"--chunk-size", std::to_string(a.engine.chunk_size), "--cache-tokens", std::to_string(a.engine.cache_tokens)};
-  if (!a.prefill_order.empty()) l.prefill_args.insert(l.prefill_args.end(), {"--prefill-order", a.prefill_order});
-  if (a.engine.context_tokens > 0) {
-    // Both sides: a prompt the decode server accepts must fit the prefill engine's context too.
-    for (auto* side : {&l.decode_args, &l.prefill_args}) {
-      side->insert(side->end(), {"--ctx-size", std::to_string(a.engine.context_tokens)});
-    }
-  }
   l.decode_args.insert(l.decode_args.end(), {"--handoff-timeout-ms", std::to_string(a.handoff_timeout_ms)});
   l.router_args.insert(l.router_args.end(), {"--silence-timeout-ms", std::to_string(a.silence_timeout_ms)});
-  for (auto* side : {&l.decode_args, &l.prefill_args}) {  // the prefill engine draws each first token
-    side->insert(side->end(), {"--grammar-work-per-step", std::to_string(a.engine.grammar_work_per_step)});
-    side->insert(side->end(), {"--grammar-time-share", std::to_string(a.engine.grammar_time_share)});
-  }
   // (A bad name is the children's to refuse, with the reason.)
-  if (auto kind = transfer::ParseTransportKind(a.transport); kind.ok()) l.transport = *kind;
+  if (auto kind = transfer::ParseTransportKind(a.link.transport); kind.ok()) l.transport = *kind;
   l.prefill_engines = a.prefill_engines;
   l.decode_servers = a.decode_servers;
   if (!a.decode.local_prefill) l.decode_args.push_back("--no-local-prefill");
   l.fault_control = a.fault_control;
-  l.cluster_key_file = a.cluster_key_file;
+  l.cluster_key_file = a.link.cluster_key_file;
   for (auto* side : {&l.prefill_args, &l.decode_args, &l.router_args}) side->insert(side->end(), {"--log-level", a.log_level});
   for (auto* side : {&l.decode_args, &l.router_args}) {  // the router passes the client's key on
     for (const std::string& arg : a.access.Args()) side->push_back(arg);
     for (const std::string& arg : a.http.Args()) side->push_back(arg);
   }
   for (auto* side : {&l.prefill_args, &l.decode_args}) {
-    side->insert(side->end(), {"--transport", a.transport, "--peer-timeout-ms", std::to_string(a.peer_timeout_ms)});
+    for (const std::string& arg : a.link.ToArgs()) side->push_back(arg);
   }
   for (const std::string& arg : a.faults.TransportArgs()) l.prefill_args.push_back(arg);
-  if (a.decode.allow_mixed_numerics) {
-    for (auto* side : {&l.prefill_args, &l.decode_args}) side->push_back("--allow-mixed-numerics");
-  }
   for (auto* side : {&l.decode_args, &l.prefill_args}) {
     for (const std::string& arg : a.faults.CacheArgs()) side->push_back(arg);
   }
@@ -253,7 +234,7 @@ int RunServe(ServeArgs& a) {
                "pass them to `tandem prefill`)\n");
     return 2;
   }
-  if (!a.cluster_key_file.empty() && !a.disagg && !IsDecodeServer(a)) {
+  if (!a.link.cluster_key_file.empty() && !a.disagg && !IsDecodeServer(a)) {
     TLOG_ERROR("error: --cluster-key-file is the engines' shared secret: it needs --prefill, --discovery or --disagg\n");
     return 2;
   }
@@ -288,30 +269,29 @@ int RunServe(ServeArgs& a) {
     return 1;
   }
   a.engine.threads = a.model.threads;
-  auto order = ParsePrefillOrder(a.prefill_order.empty() ? "arrival" : a.prefill_order);
-  if (!order.ok()) return TLOG_ERROR("error: %s\n", order.status().message().c_str()), 1;
-  a.engine.prefill_order = *order;
-  a.engine.prefix_cache = !a.no_prefix_cache;
+  const Status flags = a.engine_flags.Apply(&a.engine);
+  if (!flags.ok()) return TLOG_ERROR("error: %s\n", flags.message().c_str()), 1;
   a.engine.request_timeout = std::chrono::milliseconds(int64_t(a.request_timeout_s * 1000));
-  auto lanes = transfer::ParseTransportKind(a.transport);
+  auto lanes = transfer::ParseTransportKind(a.link.transport);
   if (!lanes.ok()) return TLOG_ERROR("error: %s\n", lanes.status().message().c_str()), 1;
   a.decode.transport = *lanes;
-  a.decode.peer_timeout = std::chrono::milliseconds(a.peer_timeout_ms);
+  a.decode.peer_timeout = std::chrono::milliseconds(a.link.peer_timeout_ms);
+  a.decode.allow_mixed_numerics = a.link.allow_mixed_numerics;
   a.decode.handoff_timeout = std::chrono::milliseconds(a.handoff_timeout_ms);
   a.decode.discovered = a.discovery.enabled();
   if (!IsDecodeServer(a)) {
     // A colocated server: no engine plane.
-  } else if (Status st = transfer::RequireClusterKey(a.cluster_key_file, a.insecure_no_cluster_key,
+  } else if (Status st = transfer::RequireClusterKey(a.link.cluster_key_file, a.link.insecure_no_cluster_key,
                                                      EnginePlaneAddresses(a),
                                                      a.discovery.enabled() ? "tandem serve --discovery" : "tandem serve --prefill");
              !st.ok()) {
     return TLOG_ERROR("error: %s\n", st.message().c_str()), 2;
-  } else if (a.cluster_key_file.empty()) {
+  } else if (a.link.cluster_key_file.empty()) {
     TLOG_WARN("WARNING: --insecure-no-cluster-key: this decode server sends destinations to whatever answers at its "
               "prefill addresses, unauthenticated (tests only)\n");
   }
-  if (!a.cluster_key_file.empty()) {
-    auto key = transfer::ClusterKey::Load(a.cluster_key_file);
+  if (!a.link.cluster_key_file.empty()) {
+    auto key = transfer::ClusterKey::Load(a.link.cluster_key_file);
     if (!key.ok()) return TLOG_ERROR("error: %s\n", key.status().message().c_str()), 2;
     a.decode.cluster_key = *key;
   }
@@ -328,7 +308,7 @@ int RunServe(ServeArgs& a) {
   // KV events: this server's prefix cache published, its prefill engines' followed.
   KvPlane kv;
   if (a.discovery.enabled()) {
-    auto publisher = StartKvPublisher(a.discovery, a.server.host, a.cluster_key_file);
+    auto publisher = StartKvPublisher(a.discovery, a.server.host, a.link.cluster_key_file);
     if (!publisher.ok()) return TLOG_ERROR("error: %s\n", publisher.status().message().c_str()), 1;
     kv.publisher = std::move(publisher).value();
     a.engine.prefix_events = kv.publisher->Hook();
@@ -336,7 +316,7 @@ int RunServe(ServeArgs& a) {
   auto by_kv = a.discovery.ByKvEvents(IsDecodeServer(a), "is for decode servers");
   if (!by_kv.ok()) return TLOG_ERROR("error: %s\n", by_kv.status().message().c_str()), 2;
   if (*by_kv) {
-    auto keys = KvKeys(a.cluster_key_file);
+    auto keys = KvKeys(a.link.cluster_key_file);
     if (!keys.ok()) return TLOG_ERROR("error: %s\n", keys.status().message().c_str()), 2;
     kv.cached = std::make_unique<CachedPrefixes>();
     auto subscriber = discovery::KvEventSubscriber::Start(*kv.cached, *keys);
@@ -364,7 +344,7 @@ int RunServe(ServeArgs& a) {
   a.server.on_drain = [] { kill(getpid(), SIGTERM); };  // the same drain as the signal's (WaitForStopSignal)
   std::unique_ptr<discovery::Discovery> found;
   if (a.discovery.enabled()) {
-    auto started = a.discovery.Start(a.cluster_key_file, a.insecure_no_cluster_key, "tandem serve --discovery");
+    auto started = a.discovery.Start(a.link.cluster_key_file, a.link.insecure_no_cluster_key, "tandem serve --discovery");
     if (!started.ok()) return TLOG_ERROR("error: %s\n", started.status().message().c_str()), 2;
     found = std::move(started).value();
     a.server.discovery_health = [d = found.get()] { return d->Health(); };
@@ -408,45 +388,14 @@ void RegisterServe(CLI::App& app) {
   cmd->add_option("--host", a->server.host, "Address to listen on");
   cmd->add_option("--port", a->server.port, "Port (0: any free port)")->check(CLI::Range(0, 65535));
   cmd->add_option("--model-id", a->server.model_id, "Model name clients use (default: the model's)");
-  cmd->add_option("--ctx-size", a->engine.context_tokens, "Context tokens per sequence (default: the model's)");
-  cmd->add_option("--cache-tokens", a->engine.cache_tokens, "Page pool size in tokens")->check(CLI::Range(int64_t(64), int64_t(1) << 30));
-  cmd->add_option("--max-running", a->engine.max_running, "Sequences in the decode batch")->check(CLI::Range(1, 4096));
-  cmd->add_option("--max-waiting", a->engine.max_waiting, "Queued requests before 429")->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("--chunk-size", a->engine.chunk_size, "Prefill tokens per sequence per step")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--prefill-order", a->prefill_order,
-                  "Which prompts' chunks a step serves first: arrival (default; bounds the tail) or shortest "
-                  "(the oldest, then shortest remaining); with --disagg, the prefill engine's");
-  cmd->add_option("--max-batch-tokens", a->engine.max_batch_tokens, "Tokens per step")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option_function<int64_t>(
-         "--step-time-ms", [a](int64_t ms) { a->engine.step_time = std::chrono::milliseconds(ms); },
-         "Beside decoding sequences, prompt chunks are sized from measured throughput so a step takes about this "
-         "long: what a burst of prompts may add to inter-token latency (default 200; 0: only --max-batch-tokens)")
-      ->check(CLI::Range(int64_t(0), int64_t(600000)));
-  cmd->add_option_function<int64_t>(
-         "--loop-watchdog-ms", [a](int64_t ms) { a->engine.loop_watchdog = std::chrono::milliseconds(ms); },
-         "While one step of the engine loop runs longer than this, /health answers 503 'stalled' with the reason "
-         "(a router stops placing requests here) (default 15000; 0: off)")
-      ->check(CLI::Range(int64_t(0), int64_t(3'600'000)));
-  cmd->add_option("--grammar-work-per-step", a->engine.grammar_work_per_step,
-                  "Structured outputs: grammar work (about a nanosecond a unit) all token masks of one step may take; a mask "
-                  "that needs more finishes in later steps")
-      ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
-  cmd->add_option("--grammar-time-share", a->engine.grammar_time_share,
-                  "Structured outputs: and at most this fraction of a step's model time, when sequences "
-                  "computed in it (what one request's masks may add to everyone's inter-token latency)")
-      ->check(CLI::Range(0.001, 100.0));
+  a->engine_flags.AddTo(cmd, &a->engine);
   cmd->add_option("--request-timeout", a->request_timeout_s, "Seconds before a request is failed")->check(CLI::PositiveNumber);
   cmd->add_option("--shutdown-timeout", a->shutdown_timeout_s, "Seconds to drain on SIGTERM")->check(CLI::NonNegativeNumber);
   a->attention.AddTo(cmd);
-  cmd->add_flag("--no-prefix-cache", a->no_prefix_cache, "Disable prefix reuse");
   cmd->add_option("--prefill", a->decode.prefill_addresses,
                   "Disaggregated decode: prefill engine's UCX address host:port (empty: colocated)");
   cmd->add_option("--verify-handoff", a->verify, "Check handoff digests: off, sample or all");
-  cmd->add_option("--transport", a->transport,
-                  "Disaggregated: how handoff bytes travel: auto (what UCX finds), shm (one host) or tcp");
-  cmd->add_option("--peer-timeout-ms", a->peer_timeout_ms,
-                  "Disaggregated: a prefill engine silent this long is declared dead (its connection closed)")
-      ->check(CLI::Range(int64_t(100), int64_t(3600) * 1000));
+  a->link.AddTo(cmd);
   cmd->add_flag("!--no-local-prefill", a->decode.local_prefill,
                 "With --prefill: while no prefill engine answers, refuse prompts (503) instead of computing them here");
   cmd->add_option("--handoff-timeout-ms", a->handoff_timeout_ms,
@@ -459,15 +408,6 @@ void RegisterServe(CLI::App& app) {
                   "0: never")
       ->check(CLI::Range(int64_t(0), int64_t(600'000)));
   a->access.AddTo(cmd);
-  cmd->add_flag("--allow-mixed-numerics", a->decode.allow_mixed_numerics,
-                "With --prefill or --disagg: link to prefill engines whose numerics identity differs (another "
-                "build, during a rolling upgrade); answers then equal no colocated run exactly, and /v1/models says "
-                "so (a mixed identity: verification judges them as drift)");
-  cmd->add_flag("--insecure-no-cluster-key", a->insecure_no_cluster_key,
-                "INSECURE, tests only: with --prefill, run without --cluster-key-file (loopback prefill addresses only)");
-  cmd->add_option("--cluster-key-file", a->cluster_key_file,
-                  "With --prefill: a secret (16+ bytes) the prefill engines must prove; with --disagg: the engines' "
-                  "shared secret (default: a fresh random one)");
   a->http.AddTo(cmd);
   cmd->add_flag("--disagg", a->disagg,
                 "Start a prefill engine, a decode server and a router on this host (router on --port)");

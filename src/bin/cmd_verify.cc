@@ -140,7 +140,7 @@ void RegisterVerify(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("verify", "Replay a bench agentic transcript on the reference engine, bit for bit");
   cmd->add_option("transcript", a->transcript, "transcript.jsonl written by `tandem bench agentic`")->required();
   a->model.AddTo(cmd);
-  a->attention.AddTo(cmd, ", when the transcript does not say");
+  a->attention.AddTo(cmd);
   cmd->add_flag("--write", a->write, "Write the verdicts back into the transcript");
   cmd->add_option("--reference-url", a->reference_url,
                   "Judge the transcript against this reference deployment (host:port) by its logprobs instead of "

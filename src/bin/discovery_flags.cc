@@ -7,9 +7,8 @@ namespace tandem::cli {
 
 void DiscoveryFlags::AddTo(CLI::App* cmd, bool registers) {
   cmd->add_option("--discovery", url,
-                  registers ? "etcd://HOST:PORT/PREFIX: register this engine there (under a lease) and find its "
-                              "peers there, instead of (or beside) addresses given here"
-                            : "etcd://HOST:PORT/PREFIX: find the decode servers there, instead of (or beside) --decode");
+                  "etcd://HOST:PORT/PREFIX: engines register there (under a lease) and every process finds its peers "
+                  "there (a router, the decode servers), beside any addresses given by flags");
   cmd->add_option("--discovery-ttl", ttl_s,
                   "Seconds an engine that stops answering stays registered (its lease; kept alive every third)")
       ->check(CLI::Range(int64_t(2), int64_t(3600)));

@@ -1,0 +1,67 @@
+#include "bin/engine_flags.h"
+
+namespace tandem::cli {
+
+void EngineFlags::AddTo(CLI::App* cmd, EngineOptions* e) {
+  cmd->add_option("--ctx-size", e->context_tokens, "Context tokens per sequence (0: the model's; the same on every engine)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 30));
+  cmd->add_option("--cache-tokens", e->cache_tokens, "Page pool size in tokens")
+      ->check(CLI::Range(int64_t(64), int64_t(1) << 30));
+  cmd->add_option("--max-running", e->max_running,
+                  "Sequences scheduled together (decode: the batch; prefill: prompts holding pages until handed off)")
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--max-waiting", e->max_waiting, "Queued requests before new ones are refused (429)")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--chunk-size", e->chunk_size, "Prefill tokens of one prompt per step")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-batch-tokens", e->max_batch_tokens, "Tokens of all sequences together per step")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--prefill-order", prefill_order,
+                  "Which prompts' chunks a step serves first: arrival (default: bounds the tail, the last prompt of "
+                  "a burst waits for the burst, not for later short appends) or shortest (the oldest, then shortest "
+                  "remaining: a lower median time to first token, a longer tail)");
+  cmd->add_option_function<int64_t>(
+         "--step-time-ms", [e](int64_t ms) { e->step_time = std::chrono::milliseconds(ms); },
+         "Beside decoding sequences, prompt chunks are sized from measured throughput so a step takes about this "
+         "long: what a burst of prompts may add to inter-token latency (default 200; 0: only --max-batch-tokens)")
+      ->check(CLI::Range(int64_t(0), int64_t(600000)));
+  cmd->add_option_function<int64_t>(
+         "--loop-watchdog-ms", [e](int64_t ms) { e->loop_watchdog = std::chrono::milliseconds(ms); },
+         "While one step of the engine loop runs longer than this, /health answers 503 'stalled' with the reason "
+         "(a router stops placing requests here) (default 15000; 0: off)")
+      ->check(CLI::Range(int64_t(0), int64_t(3'600'000)));
+  cmd->add_option("--grammar-work-per-step", e->grammar_work_per_step,
+                  "Structured outputs: grammar work (about a nanosecond a unit) all token masks of one step may take; a mask "
+                  "that needs more finishes in later steps")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
+  cmd->add_option("--grammar-time-share", e->grammar_time_share,
+                  "Structured outputs: and at most this fraction of a step's model time, when sequences "
+                  "computed in it (what one request's masks may add to everyone's inter-token latency)")
+      ->check(CLI::Range(0.001, 100.0));
+  cmd->add_flag("--no-prefix-cache", no_prefix_cache, "Compute every prompt from its first token (no prefix reuse)");
+}
+
+Status EngineFlags::Apply(EngineOptions* e) const {
+  TANDEM_ASSIGN_OR_RETURN(e->prefill_order, ParsePrefillOrder(prefill_order));
+  e->prefix_cache = !no_prefix_cache;
+  return Status::Ok();
+}
+
+std::vector<std::string> EngineFlags::ToArgs(const EngineOptions& e) const {
+  std::vector<std::string> args = {
+      "--ctx-size", std::to_string(e.context_tokens),
+      "--cache-tokens", std::to_string(e.cache_tokens),
+      "--max-running", std::to_string(e.max_running),
+      "--max-waiting", std::to_string(e.max_waiting),
+      "--chunk-size", std::to_string(e.chunk_size),
+      "--max-batch-tokens", std::to_string(e.max_batch_tokens),
+      "--prefill-order", prefill_order,
+      "--step-time-ms", std::to_string(e.step_time.count()),
+      "--loop-watchdog-ms", std::to_string(e.loop_watchdog.count()),
+      "--grammar-work-per-step", std::to_string(e.grammar_work_per_step),
+      "--grammar-time-share", std::to_string(e.grammar_time_share),
+  };
+  if (no_prefix_cache) args.push_back("--no-prefix-cache");
+  return args;
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,28 @@
+#include "bin/link_flags.h"
+
+namespace tandem::cli {
+
+void LinkFlags::AddTo(CLI::App* cmd) {
+  cmd->add_option("--transport", transport,
+                  "Disaggregated: how handoff bytes travel: auto (what UCX finds), shm (one host) or tcp");
+  cmd->add_option("--peer-timeout-ms", peer_timeout_ms,
+                  "Disaggregated: a peer engine silent this long is declared dead (its connection closed)")
+      ->check(CLI::Range(int64_t(100), int64_t(3600) * 1000));
+  cmd->add_flag("--allow-mixed-numerics", allow_mixed_numerics,
+                "Disaggregated: link to peer engines whose numerics identity differs (another build, during a rolling "
+                "upgrade); answers then equal no colocated run exactly, and /v1/models says so (a mixed identity: "
+                "verification judges them as drift)");
+  cmd->add_option("--cluster-key-file", cluster_key_file,
+                  "Disaggregated: the engines' shared secret (16+ bytes, transfer/cluster_key.h): peers prove it before "
+                  "a destination is taken, and it signs discovery records (with --disagg, default: a fresh random one)");
+  cmd->add_flag("--insecure-no-cluster-key", insecure_no_cluster_key,
+                "INSECURE, tests only: link engines without --cluster-key-file (loopback addresses only)");
+}
+
+std::vector<std::string> LinkFlags::ToArgs() const {
+  std::vector<std::string> args = {"--transport", transport, "--peer-timeout-ms", std::to_string(peer_timeout_ms)};
+  if (allow_mixed_numerics) args.push_back("--allow-mixed-numerics");
+  return args;
+}
+
+}  // namespace tandem::cli
