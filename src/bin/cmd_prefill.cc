@@ -11,6 +11,7 @@
 #include "bin/commands.h"
 #include "bin/engine_flags.h"
 #include "bin/link_flags.h"
+#include "node/prefill_node.h"
 #include "common/log.h"
 #include "bin/tier_flags.h"
 #include "bin/model_options.h"
@@ -88,78 +89,56 @@ int RunPrefill(PrefillArgs& a) {
   faults->ApplyTo(&po.engine);
   auto lanes = transfer::ParseTransportKind(a.link.transport);
   if (!lanes.ok()) return TLOG_ERROR("error: %s\n", lanes.status().message().c_str()), 1;
-  auto transport = transfer::MakeTransport(*lanes, po.cluster_key.Knock());
-  if (!transport.ok()) return TLOG_ERROR("error: %s\n", transport.status().ToString().c_str()), 1;
-  // KV events first (the engine's prefix index reports to it), gone last.
-  std::unique_ptr<discovery::KvEventPublisher> kv_events;
+  node::PrefillNodeOptions no;
+  no.prefill = std::move(po);
+  no.host = a.host;
+  no.port = a.port;
+  no.transport_kind = *lanes;
   if (a.discovery.enabled()) {
-    auto started = StartKvPublisher(a.discovery, a.host, a.link.cluster_key_file);
-    if (!started.ok()) return TLOG_ERROR("error: %s\n", started.status().message().c_str()), 1;
-    kv_events = std::move(started).value();
-    po.engine.prefix_events = kv_events->Hook();
+    auto options = a.discovery.Options();
+    if (!options.ok()) return TLOG_ERROR("error: %s\n", options.status().message().c_str()), 2;
+    no.discovery = std::move(options).value();
+    no.advertise = a.discovery.advertise;
+    no.kv_events_port = a.discovery.kv_events_port;
   }
-  auto created = PrefillServer::Create(**model, po, std::move(transport).value());
-  if (!created.ok()) return TLOG_ERROR("error: %s\n", created.status().ToString().c_str()), 1;
-  PrefillServer& server = **created;
-  PrefillEngine& worker = server.engine();
   // Faults of the handoff (tests only): each accepted connection is wrapped.
-  PrefillServer::Wrap wrap;
   if (faults->transport_any()) {
-    std::vector<std::pair<const uint8_t*, size_t>> index_k;
-    if (faults->unsafe_early_commit) {
-      // The production bug as a transport fault: index-K writes are not
-      // covered by the flush the Commit waits for.
-      auto b = worker.engine().cache_spec().registry.Find("index_k");
-      if (!b.ok()) {
-        return TLOG_ERROR("error: --debug-unsafe-early-commit needs sparse attention (an index-K buffer)\n"), 1;
+    no.make_wrap = [&a, &faults](PrefillEngine& worker) -> StatusOr<PrefillServer::Wrap> {
+      std::vector<std::pair<const uint8_t*, size_t>> index_k;
+      if (faults->unsafe_early_commit) {
+        // The production bug as a transport fault: index-K writes are not
+        // covered by the flush the Commit waits for.
+        auto b = worker.engine().cache_spec().registry.Find("index_k");
+        if (!b.ok()) return InvalidArgument("--debug-unsafe-early-commit needs sparse attention (an index-K buffer)");
+        index_k = worker.engine().BufferMemory(*b);
+        TLOG_WARN("WARNING: --debug-unsafe-early-commit: index-K writes are NOT covered by the flush before each "
+                  "commit. Decode engines may read index-K before it lands. This reproduces a production "
+                  "corruption bug on purpose; never use it outside tests.\n");
       }
-      index_k = worker.engine().BufferMemory(*b);
-      TLOG_WARN("WARNING: --debug-unsafe-early-commit: index-K writes are NOT covered by the flush before each "
-                "commit. Decode engines may read index-K before it lands. This reproduces a production "
-                "corruption bug on purpose; never use it outside tests.\n");
-    }
-    TLOG_WARN("WARNING: injecting transfer faults (put delay %lld us, bit flip rate %g, wedge after %lld "
-              "messages): tests only\n",
-              (long long)a.faults.put_delay_us, a.faults.bit_flip_rate, (long long)a.faults.wedge_after_messages);
-    wrap = [plan = faults->ConnectionPlan(std::move(index_k))](
-               std::shared_ptr<transfer::Connection> c) -> std::shared_ptr<transfer::Connection> {
-      return std::make_shared<faults::FaultyConnection>(std::move(c), plan);
+      TLOG_WARN("WARNING: injecting transfer faults (put delay %lld us, bit flip rate %g, wedge after %lld "
+                "messages): tests only\n",
+                (long long)a.faults.put_delay_us, a.faults.bit_flip_rate, (long long)a.faults.wedge_after_messages);
+      return PrefillServer::Wrap([plan = faults->ConnectionPlan(std::move(index_k))](
+                                     std::shared_ptr<transfer::Connection> c) -> std::shared_ptr<transfer::Connection> {
+        return std::make_shared<faults::FaultyConnection>(std::move(c), plan);
+      });
     };
   }
-  Status st = server.Listen(a.host + ":" + std::to_string(a.port), std::move(wrap));
-  if (!st.ok()) return TLOG_ERROR("error: %s\n", st.ToString().c_str()), 1;
+  auto members = node::Membership::Load(a.link.cluster_key_file, a.link.insecure_no_cluster_key,
+                                        "tandem prefill --discovery");
+  if (!members.ok()) return TLOG_ERROR("error: %s\n", members.status().message().c_str()), 2;
+  auto started = node::PrefillNode::Start(**model, std::move(no), std::move(members).value());
+  if (!started.ok()) return TLOG_ERROR("error: %s\n", started.status().ToString().c_str()), 1;
+  node::PrefillNode& node = **started;
+  PrefillEngine& worker = node.engine();
   TLOG_INFO("tandem prefill: %s, handoffs at %s://%s:%d (%s kernels, %s attention, layout %s, instance %llu)\n",
-               (*model)->config().name.c_str(), transfer::TransportFamily(*lanes),
-               a.host.c_str(), server.port(),
-               kernels::IsaName(kernels::ActiveIsa()), a.attention.attention.c_str(), worker.layout_fingerprint().c_str(),
-               (unsigned long long)worker.instance_id());
+            (*model)->config().name.c_str(), node.transport_family(), a.host.c_str(), node.port(),
+            kernels::IsaName(kernels::ActiveIsa()), a.attention.attention.c_str(), worker.layout_fingerprint().c_str(),
+            (unsigned long long)worker.instance_id());
   TLOG_INFO("tandem prefill: numerics %s %s\n", worker.engine().numerics().Id().c_str(),
             worker.engine().numerics().ToJson().dump().c_str());
-  std::unique_ptr<discovery::Discovery> discovery;
-  if (a.discovery.enabled()) {
-    auto started = a.discovery.Start(a.link.cluster_key_file, a.link.insecure_no_cluster_key, "tandem prefill --discovery");
-    if (!started.ok()) return TLOG_ERROR("error: %s\n", started.status().message().c_str()), 2;
-    discovery = std::move(started).value();
-    discovery::EngineRecord me;
-    me.role = "prefill";
-    me.instance = worker.instance_id();
-    me.address = *a.discovery.Advertised(a.host, server.port());
-    me.transport = transfer::TransportFamily(*lanes);
-    me.layout = worker.layout_fingerprint();
-    me.weights = worker.weights_identity();
-    me.numerics = worker.engine().numerics().Id();
-    me.kv_topic = kv_events->topic();
-    me.kv_events = kv_events->events_endpoint();
-    me.kv_snapshot = kv_events->snapshot_endpoint();
-    discovery->Register([me, &worker] {
-      discovery::EngineRecord now = me;
-      now.load = worker.stats().in_flight;
-      return now;
-    });
-  }
   WaitForStopSignal();
-  if (discovery) discovery->Stop();  // leave every list before the engine goes
-  server.Stop();  // no thread of it touches a connection once the transport goes
+  node.Stop();
   const auto s = worker.stats();
   const EngineStats e = worker.engine().Stats();
   TLOG_INFO("tandem prefill: stopping (%lld committed, %lld aborted, %lld failed, %lld pages in use, %lld held by "

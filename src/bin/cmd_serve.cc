@@ -146,7 +146,8 @@ DisaggLaunch LaunchFor(const ServeArgs& a) {
   // prompt the decode server accepts fits the prefill engine's context too).
   l.decode_args = a.engine_flags.ToArgs(a.engine);
   l.prefill_args = a.engine_flags.ToArgs(a.engine);
-  l.decode_args.insert(l.decode_args.end(), {"--request-timeout", std::to_string(a.request_timeout_s), "--verify-handoff", a.verify});
+  l.decode_args.insert(l.decode_args.end(), {"--max-waiting", std::to_string(a.engine.max_waiting), "--request-timeout",
+                                             std::to_string(a.request_timeout_s), "--verify-handoff", a.verify});
   if (!a.server.model_id.empty()) l.decode_args.insert(l.decode_args.end(), {"--model-id", a.server.model_id});
   for (auto* side : {&l.decode_args, &l.router_args}) {
     side->insert(side->end(), {"--shutdown-timeout", std::to_string(a.shutdown_timeout_s)});
@@ -389,6 +390,7 @@ void RegisterServe(CLI::App& app) {
   cmd->add_option("--port", a->server.port, "Port (0: any free port)")->check(CLI::Range(0, 65535));
   cmd->add_option("--model-id", a->server.model_id, "Model name clients use (default: the model's)");
   a->engine_flags.AddTo(cmd, &a->engine);
+  cmd->add_option("--max-waiting", a->engine.max_waiting, "Queued requests before 429")->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--request-timeout", a->request_timeout_s, "Seconds before a request is failed")->check(CLI::PositiveNumber);
   cmd->add_option("--shutdown-timeout", a->shutdown_timeout_s, "Seconds to drain on SIGTERM")->check(CLI::NonNegativeNumber);
   a->attention.AddTo(cmd);

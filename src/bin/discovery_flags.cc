@@ -28,11 +28,16 @@ void DiscoveryFlags::AddTo(CLI::App* cmd, bool registers) {
   }
 }
 
-StatusOr<std::unique_ptr<discovery::Discovery>> DiscoveryFlags::Start(const std::string& cluster_key_file, bool insecure,
-                                                                      const std::string& who) const {
+StatusOr<discovery::DiscoveryOptions> DiscoveryFlags::Options() const {
   discovery::DiscoveryOptions o;
   TANDEM_ASSIGN_OR_RETURN(o.etcd, discovery::ParseEtcdUrl(url));
   o.ttl_s = ttl_s;
+  return o;
+}
+
+StatusOr<std::unique_ptr<discovery::Discovery>> DiscoveryFlags::Start(const std::string& cluster_key_file, bool insecure,
+                                                                      const std::string& who) const {
+  TANDEM_ASSIGN_OR_RETURN(discovery::DiscoveryOptions o, Options());
   TANDEM_ASSIGN_OR_RETURN(node::Membership members, node::Membership::Load(cluster_key_file, insecure, who));
   o.seal = members.Signer();
   o.check = members.Checker();

@@ -33,6 +33,8 @@ struct DiscoveryFlags {
   // sealed with the cluster key, and only records proved with it taken;
   // without a key file (`insecure`, tests on one machine) records go unsigned
   // and only those naming loopback addresses are taken.
+  // Where etcd is and the lease (the record's seal and check left to the caller).
+  StatusOr<discovery::DiscoveryOptions> Options() const;
   StatusOr<std::unique_ptr<discovery::Discovery>> Start(const std::string& cluster_key_file, bool insecure,
                                                         const std::string& who) const;
   // host:port peers should dial: --advertise, else the listening host, which

@@ -10,8 +10,6 @@ void EngineFlags::AddTo(CLI::App* cmd, EngineOptions* e) {
   cmd->add_option("--max-running", e->max_running,
                   "Sequences scheduled together (decode: the batch; prefill: prompts holding pages until handed off)")
       ->check(CLI::Range(1, 4096));
-  cmd->add_option("--max-waiting", e->max_waiting, "Queued requests before new ones are refused (429)")
-      ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--chunk-size", e->chunk_size, "Prefill tokens of one prompt per step")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--max-batch-tokens", e->max_batch_tokens, "Tokens of all sequences together per step")
       ->check(CLI::Range(1, 1 << 20));
@@ -51,7 +49,6 @@ std::vector<std::string> EngineFlags::ToArgs(const EngineOptions& e) const {
       "--ctx-size", std::to_string(e.context_tokens),
       "--cache-tokens", std::to_string(e.cache_tokens),
       "--max-running", std::to_string(e.max_running),
-      "--max-waiting", std::to_string(e.max_waiting),
       "--chunk-size", std::to_string(e.chunk_size),
       "--max-batch-tokens", std::to_string(e.max_batch_tokens),
       "--prefill-order", prefill_order,

@@ -1,7 +1,8 @@
 // The engine's size and scheduling flags, declared once for every command
 // that runs an engine (serve, prefill) and passed on whole to the children
 // of `serve --disagg` (ToArgs), so a prefill engine and a decode server run
-// with the sizes the user gave.
+// with the sizes the user gave. (A prefill engine's queue is --max-queue;
+// serve's --max-waiting is its own.)
 #pragma once
 
 #include <CLI/CLI.hpp>

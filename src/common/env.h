@@ -5,8 +5,11 @@
 // RouterOptions::env, DiscoveryOptions::env, ...) reads that one, so a test
 // can move time by hand (tests/support/fake_env.h) and check a deadline in
 // milliseconds without sleeping; the rest read Env::Default(), the real
-// clocks. Waits on condition variables stay on real time: an Env says what
-// time it is, it never blocks.
+// clocks. Waits on condition variables (and the transports' waits) stay on
+// real time: an Env says what time it is, it never blocks, so a deadline kept
+// by an injected Env is handed to such a wait as the time left. A wait that
+// polls an injected Env's time (a drain, a health interval) ends only when
+// the test moves it.
 //
 // Thread safety: Now and WallNow may be called from any thread.
 #pragma once

@@ -132,6 +132,7 @@ StatusOr<PrefillLinksOptions> DecodeRole::LinksOptions(const Model& model, const
   lo.receiver.vocab_size = model.config().vocab_size;
   lo.receiver.deadlines.waiting_for_input = options.handoff_timeout;
   lo.receiver.verify = options.verify;
+  lo.env = engine.env;  // one time for the role and its engine (arrivals, deadlines, page waits)
   return lo;
 }
 

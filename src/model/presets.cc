@@ -261,17 +261,19 @@ StatusOr<GgufWriter> BuildRandomModel(const ModelPreset& p, MatrixTypes types, u
   w.SetUint32(a + ".attention.head_count_kv", uint32_t(p.n_kv_heads));
   w.SetFloat32(a + ".attention.layer_norm_rms_epsilon", 1e-5f);
   w.SetFloat32(a + ".rope.freq_base", 10000.0f);
-  w.SetUint32(a + ".rope.dimension_count", uint32_t(p.dim / p.n_heads));
+  // qwen3's heads are wider than dim / heads (128 at dim 1024 and 16 heads in
+  // the released models): its files say so in key_length, and so do these.
+  const int64_t hd = (a == "qwen3" ? 2 : 1) * p.dim / p.n_heads, kv = p.n_kv_heads * hd;
+  w.SetUint32(a + ".rope.dimension_count", uint32_t(hd));
   if (a == "qwen3") {
-    w.SetUint32(a + ".attention.key_length", uint32_t(p.dim / p.n_heads));
-    w.SetUint32(a + ".attention.value_length", uint32_t(p.dim / p.n_heads));
+    w.SetUint32(a + ".attention.key_length", uint32_t(hd));
+    w.SetUint32(a + ".attention.value_length", uint32_t(hd));
   }
   w.SetUint32(a + ".vocab_size", uint32_t(p.vocab_size));
   WriteDefaultTokenizer(BuildDefaultVocab(int32_t(p.vocab_size)), w);
   w.SetBool("tokenizer.ggml.add_bos_token", true);
   w.SetBool("tokenizer.ggml.add_eos_token", false);
   w.SetString("tokenizer.chat_template", kPresetChatTemplate);
-  const int64_t hd = p.dim / p.n_heads, kv = p.n_kv_heads * hd;
   const float s = 1.0f / std::sqrt(float(p.dim));
   auto add = [&](const std::string& name, int64_t cols, int64_t rows, float std, TensorType t) {
     std::vector<float> v = std == 0.0f ? std::vector<float>(size_t(cols * rows), 1.0f)

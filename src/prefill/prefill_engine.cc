@@ -34,6 +34,7 @@ uint64_t Micros(Clock::duration d) {
 StatusOr<std::unique_ptr<PrefillEngine>> PrefillEngine::Create(const Model& model, PrefillOptions options) {
   if (options.max_queue < 1) return InvalidArgument("the prefill queue must hold at least one handoff");
   options.engine.max_waiting = int32_t(std::min<size_t>(options.max_queue, 1 << 30));
+  options.engine.env = options.env;  // one time for the role and its engine (a handoff's deadline is both's)
   auto p = std::unique_ptr<PrefillEngine>(new PrefillEngine(model, options));
   TANDEM_ASSIGN_OR_RETURN(p->engine_, Engine::Create(model, p->options_.engine, static_cast<EngineRole&>(*p)));
   const CacheSpec& spec = p->engine_->cache_spec();
@@ -320,7 +321,8 @@ bool PrefillEngine::MayAnswerLocked(uint64_t decode_instance, uint64_t connectio
   }
   auto it = closing_.find(decode_instance);
   if (it == closing_.end()) return true;
-  std::erase_if(it->second, [this](const auto& c) { return c->WaitReleased(options_.env->Now()); });
+  // Asked without waiting: the transport's clock is the real one.
+  std::erase_if(it->second, [](const auto& c) { return c->WaitReleased(Env::Default().Now()); });
   if (!it->second.empty()) return false;
   closing_.erase(it);
   return true;
@@ -359,7 +361,7 @@ void PrefillEngine::RunHeartbeats() {
     stats_.peers_closed += int64_t(silent.size());
     AnswerDeferredHellosLocked();
     for (auto it = closing_.begin(); it != closing_.end();) {  // forget what is released
-      std::erase_if(it->second, [this](const auto& c) { return c->WaitReleased(options_.env->Now()); });
+      std::erase_if(it->second, [](const auto& c) { return c->WaitReleased(Env::Default().Now()); });
       it = it->second.empty() ? closing_.erase(it) : std::next(it);
     }
   }
@@ -488,7 +490,10 @@ bool PrefillEngine::SendCommit(uint64_t request, std::span<const int32_t> prompt
 }
 
 Status PrefillEngine::FlushWrites(Handoff& h) {
-  Status flushed = h.connection->Flush(FlushDeadline(options_.env->Now(), h.deadline, options_.peer_timeout));
+  // The deadline is kept by this engine's Env; the transport waits on the real clock, so it gets the time left.
+  const auto now = options_.env->Now();
+  const auto left = FlushDeadline(now, h.deadline, options_.peer_timeout) - now;
+  Status flushed = h.connection->Flush(Env::Default().Now() + left);
   h.posted = false;
   if (!flushed.ok()) {
     h.fenced = false;  // final: OnEnd closes the connection

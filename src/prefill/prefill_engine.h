@@ -41,7 +41,9 @@
 namespace tandem {
 
 struct PrefillOptions {
-  // The time peer liveness, handoff deadlines and stage timings are kept by (tests give a fake one).
+  // The time peer liveness, handoff deadlines and stage timings are kept by
+  // (tests give a fake one); the engine's too (Create sets engine.env to it).
+  // Transports wait on the real clock: they are given the time left.
   const Env* env = &Env::Default();
   // The scheduler: pool size (cache_tokens), chunk_size, max_batch_tokens,
   // max_running (prompts batched together), prefix cache, tiers, threads.

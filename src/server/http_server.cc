@@ -444,7 +444,7 @@ void HttpServer::HandleCompletion(HttpRequest& req, const std::shared_ptr<HttpRe
   p.spec.cache_salt = CacheSaltFor(req.Header("Authorization"), p.cache_salt);
   if (!p.has_seed) p.spec.sampling.seed = FreshSeed();
   // Every choice must be done by one deadline: the request's timeout from now.
-  if (p.n > 1) p.spec.deadline = Env::Default().Now() + engine_.options().request_timeout;
+  if (p.n > 1) p.spec.deadline = engine_.options().env->Now() + engine_.options().request_timeout;
   std::vector<std::shared_ptr<RequestHandle>> handles;
   if (!p.resume) {
     auto first = engine_.Submit(p.spec);

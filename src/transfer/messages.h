@@ -166,8 +166,10 @@ struct Commit {
   bool operator==(const Commit&) const = default;
 };
 
-// Why a handoff was aborted, for programs (the text is for people): what
-// the other side may do about it follows from the code alone.
+// Why a handoff was aborted, for programs (the text is for people). Today
+// the decode side places an aborted handoff again whatever the code and
+// names the code in the request's error (decode/prefill_links.cc); tests and
+// logs match codes, not text.
 enum class AbortCode : uint16_t {
   kRefused = 1,     // prefill: the destination was not acceptable (authentication, pages, pool)
   kQueueFull = 2,   // prefill: its queue of handoffs is full; another engine may take it

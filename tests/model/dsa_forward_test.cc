@@ -1,4 +1,4 @@
-// The deepseek32 forward pass (model/forward_dsa.cc) against the float64
+// The deepseek32 forward pass (model/arch/deepseek32_layer.cc) against the float64
 // reference (support/dsa_reference.h) on dsa-tiny, dense and sparse, and
 // the invariances the oracle relies on: chunking and batching never change
 // a bit, and top-k at or above the context is dense attention bitwise.

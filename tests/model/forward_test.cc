@@ -104,6 +104,9 @@ TEST(ForwardReference, Qwen2ShapeWithBiasesAndNeoxRope) {
 TEST(ForwardReference, Qwen3QkNormAndNeoxRope) {
   auto m = MakePresetModel("tiny", TensorType::kF32, 7, "qwen3");
   ASSERT_EQ(m->model->config().architecture, "qwen3");
+  const ModelConfig& c = m->model->config();
+  ASSERT_EQ(c.head_dim, 2 * c.dim / c.n_heads);  // wider heads than dim / heads, as qwen3's
+  ASSERT_EQ(c.q_dim(), 2 * c.dim);
   ASSERT_TRUE(m->model->config().rope_neox);
   const auto* layers = dynamic_cast<const LlamaWeights*>(m->model->weights().layers.get());
   ASSERT_NE(layers, nullptr);
