@@ -11,6 +11,7 @@
 #include "bin/http_flags.h"
 #include "bin/commands.h"
 #include "common/log.h"
+#include "node/router_node.h"
 #include "router/router.h"
 #include "transfer/cluster_key.h"
 
@@ -71,7 +72,7 @@ void RegisterRouter(CLI::App& app) {
       TLOG_ERROR("error: the router needs --decode HOST:PORT or --discovery etcd://HOST:PORT/PREFIX\n");
       return SetExitCode(2);
     }
-    std::unique_ptr<discovery::Discovery> discovery;
+    node::RouterNodeOptions no;
     if (found->enabled()) {
       if (Status st = transfer::RequireClusterKey(*cluster_key_file, *insecure, {}, "tandem router --discovery"); !st.ok()) {
         TLOG_ERROR("error: %s\n", st.message().c_str());
@@ -81,14 +82,17 @@ void RegisterRouter(CLI::App& app) {
         TLOG_WARN("WARNING: --insecure-no-cluster-key: the router takes decode servers registered at loopback "
                   "addresses unsigned, whoever wrote them into etcd (tests only)\n");
       }
-      auto started = found->Start(*cluster_key_file, *insecure, "tandem router --discovery");
-      if (!started.ok()) {
-        TLOG_ERROR("error: %s\n", started.status().message().c_str());
+      auto options = found->Options();
+      if (!options.ok()) {
+        TLOG_ERROR("error: %s\n", options.status().message().c_str());
         return SetExitCode(2);
       }
-      discovery = std::move(started).value();
-      o->discovered_backends = true;
-      o->discovery_health = [d = discovery.get()] { return d->Health(); };
+      no.discovery = std::move(options).value();
+    }
+    auto members = node::Membership::Load(*cluster_key_file, *insecure, "tandem router --discovery");
+    if (!members.ok()) {
+      TLOG_ERROR("error: %s\n", members.status().message().c_str());
+      return SetExitCode(2);
     }
     auto by_kv = found->ByKvEvents(!prompt_model->empty(), "needs -m (the model, to tokenize prompts as the decode servers do)");
     if (!by_kv.ok()) {
@@ -96,43 +100,18 @@ void RegisterRouter(CLI::App& app) {
       return SetExitCode(2);
     }
     std::unique_ptr<Model> model;
-    discovery::EngineRecord same_model;  // decode servers whose KV events this router can read: same weights
-    std::unique_ptr<CachedPrefixes> cached;
-    std::unique_ptr<discovery::KvEventSubscriber> subscriber;
     if (*by_kv) {
       ModelOptions mo;
       mo.model_path = *prompt_model;
       mo.chat_template_path = *chat_template;
       mo.pack_weights = false;  // the tokenizer and the weights identity only
       auto loaded = mo.Load();
-      auto keys = KvKeys(*cluster_key_file);
-      if (!loaded.ok() || !keys.ok()) {
-        TLOG_ERROR("error: %s\n", (!loaded.ok() ? loaded.status() : keys.status()).message().c_str());
+      if (!loaded.ok()) {
+        TLOG_ERROR("error: %s\n", loaded.status().message().c_str());
         return SetExitCode(2);
       }
       model = std::move(loaded).value();
-      same_model.weights = WeightsIdentity(*model);
-      cached = std::make_unique<CachedPrefixes>();
-      auto started = discovery::KvEventSubscriber::Start(*cached, *keys);
-      if (!started.ok()) {
-        TLOG_ERROR("error: %s\n", started.status().message().c_str());
-        return SetExitCode(1);
-      }
-      subscriber = std::move(started).value();
-      ModelInfo info;
-      info.id = model->config().name;
-      info.context_length = model->config().context_length;
-      info.tokenizer = &model->tokenizer();
-      info.chat_format = &model->chat_format();
-      o->prompt_model = info;
-      o->cached = cached.get();
-      TLOG_INFO("tandem router: placing requests by the decode servers' KV events (prompts tokenized with %s)\n",
-                prompt_model->c_str());
-    }
-    if (discovery) {
-      o->discovery_metrics = [d = discovery.get(), s = subscriber.get()] {
-        return d->MetricsText() + (s != nullptr ? s->MetricsText() : std::string());
-      };
+      no.prompt_model = model.get();
     }
     o->move_wait = std::chrono::milliseconds(*move_wait_ms);
     o->silence_timeout = std::chrono::milliseconds(*silence_ms);
@@ -143,31 +122,23 @@ void RegisterRouter(CLI::App& app) {
     }
     o->access = std::move(policy).value();
     o->http = http->Limits();
+    no.router = *o;
     BlockStopSignals();
-    Router router(*o);
-    if (Status st = router.Start(); !st.ok()) {
-      TLOG_ERROR("error: %s\n", st.ToString().c_str());
-      SetExitCode(1);
-      return;
+    auto started = node::RouterNode::Start(std::move(no), std::move(members).value());
+    if (!started.ok()) {
+      TLOG_ERROR("error: %s\n", started.status().ToString().c_str());
+      return SetExitCode(1);
+    }
+    node::RouterNode& router = **started;
+    if (router.by_kv_events()) {
+      TLOG_INFO("tandem router: placing requests by the decode servers' KV events (prompts tokenized with %s)\n",
+                prompt_model->c_str());
     }
     TLOG_INFO("tandem router: http://%s:%d -> %zu decode backend(s)%s\n", o->host.c_str(), router.port(),
-              o->backends.size(), discovery ? (" and those registered at " + found->url).c_str() : "");
-    if (discovery) {
-      discovery->Watch("decode", [&router, fixed = o->backends, s = subscriber.get(), same_model](const std::vector<discovery::EngineRecord>& records) {
-        std::vector<std::string> addresses = MatchingAddresses(records, {});
-        for (const std::string& f : fixed) {
-          if (std::find(addresses.begin(), addresses.end(), f) == addresses.end()) addresses.push_back(f);
-        }
-        // Placement by KV events only where this router tokenizes as the server does (its -m is theirs).
-        if (s != nullptr) s->SetSources(KvSources(records, MatchingAddresses(records, same_model)));
-        if (Status st = router.SetBackends(addresses); !st.ok()) TLOG_WARN("tandem router: %s\n", st.message().c_str());
-      });
-    }
+              o->backends.size(), found->enabled() ? (" and those registered at " + found->url).c_str() : "");
     WaitForStopSignal();
-    if (discovery) discovery->Stop();
     TLOG_INFO("tandem router: draining (up to %.0f s)\n", *shutdown_s);
-    router.Drain(std::chrono::milliseconds(int64_t(*shutdown_s * 1000)));
-    router.Stop();
+    router.Stop(std::chrono::milliseconds(int64_t(*shutdown_s * 1000)));
     TLOG_INFO("tandem router: stopped\n");
   });
 }

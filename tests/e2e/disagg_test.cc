@@ -388,7 +388,9 @@ TEST_P(Disagg, DecodeKilledMidHandoffThePrefillEngineReleasesEverything) {
       std::chrono::seconds(5), std::chrono::milliseconds(5)));
   decode->Kill9();
   for (auto& c : clients) c.get();
-  // The sender's puts fail or its flush deadline passes; either way it lets go.
+  // The sender's puts fail or its flush deadline passes; either way it lets go
+  // by itself (the engine has no endpoint to ask; its stop line says): a
+  // window for that, after which stopping must find nothing held.
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   EXPECT_EQ(prefill->Terminate(), 0) << prefill->Log();
   const std::string log = prefill->Log();

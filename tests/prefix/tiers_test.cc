@@ -111,7 +111,7 @@ TEST(LayerGates, WaitBlocksUntilItsLayerOpens) {
   });
   g.Open(0);
   g.Open(2);
-  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));  // a window in which nothing may happen
   EXPECT_FALSE(passed.load()) << "layer 1 is not open yet";
   EXPECT_FALSE(g.AllOpen());
   g.Open(1);

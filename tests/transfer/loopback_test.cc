@@ -101,7 +101,7 @@ TEST(Loopback, CloseDropsPutsThatHaveNotLanded) {
   const std::vector<uint8_t> data(64, 5);
   ASSERT_TRUE(p.a_to_b->Put(data.data(), data.size(), p.region.key, 0).ok());
   p.a_to_b->Close();
-  std::this_thread::sleep_for(60ms);
+  std::this_thread::sleep_for(60ms);  // twice the put latency: a window in which the dropped put may not land
   EXPECT_EQ(p.region.data[0], 0) << "a put landed after Close returned";
   EXPECT_FALSE(p.a_to_b->alive());
   EXPECT_EQ(p.a_to_b->Put(data.data(), 1, p.region.key, 0).code(), StatusCode::kUnavailable);
@@ -131,7 +131,7 @@ TEST(Faulty, MessagesAreDroppedDuplicatedAndReorderedAsPlanned) {
     plan.drop_message_rate = 1.0;
     FaultyConnection f(p.a_to_b, plan);
     ASSERT_TRUE(f.Send({1}).ok());
-    std::this_thread::sleep_for(20ms);
+    std::this_thread::sleep_for(20ms);  // a window in which the dropped message may not arrive
     EXPECT_EQ(p.Count(), 0u);
   }
   {
