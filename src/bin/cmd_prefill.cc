@@ -128,7 +128,7 @@ int RunPrefill(PrefillArgs& a) {
                                         "tandem prefill --discovery");
   if (!members.ok()) return TLOG_ERROR("error: %s\n", members.status().message().c_str()), 2;
   auto started = node::PrefillNode::Start(**model, std::move(no), std::move(members).value());
-  if (!started.ok()) return TLOG_ERROR("error: %s\n", started.status().ToString().c_str()), 1;
+  if (!started.ok()) return TLOG_ERROR("error: %s\n", started.status().message().c_str()), 1;
   node::PrefillNode& node = **started;
   PrefillEngine& worker = node.engine();
   TLOG_INFO("tandem prefill: %s, handoffs at %s://%s:%d (%s kernels, %s attention, layout %s, instance %llu)\n",

@@ -89,7 +89,10 @@ void RegisterRouter(CLI::App& app) {
       }
       no.discovery = std::move(options).value();
     }
-    auto members = node::Membership::Load(*cluster_key_file, *insecure, "tandem router --discovery");
+    // The key matters only to what discovery brings (records, KV events): without it, none is read.
+    auto members = found->enabled()
+                       ? node::Membership::Load(*cluster_key_file, *insecure, "tandem router --discovery")
+                       : StatusOr<node::Membership>(node::Membership(transfer::ClusterKey{}, false, "tandem router"));
     if (!members.ok()) {
       TLOG_ERROR("error: %s\n", members.status().message().c_str());
       return SetExitCode(2);
@@ -110,6 +113,10 @@ void RegisterRouter(CLI::App& app) {
         TLOG_ERROR("error: %s\n", loaded.status().message().c_str());
         return SetExitCode(2);
       }
+      if (auto keys = members->KvKeys(); !keys.ok()) {  // the KV events' keys: checked here, made again by the node
+        TLOG_ERROR("error: %s\n", keys.status().message().c_str());
+        return SetExitCode(2);
+      }
       model = std::move(loaded).value();
       no.prompt_model = model.get();
     }
@@ -126,7 +133,7 @@ void RegisterRouter(CLI::App& app) {
     BlockStopSignals();
     auto started = node::RouterNode::Start(std::move(no), std::move(members).value());
     if (!started.ok()) {
-      TLOG_ERROR("error: %s\n", started.status().ToString().c_str());
+      TLOG_ERROR("error: %s\n", started.status().message().c_str());
       return SetExitCode(1);
     }
     node::RouterNode& router = **started;

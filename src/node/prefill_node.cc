@@ -39,21 +39,21 @@ StatusOr<std::unique_ptr<PrefillNode>> PrefillNode::Start(const Model& model, Pr
     o.discovery->seal = membership.Signer();
     o.discovery->check = membership.Checker();
     node->discovery_ = std::make_unique<discovery::Discovery>(std::move(*o.discovery));
-    PrefillEngine& worker = node->server_->engine();
+    PrefillEngine* worker = &node->server_->engine();  // outlives the registration (Stop)
     discovery::EngineRecord me;
     me.role = "prefill";
-    me.instance = worker.instance_id();
+    me.instance = worker->instance_id();
     me.address = (o.advertise.empty() ? o.host : o.advertise) + ":" + std::to_string(node->server_->port());
     me.transport = node->family_;
-    me.layout = worker.layout_fingerprint();
-    me.weights = worker.weights_identity();
-    me.numerics = worker.engine().numerics().Id();
+    me.layout = worker->layout_fingerprint();
+    me.weights = worker->weights_identity();
+    me.numerics = worker->engine().numerics().Id();
     me.kv_topic = node->kv_events_->topic();
     me.kv_events = node->kv_events_->events_endpoint();
     me.kv_snapshot = node->kv_events_->snapshot_endpoint();
-    node->discovery_->Register([me, &worker] {
+    node->discovery_->Register([me, worker] {
       discovery::EngineRecord now = me;
-      now.load = worker.stats().in_flight;
+      now.load = worker->stats().in_flight;
       return now;
     });
   }

@@ -36,8 +36,8 @@ StatusOr<std::unique_ptr<RouterNode>> RouterNode::Start(RouterNodeOptions o, Mem
   node->router_ = std::make_unique<Router>(std::move(o.router));
   TANDEM_RETURN_IF_ERROR(node->router_->Start());
   if (node->discovery_) {
-    Router& router = *node->router_;
-    node->discovery_->Watch("decode", [&router, fixed, s = node->subscriber_.get(),
+    Router* router = node->router_.get();  // outlives the watch (Stop)
+    node->discovery_->Watch("decode", [router, fixed, s = node->subscriber_.get(),
                                        same_model](const std::vector<discovery::EngineRecord>& records) {
       std::vector<std::string> addresses = MatchingAddresses(records, {});
       for (const std::string& f : fixed) {
@@ -45,7 +45,7 @@ StatusOr<std::unique_ptr<RouterNode>> RouterNode::Start(RouterNodeOptions o, Mem
       }
       // Placement by KV events only where this router tokenizes as the server does (its model is theirs).
       if (s != nullptr) s->SetSources(KvSources(records, MatchingAddresses(records, same_model)));
-      if (Status st = router.SetBackends(addresses); !st.ok()) TLOG_WARN("tandem router: %s\n", st.message().c_str());
+      if (Status st = router->SetBackends(addresses); !st.ok()) TLOG_WARN("tandem router: %s\n", st.message().c_str());
     });
   }
   return node;
