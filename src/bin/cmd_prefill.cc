@@ -7,7 +7,7 @@
 
 #include "bin/attention_flags.h"
 #include "bin/discovery_flags.h"
-#include "bin/stop_signals.h"
+#include "node/stop_signals.h"
 #include "bin/commands.h"
 #include "bin/engine_flags.h"
 #include "bin/link_flags.h"
@@ -61,7 +61,7 @@ int RunPrefill(PrefillArgs& a) {
       return TLOG_ERROR("error: %s\n", advertised.status().message().c_str()), 2;
     }
   }
-  BlockStopSignals();
+  node::BlockStopSignals();
   auto model = a.model.Load();
   if (!model.ok()) return TLOG_ERROR("error: %s\n", model.status().ToString().c_str()), 1;
   auto attention = a.attention.Resolve();
@@ -137,7 +137,7 @@ int RunPrefill(PrefillArgs& a) {
             (unsigned long long)worker.instance_id());
   TLOG_INFO("tandem prefill: numerics %s %s\n", worker.engine().numerics().Id().c_str(),
             worker.engine().numerics().ToJson().dump().c_str());
-  WaitForStopSignal();
+  node::WaitForStopSignal();
   node.Stop();
   const auto s = worker.stats();
   const EngineStats e = worker.engine().Stats();

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <memory>
 
-#include "bin/stop_signals.h"
+#include "node/stop_signals.h"
 #include "bin/access_flags.h"
 #include "bin/discovery_flags.h"
 #include "bin/model_options.h"
@@ -130,7 +130,7 @@ void RegisterRouter(CLI::App& app) {
     o->access = std::move(policy).value();
     o->http = http->Limits();
     no.router = *o;
-    BlockStopSignals();
+    node::BlockStopSignals();
     auto started = node::RouterNode::Start(std::move(no), std::move(members).value());
     if (!started.ok()) {
       TLOG_ERROR("error: %s\n", started.status().message().c_str());
@@ -143,7 +143,7 @@ void RegisterRouter(CLI::App& app) {
     }
     TLOG_INFO("tandem router: http://%s:%d -> %zu decode backend(s)%s\n", o->host.c_str(), router.port(),
               o->backends.size(), found->enabled() ? (" and those registered at " + found->url).c_str() : "");
-    WaitForStopSignal();
+    node::WaitForStopSignal();
     TLOG_INFO("tandem router: draining (up to %.0f s)\n", *shutdown_s);
     router.Stop(std::chrono::milliseconds(int64_t(*shutdown_s * 1000)));
     TLOG_INFO("tandem router: stopped\n");

@@ -9,20 +9,19 @@
 
 #include "bin/attention_flags.h"
 #include "bin/discovery_flags.h"
-#include "bin/stop_signals.h"
+#include "node/stop_signals.h"
 #include "bin/commands.h"
 #include "common/log.h"
 #include "bin/fault_flags.h"
 #include "bin/tier_flags.h"
-#include "bin/disagg_launcher.h"
+#include "node/disagg_launcher.h"
 #include "bin/engine_flags.h"
 #include "bin/model_options.h"
 #include "kernels/cpu.h"
-#include "decode/decode_role.h"
+#include "node/decode_node.h"
 #include "bin/access_flags.h"
 #include "bin/http_flags.h"
 #include "bin/link_flags.h"
-#include "server/http_server.h"
 
 namespace tandem::cli {
 namespace {
@@ -69,53 +68,6 @@ std::vector<std::string> EnginePlaneAddresses(const ServeArgs& a) {
 
 bool IsDecodeServer(const ServeArgs& a) { return !a.decode.prefill_addresses.empty() || a.discovery.enabled(); }
 
-// A decode server in discovery: registers itself, and links to every prefill
-// engine registered that matches it (besides any --prefill given).
-struct KvPlane {  // a decode server's KV events: its own, and its prefill engines' it follows
-  std::unique_ptr<discovery::KvEventPublisher> publisher;
-  std::unique_ptr<CachedPrefixes> cached;
-  std::unique_ptr<discovery::KvEventSubscriber> subscriber;
-};
-
-Status StartDiscovery(ServeArgs& a, const Model& model, Engine& engine, decode::DecodeRole& role, int port,
-                      discovery::Discovery& found, KvPlane& kv) {
-  TANDEM_ASSIGN_OR_RETURN(decode::PrefillLinksOptions links, decode::DecodeRole::LinksOptions(model, a.engine, a.decode));
-  discovery::EngineRecord me;
-  me.role = "decode";
-  me.address = *a.discovery.Advertised(a.server.host, port);
-  me.instance = 0;
-  me.layout = links.layout_fingerprint;
-  me.weights = links.weights_identity;
-  me.numerics = engine.numerics().Id();
-  me.instance = role.instance_id();
-  if (kv.publisher) {
-    me.kv_topic = kv.publisher->topic();
-    me.kv_events = kv.publisher->events_endpoint();
-    me.kv_snapshot = kv.publisher->snapshot_endpoint();
-  }
-  found.Register([me, &engine] {
-    discovery::EngineRecord now = me;
-    const EngineStats s = engine.Stats();
-    now.load = s.running + s.waiting;
-    return now;
-  });
-  discovery::EngineRecord want;
-  want.layout = links.layout_fingerprint;
-  want.weights = links.weights_identity;
-  want.transport = transfer::TransportFamily(a.decode.transport);
-  const std::vector<std::string> fixed = links.addresses;
-  discovery::KvEventSubscriber* subscriber = kv.subscriber.get();
-  found.Watch("prefill", [&role, want, fixed, subscriber](const std::vector<discovery::EngineRecord>& records) {
-    std::vector<std::string> addresses = MatchingAddresses(records, want);
-    for (const std::string& f : fixed) {
-      if (std::find(addresses.begin(), addresses.end(), f) == addresses.end()) addresses.push_back(f);
-    }
-    if (subscriber != nullptr) subscriber->SetSources(KvSources(records, addresses));
-    role.SetPrefillAddresses(std::move(addresses));
-  });
-  return Status::Ok();
-}
-
 std::vector<std::string> SplitCommas(const std::string& list) {
   std::vector<std::string> out;
   for (size_t at = 0; at <= list.size();) {
@@ -127,8 +79,8 @@ std::vector<std::string> SplitCommas(const std::string& list) {
 }
 
 // Re-spells this command's options for the child processes of --disagg.
-DisaggLaunch LaunchFor(const ServeArgs& a) {
-  DisaggLaunch l;
+node::DisaggLaunch LaunchFor(const ServeArgs& a) {
+  node::DisaggLaunch l;
   l.restart_budget = a.restart_budget;
   l.host = a.server.host;
   l.children_host = a.children_host;
@@ -190,7 +142,7 @@ DisaggLaunch LaunchFor(const ServeArgs& a) {
   for (int i = 0; i < a.prefill_engines; ++i) {
     TierFlags t = a.tiers;
     if (!t.disk_cache_dir.empty()) {
-      t.disk_cache_dir += "/" + PrefillEngineName(i);
+      t.disk_cache_dir += "/" + node::PrefillEngineName(i);
       t.disk_cache_size = std::to_string(a.engine.tiers.disk_bytes / a.prefill_engines);
     }
     l.prefill_engine_args.push_back(t.Args());
@@ -251,9 +203,9 @@ int RunServe(ServeArgs& a) {
       TLOG_ERROR("error: %s\n", st.ToString().c_str());
       return 1;
     }
-    return RunDisagg(LaunchFor(a));
+    return node::RunDisagg(LaunchFor(a));
   }
-  BlockStopSignals();
+  node::BlockStopSignals();
   auto model = a.model.Load();
   if (!model.ok()) {
     TLOG_ERROR("error: %s\n", model.status().ToString().c_str());
@@ -306,76 +258,37 @@ int RunServe(ServeArgs& a) {
     TLOG_ERROR("error: --verify-handoff must be off, sample or all, not '%s'\n", a.verify.c_str());
     return 1;
   }
-  // KV events: this server's prefix cache published, its prefill engines' followed.
-  KvPlane kv;
+  node::DecodeNodeOptions no;
+  no.engine = a.engine;
+  no.server = a.server;
+  no.server.on_drain = [] { kill(getpid(), SIGTERM); };  // the same drain as the signal's (WaitForStopSignal)
+  if (IsDecodeServer(a)) no.decode = a.decode;
   if (a.discovery.enabled()) {
-    auto publisher = StartKvPublisher(a.discovery, a.server.host, a.link.cluster_key_file);
-    if (!publisher.ok()) return TLOG_ERROR("error: %s\n", publisher.status().message().c_str()), 1;
-    kv.publisher = std::move(publisher).value();
-    a.engine.prefix_events = kv.publisher->Hook();
+    auto options = a.discovery.Options();
+    if (!options.ok()) return TLOG_ERROR("error: %s\n", options.status().message().c_str()), 2;
+    no.discovery = std::move(options).value();
+    no.advertise = a.discovery.advertise;
+    no.kv_events_port = a.discovery.kv_events_port;
   }
   auto by_kv = a.discovery.ByKvEvents(IsDecodeServer(a), "is for decode servers");
   if (!by_kv.ok()) return TLOG_ERROR("error: %s\n", by_kv.status().message().c_str()), 2;
-  if (*by_kv) {
-    auto keys = KvKeys(a.link.cluster_key_file);
-    if (!keys.ok()) return TLOG_ERROR("error: %s\n", keys.status().message().c_str()), 2;
-    kv.cached = std::make_unique<CachedPrefixes>();
-    auto subscriber = discovery::KvEventSubscriber::Start(*kv.cached, *keys);
-    if (!subscriber.ok()) return TLOG_ERROR("error: %s\n", subscriber.status().message().c_str()), 1;
-    kv.subscriber = std::move(subscriber).value();
-    a.decode.cached = kv.cached.get();
-  }
-  // Colocated, or the decode role: prompts are computed by the prefill engines and handed off.
-  std::unique_ptr<EngineRole> role = std::make_unique<EngineRole>();
-  decode::DecodeRole* decode_role = nullptr;
-  if (IsDecodeServer(a)) {
-    auto decode = decode::DecodeRole::Connect(**model, a.engine, a.decode);
-    if (!decode.ok()) {
-      TLOG_ERROR("error: %s\n", decode.status().ToString().c_str());
-      return 1;
-    }
-    decode_role = decode->get();
-    role = std::move(decode).value();
-  }
-  auto engine = Engine::Create(**model, a.engine, std::move(role));
-  if (!engine.ok()) {
-    TLOG_ERROR("error: %s\n", engine.status().ToString().c_str());
-    return 1;
-  }
-  a.server.on_drain = [] { kill(getpid(), SIGTERM); };  // the same drain as the signal's (WaitForStopSignal)
-  std::unique_ptr<discovery::Discovery> found;
-  if (a.discovery.enabled()) {
-    auto started = a.discovery.Start(a.link.cluster_key_file, a.link.insecure_no_cluster_key, "tandem serve --discovery");
-    if (!started.ok()) return TLOG_ERROR("error: %s\n", started.status().message().c_str()), 2;
-    found = std::move(started).value();
-    a.server.discovery_health = [d = found.get()] { return d->Health(); };
-    a.server.discovery_metrics = [d = found.get(), s = kv.subscriber.get()] {
-      return d->MetricsText() + (s != nullptr ? s->MetricsText() : std::string());
-    };
-  }
-  HttpServer server(**engine, **model, a.server);
-  if (Status st = server.Start(); !st.ok()) {
-    TLOG_ERROR("error: %s\n", st.ToString().c_str());
-    return 1;
-  }
-  if (found) {
-    if (Status st = StartDiscovery(a, **model, **engine, *decode_role, server.port(), *found, kv); !st.ok()) {
-      TLOG_ERROR("error: %s\n", st.ToString().c_str());
-      return 1;
-    }
-  }
+  no.follow_kv_events = *by_kv;
+  no.shutdown_timeout = std::chrono::milliseconds(int64_t(a.shutdown_timeout_s * 1000));
+  auto members = node::Membership::Load(a.link.cluster_key_file, a.link.insecure_no_cluster_key,
+                                        "tandem serve --discovery");
+  if (!members.ok()) return TLOG_ERROR("error: %s\n", members.status().message().c_str()), 2;
+  auto started = node::DecodeNode::Start(**model, std::move(no), std::move(members).value());
+  if (!started.ok()) return TLOG_ERROR("error: %s\n", started.status().ToString().c_str()), 1;
+  node::DecodeNode& node = **started;
   TLOG_INFO("tandem serve: %s on http://%s:%d (%s kernels, %d threads, %lld cache tokens, %s attention)\n",
-               (*model)->config().name.c_str(), a.server.host.c_str(), server.port(),
-               kernels::IsaName(kernels::ActiveIsa()), a.model.threads, (long long)a.engine.cache_tokens,
-               a.attention.attention.c_str());
+            (*model)->config().name.c_str(), a.server.host.c_str(), node.port(), kernels::IsaName(kernels::ActiveIsa()),
+            a.model.threads, (long long)a.engine.cache_tokens, a.attention.attention.c_str());
   TLOG_INFO("tandem serve: chats are rendered with %s\n", (*model)->chat_format().Describe().c_str());
-  TLOG_INFO("tandem serve: numerics %s %s\n", (*engine)->numerics().Id().c_str(),
-            (*engine)->numerics().ToJson().dump().c_str());
-  const int sig = WaitForStopSignal();
+  TLOG_INFO("tandem serve: numerics %s %s\n", node.engine().numerics().Id().c_str(),
+            node.engine().numerics().ToJson().dump().c_str());
+  const int sig = node::WaitForStopSignal();
   TLOG_INFO("tandem serve: signal %d, draining in-flight requests\n", sig);
-  if (found) found->Stop();  // leave the router's list first: no new requests come while draining
-  (*engine)->Shutdown(std::chrono::milliseconds(int64_t(a.shutdown_timeout_s * 1000)));
-  server.Stop();
+  node.Stop();
   TLOG_INFO("tandem serve: stopped\n");
   return 0;
 }

@@ -9,13 +9,20 @@
 #include <memory>
 
 #include "bin/attention_flags.h"
-#include "bin/agentic_shared.h"
+#include "bench/agentic_shared.h"
+#include "bin/model_options.h"
 #include "bin/commands.h"
 #include "loadgen/differential.h"
 #include "loadgen/verify.h"
 
 namespace tandem::cli {
 namespace {
+
+using bench::kExitCorrupt;
+using bench::kExitDrift;
+using bench::kExitFailed;
+using bench::LoadReference;
+using bench::SplitUrl;
 
 struct VerifyArgs {
   ModelOptions model;

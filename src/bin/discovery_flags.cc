@@ -1,8 +1,5 @@
 #include "bin/discovery_flags.h"
 
-#include "node/membership.h"
-#include "transfer/handshake.h"
-
 namespace tandem::cli {
 
 void DiscoveryFlags::AddTo(CLI::App* cmd, bool registers) {
@@ -35,15 +32,6 @@ StatusOr<discovery::DiscoveryOptions> DiscoveryFlags::Options() const {
   return o;
 }
 
-StatusOr<std::unique_ptr<discovery::Discovery>> DiscoveryFlags::Start(const std::string& cluster_key_file, bool insecure,
-                                                                      const std::string& who) const {
-  TANDEM_ASSIGN_OR_RETURN(discovery::DiscoveryOptions o, Options());
-  TANDEM_ASSIGN_OR_RETURN(node::Membership members, node::Membership::Load(cluster_key_file, insecure, who));
-  o.seal = members.Signer();
-  o.check = members.Checker();
-  return std::make_unique<discovery::Discovery>(std::move(o));
-}
-
 StatusOr<std::string> DiscoveryFlags::Advertised(const std::string& host, int port) const {
   const std::string h = advertise.empty() ? host : advertise;
   if (h.empty() || h == "0.0.0.0" || h == "::" || h == "[::]") {
@@ -58,25 +46,6 @@ StatusOr<bool> DiscoveryFlags::ByKvEvents(bool can, const std::string& why_not) 
   if (placement == "kv-events" && !enabled()) return InvalidArgument("--placement kv-events follows engines found by --discovery");
   if (placement == "kv-events" && !can) return InvalidArgument("--placement kv-events " + why_not);
   return enabled() && can;
-}
-
-StatusOr<discovery::KvCurveKeys> KvKeys(const std::string& cluster_key_file) {
-  TANDEM_ASSIGN_OR_RETURN(node::Membership m, node::Membership::Load(cluster_key_file, false, ""));
-  return m.KvKeys();
-}
-
-StatusOr<std::unique_ptr<discovery::KvEventPublisher>> StartKvPublisher(const DiscoveryFlags& flags,
-                                                                         const std::string& host,
-                                                                         const std::string& cluster_key_file) {
-  discovery::KvPublisherOptions o;
-  o.host = host;
-  o.advertise = flags.advertise;
-  o.port = flags.kv_events_port;
-  char topic[32];
-  std::snprintf(topic, sizeof(topic), "tandem-%016llx", (unsigned long long)transfer::NewInstanceId());
-  o.topic = topic;
-  TANDEM_ASSIGN_OR_RETURN(o.keys, KvKeys(cluster_key_file));
-  return discovery::KvEventPublisher::Start(std::move(o));
 }
 
 }  // namespace tandem::cli

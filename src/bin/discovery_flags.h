@@ -11,8 +11,6 @@
 #include <vector>
 
 #include "discovery/discovery.h"
-#include "discovery/kv_events.h"
-#include "node/membership.h"
 
 namespace tandem::cli {
 
@@ -29,28 +27,11 @@ struct DiscoveryFlags {
   // (auto: with discovery, and where `can` says this role can); an error for
   // a placement this role cannot do.
   StatusOr<bool> ByKvEvents(bool can, const std::string& why_not) const;
-  // The discovery client (not yet registered nor watching): its records
-  // sealed with the cluster key, and only records proved with it taken;
-  // without a key file (`insecure`, tests on one machine) records go unsigned
-  // and only those naming loopback addresses are taken.
   // Where etcd is and the lease (the record's seal and check left to the caller).
   StatusOr<discovery::DiscoveryOptions> Options() const;
-  StatusOr<std::unique_ptr<discovery::Discovery>> Start(const std::string& cluster_key_file, bool insecure,
-                                                        const std::string& who) const;
   // host:port peers should dial: --advertise, else the listening host, which
   // must then be a specific address (not 0.0.0.0 or ::).
   StatusOr<std::string> Advertised(const std::string& host, int port) const;
 };
-
-// The KV event keys of a cluster: derived from its key file's secret; none
-// without one.
-StatusOr<discovery::KvCurveKeys> KvKeys(const std::string& cluster_key_file);
-// This engine's KV events publisher: listening on `host`, reached at --advertise (or host).
-StatusOr<std::unique_ptr<discovery::KvEventPublisher>> StartKvPublisher(const DiscoveryFlags& flags,
-                                                                         const std::string& host,
-                                                                         const std::string& cluster_key_file);
-// The signed records and the view filters live with the nodes (node/membership.h).
-using node::KvSources;
-using node::MatchingAddresses;
 
 }  // namespace tandem::cli

@@ -1,64 +1,18 @@
 #include "bin/model_options.h"
 
-#include <ctime>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
-
-#include "kernels/cpu.h"
-#include "model/presets.h"
-
 namespace tandem::cli {
 
-void ModelOptions::AddTo(CLI::App* cmd) {
-  cmd->add_option("-m,--model", model_path,
+void ModelOptions::AddTo(CLI::App* cmd, ModelSource* s) {
+  cmd->add_option("-m,--model", s->model_path,
                   "GGUF model file (default: the embedded `small` model, generated on first use)");
-  cmd->add_option("-t,--threads", threads, "Worker threads")->check(CLI::Range(1, 256));
-  cmd->add_option("--isa", isa, "Force kernels: scalar, avx2 or avx512 (default: best supported)");
-  cmd->add_option("--chat-template", chat_template_path,
+  cmd->add_option("-t,--threads", s->threads, "Worker threads")->check(CLI::Range(1, 256));
+  cmd->add_option("--isa", s->isa, "Force kernels: scalar, avx2 or avx512 (default: best supported)");
+  cmd->add_option("--chat-template", s->chat_template_path,
                   "Jinja chat template file used instead of the model's tokenizer.chat_template "
                   "(give the server and the reference the same one)");
-  cmd->add_option("--chat-date", chat_date,
+  cmd->add_option("--chat-date", s->chat_date,
                   "YYYY-MM-DD: the day chat templates print as today (strftime_now); a fixed day keeps prompts "
                   "reproducible (default 2024-07-26; give the server and the reference the same one)");
-}
-
-StatusOr<std::unique_ptr<Model>> ModelOptions::Load() const {
-  if (!isa.empty()) {
-    auto parsed = kernels::ParseIsa(isa);
-    if (!parsed) return InvalidArgument("--isa must be scalar, avx2 or avx512, not '" + isa + "'");
-    if (!kernels::IsaSupported(*parsed)) {
-      return FailedPrecondition(std::string("this CPU does not support ") + isa);
-    }
-    kernels::SetIsa(*parsed);
-  }
-  std::string path = model_path;
-  if (path.empty()) {
-    TANDEM_ASSIGN_OR_RETURN(path, EnsureDefaultModel());
-  }
-  ModelLoadOptions options;
-  options.pack_weights = pack_weights;
-  if (!chat_template_path.empty()) {
-    std::ifstream in(chat_template_path, std::ios::binary);
-    std::stringstream source;
-    if (in) source << in.rdbuf();
-    if (!in || std::filesystem::is_directory(chat_template_path)) {
-      return NotFound("cannot read --chat-template '" + chat_template_path + "'");
-    }
-    if (source.str().empty()) return InvalidArgument("--chat-template '" + chat_template_path + "' is empty");
-    auto format = ChatFormat::FromOverride(source.str());
-    if (!format.ok()) {
-      return InvalidArgument("--chat-template '" + chat_template_path + "': " + format.status().message());
-    }
-    options.chat_format = std::move(*format);
-  }
-  if (!chat_date.empty()) {
-    std::tm tm{};
-    const char* end = strptime(chat_date.c_str(), "%Y-%m-%d", &tm);
-    if (end == nullptr || *end != '\0') return InvalidArgument("--chat-date must be YYYY-MM-DD, not '" + chat_date + "'");
-    options.chat_date = int64_t(timegm(&tm));
-  }
-  return Model::Load(path, options);
 }
 
 }  // namespace tandem::cli

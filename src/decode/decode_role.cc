@@ -126,6 +126,7 @@ StatusOr<PrefillLinksOptions> DecodeRole::LinksOptions(const Model& model, const
   lo.numerics = ComputeNumericsIdentity(model, spec).HandshakeFingerprint();
   lo.allow_mixed_numerics = options.allow_mixed_numerics;
   lo.transport = options.transport;
+  lo.make_transport = options.make_transport;
   lo.peer_timeout = options.peer_timeout;
   lo.cluster_key = options.cluster_key;
   lo.heartbeat_interval = transfer::HeartbeatInterval(options.peer_timeout);

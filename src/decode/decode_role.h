@@ -25,6 +25,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -51,6 +52,8 @@ struct DecodeOptions {
   const CachedPrefixes* cached = nullptr;
   transfer::VerifyMode verify = transfer::VerifyMode::kAll;
   transfer::TransportKind transport = transfer::TransportKind::kAuto;
+  // The links' transport; empty: one of `transport`'s kind (tests: a loopback one).
+  std::function<StatusOr<std::unique_ptr<transfer::Transport>>()> make_transport;
   std::chrono::milliseconds peer_timeout{5000};       // a prefill engine silent this long is declared dead
   std::chrono::milliseconds handoff_timeout{60000};   // destination sent -> Commit, before the handoff is aborted
   std::chrono::milliseconds page_wait{30'000};        // queued for pages to begin a handoff (Bootstrapping)

@@ -1,10 +1,12 @@
 #include "node/membership.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <mutex>
 #include <set>
 
 #include "common/log.h"
+#include "transfer/handshake.h"
 
 namespace tandem::node {
 namespace {
@@ -89,6 +91,20 @@ std::vector<discovery::KvSource> KvSources(const std::vector<discovery::EngineRe
     out.push_back({r.address, r.kv_topic, r.kv_events, r.kv_snapshot});
   }
   return out;
+}
+
+StatusOr<std::unique_ptr<discovery::KvEventPublisher>> PublishKvEvents(const std::string& host,
+                                                                      const std::string& advertise, int port,
+                                                                      const Membership& membership) {
+  discovery::KvPublisherOptions o;
+  o.host = host;
+  o.advertise = advertise;
+  o.port = port;
+  char topic[32];
+  std::snprintf(topic, sizeof(topic), "tandem-%016llx", (unsigned long long)transfer::NewInstanceId());
+  o.topic = topic;
+  TANDEM_ASSIGN_OR_RETURN(o.keys, membership.KvKeys());
+  return discovery::KvEventPublisher::Start(std::move(o));
 }
 
 }  // namespace tandem::node

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -58,5 +59,10 @@ std::vector<std::string> MatchingAddresses(const std::vector<discovery::EngineRe
 // The KV event sources of `records` among `addresses` (those that publish).
 std::vector<discovery::KvSource> KvSources(const std::vector<discovery::EngineRecord>& records,
                                            const std::vector<std::string>& addresses);
+// A node's KV events publisher (a fresh topic), listening on `host`, reached
+// at `advertise` (or host), its messages keyed by the membership's curve keys.
+StatusOr<std::unique_ptr<discovery::KvEventPublisher>> PublishKvEvents(const std::string& host,
+                                                                      const std::string& advertise, int port,
+                                                                      const Membership& membership);
 
 }  // namespace tandem::node

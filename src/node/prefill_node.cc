@@ -1,7 +1,5 @@
 #include "node/prefill_node.h"
 
-#include <cstdio>
-
 #include "transfer/handshake.h"
 #include "transfer/transport_kind.h"
 
@@ -18,15 +16,7 @@ StatusOr<std::unique_ptr<PrefillNode>> PrefillNode::Start(const Model& model, Pr
   }
   node->family_ = transfer::TransportFamily(o.transport_kind);
   if (o.discovery) {
-    discovery::KvPublisherOptions kv;
-    kv.host = o.host;
-    kv.advertise = o.advertise;
-    kv.port = o.kv_events_port;
-    char topic[32];
-    std::snprintf(topic, sizeof(topic), "tandem-%016llx", (unsigned long long)transfer::NewInstanceId());
-    kv.topic = topic;
-    TANDEM_ASSIGN_OR_RETURN(kv.keys, membership.KvKeys());
-    TANDEM_ASSIGN_OR_RETURN(node->kv_events_, discovery::KvEventPublisher::Start(std::move(kv)));
+    TANDEM_ASSIGN_OR_RETURN(node->kv_events_, PublishKvEvents(o.host, o.advertise, o.kv_events_port, membership));
     o.prefill.engine.prefix_events = node->kv_events_->Hook();
   }
   TANDEM_ASSIGN_OR_RETURN(node->server_, PrefillServer::Create(model, o.prefill, std::move(transport)));

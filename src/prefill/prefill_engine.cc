@@ -15,16 +15,6 @@ using transfer::Clock;
 
 namespace {
 
-// A flush runs on the engine's loop, so it is bounded by the handoff's
-// deadline and by two peer timeouts (a peer that cannot take our writes is
-// closed by then), with a floor of one second: an Abort or AbortAck must never
-// overtake our writes, so a flush that does not confirm closes the connection
-// instead (OnEnd), which is the fence.
-Clock::time_point FlushDeadline(Clock::time_point now, Clock::time_point deadline,
-                                std::chrono::milliseconds peer_timeout) {
-  return std::max(std::min(deadline, now + 2 * peer_timeout), now + std::chrono::seconds(1));
-}
-
 uint64_t Micros(Clock::duration d) {
   return uint64_t(std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::microseconds>(d).count()));
 }
@@ -83,11 +73,21 @@ void PrefillEngine::OnAccept(std::shared_ptr<transfer::Connection> connection) {
 Status PrefillEngine::CheckFirstMessage(std::span<const uint8_t> bytes, std::vector<uint8_t>* reply) const {
   const std::vector<uint8_t> message(bytes.begin(), bytes.end());
   auto hello = Hello::Decode(message);
-  Hello mine{"prefill", layout_fingerprint_, weights_identity_, instance_id_, hello.ok() ? hello->instance_id : 0, {}, {}, {}, numerics_};
-  Status st = hello.ok() ? transfer::CheckHello(mine, *hello, options_.allow_mixed_numerics) : hello.status();
-  if (st.ok()) st = transfer::CheckDecodeHello(options_.cluster_key, *hello, /*seen=*/nullptr, ListenAddress());
+  const Hello mine = OurHello(hello.ok() ? hello->instance_id : 0);
+  Status st = CheckTheirHello(mine, hello, /*seen=*/nullptr);
   if (!st.ok()) *reply = mine.Encode();
   return st;
+}
+
+Hello PrefillEngine::OurHello(uint64_t theirs) const {
+  return Hello{"prefill", layout_fingerprint_, weights_identity_, instance_id_, theirs, {}, {}, {}, numerics_};
+}
+
+Status PrefillEngine::CheckTheirHello(const Hello& mine, const StatusOr<Hello>& theirs,
+                                      transfer::NonceMemory* seen) const {
+  if (!theirs.ok()) return theirs.status();
+  TANDEM_RETURN_IF_ERROR(transfer::CheckHello(mine, *theirs, options_.allow_mixed_numerics));
+  return transfer::CheckDecodeHello(options_.cluster_key, *theirs, seen, ListenAddress());
 }
 
 // Accepts or refuses a decode engine's Hello; a refused connection, and the
@@ -95,9 +95,8 @@ Status PrefillEngine::CheckFirstMessage(std::span<const uint8_t> bytes, std::vec
 void PrefillEngine::OnHello(Peer& peer, const std::vector<uint8_t>& bytes) {
   auto hello = Hello::Decode(bytes);
   const uint64_t theirs = hello.ok() ? hello->instance_id : 0;
-  Hello mine{"prefill", layout_fingerprint_, weights_identity_, instance_id_, theirs, {}, {}, {}, numerics_};
-  Status st = hello.ok() ? transfer::CheckHello(mine, *hello, options_.allow_mixed_numerics) : hello.status();
-  if (st.ok()) st = transfer::CheckDecodeHello(options_.cluster_key, *hello, &seen_nonces_, ListenAddress());
+  Hello mine = OurHello(theirs);
+  const Status st = CheckTheirHello(mine, hello, &seen_nonces_);
   if (!st.ok()) {
     TLOG_WARN("tandem prefill: refusing decode engine %llu: %s\n", (unsigned long long)theirs,
                  st.message().c_str());
@@ -156,7 +155,7 @@ void PrefillEngine::OnMessage(std::shared_ptr<transfer::Connection> connection, 
     // refused handshake, said plainly (our Hello names our version), not a silent drop.
     TLOG_WARN("tandem prefill: refusing a decode engine whose first message is unreadable: %s\n",
                  type.status().ToString().c_str());
-    (void)connection->Send(Hello{"prefill", layout_fingerprint_, weights_identity_, instance_id_, 0, {}, {}, {}, numerics_}.Encode());
+    (void)connection->Send(OurHello(0).Encode());
     ++stats_.peers_closed;
     DropPeerLocked(connection->id());
     return;
@@ -247,8 +246,6 @@ void PrefillEngine::OnDestination(Peer& peer, const std::shared_ptr<transfer::Co
   h->taken = options_.env->Now();
   h->decode_instance = peer.decode_instance;
   h->deadline = options_.env->Now() + std::chrono::milliseconds(d->time_budget_ms);
-  h->remote_layout = std::make_unique<CacheLayout>(engine_->cache_spec().registry, int(model_.config().n_layers),
-                                                   d->pool_pages);
   h->sent_upto = d->skip_tokens;
   RequestSpec spec;
   spec.prompt = d->tokens;
@@ -258,6 +255,8 @@ void PrefillEngine::OnDestination(Peer& peer, const std::shared_ptr<transfer::Co
   spec.ignore_eos = true;  // the first token is the decode side's to judge
   spec.deadline = h->deadline;
   h->destination = std::move(d).value();
+  h->sender = std::make_unique<HandoffSender>(connection, h->destination, engine_->cache_spec().registry,
+                                              int(model_.config().n_layers));
   // Submitted under mu_: the engine's calls for it wait until it is in the table.
   auto handle = engine_->Submit(std::move(spec));
   if (!handle.ok()) {
@@ -373,36 +372,6 @@ std::shared_ptr<PrefillEngine::Handoff> PrefillEngine::Find(uint64_t request) {
   return it == handoffs_.end() ? nullptr : it->second;
 }
 
-// Writes layer `layer` of every registered buffer for the prompt pages that
-// hold tokens [first_token, end_token) and lie past the decode side's cached
-// prefix. Whole page segments are sent; rows past the prompt are don't-care.
-Status PrefillEngine::PutLayer(Handoff& h, int layer, int64_t first_token, int64_t end_token,
-                               std::span<const int32_t> pages, PagePool& pool) {
-  const Destination& d = h.destination;
-  const CacheLayout& layout = pool.layout();
-  // Bounded by the decode pool the destination describes (its transport
-  // bounds by the region it announced too): never past it.
-  const transfer::RemoteKey key{d.remote_key, uint64_t(h.remote_layout->TotalBytes())};
-  const int64_t skip_pages = d.skip_tokens / kPageTokens;
-  const int64_t first_page = std::max(first_token / kPageTokens, skip_pages);
-  const int64_t end_page = (end_token + kPageTokens - 1) / kPageTokens;
-  std::vector<transfer::PutOp> ops;
-  for (CacheBufferId b = 0; b < layout.n_buffers(); ++b) {
-    ops.clear();
-    for (int64_t p = first_page; p < end_page; ++p) {
-      const PageRef& dst = d.pages[size_t(p - skip_pages)];
-      ops.push_back({pool.Segment(b, layer, pages[size_t(p)]), size_t(layout.page_stride(b)),
-                     uint64_t(h.remote_layout->SegmentBase(b, layer)) +
-                         uint64_t(dst.page) * uint64_t(h.remote_layout->page_stride(b))});
-    }
-    if (ops.empty()) continue;
-    h.posted = true;
-    const size_t n = transfer::CoalescePuts(ops);  // runs of adjacent pages on both sides: one put
-    TANDEM_RETURN_IF_ERROR(h.connection->PutMany(std::span<const transfer::PutOp>(ops.data(), n), key));
-  }
-  return Status::Ok();
-}
-
 void PrefillEngine::BeforeForward(std::span<Sequence* const> members, std::span<const SequenceChunk> batch) {
   step_.clear();
   for (size_t b = 0; b < members.size(); ++b) {
@@ -433,7 +402,7 @@ void PrefillEngine::OnLayer(int layer) {
     const int64_t n = int64_t(h->destination.tokens.size());
     const int64_t end = c.end >= n ? n : c.end / kPageTokens * kPageTokens;
     if (end > h->step_from) {
-      Status st = PutLayer(*h, layer, h->step_from, end, c.pages, pool);
+      Status st = h->sender->PutLayer(layer, h->step_from, end, c.pages, pool);
       if (!st.ok()) {
         h->error = st;
         h->handle->Cancel();  // nothing more to compute for it
@@ -490,21 +459,14 @@ bool PrefillEngine::SendCommit(uint64_t request, std::span<const int32_t> prompt
 }
 
 Status PrefillEngine::FlushWrites(Handoff& h) {
-  // The deadline is kept by this engine's Env; the transport waits on the real clock, so it gets the time left.
-  const auto now = options_.env->Now();
-  const auto left = FlushDeadline(now, h.deadline, options_.peer_timeout) - now;
-  Status flushed = h.connection->Flush(Env::Default().Now() + left);
-  h.posted = false;
-  if (!flushed.ok()) {
-    h.fenced = false;  // final: OnEnd closes the connection
-    if (h.error.ok()) h.error = flushed;
-  }
+  Status flushed = h.sender->Flush(*options_.env, h.deadline, options_.peer_timeout);
+  if (!flushed.ok() && h.error.ok()) h.error = flushed;
   return flushed;
 }
 
 void PrefillEngine::BeforeRelease(const Sequence& s) {
   std::shared_ptr<Handoff> h = Find(s.handle->id());
-  if (!h || !h->posted) return;
+  if (!h || !h->sender->posted()) return;
   // Pages about to be freed (or recomputed) may not be read by a write in
   // flight: flush first. When the flush fails, the transport may still read
   // them after they are reused, and what lands then is garbage in a handoff
@@ -542,7 +504,7 @@ void PrefillEngine::EndHandoff(uint64_t request, const Status& status) {
   }
   if (committed && why.ok()) {
     ++stats_.committed;
-  } else if (!h->fenced) {
+  } else if (!h->sender->fenced()) {
     // We cannot prove our writes landed: never acknowledge. Closing the
     // endpoint is what frees the decode side's pages.
     TLOG_WARN("tandem prefill: handoff %llu ended (%s) without a confirmed flush: closing connection %llu\n",

@@ -33,6 +33,7 @@
 #include "common/mutex.h"
 #include "runtime/engine.h"
 #include "runtime/engine_role.h"
+#include "prefill/handoff_sender.h"
 #include "transfer/messages.h"
 #include "transfer/cluster_key.h"
 #include "transfer/handoff_state.h"
@@ -162,12 +163,10 @@ class PrefillEngine : public EngineRole {
     std::shared_ptr<RequestHandle> handle;
     uint64_t decode_instance = 0;
     transfer::Clock::time_point deadline;
-    std::unique_ptr<CacheLayout> remote_layout;  // the decode pool's (offsets depend on its size)
+    std::unique_ptr<HandoffSender> sender;  // loop: its writes into the destination
     bool abort_requested = false, peer_gone = false;
     int64_t sent_upto = 0;       // loop: rows below this token are written (from skip_tokens)
     int64_t step_from = 0;       // loop: first token the current step's layers write
-    bool posted = false;         // loop: puts posted since the last flush
-    bool fenced = true;          // loop: every put posted is known to have landed
     bool out_of_budget = false;  // loop: `error` says its time budget ran out
     Status error;                // loop: a write or flush failed
     transfer::Clock::time_point compute_start{};  // loop: its first layer written
@@ -178,14 +177,17 @@ class PrefillEngine : public EngineRole {
   // Loop thread: waits (bounded) until h's posted writes have landed; a flush
   // that does not confirm is final for h (OnEnd closes its connection).
   Status FlushWrites(Handoff& h);
-  Status PutLayer(Handoff& h, int layer, int64_t first_token, int64_t end_token,
-                  std::span<const int32_t> pages, PagePool& pool);
   std::shared_ptr<Handoff> Find(uint64_t request) EXCLUDES(mu_);
   // The prompt is computed and its first token sampled: flush, then Commit.
   // False: the handoff is cancelled instead (its peer asked meanwhile, or it failed).
   bool SendCommit(uint64_t request, std::span<const int32_t> prompt, std::span<const int32_t> pages,
                   int32_t first_token) EXCLUDES(mu_);
   void EndHandoff(uint64_t request, const Status& status) EXCLUDES(mu_);
+  // The handshake: our Hello to a decode instance (0: unknown), and the
+  // checks of theirs (compatibility, the cluster key's proof, a replayed nonce
+  // when `seen` is given).
+  Hello OurHello(uint64_t theirs) const;
+  Status CheckTheirHello(const Hello& mine, const StatusOr<Hello>& theirs, transfer::NonceMemory* seen) const;
   void OnHello(Peer& peer, const std::vector<uint8_t>& bytes) REQUIRES(mu_);
   void OnAuthenticMessage(Peer& peer, const std::vector<uint8_t>& bytes) REQUIRES(mu_);
   void OnDestination(Peer& peer, const std::shared_ptr<transfer::Connection>& connection,

@@ -82,7 +82,7 @@ struct RouterOptions {
   // health checks (or answers that its loop is stalled) is taken from it
   // and moved, its stream resumed bit for bit. 0: never.
   std::chrono::milliseconds silence_timeout{5'000};
-  // Set by `serve --disagg`: its supervisor's state file (bin/supervisor.h),
+  // Set by `serve --disagg`: its supervisor's state file (node/supervisor.h),
   // shown in /health ("supervisor") and /metrics (restarts per child).
   std::string supervisor_state;
 };

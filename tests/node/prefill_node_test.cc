@@ -6,6 +6,7 @@
 
 #include "decode/decode_role.h"
 #include "runtime/engine.h"
+#include "support/fake_env.h"
 #include "support/test_models.h"
 #include "support/wait.h"
 #include "transfer/loopback.h"
@@ -32,7 +33,9 @@ TEST(PrefillNode, StartedFromOptionsItServesADecodeEngineAndStopClosesItsLinks) 
   ASSERT_TRUE(node.ok()) << node.status().ToString();
   EXPECT_STREQ((*node)->transport_family(), "tcp");
 
+  testing::FakeEnv env;  // the decode side's: its peer timeout passes when the test says
   EngineOptions eo;
+  eo.env = &env;
   eo.threads = 1;
   eo.cache_tokens = 64 * kPageTokens;
   decode::DecodeOptions d;
@@ -62,6 +65,7 @@ TEST(PrefillNode, StartedFromOptionsItServesADecodeEngineAndStopClosesItsLinks) 
   EXPECT_EQ((*node)->engine().stats().committed, 1);  // its prompt was computed by the node
 
   (*node)->Stop();
+  env.Advance(d.peer_timeout + 1ms);  // the node is silent from here
   EXPECT_TRUE(testing::WaitUntil([&] { return !(*engine)->HealthNote().empty() || !(*engine)->Healthy(); }, 10s))
       << "the decode engine did not see its prefill engine go";
   engine->reset();  // the decode side first: its links point at the node's transport

@@ -1,7 +1,7 @@
-#include "bin/stop_signals.h"
-#include "bin/disagg_launcher.h"
+#include "node/stop_signals.h"
+#include "node/disagg_launcher.h"
 
-#include "bin/supervisor.h"
+#include "node/supervisor.h"
 #include "common/env.h"
 #include "transfer/cluster_key.h"
 #include "common/log.h"
@@ -29,7 +29,7 @@
 #include "server/access.h"
 #include "server/listen_backlog.h"
 
-namespace tandem::cli {
+namespace tandem::node {
 namespace {
 
 // A child process whose output is copied to our stderr with a prefix, and
@@ -533,4 +533,4 @@ int RunDisagg(const DisaggLaunch& given) {
   return code;
 }
 
-}  // namespace tandem::cli
+}  // namespace tandem::node

@@ -1,4 +1,4 @@
-#include "bin/supervisor.h"
+#include "node/supervisor.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -10,7 +10,7 @@
 #include "common/env.h"
 #include "common/log.h"
 
-namespace tandem::cli {
+namespace tandem::node {
 
 Supervisor::Supervisor(std::string state_path, int budget) : path_(std::move(state_path)), budget_(budget) {}
 
@@ -75,4 +75,4 @@ void Supervisor::Write() const {
   std::filesystem::rename(tmp, path_, ec);
 }
 
-}  // namespace tandem::cli
+}  // namespace tandem::node

@@ -1,11 +1,11 @@
-#include "bin/agentic_shared.h"
+#include "bench/agentic_shared.h"
 
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
-namespace tandem::cli {
+namespace tandem::bench {
 
 bool SplitUrl(const std::string& url, std::string* host, int* port) {
   std::string u = url;
@@ -25,7 +25,7 @@ Status WriteFile(const std::string& path, const std::string& text) {
   return out ? Status::Ok() : Unavailable("cannot write " + path);
 }
 
-StatusOr<std::unique_ptr<Model>> LoadReference(const ModelOptions& opts, const std::string& served_id, bool tandem,
+StatusOr<std::unique_ptr<Model>> LoadReference(const ModelSource& opts, const std::string& served_id, bool tandem,
                                                const std::string& served_chat_format) {
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, opts.Load());
   // The prompt is rendered here again: under another template or day every
@@ -54,4 +54,4 @@ StatusOr<std::unique_ptr<Model>> LoadReference(const ModelOptions& opts, const s
   return model;
 }
 
-}  // namespace tandem::cli
+}  // namespace tandem::bench

@@ -26,7 +26,7 @@
 #include <map>
 #include <string>
 
-namespace tandem::cli {
+namespace tandem::node {
 
 class Supervisor {
  public:
@@ -61,4 +61,4 @@ class Supervisor {
   std::map<std::string, ChildState> children_;
 };
 
-}  // namespace tandem::cli
+}  // namespace tandem::node

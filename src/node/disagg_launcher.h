@@ -12,7 +12,7 @@
 
 #include "transfer/transport_kind.h"
 
-namespace tandem::cli {
+namespace tandem::node {
 
 struct DisaggLaunch {
   std::string host = "127.0.0.1";
@@ -35,14 +35,14 @@ struct DisaggLaunch {
   int decode_servers = 1;                   // the router balances them (--decode a,b,...)
   bool fault_control = false;               // --debug-fault-control
   std::string cluster_key_file;             // the engines' shared secret; empty: a fresh random one
-  int restart_budget = 5;                   // restarts of one child within a minute (bin/supervisor.h)
+  int restart_budget = 5;                   // restarts of one child within a minute (node/supervisor.h)
 };
 
 // Prefill engine i's name: its log prefix, and its L3 folder's under --disk-cache-dir.
 std::string PrefillEngineName(int i);
 
 // Runs until SIGTERM/SIGINT, restarting children that exit by themselves
-// (bin/supervisor.h); returns 0, or 1 when a child's restart budget is spent.
+// (node/supervisor.h); returns 0, or 1 when a child's restart budget is spent.
 int RunDisagg(const DisaggLaunch& launch);
 
-}  // namespace tandem::cli
+}  // namespace tandem::node

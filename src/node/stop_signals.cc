@@ -1,8 +1,8 @@
-#include "bin/stop_signals.h"
+#include "node/stop_signals.h"
 
 #include <pthread.h>
 
-namespace tandem::cli {
+namespace tandem::node {
 namespace {
 
 const sigset_t& StopSet() {
@@ -30,4 +30,4 @@ int WaitForStopSignal() {
   return sig;
 }
 
-}  // namespace tandem::cli
+}  // namespace tandem::node

@@ -5,11 +5,11 @@
 #include <memory>
 #include <string>
 
-#include "bin/model_options.h"
 #include "common/status.h"
 #include "model/model.h"
+#include "model/model_source.h"
 
-namespace tandem::cli {
+namespace tandem::bench {
 
 // Exit codes beyond 0 (all good) and 1 (bad usage or an error).
 constexpr int kExitCorrupt = 3;  // the oracle found corrupt answers
@@ -27,7 +27,7 @@ Status WriteFile(const std::string& path, const std::string& text);
 // does, so another name is refused. Other servers name it as they like (a
 // file path, an alias): the model's name, its file's name or path with or
 // without ".gguf" count as the same; anything else is judged with a warning.
-StatusOr<std::unique_ptr<Model>> LoadReference(const ModelOptions& opts, const std::string& served_id, bool tandem,
+StatusOr<std::unique_ptr<Model>> LoadReference(const ModelSource& opts, const std::string& served_id, bool tandem,
                                                const std::string& served_chat_format);
 
-}  // namespace tandem::cli
+}  // namespace tandem::bench

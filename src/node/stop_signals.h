@@ -7,7 +7,7 @@
 
 #include <signal.h>
 
-namespace tandem::cli {
+namespace tandem::node {
 
 // Call first, before any thread starts. The set it blocked (for waits that
 // must also end on a stop signal, like the launcher's).
@@ -15,4 +15,4 @@ const sigset_t& BlockStopSignals();
 // Waits for SIGTERM or SIGINT; returns which.
 int WaitForStopSignal();
 
-}  // namespace tandem::cli
+}  // namespace tandem::node

@@ -1,17 +1,18 @@
-#include "bin/llama_bench_runner.h"
-#include "common/env.h"
-
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include "bench/llama_bench_runner.h"
 
 #include <cerrno>
 #include <cstdlib>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <sstream>
+#include <unistd.h>
 
-namespace tandem::cli {
+#include <sys/wait.h>
+
+#include "common/env.h"
+
+namespace tandem::bench {
 namespace {
 
 constexpr size_t kMaxOutput = size_t(1) << 20;
@@ -133,4 +134,4 @@ StatusOr<LlamaBenchPoint> RunLlamaBench(const std::string& binary, const std::st
   return p;
 }
 
-}  // namespace tandem::cli
+}  // namespace tandem::bench

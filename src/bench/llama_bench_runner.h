@@ -9,7 +9,7 @@
 
 #include "common/status.h"
 
-namespace tandem::cli {
+namespace tandem::bench {
 
 struct LlamaBenchPoint {
   double prefill_tps = 0;  // pp<context>
@@ -26,4 +26,4 @@ StatusOr<LlamaBenchPoint> RunLlamaBench(const std::string& binary, const std::st
 // The avg_ts of the last row of llama-bench's CSV output (for tests).
 StatusOr<double> ParseLlamaBenchCsv(const std::string& csv);
 
-}  // namespace tandem::cli
+}  // namespace tandem::bench
