@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "bin/commands.h"
+#include "bin/shared_flags.h"
 #include "common/env.h"
 #include "common/splitmix.h"
 #include "cache/page_pool.h"
@@ -103,7 +104,7 @@ void RegisterBench(CLI::App& app) {
   CLI::App* indexer = bench->add_subcommand("indexer", "Sparse-attention indexer scoring + top-k throughput, fp8 vs bf16");
   indexer->add_option("--contexts", iargs->contexts, "Context lengths")->delimiter(',');
   indexer->add_option("--topk", iargs->top_k, "Top-k")->check(CLI::Range(1, 1 << 24));
-  indexer->add_option("-t,--threads", iargs->threads, "Threads")->check(CLI::Range(1, 256));
+  AddThreads(indexer, &iargs->threads);
   indexer->add_option("--heads", iargs->heads, "Index heads")->check(CLI::Range(1, 64));
   indexer->callback([iargs] { SetExitCode(RunIndexerBench(*iargs)); });
   RegisterServeBench(*bench);

@@ -1,5 +1,6 @@
 // `tandem bench agentic`: its flags (the benchmark: bench/agentic.h).
 #include "bin/commands.h"
+#include "bin/shared_flags.h"
 #include "bin/model_options.h"
 #include "bench/agentic.h"
 
@@ -11,8 +12,7 @@ void RegisterAgenticBench(CLI::App& bench) {
   auto a = std::make_shared<AgenticBenchOptions>();
   CLI::App* cmd = bench.add_subcommand("agentic", "Multi-turn agent sessions, a concurrency sweep, the exact oracle");
   ModelOptions::AddTo(cmd, &a->model);
-  cmd->add_option("--url", a->url, "host:port of the server under test (router, serve, or any OpenAI server)")
-      ->required();
+  AddServerUrl(cmd, &a->url)->required();
   cmd->add_option("--preset", a->preset, "small, medium, incident or production");
   cmd->add_option("--initial-tokens", a->initial_tokens, "Context a session starts with")->check(CLI::Range(16, 1 << 22));
   cmd->add_option("--rounds", a->rounds, "Rounds per session")->check(CLI::Range(1, 100000));
@@ -40,19 +40,14 @@ void RegisterAgenticBench(CLI::App& bench) {
                   "Refuse a trace whose arrivals and delays at --trace-speed span more than this many seconds")
       ->check(CLI::Range(1.0, 7 * 86400.0));
   cmd->add_option("--seed", a->seed, "Seed of every prompt");
-  cmd->add_option("--request-timeout", a->request_timeout_s, "Seconds one round may take (client side)")
+  cmd->add_option("--round-timeout", a->request_timeout_s, "Seconds one round may take (client side)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--health-timeout", a->health_timeout_s, "Seconds the server may take to return to baseline")
+  cmd->add_option("--recovery-timeout", a->health_timeout_s,
+                  "Seconds the server may take to return to baseline (the health gate)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--out-dir", a->out_dir, "Where transcript.jsonl, report.json and report.svg go");
   cmd->add_flag("--no-verify", a->no_verify, "Do not replay answers on the reference engine");
-  cmd->add_option("--reference-url", a->reference_url,
-                  "Differential oracle: judge greedy answers against this reference deployment (host:port, the same "
-                  "model served colocated, asked one request at a time) by its logprobs, instead of the exact "
-                  "reference engine");
-  cmd->add_option("--near-tie", a->near_tie_nats,
-                  "With --reference-url: a served token within this many nats of the reference's choice is drift")
-      ->check(CLI::Range(0.0, 100.0));
+  AddReference(cmd, &a->reference_url, &a->near_tie_nats);
   cmd->add_option("--soak", a->soak_s,
                   "Soak for this many seconds instead of the sweep: sessions back to back at the last --sweep value "
                   "while --faults run; outcomes are reported by fault window and quiet period")

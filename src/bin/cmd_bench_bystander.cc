@@ -1,5 +1,6 @@
 // `tandem bench bystander`: its flags (the benchmark: bench/bystander.h).
 #include "bin/commands.h"
+#include "bin/shared_flags.h"
 #include "bin/model_options.h"
 #include "bench/bystander.h"
 
@@ -13,10 +14,9 @@ void RegisterBystanderBench(CLI::App& bench) {
   ModelOptions::AddTo(cmd, &a->model);
   cmd->add_option("--choices", a->choices, "Hostile requests beside the bystander (a request's n)")
       ->check(CLI::Range(1, 64));
-  cmd->add_option("--max-tokens", a->max_tokens, "The decoding kinds' max_tokens")->check(CLI::Range(8, 1 << 16));
+  AddMaxTokens(cmd, &a->max_tokens);
   cmd->add_option("--rounds", a->rounds, "Rounds per kind (medians reported)")->check(CLI::Range(1, 100));
-  cmd->add_option("--ctx-size", a->context, "The engine's context (the resume kind replays all of it)")
-      ->check(CLI::Range(int64_t(128), int64_t(1) << 20));
+  AddContextTokens(cmd, &a->context);
   cmd->add_option("--replay-tokens-per-pass", a->replay_tokens_per_pass,
                   "Resumed tokens one pass of the engine loop replays (EngineOptions::replay_tokens_per_pass)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 30));

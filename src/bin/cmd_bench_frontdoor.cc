@@ -7,7 +7,9 @@
 #include <fstream>
 #include <memory>
 
+#include "bench/agentic_shared.h"
 #include "bin/commands.h"
+#include "bin/shared_flags.h"
 #include "loadgen/frontdoor.h"
 
 namespace tandem::cli {
@@ -17,14 +19,14 @@ void RegisterFrontDoorBench(CLI::App& bench) {
   auto json_path = std::make_shared<std::string>();
   auto phase_s = std::make_shared<int>(180);
   CLI::App* cmd = bench.add_subcommand("frontdoor", "A running serve or router under hostile and numerous clients");
-  cmd->add_option("--host", o->host, "Server address (IPv4)");
-  cmd->add_option("--port", o->port, "Server port")->required()->check(CLI::Range(1, 65535));
+  auto url = std::make_shared<std::string>();
+  AddServerUrl(cmd, url.get())->required();
   cmd->add_option("--engine-port", o->engine_port, "Where the engine's metrics are (a decode server behind a router)");
   cmd->add_option("--api-key", o->api_key, "Key to send");
   cmd->add_option("--idle", o->idle, "Idle connections held (0: skip)")->check(CLI::Range(0, 100000));
   cmd->add_option("--streams", o->streams, "Concurrent streaming requests (0: skip)")->check(CLI::Range(0, 100000));
   cmd->add_option("--prompts", o->prompts, "Distinct prompts among the streams")->check(CLI::Range(1, 100000));
-  cmd->add_option("--max-tokens", o->max_tokens, "Tokens per stream")->check(CLI::Range(1, 100000));
+  AddMaxTokens(cmd, &o->max_tokens);
   cmd->add_option("--slowloris", o->slowloris, "Connections dribbling a body (0: skip)")->check(CLI::Range(0, 100000));
   cmd->add_option("--big-body-bytes", o->big_body_bytes, "Chunked body to send at most (0: skip)");
   cmd->add_option("--hang-ups", o->hang_ups, "Non-streaming clients that hang up mid-answer (0: skip)")
@@ -34,7 +36,11 @@ void RegisterFrontDoorBench(CLI::App& bench) {
   cmd->add_option("--health-timeout", o->health_timeout_s, "Seconds a /health probe may take before it counts as failed")
       ->check(CLI::Range(1, 600));
   cmd->add_option("--json", *json_path, "Write the report here as JSON");
-  cmd->callback([o, json_path, phase_s] {
+  cmd->callback([o, url, json_path, phase_s] {
+    if (!bench::SplitUrl(*url, &o->host, &o->port)) {
+      std::fprintf(stderr, "error: --url must be host:port, not '%s'\n", url->c_str());
+      return SetExitCode(1);
+    }
     o->phase_timeout = std::chrono::seconds(*phase_s);
     const FrontDoorReport r = RunFrontDoor(*o);
     if (!r.error.empty()) std::fprintf(stderr, "error: %s\n", r.error.c_str());

@@ -1,5 +1,6 @@
 // `tandem bench handoff`: its flags (the benchmark: bench/handoff.h).
 #include "bin/commands.h"
+#include "bin/shared_flags.h"
 #include "bench/handoff.h"
 
 namespace tandem::cli {
@@ -12,7 +13,7 @@ void RegisterHandoffBench(CLI::App& bench) {
   cmd->add_option("--page-bytes", a->page_bytes, "Page sizes")->delimiter(',');
   cmd->add_option("--pages", a->pages, "Pages per round")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   cmd->add_option("--rounds", a->rounds, "Rounds")->check(CLI::Range(1, 1000));
-  cmd->add_option("--transport", a->transport, "auto, shm or tcp (tcp also measures a plain TCP socket)");
+  AddTransport(cmd, &a->transport);  // tcp also measures a plain TCP socket
   cmd->callback([a] { SetExitCode(bench::RunHandoffBench(*a)); });
 }
 

@@ -1,5 +1,6 @@
 // `tandem bench model`: its flags (the benchmark: bench/model.h).
 #include "bin/commands.h"
+#include "bin/shared_flags.h"
 #include "bin/model_options.h"
 #include "bench/model.h"
 
@@ -10,14 +11,14 @@ using bench::ModelBenchOptions;
 void RegisterModelBench(CLI::App& bench) {
   auto args = std::make_shared<ModelBenchOptions>();
   CLI::App* model = bench.add_subcommand("model", "Prefill and decode speed vs. FMA peak and DRAM bandwidth, by context length");
-  model->add_option("--preset", args->preset, "Model preset (generated in memory)");
+  AddModelPreset(model, &args->preset);
   model->add_option("-m,--model", args->model_path, "A GGUF file instead of a preset");
   model->add_option("--types", args->types, "Weight types of the preset to compare (any mkmodel --type, e.g. q4_k_m)")->delimiter(',');
   model->add_option("--context", args->contexts, "Context lengths")->delimiter(',')->check(CLI::Range(8, 1 << 20));
   model->add_option("--attention", args->attention, "dense, sparse or both")->delimiter(',');
   model->add_option("--kv-dtype", args->kv_dtypes, "K/V cache dtypes: f32, f16, bf16")->delimiter(',');
   model->add_option("--topk", args->top_k, "Sparse attention's top-k")->check(CLI::Range(1, 1 << 24));
-  model->add_option("-t,--threads", args->threads, "Threads")->check(CLI::Range(1, 256));
+  AddThreads(model, &args->threads);
   model->add_option("--chunk-tokens", args->chunk_tokens, "Prefill chunk")->check(CLI::Range(1, 1 << 16));
   model->add_option("--decode-tokens", args->decode_tokens, "Decode steps")->check(CLI::Range(1, 1 << 16));
   model->add_option("--repeat", args->repeat, "Rounds per point (medians are reported)")->check(CLI::Range(1, 100));

@@ -1,5 +1,6 @@
 // `tandem bench prefill`: its flags (the benchmark: bench/prefill.h).
 #include "bin/commands.h"
+#include "bin/shared_flags.h"
 #include "bin/model_options.h"
 #include "bench/prefill.h"
 
@@ -16,10 +17,9 @@ void RegisterPrefillBench(CLI::App& bench) {
       ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
   cmd->add_option("--new-min", a->new_min, "Fewest new tokens")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   cmd->add_option("--new-max", a->new_max, "Most new tokens")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
-  cmd->add_option("--chunk-size", a->chunk_size, "Prefill tokens of one prompt per step")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--max-batch-tokens", a->max_batch_tokens, "Batched: tokens of all prompts per step")
-      ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--max-running", a->max_running, "Batched: prompts scheduled together")->check(CLI::Range(2, 4096));
+  AddChunkSize(cmd, &a->chunk_size);
+  AddMaxBatchTokens(cmd, &a->max_batch_tokens);  // the batched runs'
+  AddMaxRunning(cmd, &a->max_running);
   cmd->add_option("--attention", a->attention, "dense or sparse");
   cmd->callback([a] { SetExitCode(bench::RunPrefillBench(*a)); });
 }

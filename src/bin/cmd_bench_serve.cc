@@ -1,5 +1,6 @@
 // `tandem bench serve`: its flags (the benchmark: bench/serve.h).
 #include "bin/commands.h"
+#include "bin/shared_flags.h"
 #include "bin/model_options.h"
 #include "bench/serve.h"
 
@@ -11,10 +12,10 @@ void RegisterServeBench(CLI::App& bench) {
   auto a = std::make_shared<ServeBenchOptions>();
   CLI::App* cmd = bench.add_subcommand("serve", "Throughput and TTFT/ITL percentiles at several concurrencies");
   ModelOptions::AddTo(cmd, &a->model);
-  cmd->add_option("--url", a->url, "host:port of a running server (default: serve in-process)");
+  AddServerUrl(cmd, &a->url);  // none: a server started in this process
   cmd->add_option("--concurrency", a->concurrency, "Concurrent clients per level")->delimiter(',');
   cmd->add_option("--requests-per-client", a->requests_per_client, "Requests each client sends")->check(CLI::Range(1, 100000));
-  cmd->add_option("--max-tokens", a->max_tokens, "Tokens per answer")->check(CLI::Range(1, 1 << 20));
+  AddMaxTokens(cmd, &a->max_tokens);
   cmd->add_option("--prompt-words", a->prompt_words, "Words per prompt")->check(CLI::Range(1, 1 << 20));
   cmd->callback([a] { SetExitCode(bench::RunServeBench(*a)); });
 }

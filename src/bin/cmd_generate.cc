@@ -4,6 +4,7 @@
 
 #include "bin/attention_flags.h"
 #include "bin/commands.h"
+#include "bin/shared_flags.h"
 #include "bin/model_options.h"
 #include "kernels/cpu.h"
 #include "model/cache_spec.h"
@@ -91,7 +92,7 @@ void RegisterGenerate(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt");
   args->model.AddTo(cmd);
   cmd->add_option("-p,--prompt", args->prompt, "Prompt text (empty: start from BOS)");
-  cmd->add_option("-n,--max-tokens", args->gen.max_tokens, "Tokens to generate")->check(CLI::Range(0, 1 << 24));
+  AddMaxTokens(cmd, &args->gen.max_tokens, /*short_name=*/true);
   cmd->add_option("--temp", args->gen.sampling.temperature, "Temperature (0 = greedy)")->check(CLI::Range(0.0, 100.0));
   cmd->add_option("--seed", args->gen.sampling.seed, "Sampling seed");
   cmd->add_option("--top-k", args->gen.sampling.top_k, "Top-k (0 = off)")->check(CLI::NonNegativeNumber);
@@ -101,8 +102,8 @@ void RegisterGenerate(CLI::App& app) {
   cmd->add_option("--repeat-last-n", args->gen.sampling.repeat_last_n, "Tokens the penalty looks back");
   cmd->add_option("--stop", args->gen.stop_strings, "Stop string (repeatable)");
   cmd->add_flag("--ignore-eos", args->gen.ignore_eos, "Keep generating past end-of-generation tokens");
-  cmd->add_option("--chunk-size", args->gen.chunk_size, "Prefill tokens per step")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--ctx-size", args->ctx_size, "Context tokens (default: the model's)")->check(CLI::Range(1, 1 << 22));
+  AddChunkSize(cmd, &args->gen.chunk_size);
+  AddContextTokens(cmd, &args->ctx_size);
   args->attention.AddTo(cmd);
   cmd->add_flag("--chat", args->chat, "Wrap the prompt in the model's chat template");
   cmd->add_flag("--no-bos", args->no_bos, "Do not prepend the BOS token");

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "bin/commands.h"
+#include "bin/shared_flags.h"
 #include "model/presets.h"
 
 namespace tandem::cli {
@@ -13,10 +14,8 @@ void RegisterMkmodel(CLI::App& app) {
     uint64_t seed = 20261129;
   };
   auto args = std::make_shared<Args>();
-  std::string names;
-  for (const auto& p : ModelPresets()) names += (names.empty() ? "" : ", ") + p.name;
   CLI::App* cmd = app.add_subcommand("mkmodel", "Write a deterministic random-weight llama GGUF model");
-  cmd->add_option("--preset", args->preset, "Preset: " + names);
+  AddModelPreset(cmd, &args->preset);
   cmd->add_option("--type", args->type, "Matrix type: f32, f16, bf16, q8_0, q4_0, q5_0, q4_k, q5_k, q6_k, or q4_k_m (Q4_K with Q6_K where llama.cpp puts it)");
   cmd->add_option("--seed", args->seed, "Weight seed");
   cmd->add_option("--arch", args->arch, "Architecture: llama, qwen2 or qwen3 (the dsa-* presets are always deepseek32)");

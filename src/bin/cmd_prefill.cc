@@ -9,6 +9,7 @@
 #include "bin/discovery_flags.h"
 #include "node/stop_signals.h"
 #include "bin/commands.h"
+#include "bin/shared_flags.h"
 #include "bin/engine_flags.h"
 #include "bin/link_flags.h"
 #include "node/prefill_node.h"
@@ -155,8 +156,7 @@ void RegisterPrefill(CLI::App& app) {
   auto a = std::make_shared<PrefillArgs>();
   CLI::App* cmd = app.add_subcommand("prefill", "Run a prefill engine (decode engines connect over UCX)");
   a->model.AddTo(cmd);
-  cmd->add_option("--host", a->host, "Address to listen on for handoffs");
-  cmd->add_option("--port", a->port, "UCX port (0: any free port)")->check(CLI::Range(0, 65535));
+  AddListen(cmd, &a->host, &a->port);
   a->attention.AddTo(cmd);
   a->engine_flags.AddTo(cmd, &a->engine);
   cmd->add_option("--max-queue", a->max_queue, "Handoffs that may wait to be scheduled; more are refused")

@@ -10,6 +10,7 @@
 #include "bin/model_options.h"
 #include "bin/http_flags.h"
 #include "bin/commands.h"
+#include "bin/shared_flags.h"
 #include "common/log.h"
 #include "node/router_node.h"
 #include "router/router.h"
@@ -27,12 +28,11 @@ void RegisterRouter(CLI::App& app) {
   auto chat_template = std::make_shared<std::string>();
   auto cluster_key_file = std::make_shared<std::string>();
   CLI::App* cmd = app.add_subcommand("router", "Route OpenAI requests to disaggregated decode servers");
-  cmd->add_option("--host", o->host, "Address to listen on");
-  cmd->add_option("--port", o->port, "Port (0: any free port)")->check(CLI::Range(0, 65535));
+  AddListen(cmd, &o->host, &o->port);
   cmd->add_option("--decode", o->backends,
                   "Decode server host:port (repeatable or comma-separated; needed unless --discovery)")
       ->delimiter(',');
-  cmd->add_option("--request-timeout", o->request_timeout_s, "Seconds before an upstream request is abandoned");
+  AddRequestTimeout(cmd, &o->request_timeout_s);
   cmd->add_option("--max-moves", o->max_moves,
                   "Times a request may move to another decode server when its own fails or breaks its stream off "
                   "(the stream goes on where it stopped); 0: fail fast")
@@ -41,10 +41,7 @@ void RegisterRouter(CLI::App& app) {
   cmd->add_option("--move-wait-ms", *move_wait_ms, "How long a move may wait for a healthy decode server")
       ->check(CLI::Range(int64_t(0), int64_t(600'000)));
   auto silence_ms = std::make_shared<int64_t>(o->silence_timeout.count());
-  cmd->add_option("--silence-timeout-ms", *silence_ms,
-                  "A request whose decode server has sent it nothing this long, while that server does not answer "
-                  "its health checks (or says its loop is stalled), moves to another (its stream resumed); 0: never")
-      ->check(CLI::Range(int64_t(0), int64_t(600'000)));
+  AddSilenceTimeout(cmd, silence_ms.get());
   cmd->add_option("--supervisor-state", o->supervisor_state,
                   "Set by serve --disagg: its supervisor's state file, shown in /health and /metrics");
   AddLogLevel(cmd, level.get());
@@ -53,18 +50,12 @@ void RegisterRouter(CLI::App& app) {
                   "With --discovery: the decode servers' GGUF file, to tokenize prompts here and place each where "
                   "the decode servers' KV events say its longest prefix is cached");
   cmd->add_option("--chat-template", *chat_template, "With -m: the decode servers' --chat-template, if they have one");
-  cmd->add_option("--cluster-key-file", *cluster_key_file,
-                  "With --discovery: the engines' key (only decode servers whose records are signed with it are "
-                  "used; their KV events are encrypted with it)");
   auto insecure = std::make_shared<bool>(false);
-  cmd->add_flag("--insecure-no-cluster-key", *insecure,
-                "With --discovery and no --cluster-key-file: take unsigned records, of loopback addresses only (tests)");
+  AddClusterKey(cmd, cluster_key_file.get(), insecure.get());
   access->AddTo(cmd);
   http->AddTo(cmd);
   auto shutdown_s = std::make_shared<double>(30);
-  cmd->add_option("--shutdown-timeout", *shutdown_s,
-                  "Seconds to drain on SIGTERM: new requests get 503, those in flight finish")
-      ->check(CLI::NonNegativeNumber);
+  AddShutdownTimeout(cmd, shutdown_s.get());
   cmd->callback([o, level, access, http, shutdown_s, move_wait_ms, silence_ms, found, prompt_model, chat_template,
                  cluster_key_file, insecure] {
     if (!StartLog("router", *level)) return SetExitCode(2);

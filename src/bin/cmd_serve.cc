@@ -11,6 +11,7 @@
 #include "bin/discovery_flags.h"
 #include "node/stop_signals.h"
 #include "bin/commands.h"
+#include "bin/shared_flags.h"
 #include "common/log.h"
 #include "bin/fault_flags.h"
 #include "bin/tier_flags.h"
@@ -299,13 +300,12 @@ void RegisterServe(CLI::App& app) {
   auto a = std::make_shared<ServeArgs>();
   CLI::App* cmd = app.add_subcommand("serve", "Serve the OpenAI-compatible API (colocated engine)");
   a->model.AddTo(cmd);
-  cmd->add_option("--host", a->server.host, "Address to listen on");
-  cmd->add_option("--port", a->server.port, "Port (0: any free port)")->check(CLI::Range(0, 65535));
+  AddListen(cmd, &a->server.host, &a->server.port);
   cmd->add_option("--model-id", a->server.model_id, "Model name clients use (default: the model's)");
   a->engine_flags.AddTo(cmd, &a->engine);
   cmd->add_option("--max-waiting", a->engine.max_waiting, "Queued requests before 429")->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("--request-timeout", a->request_timeout_s, "Seconds before a request is failed")->check(CLI::PositiveNumber);
-  cmd->add_option("--shutdown-timeout", a->shutdown_timeout_s, "Seconds to drain on SIGTERM")->check(CLI::NonNegativeNumber);
+  AddRequestTimeout(cmd, &a->request_timeout_s);
+  AddShutdownTimeout(cmd, &a->shutdown_timeout_s);
   a->attention.AddTo(cmd);
   cmd->add_option("--prefill", a->decode.prefill_addresses,
                   "Disaggregated decode: prefill engine's UCX address host:port (empty: colocated)");
@@ -317,11 +317,7 @@ void RegisterServe(CLI::App& app) {
                   "Disaggregated: a handoff not committed this long after its destination was sent is aborted "
                   "(its request re-placed or failed)")
       ->check(CLI::Range(int64_t(10), int64_t(3600) * 1000));
-  cmd->add_option("--silence-timeout-ms", a->silence_timeout_ms,
-                  "With --disagg: the router moves a request whose decode server has sent it nothing this long while "
-                  "that server does not answer its health checks (or says its loop is stalled), its stream resumed; "
-                  "0: never")
-      ->check(CLI::Range(int64_t(0), int64_t(600'000)));
+  AddSilenceTimeout(cmd, &a->silence_timeout_ms);
   a->access.AddTo(cmd);
   a->http.AddTo(cmd);
   cmd->add_flag("--disagg", a->disagg,

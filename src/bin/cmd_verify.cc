@@ -11,6 +11,7 @@
 #include "bin/attention_flags.h"
 #include "bench/agentic_shared.h"
 #include "bin/model_options.h"
+#include "bin/shared_flags.h"
 #include "bin/commands.h"
 #include "loadgen/differential.h"
 #include "loadgen/verify.h"
@@ -149,12 +150,7 @@ void RegisterVerify(CLI::App& app) {
   a->model.AddTo(cmd);
   a->attention.AddTo(cmd);
   cmd->add_flag("--write", a->write, "Write the verdicts back into the transcript");
-  cmd->add_option("--reference-url", a->reference_url,
-                  "Judge the transcript against this reference deployment (host:port) by its logprobs instead of "
-                  "replaying it on the reference engine");
-  cmd->add_option("--near-tie", a->near_tie_nats,
-                  "Across numerics identities (or with --reference-url): nats within which a served token is drift")
-      ->check(CLI::Range(0.0, 100.0));
+  AddReference(cmd, &a->reference_url, &a->near_tie_nats);
   cmd->add_flag("--from-scratch", a->from_scratch,
                 "Replay every round from token 0 instead of carrying each session's cache (slow; for checking)");
   cmd->callback([a] { SetExitCode(RunVerify(*a)); });

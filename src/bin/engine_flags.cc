@@ -1,18 +1,16 @@
 #include "bin/engine_flags.h"
 
+#include "bin/shared_flags.h"
+
 namespace tandem::cli {
 
 void EngineFlags::AddTo(CLI::App* cmd, EngineOptions* e) {
-  cmd->add_option("--ctx-size", e->context_tokens, "Context tokens per sequence (0: the model's; the same on every engine)")
-      ->check(CLI::Range(int64_t(0), int64_t(1) << 30));
+  AddContextTokens(cmd, &e->context_tokens);
   cmd->add_option("--cache-tokens", e->cache_tokens, "Page pool size in tokens")
       ->check(CLI::Range(int64_t(64), int64_t(1) << 30));
-  cmd->add_option("--max-running", e->max_running,
-                  "Sequences scheduled together (decode: the batch; prefill: prompts holding pages until handed off)")
-      ->check(CLI::Range(1, 4096));
-  cmd->add_option("--chunk-size", e->chunk_size, "Prefill tokens of one prompt per step")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--max-batch-tokens", e->max_batch_tokens, "Tokens of all sequences together per step")
-      ->check(CLI::Range(1, 1 << 20));
+  AddMaxRunning(cmd, &e->max_running);
+  AddChunkSize(cmd, &e->chunk_size);
+  AddMaxBatchTokens(cmd, &e->max_batch_tokens);
   cmd->add_option("--prefill-order", prefill_order,
                   "Which prompts' chunks a step serves first: arrival (default: bounds the tail, the last prompt of "
                   "a burst waits for the burst, not for later short appends) or shortest (the oldest, then shortest "
@@ -27,14 +25,7 @@ void EngineFlags::AddTo(CLI::App* cmd, EngineOptions* e) {
          "While one step of the engine loop runs longer than this, /health answers 503 'stalled' with the reason "
          "(a router stops placing requests here) (default 15000; 0: off)")
       ->check(CLI::Range(int64_t(0), int64_t(3'600'000)));
-  cmd->add_option("--grammar-work-per-step", e->grammar_work_per_step,
-                  "Structured outputs: grammar work (about a nanosecond a unit) all token masks of one step may take; a mask "
-                  "that needs more finishes in later steps")
-      ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
-  cmd->add_option("--grammar-time-share", e->grammar_time_share,
-                  "Structured outputs: and at most this fraction of a step's model time, when sequences "
-                  "computed in it (what one request's masks may add to everyone's inter-token latency)")
-      ->check(CLI::Range(0.001, 100.0));
+  AddGrammarBudget(cmd, &e->grammar_work_per_step, &e->grammar_time_share);
   cmd->add_flag("--no-prefix-cache", no_prefix_cache, "Compute every prompt from its first token (no prefix reuse)");
 }
 

@@ -1,10 +1,11 @@
 #include "bin/link_flags.h"
 
+#include "bin/shared_flags.h"
+
 namespace tandem::cli {
 
 void LinkFlags::AddTo(CLI::App* cmd) {
-  cmd->add_option("--transport", transport,
-                  "Disaggregated: how handoff bytes travel: auto (what UCX finds), shm (one host) or tcp");
+  AddTransport(cmd, &transport);
   cmd->add_option("--peer-timeout-ms", peer_timeout_ms,
                   "Disaggregated: a peer engine silent this long is declared dead (its connection closed)")
       ->check(CLI::Range(int64_t(100), int64_t(3600) * 1000));
@@ -12,11 +13,7 @@ void LinkFlags::AddTo(CLI::App* cmd) {
                 "Disaggregated: link to peer engines whose numerics identity differs (another build, during a rolling "
                 "upgrade); answers then equal no colocated run exactly, and /v1/models says so (a mixed identity: "
                 "verification judges them as drift)");
-  cmd->add_option("--cluster-key-file", cluster_key_file,
-                  "Disaggregated: the engines' shared secret (16+ bytes, transfer/cluster_key.h): peers prove it before "
-                  "a destination is taken, and it signs discovery records (with --disagg, default: a fresh random one)");
-  cmd->add_flag("--insecure-no-cluster-key", insecure_no_cluster_key,
-                "INSECURE, tests only: link engines without --cluster-key-file (loopback addresses only)");
+  AddClusterKey(cmd, &cluster_key_file, &insecure_no_cluster_key);
 }
 
 std::vector<std::string> LinkFlags::ToArgs() const {

@@ -1,11 +1,13 @@
 #include "bin/model_options.h"
 
+#include "bin/shared_flags.h"
+
 namespace tandem::cli {
 
 void ModelOptions::AddTo(CLI::App* cmd, ModelSource* s) {
   cmd->add_option("-m,--model", s->model_path,
                   "GGUF model file (default: the embedded `small` model, generated on first use)");
-  cmd->add_option("-t,--threads", s->threads, "Worker threads")->check(CLI::Range(1, 256));
+  AddThreads(cmd, &s->threads);
   cmd->add_option("--isa", s->isa, "Force kernels: scalar, avx2 or avx512 (default: best supported)");
   cmd->add_option("--chat-template", s->chat_template_path,
                   "Jinja chat template file used instead of the model's tokenizer.chat_template "

@@ -403,7 +403,7 @@ TEST_P(Agentic, AWedgedServerStopsTheSweepWithAClearMessage) {
   auto server = Disagg({"--debug-wedge-after-messages", "6", "--request-timeout", "3", "--no-local-prefill"});
   ASSERT_TRUE(server->ok()) << server->Log();
   const std::string dir = testing::MakeTempDir();
-  auto r = RunTandem(Bench(server->port(), dir, "--sweep 8,16,32 --rounds 2 --health-timeout 4 --request-timeout 20"), 300);
+  auto r = RunTandem(Bench(server->port(), dir, "--sweep 8,16,32 --rounds 2 --recovery-timeout 4 --round-timeout 20"), 300);
   EXPECT_EQ(r.exit_code, 4) << r.output;  // 4: stopped by the health gate
   EXPECT_NE(r.output.find("sweep stopped before the 16-session point"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("did not return to baseline"), std::string::npos) << r.output;

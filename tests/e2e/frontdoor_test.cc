@@ -41,7 +41,7 @@ constexpr int kHealthLimitS = 2;
 
 Json RunBench(int port, int engine_port, const std::string& dir) {
   const std::string json = dir + "/frontdoor.json";
-  auto run = testing::RunTandem("bench frontdoor --port " + std::to_string(port) + " --engine-port " +
+  auto run = testing::RunTandem("bench frontdoor --url 127.0.0.1:" + std::to_string(port) + " --engine-port " +
                                     std::to_string(engine_port) +
                                     " --idle 1000 --streams 2000 --prompts 200 --max-tokens 16 --slowloris 500"
                                     " --big-body-bytes 1073741824 --hang-ups 100 --hang-up-max-tokens 3000"
