@@ -16,6 +16,7 @@
 #include "model/numerics.h"
 #include "support/http_client.h"
 #include "support/process.h"
+#include "support/wait.h"
 #include "support/server_process.h"
 #include "support/tiny_model.h"
 
@@ -327,12 +328,9 @@ TEST_P(Agentic, MixedNumericsAreRefusedUnlessAllowedAndThenJudgedAsDrift) {
   {
     auto refused = Disagg({"--debug-numerics-variant", "ulp", "--peer-timeout-ms", "1000"});
     ASSERT_TRUE(refused->ok()) << refused->Log();
-    bool said = false;
-    for (int i = 0; i < 100 && !said; ++i) {
-      said = refused->Log().find("numerics mismatch") != std::string::npos;
-      if (!said) std::this_thread::sleep_for(std::chrono::milliseconds(100));  // polling the log file
-    }
-    EXPECT_TRUE(said) << refused->Log();
+    EXPECT_TRUE(testing::WaitUntil([&] { return refused->Log().find("numerics mismatch") != std::string::npos; },
+                                   std::chrono::seconds(10), std::chrono::milliseconds(100)))
+        << refused->Log();
     EXPECT_NE(refused->Log().find("debug-ulp"), std::string::npos) << refused->Log();
     EXPECT_NE(refused->Log().find("--allow-mixed-numerics"), std::string::npos) << refused->Log();
   }

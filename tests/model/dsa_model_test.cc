@@ -29,6 +29,7 @@
 #include "runtime/generator.h"
 #include "support/dsa_reference.h"
 #include "support/http_client.h"
+#include "support/wait.h"
 #include "support/process.h"
 
 namespace tandem {
@@ -327,20 +328,22 @@ class LlamaServer {
   ~LlamaServer() {
     if (pid_ <= 0) return;
     kill(pid_, SIGTERM);
-    for (int i = 0; i < 100; ++i) {
-      if (waitpid(pid_, nullptr, WNOHANG) == pid_) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (testing::WaitUntil([&] { return waitpid(pid_, nullptr, WNOHANG) == pid_; }, std::chrono::seconds(5),
+                           std::chrono::milliseconds(50))) {
+      return;
     }
     kill(pid_, SIGKILL);
     waitpid(pid_, nullptr, 0);
   }
   bool WaitHealthy(int seconds) const {
-    for (int i = 0; pid_ > 0 && i < seconds * 10; ++i) {
-      if (testing::HttpGet(port_, "/health").status == 200) return true;
-      if (waitpid(pid_, nullptr, WNOHANG) == pid_) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return false;
+    bool exited = false;
+    const bool up = pid_ > 0 && testing::WaitUntil(
+                                    [&] {
+                                      exited = waitpid(pid_, nullptr, WNOHANG) == pid_;
+                                      return exited || testing::HttpGet(port_, "/health").status == 200;
+                                    },
+                                    std::chrono::seconds(seconds), std::chrono::milliseconds(100));
+    return up && !exited;
   }
   int port() const { return port_; }
 

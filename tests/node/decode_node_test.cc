@@ -69,6 +69,70 @@ TEST(DecodeNode, AsADecodeServerItAnswersOverHttpWithPromptsComputedByItsPrefill
   prefill->reset();
 }
 
+// A prefill node that goes away is declared dead when the peer timeout
+// passes on the decode node's clock (not before), and one started again at
+// the same address is linked and used once the reconnect backoff has passed
+// on that clock.
+TEST(DecodeNode, APrefillNodeStartedAgainIsLinkedAfterTheBackoffOnTheNodesClock) {
+  auto model = testing::MakePresetModel("tiny", TensorType::kF32);
+  testing::FakeEnv env;
+  auto net = std::make_shared<transfer::LoopbackNetwork>();
+  auto loopback = [net]() -> StatusOr<std::unique_ptr<transfer::Transport>> {
+    return std::unique_ptr<transfer::Transport>(new transfer::LoopbackTransport(net));
+  };
+  PrefillNodeOptions p;
+  p.prefill.env = &env;
+  p.prefill.engine.cache_tokens = 64 * kPageTokens;
+  p.prefill.engine.threads = 1;
+  p.prefill.heartbeat_interval = 20ms;
+  p.host = "prefill";
+  p.make_transport = loopback;
+  auto first = PrefillNode::Start(*model->model, p, Keyless());
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+
+  DecodeNodeOptions o;
+  o.engine.env = &env;
+  o.engine.threads = 1;
+  o.engine.cache_tokens = 64 * kPageTokens;
+  o.server.port = 0;
+  o.server.model_id = "tiny";
+  o.decode.emplace();
+  o.decode->prefill_addresses = "prefill:0";
+  o.decode->local_prefill = false;
+  o.decode->make_transport = loopback;
+  auto node = DecodeNode::Start(*model->model, o, Keyless());
+  ASSERT_TRUE(node.ok()) << node.status().ToString();
+  Engine& engine = (*node)->engine();
+  ASSERT_TRUE(testing::WaitUntil([&] { return engine.Healthy(); }, 10s)) << engine.HealthNote();
+
+  (*first)->Stop();
+  first->reset();
+  // Fake time stands still: silence has lasted no time at all, so the link
+  // stays up however long this takes in real time.
+  EXPECT_TRUE(engine.Healthy()) << engine.HealthNote();
+  env.Advance(o.decode->peer_timeout + 1ms);
+  ASSERT_TRUE(testing::WaitUntil([&] { return !engine.Healthy(); }, 10s))
+      << "the gone prefill node was not declared dead past the peer timeout";
+
+  auto second = PrefillNode::Start(*model->model, p, Keyless());
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  // The reconnect waits for its backoff on the node's clock: moved on by the
+  // poll (the new node's heartbeats keep the link live meanwhile).
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] {
+        env.Advance(50ms);
+        return engine.Healthy();
+      },
+      20s))
+      << "the restarted prefill node was never linked again: " << engine.HealthNote();
+  const auto answer = testing::HttpPost((*node)->port(), "/v1/completions",
+                                        R"({"model":"tiny","prompt":"Hello again","max_tokens":3,"temperature":0})");
+  ASSERT_EQ(answer.status, 200) << answer.body;
+  EXPECT_EQ((*second)->engine().stats().committed, 1) << "the prompt did not go to the restarted prefill node";
+  node->reset();
+  second->reset();
+}
+
 TEST(DecodeNode, StopDrainsInFlightRequestsUntilTheShutdownTimeoutPassesOnTheNodesClock) {
   auto model = testing::MakePresetModel("micro", TensorType::kF32);  // long context, cheap tokens
   testing::FakeEnv env;
