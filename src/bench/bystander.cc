@@ -91,7 +91,11 @@ int RunBystanderBench(const BystanderBenchOptions& a) {
   const Tokenizer& tok = (*model)->tokenizer();
   EngineOptions eo;
   eo.threads = a.model.threads;
-  eo.context_tokens = std::min<int64_t>(a.context, (*model)->config().context_length);
+  const int64_t trained = (*model)->config().context_length;
+  eo.context_tokens = a.context > 0 ? std::min<int64_t>(a.context, trained) : trained;  // 0: the model's
+  if (eo.context_tokens < 128) {
+    return std::fprintf(stderr, "error: --ctx-size must leave room for the resume kind: at least 128 tokens\n"), 1;
+  }
   eo.cache_tokens = (eo.context_tokens + 64) * (a.choices + 2);
   eo.max_running = a.choices + 1;
   eo.max_waiting = 2 * a.choices + 8;  // a round's requests, and the last round's still ending

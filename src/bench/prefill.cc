@@ -201,6 +201,9 @@ int RunPrefillBench(const PrefillBenchOptions& a) {
   if (a.new_min < 1 || a.new_max < a.new_min) {
     return std::fprintf(stderr, "error: need 1 <= --new-min <= --new-max\n"), 1;
   }
+  if (a.max_running < 2) {
+    return std::fprintf(stderr, "error: --max-running is the batched runs' (against one prompt at a time): at least 2\n"), 1;
+  }
   auto model = a.model.Load();
   if (!model.ok()) return std::fprintf(stderr, "error: %s\n", model.status().ToString().c_str()), 1;
   std::printf("prefill engine, %d requests at once: each %lld cached tokens + %lld..%lld new ones (%s, %d threads, "

@@ -1,4 +1,4 @@
-// `tandem bench frontdoor --port P`: a running serve or router under the
+// `tandem bench frontdoor --url HOST:PORT`: a running serve or router under the
 // clients that break thread-per-connection servers (loadgen/frontdoor.h):
 // idle connections, thousands of concurrent streams checked against their
 // answers alone, slowloris, a huge chunked body, and clients that hang up.

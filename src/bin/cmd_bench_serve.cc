@@ -10,9 +10,9 @@ using bench::ServeBenchOptions;
 
 void RegisterServeBench(CLI::App& bench) {
   auto a = std::make_shared<ServeBenchOptions>();
-  CLI::App* cmd = bench.add_subcommand("serve", "Throughput and TTFT/ITL percentiles at several concurrencies");
+  CLI::App* cmd = bench.add_subcommand("serve", "Throughput and TTFT/ITL percentiles at several concurrencies (without --url: a server started in this process)");
   ModelOptions::AddTo(cmd, &a->model);
-  AddServerUrl(cmd, &a->url);  // none: a server started in this process
+  AddServerUrl(cmd, &a->url);
   cmd->add_option("--concurrency", a->concurrency, "Concurrent clients per level")->delimiter(',');
   cmd->add_option("--requests-per-client", a->requests_per_client, "Requests each client sends")->check(CLI::Range(1, 100000));
   AddMaxTokens(cmd, &a->max_tokens);

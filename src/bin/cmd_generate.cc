@@ -49,6 +49,12 @@ int RunGenerate(const GenerateArgs& args) {
   std::vector<int32_t> prompt = tok.Encode(text, add_bos, args.chat);
   if (prompt.empty() && tok.bos_id() >= 0) prompt.push_back(tok.bos_id());
   const int64_t ctx = args.ctx_size > 0 ? args.ctx_size : m.config().context_length;
+  constexpr int64_t kMaxGenerateContext = int64_t(1) << 22;  // its cache is allocated whole, up front
+  if (ctx > kMaxGenerateContext) {
+    std::fprintf(stderr, "error: --ctx-size %lld: generate holds at most %lld tokens\n", (long long)ctx,
+                 (long long)kMaxGenerateContext);
+    return 1;
+  }
   if (ctx > m.config().context_length) {
     std::fprintf(stderr, "warning: --ctx-size %lld exceeds the model's trained context %lld\n",
                  (long long)ctx, (long long)m.config().context_length);

@@ -8,8 +8,10 @@ namespace tandem::node {
 
 StatusOr<std::unique_ptr<DecodeNode>> DecodeNode::Start(const Model& model, DecodeNodeOptions o,
                                                         Membership membership) {
+  if (o.discovery && !o.decode) {
+    return InvalidArgument("a node registers in discovery as a decode server: discovery needs the decode role");
+  }
   std::unique_ptr<DecodeNode> node(new DecodeNode());
-  node->shutdown_timeout_ = o.shutdown_timeout;
   if (o.discovery) {
     TANDEM_ASSIGN_OR_RETURN(node->kv_events_, PublishKvEvents(o.server.host, o.advertise, o.kv_events_port, membership));
     o.engine.prefix_events = node->kv_events_->Hook();
@@ -42,6 +44,7 @@ StatusOr<std::unique_ptr<DecodeNode>> DecodeNode::Start(const Model& model, Deco
   node->server_ = std::make_unique<HttpServer>(*node->engine_, model, o.server);
   TANDEM_RETURN_IF_ERROR(node->server_->Start());
   if (node->discovery_) TANDEM_RETURN_IF_ERROR(node->Register(model, o));
+  node->shutdown_timeout_ = o.shutdown_timeout;  // a node that never started drains nothing (0)
   return node;
 }
 

@@ -34,7 +34,8 @@ struct DecodeNodeOptions {
   // decode->prefill_addresses (and, with discovery, those registered that
   // match). None: colocated.
   std::optional<decode::DecodeOptions> decode;
-  // Registration (seal and check: the membership's), KV events published.
+  // Registration (seal and check: the membership's), KV events published;
+  // needs `decode` (a node registers as a decode server).
   std::optional<discovery::DiscoveryOptions> discovery;
   std::string advertise;  // the host peers reach this server at (default: server.host)
   int kv_events_port = 0;
@@ -69,7 +70,7 @@ class DecodeNode {
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<discovery::Discovery> discovery_;
   std::unique_ptr<HttpServer> server_;
-  std::chrono::milliseconds shutdown_timeout_{0};
+  std::chrono::milliseconds shutdown_timeout_{0};  // set once Start succeeded
   bool stopped_ = false;
 };
 

@@ -154,6 +154,8 @@ class PrefillEngine : public EngineRole {
     // (the engine's request deadline enforces it).
     Handoff(std::chrono::milliseconds budget, transfer::Clock::time_point now)
         : machine(transfer::HandoffSide::kPrefill, {budget, budget, budget}, now) {}
+    Handoff(const Handoff&) = delete;  // its sender refers to its destination: it stays where it was made
+    Handoff& operator=(const Handoff&) = delete;
     // Bootstrapping (taken) -> Transferring (its first layer written) ->
     // Committed (flushed, Commit sent); Aborted (the decode side asked, or its
     // connection went) or Failed otherwise (transfer/handoff_state.h).

@@ -169,16 +169,19 @@ TEST(DecodeNode, StopDrainsInFlightRequestsUntilTheShutdownTimeoutPassesOnTheNod
     stopped = true;
   });
   // The drain has begun (Stop is under way) and fake time stands still: the
-  // request keeps decoding, and Stop cannot return while it does.
-  ASSERT_TRUE(testing::WaitUntil([&] { return (*node)->engine().draining(); }, 10s)) << "Stop never began draining";
-  ASSERT_TRUE(read(64)) << "the drain ended the request before its deadline passed on the node's clock: "
-                        << ev.error.ToString();
-  EXPECT_FALSE(stopped.load()) << "Stop returned with a request still decoding inside the drain";
-
+  // request keeps decoding, and Stop cannot return while it does. (Checked
+  // first, asserted after the clock moved and Stop returned.)
+  const bool draining = testing::WaitUntil([&] { return (*node)->engine().draining(); }, 10s);
+  const bool kept_decoding = draining && read(64);
+  const bool stopped_early = stopped.load();
   env.Advance(2ms);  // past the shutdown timeout
   while (ev.kind == StreamEvent::Kind::kText && (*h)->Next(&ev, 30s)) {
   }
   stopper.join();
+  ASSERT_TRUE(draining) << "Stop never began draining";
+  ASSERT_TRUE(kept_decoding) << "the drain ended the request before its deadline passed on the node's clock: "
+                             << ev.error.ToString();
+  EXPECT_FALSE(stopped_early) << "Stop returned with a request still decoding inside the drain";
   EXPECT_TRUE(stopped.load());
   ASSERT_NE(ev.kind, StreamEvent::Kind::kText) << "the request never ended";
   EXPECT_NE(ev.finish, FinishReason::kLength) << "the request ran to its end instead of being cut by the drain";
