@@ -111,6 +111,7 @@ void RegisterBench(CLI::App& app) {
   RegisterStructuredBench(*bench);
   RegisterFrontDoorBench(*bench);
   RegisterBystanderBench(*bench);
+  RegisterSpecBench(*bench);
   RegisterHandoffBench(*bench);
   RegisterPrefillBench(*bench);
   RegisterAgenticBench(*bench);

@@ -31,6 +31,7 @@ void RegisterAgenticBench(CLI::App& bench);
 void RegisterStructuredBench(CLI::App& bench);
 void RegisterFrontDoorBench(CLI::App& bench);
 void RegisterBystanderBench(CLI::App& bench);
+void RegisterSpecBench(CLI::App& bench);
 void RegisterVerify(CLI::App& app);
 
 // --log-level for a server command; StartLog sets the process's role and

@@ -26,6 +26,15 @@ void EngineFlags::AddTo(CLI::App* cmd, EngineOptions* e) {
          "(a router stops placing requests here) (default 15000; 0: off)")
       ->check(CLI::Range(int64_t(0), int64_t(3'600'000)));
   AddGrammarBudget(cmd, &e->grammar_work_per_step, &e->grammar_time_share);
+  cmd->add_option("--speculate", e->speculate_tokens,
+                  "Speculative decoding: each decoding sequence drafts up to this many tokens from its own context "
+                  "(an earlier occurrence of its newest tokens) and verifies them in one pass; a draft is kept only "
+                  "where it equals the token drawn at its position, so answers are the same bits as without (0: off)")
+      ->check(CLI::Range(0, 16));
+  cmd->add_option("--speculate-max-batch", e->speculate_max_batch,
+                  "Speculate only while at most this many sequences decode in a step (a larger batch is "
+                  "compute-bound)")
+      ->check(CLI::Range(1, 4096));
   cmd->add_flag("--no-prefix-cache", no_prefix_cache, "Compute every prompt from its first token (no prefix reuse)");
 }
 
@@ -47,6 +56,8 @@ std::vector<std::string> EngineFlags::ToArgs(const EngineOptions& e) const {
       "--loop-watchdog-ms", std::to_string(e.loop_watchdog.count()),
       "--grammar-work-per-step", std::to_string(e.grammar_work_per_step),
       "--grammar-time-share", std::to_string(e.grammar_time_share),
+      "--speculate", std::to_string(e.speculate_tokens),
+      "--speculate-max-batch", std::to_string(e.speculate_max_batch),
   };
   if (no_prefix_cache) args.push_back("--no-prefix-cache");
   return args;

@@ -108,7 +108,8 @@ Engine::Engine(const Model& model, const EngineOptions& options, CacheSpec spec,
       scheduler_(options_, *pool_, index_.get(), metrics_, counters_, *role_,
                  Scheduler::Hooks{[this](Sequence& s, Status st) { Fail(s, std::move(st)); },
                                   [this](Sequence& s, FinishReason why) { Finish(s, why); },
-                                  [this](Sequence& s) { Retire(s); }}) {
+                                  [this](Sequence& s) { Retire(s); },
+                                  [this](Sequence& s, int64_t max_tokens) { Draft(s, max_tokens); }}) {
   if (options.page_hook) pool_->SetPageHook(options.page_hook);
   if (index_ && options.prefix_events) index_->SetEventHook(options.prefix_events);
   numerics_ = ComputeNumericsIdentity(model, spec_);
@@ -385,7 +386,7 @@ void Engine::RunBatch(const std::vector<Sequence*>& members, const std::vector<S
     auto row_at = [&, first_row](size_t i) {
       return std::span<const float>(logits_).subspan((first_row + i) * vocab, vocab);
     };
-    if (batch[b].all_logits) CollectPromptLogprobs(s, batch[b].start_pos, n_rows, row_at);
+    if (batch[b].all_logits && s.drafted == 0) CollectPromptLogprobs(s, batch[b].start_pos, n_rows, row_at);
     rows += n_rows;
     s.computed += int64_t(batch[b].tokens.size());
     if (s.computed < int64_t(s.tokens.size())) continue;  // prompt not done yet
@@ -402,6 +403,11 @@ void Engine::RunBatch(const std::vector<Sequence*>& members, const std::vector<S
     }
     if (s.generated == 0) IndexPrompt(s);
     s.mask_row.clear();  // fresh logits (this member was preempted while its mask was made)
+    if (s.drafted > 0) {  // its newest token's row, then one per drafted token
+      draws->push_back({&s, row_at(0), std::span<const float>(logits_).subspan((first_row + 1) * vocab,
+                                                                               size_t(s.drafted) * vocab)});
+      continue;
+    }
     draws->push_back({&s, row_at(n_rows - 1)});
   }
 }

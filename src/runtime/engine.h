@@ -113,7 +113,12 @@ class Engine final : private RoleHost {
   struct Draw {
     Sequence* seq;
     std::span<const float> row;
+    std::span<const float> drafted_rows = {};  // a drafted sequence's: the rows after `row`, one per draft
   };
+  // Speculation: a decoding sequence's drafts for this step (Scheduler::Hooks::draft),
+  // and their walk (each kept exactly when the draw at its position equals it).
+  void Draft(Sequence& seq, int64_t max_tokens);
+  void DrawDrafted(Sequence& seq, const Draw& draw);
   void RunBatch(const std::vector<Sequence*>& members, const std::vector<SequenceChunk>& batch,
                 std::vector<Draw>* draws);
   // Masks under the grammar budget, stopping at grammar_until, then every draw.

@@ -6,6 +6,7 @@
 
 #include "common/env.h"
 #include "runtime/engine.h"
+#include "runtime/ngram_drafter.h"
 
 namespace tandem {
 
@@ -32,6 +33,10 @@ void Engine::DrawTokens(std::vector<Draw>& draws, std::chrono::steady_clock::tim
   for (size_t i = 0; i < draws.size(); ++i) {
     Sequence& s = *draws[i].seq;
     if (s.done) continue;
+    if (s.drafted > 0) {
+      DrawDrafted(s, draws[i]);
+      continue;
+    }
     const std::span<const float> row = draws[i].row;
     const TokenMask* allowed = nullptr;
     if (ask_of[i] >= 0) {
@@ -68,6 +73,62 @@ void Engine::DrawTokens(std::vector<Draw>& draws, std::chrono::steady_clock::tim
       Emit(s, token);
     }
     s.mask_row.clear();  // after the last use of row, which may be it
+  }
+}
+
+// A decoding sequence's drafts for this step: from its own context, only
+// where each drafted position is drawn as decoding without drafts would draw
+// it (no token mask to advance between them, no per-token logprobs), and
+// never past its max_tokens or the context (the walk draws one more).
+void Engine::Draft(Sequence& s, int64_t max_tokens) {
+  if (s.drafted > 0 || s.done || !s.spec.sampling.constraint.empty() || s.spec.logprobs >= 0 || !s.mask_row.empty()) {
+    return;
+  }
+  if (s.draft_size < 0) s.draft_size = options_.speculate_tokens;
+  const int64_t room = std::min<int64_t>({max_tokens, int64_t(s.draft_size), int64_t(s.spec.max_tokens) - s.generated - 1,
+                                          context_tokens_ - int64_t(s.tokens.size()) - 1});
+  if (room <= 0) return;
+  const std::vector<int32_t> draft = options_.drafter ? options_.drafter(s.tokens, int32_t(room))
+                                                      : DraftFromContext(s.tokens, int32_t(room));
+  if (draft.empty() || int64_t(draft.size()) > room) return;
+  s.tokens.insert(s.tokens.end(), draft.begin(), draft.end());
+  s.drafted = int32_t(draft.size());
+  counters_.drafted_tokens += s.drafted;
+  metrics_.drafted_tokens.Increment(double(s.drafted));
+}
+
+// The draws of a drafted sequence, position by position, as decoding without
+// drafts makes them (the same logits bits: invariant 5; the same (seed,
+// position) draws and history): a drafted token is kept when the draw at its
+// position equals it; the first that differs is replaced by the draw, and the
+// rows computed for the drafts after it are given up (`computed` winds back;
+// those positions are written again when they are computed).
+void Engine::DrawDrafted(Sequence& s, const Draw& d) {
+  const std::vector<int32_t> drafts(s.tokens.end() - s.drafted, s.tokens.end());
+  s.DropDrafts();
+  const int64_t first = int64_t(s.tokens.size());  // the first drafted position
+  const size_t vocab = size_t(model_.config().vocab_size);
+  int64_t kept = 0;
+  for (size_t i = 0; i <= drafts.size() && !s.done; ++i) {
+    const std::span<const float> row = i == 0 ? d.row : d.drafted_rows.subspan((i - 1) * vocab, vocab);
+    const int32_t token = sampler_.Sample(row, s.spec.sampling, s.tokens, int64_t(s.tokens.size()), s.prompt_len);
+    if (std::optional<FinishReason> taken = role_->TakeToken(s, token)) {
+      Finish(s, *taken);
+      break;
+    }
+    Emit(s, token);
+    if (i == drafts.size() || token != drafts[i]) break;
+    ++kept;
+  }
+  s.computed = std::min<int64_t>(first + kept, int64_t(s.tokens.size()));
+  counters_.accepted_tokens += kept;
+  metrics_.accepted_tokens.Increment(double(kept));
+  // The next draft's size follows this one's acceptance.
+  const int64_t most = options_.speculate_tokens;
+  if (kept == int64_t(drafts.size())) {
+    s.draft_size = int32_t(std::min<int64_t>(most, 2 * int64_t(s.draft_size)));
+  } else {
+    s.draft_size = int32_t(std::max<int64_t>(1, kept == 0 ? s.draft_size / 2 : kept + 1));
   }
 }
 

@@ -63,6 +63,10 @@ EngineMetrics::EngineMetrics()
       grammar_mask_waits(Counter(*registry_, "tandem_grammar_mask_waits_total",
                                  "Structured outputs: tokens that waited a step for their mask (the step's grammar "
                                  "budget was spent)")),
+      drafted_tokens(Counter(*registry_, "tandem_spec_drafted_tokens_total",
+                             "Speculation: tokens drafted from the sequences' own context")),
+      accepted_tokens(Counter(*registry_, "tandem_spec_accepted_tokens_total",
+                              "Speculation: drafted tokens kept (each equal to the draw at its position)")),
       finished(Counter(*registry_, "tandem_requests_total", "Requests by outcome", {{"outcome", "finished"}})),
       cancelled(Counter(*registry_, "tandem_requests_total", "Requests by outcome", {{"outcome", "cancelled"}})),
       failed(Counter(*registry_, "tandem_requests_total", "Requests by outcome", {{"outcome", "failed"}})),

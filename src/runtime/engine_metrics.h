@@ -54,6 +54,8 @@ class EngineMetrics {
   prometheus::Counter& preemptions;
   prometheus::Counter& grammar_work;        // structured outputs: work on token masks
   prometheus::Counter& grammar_mask_waits;  // draws that waited a step for their mask
+  prometheus::Counter& drafted_tokens;      // speculation: tokens drafted
+  prometheus::Counter& accepted_tokens;     // and kept
   prometheus::Counter& finished;
   prometheus::Counter& cancelled;
   prometheus::Counter& failed;

@@ -3,7 +3,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "cache/page_pool.h"
 #include "common/env.h"
@@ -61,6 +64,18 @@ struct EngineOptions {
   // the step's model time: what one request's masks may add to everyone's
   // inter-token latency.
   double grammar_time_share = 0.1;
+  // Speculative decoding (runtime/ngram_drafter.h): each decoding sequence
+  // drafts up to this many tokens from its own context, verified in one pass
+  // with its newest token; a drafted token is kept exactly when the draw at
+  // its position equals it, so answers are the same bits as without (0: off).
+  int32_t speculate_tokens = 0;
+  // Only while at most this many sequences decode in a step: a larger batch
+  // is compute-bound, where verifying drafts costs more than it saves.
+  int32_t speculate_max_batch = 8;
+  // Where drafts come from: given a sequence's tokens, up to max_tokens that
+  // may follow. None: its own context (DraftFromContext). Any proposer is
+  // safe: a draft is kept only where it equals the draw.
+  std::function<std::vector<int32_t>(std::span<const int32_t> tokens, int32_t max_tokens)> drafter;
   // Host (L2) and disk (L3) tiers under the prefix cache; off when host_pages is 0.
   TierOptions tiers;
   // What the prefix cache holds, as it changes (PrefixIndex::SetEventHook),
@@ -85,6 +100,8 @@ struct EngineStats {
   // tokens (a token whose grammar walk is long counts for more: Engine::
   // ReplaySome); steps that ran while a replay was still under way.
   int64_t replay_tokens = 0, replay_max_pass = 0, steps_beside_replay = 0;
+  // Speculation: tokens drafted, and those of them the draws kept.
+  int64_t drafted_tokens = 0, accepted_tokens = 0;
   bool healthy = false;
 };
 

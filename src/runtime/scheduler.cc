@@ -115,6 +115,7 @@ bool Scheduler::Preempt(const Sequence* keep) {
     Sequence& victim = **it;
     if (&victim == keep || victim.pages.empty()) continue;
     hooks_.retire(victim);
+    victim.DropDrafts();  // drafted this step: it will compute its real tokens again
     victim.computed = 0;
     ++counters_.preemptions;
     metrics_.preemptions.Increment();
@@ -271,6 +272,7 @@ std::vector<Sequence*> Scheduler::Schedule(std::vector<SequenceChunk>* batch) {
     }
     for (auto& r : running_) {
       const int64_t pending = int64_t(r->tokens.size()) - r->computed;
+      if (r->drafted > 0) continue;  // scheduled in the first pass, with its drafts
       if (pending > 0 && (pass == 0) == (pending == 1)) order.push_back(r.get());
     }
     auto remaining = [](const Sequence* x) { return int64_t(x->tokens.size()) - x->computed; };
@@ -278,19 +280,30 @@ std::vector<Sequence*> Scheduler::Schedule(std::vector<SequenceChunk>* batch) {
       std::stable_sort(order.begin() + 1, order.end(),
                        [&](const Sequence* x, const Sequence* y) { return remaining(x) < remaining(y); });
     }
+    // Speculation while few sequences decode (a large batch is compute-bound).
+    const bool speculate = pass == 0 && options_.speculate_tokens > 0 && hooks_.draft &&
+                           int64_t(order.size()) <= options_.speculate_max_batch;
     for (size_t i = 0; i < order.size() && budget > 0; ++i) {
       Sequence& s = *order[i];
       const bool still_running = std::any_of(running_.begin(), running_.end(), [&](const auto& r) { return r.get() == &s; });
       if (s.done || !still_running) continue;  // preempted by an earlier one's EnsurePages
+      const bool decoding = pass == 0 && s.computed >= s.prompt_len;  // not a prompt's last token
+      if (speculate && decoding) hooks_.draft(s, std::min<int64_t>(budget, options_.chunk_size) - 1);
       const int64_t pending = int64_t(s.tokens.size()) - s.computed;
-      const int64_t n = std::min({pending, int64_t(options_.chunk_size), budget});
-      if (!EnsurePages(s, s.computed + n)) {
+      int64_t n = std::min({pending, int64_t(options_.chunk_size), budget});
+      bool paged = EnsurePages(s, s.computed + n);
+      if (!paged && s.drafted > 0) {  // no pages for the drafts: the newest token alone
+        s.DropDrafts();
+        n = 1;
+        paged = EnsurePages(s, s.computed + n);
+      }
+      if (!paged) {
         // Nothing left to evict or preempt: this sequence alone fills the cache.
         if (running_.size() + held_.size() == 1) hooks_.finish(s, FinishReason::kLength);
         continue;
       }
       budget -= n;
-      if (n == 1 && s.computed >= s.prompt_len) ++decode_tokens;  // a decoding sequence (not a prompt's last token)
+      if (decoding) decode_tokens += n;  // a decoding sequence's positions, its drafted ones too
       members.push_back(&s);
     }
   }
@@ -304,12 +317,13 @@ std::vector<Sequence*> Scheduler::Schedule(std::vector<SequenceChunk>* batch) {
     const int64_t pending = int64_t(s->tokens.size()) - s->computed;
     // Prompt logprobs need the logits of every prompt position: a vocab-sized
     // row per token, so such a chunk is kept to kPageTokens tokens.
-    const bool all_logits = s->spec.prompt_logprobs && !s->prompt_logprobs_sent && s->computed < s->prompt_len;
-    const int64_t n = std::min<int64_t>({pending, all_logits ? int64_t(kPageTokens) : int64_t(options_.chunk_size),
+    const bool prompt_logprobs = s->spec.prompt_logprobs && !s->prompt_logprobs_sent && s->computed < s->prompt_len;
+    const int64_t n = std::min<int64_t>({pending, prompt_logprobs ? int64_t(kPageTokens) : int64_t(options_.chunk_size),
                                          int64_t(s->pages.size()) * kPageTokens - s->computed});
+    // A drafted sequence's positions are all drawn from: logits for each.
     batch->push_back({std::span<const int32_t>(s->tokens).subspan(size_t(s->computed), size_t(n)),
-                     s->computed, s->pages, all_logits, s->gates.get()});
-    (n == 1 && s->computed >= s->prompt_len ? last_decode_tokens_ : last_prompt_tokens_) += n;
+                     s->computed, s->pages, prompt_logprobs || s->drafted > 0, s->gates.get()});
+    (n - s->drafted == 1 && s->computed >= s->prompt_len ? last_decode_tokens_ : last_prompt_tokens_) += n;
   }
   return members;
 }

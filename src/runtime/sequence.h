@@ -61,6 +61,18 @@ struct Sequence {
   // once all are.
   size_t replayed = 0;
   std::string replay_text;
+  // Speculation (EngineOptions::speculate_tokens): drafted tokens appended to
+  // `tokens` for the step that verifies them (Scheduler::Schedule appends
+  // them, Engine::DrawTokens walks and removes them), 0 outside it; and how
+  // many this sequence drafts next (adapted to its acceptance; -1: not yet).
+  int32_t drafted = 0;
+  int32_t draft_size = -1;
+  // Takes the drafted tokens back off `tokens` (a preempted sequence, or one
+  // whose draws have walked them).
+  void DropDrafts() {
+    tokens.resize(tokens.size() - size_t(drafted));
+    drafted = 0;
+  }
 };
 
 }  // namespace tandem
