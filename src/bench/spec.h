@@ -28,6 +28,7 @@ struct SpecBenchOptions {
   int requests = 4;
   int max_tokens = 128;
   int64_t context = 512;
+  int repeat = 3;  // runs of each configuration: the median time
 };
 
 int RunSpecBench(const SpecBenchOptions& a);

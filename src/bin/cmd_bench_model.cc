@@ -21,7 +21,7 @@ void RegisterModelBench(CLI::App& bench) {
   AddThreads(model, &args->threads);
   model->add_option("--chunk-tokens", args->chunk_tokens, "Prefill chunk")->check(CLI::Range(1, 1 << 16));
   model->add_option("--decode-tokens", args->decode_tokens, "Decode steps")->check(CLI::Range(1, 1 << 16));
-  model->add_option("--repeat", args->repeat, "Rounds per point (medians are reported)")->check(CLI::Range(1, 100));
+  AddRepeat(model, &args->repeat);
   model->add_option("--llama-bench", args->llama_bench,
                     "llama.cpp's llama-bench binary: run on the same file (-m) after each round, with the same threads, "
                     "and reported beside tandem's dense rows as ratios");

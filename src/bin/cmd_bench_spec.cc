@@ -19,6 +19,7 @@ void RegisterSpecBench(CLI::App& bench) {
   AddMaxTokens(cmd, &a->max_tokens);
   cmd->add_option("--verify-context", a->context, "Context tokens the verify step's cost is measured at")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+  AddRepeat(cmd, &a->repeat);
   cmd->callback([a] { SetExitCode(bench::RunSpecBench(*a)); });
 }
 

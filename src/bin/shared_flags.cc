@@ -103,6 +103,11 @@ CLI::Option* AddServerUrl(CLI::App* cmd, std::string* url) {
   return cmd->add_option("--url", *url, "host:port of the server under test (router, serve, or any OpenAI server)");
 }
 
+CLI::Option* AddRepeat(CLI::App* cmd, int* runs) {
+  return cmd->add_option("--repeat", *runs, "Runs of each measured point (medians are reported)")
+      ->check(CLI::Range(1, 100));
+}
+
 CLI::Option* AddModelPreset(CLI::App* cmd, std::string* preset) {
   std::string names;
   for (const auto& p : ModelPresets()) names += (names.empty() ? "" : ", ") + p.name;

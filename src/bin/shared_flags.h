@@ -32,5 +32,6 @@ void AddClusterKey(CLI::App* cmd, std::string* file, bool* insecure);
 void AddReference(CLI::App* cmd, std::string* url, double* near_tie_nats);
 CLI::Option* AddServerUrl(CLI::App* cmd, std::string* url);  // --url: the server under test
 CLI::Option* AddModelPreset(CLI::App* cmd, std::string* preset);  // --preset: a generated model
+CLI::Option* AddRepeat(CLI::App* cmd, int* runs);  // --repeat: a benchmark's runs of each point
 
 }  // namespace tandem::cli

@@ -76,6 +76,9 @@ void Engine::DrawTokens(std::vector<Draw>& draws, std::chrono::steady_clock::tim
   }
 }
 
+// Tokens a sequence decodes without drafts after a draft of one was not kept.
+constexpr int64_t kDraftPause = 16;
+
 // A decoding sequence's drafts for this step: from its own context, only
 // where each drafted position is drawn as decoding without drafts would draw
 // it (no token mask to advance between them, no per-token logprobs), and
@@ -85,6 +88,10 @@ void Engine::Draft(Sequence& s, int64_t max_tokens) {
     return;
   }
   if (s.draft_size < 0) s.draft_size = options_.speculate_tokens;
+  if (s.draft_size == 0) {  // paused: drafts of one were not kept; a verify step would cost more than it gives
+    if (s.generated < s.drafts_resume_at) return;
+    s.draft_size = 1;
+  }
   const int64_t room = std::min<int64_t>({max_tokens, int64_t(s.draft_size), int64_t(s.spec.max_tokens) - s.generated - 1,
                                           context_tokens_ - int64_t(s.tokens.size()) - 1});
   if (room <= 0) return;
@@ -127,6 +134,9 @@ void Engine::DrawDrafted(Sequence& s, const Draw& d) {
   const int64_t most = options_.speculate_tokens;
   if (kept == int64_t(drafts.size())) {
     s.draft_size = int32_t(std::min<int64_t>(most, 2 * int64_t(s.draft_size)));
+  } else if (kept == 0 && s.draft_size == 1) {
+    s.draft_size = 0;  // pause: decoding without drafts for kDraftPause tokens
+    s.drafts_resume_at = s.generated + kDraftPause;
   } else {
     s.draft_size = int32_t(std::max<int64_t>(1, kept == 0 ? s.draft_size / 2 : kept + 1));
   }

@@ -64,9 +64,11 @@ struct Sequence {
   // Speculation (EngineOptions::speculate_tokens): drafted tokens appended to
   // `tokens` for the step that verifies them (Scheduler::Schedule appends
   // them, Engine::DrawTokens walks and removes them), 0 outside it; and how
-  // many this sequence drafts next (adapted to its acceptance; -1: not yet).
+  // many this sequence drafts next (adapted to its acceptance; -1: not yet;
+  // 0: paused after drafts of one were not kept).
   int32_t drafted = 0;
   int32_t draft_size = -1;
+  int64_t drafts_resume_at = 0;  // draft_size 0 (nothing kept lately): drafting again from this many generated
   // Takes the drafted tokens back off `tokens` (a preempted sequence, or one
   // whose draws have walked them).
   void DropDrafts() {
