@@ -202,6 +202,7 @@ int RunSpecBench(const SpecBenchOptions& a) {
     EngineOptions with = eo;
     with.speculate_tokens = most;
     with.drafter = SetAcceptanceDrafter(references, p, model.config().vocab_size);
+    with.speculate_by_cost = false;  // the raw curve: every draft verified
     auto r = Measure(model, prompts, with, a.max_tokens, a.repeat);
     if (!r.ok()) return std::fprintf(stderr, "error: %s\n", r.status().ToString().c_str()), 1;
     char label[64];

@@ -109,7 +109,9 @@ Engine::Engine(const Model& model, const EngineOptions& options, CacheSpec spec,
                  Scheduler::Hooks{[this](Sequence& s, Status st) { Fail(s, std::move(st)); },
                                   [this](Sequence& s, FinishReason why) { Finish(s, why); },
                                   [this](Sequence& s) { Retire(s); },
-                                  [this](Sequence& s, int64_t max_tokens) { Draft(s, max_tokens); }}) {
+                                  [this](Sequence& s, int64_t max_tokens, int64_t decoding) {
+                                    Draft(s, max_tokens, decoding);
+                                  }}) {
   if (options.page_hook) pool_->SetPageHook(options.page_hook);
   if (index_ && options.prefix_events) index_->SetEventHook(options.prefix_events);
   numerics_ = ComputeNumericsIdentity(model, spec_);

@@ -117,7 +117,7 @@ class Engine final : private RoleHost {
   };
   // Speculation: a decoding sequence's drafts for this step (Scheduler::Hooks::draft),
   // and their walk (each kept exactly when the draw at its position equals it).
-  void Draft(Sequence& seq, int64_t max_tokens);
+  void Draft(Sequence& seq, int64_t max_tokens, int64_t decoding);
   void DrawDrafted(Sequence& seq, const Draw& draw);
   void RunBatch(const std::vector<Sequence*>& members, const std::vector<SequenceChunk>& batch,
                 std::vector<Draw>* draws);

@@ -83,18 +83,44 @@ constexpr int64_t kDraftPause = 16;
 // where each drafted position is drawn as decoding without drafts would draw
 // it (no token mask to advance between them, no per-token logprobs), and
 // never past its max_tokens or the context (the walk draws one more).
-void Engine::Draft(Sequence& s, int64_t max_tokens) {
+void Engine::Draft(Sequence& s, int64_t max_tokens, int64_t decoding) {
   if (s.drafted > 0 || s.done || !s.spec.sampling.constraint.empty() || s.spec.logprobs >= 0 || !s.mask_row.empty()) {
     return;
   }
   if (s.draft_size < 0) s.draft_size = options_.speculate_tokens;
-  if (s.draft_size == 0) {  // paused: drafts of one were not kept; a verify step would cost more than it gives
+  bool probe = false;  // after a pause: one token, to measure acceptance again
+  if (s.draft_size == 0) {
     if (s.generated < s.drafts_resume_at) return;
     s.draft_size = 1;
+    probe = true;
   }
-  const int64_t room = std::min<int64_t>({max_tokens, int64_t(s.draft_size), int64_t(s.spec.max_tokens) - s.generated - 1,
-                                          context_tokens_ - int64_t(s.tokens.size()) - 1});
+  int64_t room = std::min<int64_t>({max_tokens, int64_t(s.draft_size), int64_t(s.spec.max_tokens) - s.generated - 1,
+                                    context_tokens_ - int64_t(s.tokens.size()) - 1});
   if (room <= 0) return;
+  // Drafts only where they pay, by the step's measured costs (runtime/step_budget.h):
+  // k drafted positions add about k prompt tokens' time to a step every one of the
+  // `decoding` sequences waits for, and give this sequence the drafts it keeps,
+  // a^1 + ... + a^k expected at its acceptance so far a (a small model's step
+  // is compute-bound: a position costs as much as the step, and nothing pays).
+  const double step_s = scheduler_.step_budget().decode_step_seconds();
+  const double position_s = scheduler_.step_budget().per_prompt_token_seconds();
+  if (options_.speculate_by_cost && !probe && step_s > 0 && position_s > 0) {
+    const double a = double(s.drafts_kept + 1) / double(s.drafts_offered + 2);
+    double expected = 0, power = 1, best_gain = 0;
+    int64_t best = 0;
+    for (int64_t k = 1; k <= room; ++k) {
+      power *= a;
+      expected += power;
+      const double gain = expected * step_s - double(decoding) * double(k) * position_s;
+      if (gain > best_gain) best_gain = gain, best = k;
+    }
+    if (best == 0) {  // not worth a draft now: decode without, and look again later
+      s.draft_size = 0;
+      s.drafts_resume_at = s.generated + kDraftPause;
+      return;
+    }
+    room = best;
+  }
   const std::vector<int32_t> draft = options_.drafter ? options_.drafter(s.tokens, int32_t(room))
                                                       : DraftFromContext(s.tokens, int32_t(room));
   if (draft.empty() || int64_t(draft.size()) > room) return;
@@ -128,6 +154,8 @@ void Engine::DrawDrafted(Sequence& s, const Draw& d) {
     ++kept;
   }
   s.computed = std::min<int64_t>(first + kept, int64_t(s.tokens.size()));
+  s.drafts_offered += int64_t(drafts.size());
+  s.drafts_kept += kept;
   counters_.accepted_tokens += kept;
   metrics_.accepted_tokens.Increment(double(kept));
   // The next draft's size follows this one's acceptance.

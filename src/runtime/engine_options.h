@@ -72,6 +72,9 @@ struct EngineOptions {
   // Only while at most this many sequences decode in a step: a larger batch
   // is compute-bound, where verifying drafts costs more than it saves.
   int32_t speculate_max_batch = 8;
+  // Draft only where the step's measured costs say drafts pay (Engine::Draft);
+  // false: whenever a draft is found (a benchmark's acceptance curve).
+  bool speculate_by_cost = true;
   // Where drafts come from: given a sequence's tokens, up to max_tokens that
   // may follow. None: its own context (DraftFromContext). Any proposer is
   // safe: a draft is kept only where it equals the draw.

@@ -261,13 +261,15 @@ void Scheduler::Admit() {
 std::vector<Sequence*> Scheduler::Schedule(std::vector<SequenceChunk>* batch) {
   std::vector<Sequence*> members;
   int64_t budget = options_.max_batch_tokens;
-  int64_t decode_tokens = 0;
+  int64_t decode_tokens = 0, drafted_tokens = 0;
   last_prompt_budget_ = -1;
   std::vector<Sequence*> order;
   for (int pass = 0; pass < 2; ++pass) {
     order.clear();
     if (pass == 1 && decode_tokens > 0) {  // prompts beside decoding sequences: the step-time bound
-      const int64_t prompt_budget = step_budget_.PromptTokens(decode_tokens);
+      // Drafted positions cost what prompt tokens do (the same forward work).
+      const int64_t prompt_budget =
+          std::max<int64_t>(1, step_budget_.PromptTokens(decode_tokens) - drafted_tokens);
       if (prompt_budget < budget) budget = last_prompt_budget_ = prompt_budget;
     }
     for (auto& r : running_) {
@@ -288,7 +290,9 @@ std::vector<Sequence*> Scheduler::Schedule(std::vector<SequenceChunk>* batch) {
       const bool still_running = std::any_of(running_.begin(), running_.end(), [&](const auto& r) { return r.get() == &s; });
       if (s.done || !still_running) continue;  // preempted by an earlier one's EnsurePages
       const bool decoding = pass == 0 && s.computed >= s.prompt_len;  // not a prompt's last token
-      if (speculate && decoding) hooks_.draft(s, std::min<int64_t>(budget, options_.chunk_size) - 1);
+      if (speculate && decoding) {
+        hooks_.draft(s, std::min<int64_t>(budget, options_.chunk_size) - 1, int64_t(order.size()));
+      }
       const int64_t pending = int64_t(s.tokens.size()) - s.computed;
       int64_t n = std::min({pending, int64_t(options_.chunk_size), budget});
       bool paged = EnsurePages(s, s.computed + n);
@@ -303,7 +307,8 @@ std::vector<Sequence*> Scheduler::Schedule(std::vector<SequenceChunk>* batch) {
         continue;
       }
       budget -= n;
-      if (decoding) decode_tokens += n;  // a decoding sequence's positions, its drafted ones too
+      if (decoding) ++decode_tokens;  // a decoding sequence (not a prompt's last token)
+      drafted_tokens += s.drafted;
       members.push_back(&s);
     }
   }
@@ -323,7 +328,9 @@ std::vector<Sequence*> Scheduler::Schedule(std::vector<SequenceChunk>* batch) {
     // A drafted sequence's positions are all drawn from: logits for each.
     batch->push_back({std::span<const int32_t>(s->tokens).subspan(size_t(s->computed), size_t(n)),
                      s->computed, s->pages, prompt_logprobs || s->drafted > 0, s->gates.get()});
-    (n - s->drafted == 1 && s->computed >= s->prompt_len ? last_decode_tokens_ : last_prompt_tokens_) += n;
+    // The step's cost model counts a drafted position as a prompt token (runtime/step_budget.h).
+    (n - s->drafted == 1 && s->computed >= s->prompt_len ? last_decode_tokens_ : last_prompt_tokens_) += n - s->drafted;
+    last_prompt_tokens_ += s->drafted;
   }
   return members;
 }

@@ -40,8 +40,9 @@ class Scheduler {
     std::function<void(Sequence&, FinishReason)> finish;      // end a request (kLength)
     std::function<void(Sequence&)> retire;                    // give its pages back (full ones to the prefix cache)
     // Speculation: append up to `max_tokens` drafted tokens to a decoding
-    // sequence (Sequence::drafted says how many); none: no drafts.
-    std::function<void(Sequence&, int64_t max_tokens)> draft;
+    // sequence, one of `decoding` in this step (Sequence::drafted says how
+    // many); none: no drafts.
+    std::function<void(Sequence&, int64_t max_tokens, int64_t decoding)> draft;
   };
   // `role` decides each admission (runtime/engine_role.h).
   Scheduler(const EngineOptions& options, PagePool& pool, PrefixIndex* index, EngineMetrics& metrics,

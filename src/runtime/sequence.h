@@ -68,7 +68,8 @@ struct Sequence {
   // 0: paused after drafts of one were not kept).
   int32_t drafted = 0;
   int32_t draft_size = -1;
-  int64_t drafts_resume_at = 0;  // draft_size 0 (nothing kept lately): drafting again from this many generated
+  int64_t drafts_resume_at = 0;  // draft_size 0 (paused): drafting again from this many generated
+  int64_t drafts_offered = 0, drafts_kept = 0;  // its acceptance so far
   // Takes the drafted tokens back off `tokens` (a preempted sequence, or one
   // whose draws have walked them).
   void DropDrafts() {

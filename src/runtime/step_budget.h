@@ -34,6 +34,8 @@ class StepBudget {
   // Measured prompt throughput (tokens per second); 0 until measured.
   double prompt_tokens_per_second() const;
   double decode_step_seconds() const { return decode_step_s_; }
+  // Seconds a prompt token (or a drafted one: the same forward work) adds to a step; 0 until measured.
+  double per_prompt_token_seconds() const { return prompt_seen_ && decode_seen_ ? per_prompt_s_ : 0.0; }
   bool enabled() const { return target_s_ > 0; }
 
  private:
