@@ -31,6 +31,9 @@ StatusOr<CacheSpec> CheckOptions(const Model& model, const EngineOptions& option
     return InvalidArgument("engine options out of range (max-running, chunk-size, max-batch-tokens, "
                            "grammar-work-per-step >= 1; grammar-time-share in (0, 100]; cache >= one page)");
   }
+  if (options.speculate_tokens < 0 || options.speculate_tokens > 64 || options.speculate_max_batch < 1) {
+    return InvalidArgument("speculation options out of range (speculate 0..64 drafted tokens, speculate-max-batch >= 1)");
+  }
   TANDEM_ASSIGN_OR_RETURN(CacheSpec spec, MakeCacheSpec(model.config(), options.attention));
   if (const std::string advice = model.config().arch().AttentionAdvice(model.config(), spec.attention);
       !advice.empty()) {
@@ -377,7 +380,10 @@ void Engine::RunBatch(const std::vector<Sequence*>& members, const std::vector<S
     role_->AfterForward();
   }
   if (!st.ok()) {
-    for (Sequence* s : members) Fail(*s, st);
+    for (Sequence* s : members) {
+      s->DropDrafts();
+      Fail(*s, st);
+    }
     return;
   }
   const size_t vocab = size_t(model_.config().vocab_size);

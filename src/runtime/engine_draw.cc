@@ -124,10 +124,10 @@ void Engine::Draft(Sequence& s, int64_t max_tokens, int64_t decoding) {
   const std::vector<int32_t> draft = options_.drafter ? options_.drafter(s.tokens, int32_t(room))
                                                       : DraftFromContext(s.tokens, int32_t(room));
   if (draft.empty() || int64_t(draft.size()) > room) return;
+  const int32_t vocab = model_.config().vocab_size;
+  if (std::any_of(draft.begin(), draft.end(), [&](int32_t t) { return t < 0 || t >= vocab; })) return;
   s.tokens.insert(s.tokens.end(), draft.begin(), draft.end());
   s.drafted = int32_t(draft.size());
-  counters_.drafted_tokens += s.drafted;
-  metrics_.drafted_tokens.Increment(double(s.drafted));
 }
 
 // The draws of a drafted sequence, position by position, as decoding without
@@ -143,6 +143,9 @@ void Engine::DrawDrafted(Sequence& s, const Draw& d) {
   const size_t vocab = size_t(model_.config().vocab_size);
   int64_t kept = 0;
   for (size_t i = 0; i <= drafts.size() && !s.done; ++i) {
+    // The rows verified so far (its newest token's, the kept drafts'): what a
+    // Finish in this draw's Emit hands to the prefix index.
+    s.computed = first + kept;
     const std::span<const float> row = i == 0 ? d.row : d.drafted_rows.subspan((i - 1) * vocab, vocab);
     const int32_t token = sampler_.Sample(row, s.spec.sampling, s.tokens, int64_t(s.tokens.size()), s.prompt_len);
     if (std::optional<FinishReason> taken = role_->TakeToken(s, token)) {
@@ -156,6 +159,8 @@ void Engine::DrawDrafted(Sequence& s, const Draw& d) {
   s.computed = std::min<int64_t>(first + kept, int64_t(s.tokens.size()));
   s.drafts_offered += int64_t(drafts.size());
   s.drafts_kept += kept;
+  counters_.drafted_tokens += int64_t(drafts.size());
+  metrics_.drafted_tokens.Increment(double(drafts.size()));
   counters_.accepted_tokens += kept;
   metrics_.accepted_tokens.Increment(double(kept));
   // The next draft's size follows this one's acceptance.

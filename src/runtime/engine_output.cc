@@ -183,7 +183,9 @@ void Engine::Retire(Sequence& s) {
   }
   role_->BeforeRelease(s);
   if (index_ && !s.pages.empty()) {
-    const auto computed = std::span<const int32_t>(s.tokens).first(size_t(s.computed));
+    // Only verified rows: never past the sequence's real tokens (drafts are not its tokens).
+    const size_t verified = size_t(std::min<int64_t>(s.computed, int64_t(s.tokens.size()) - s.drafted));
+    const auto computed = std::span<const int32_t>(s.tokens).first(verified);
     index_->Insert(computed, s.pages, /*with_partial=*/true, s.cache_root);
     if (tiers_) tiers_->OnL1Insert(computed, s.pages, s.cache_root);
   }

@@ -70,6 +70,28 @@ void Scheduler::CountPrompt(const Sequence& seq) {
 
 // Pages for tokens [0, tokens) of seq; evicts cached prefixes first, then
 // preempts other sequences. False when even that cannot make room.
+// A drafted sequence's drafts, in the pages it holds and free ones: a draft
+// never evicts a cached page nor preempts a sequence. Drafts past them are
+// taken back.
+void Scheduler::FitDrafts(Sequence& seq) {
+  int64_t held = int64_t(seq.pages.size()) * kPageTokens;
+  const int64_t want = seq.computed + 1 + seq.drafted;
+  if (want > held) {
+    const int64_t more = std::min<int64_t>((want - held + kPageTokens - 1) / kPageTokens, pool_.free_pages());
+    if (more > 0) {
+      if (auto pages = pool_.Allocate(more); pages.ok()) {
+        seq.pages.insert(seq.pages.end(), pages->begin(), pages->end());
+        held += more * kPageTokens;
+      }
+    }
+  }
+  const int64_t fit = std::max<int64_t>(0, held - seq.computed - 1);
+  if (fit < seq.drafted) {
+    seq.tokens.resize(seq.tokens.size() - size_t(seq.drafted - fit));
+    seq.drafted = int32_t(fit);
+  }
+}
+
 bool Scheduler::EnsurePages(Sequence& seq, int64_t tokens) {
   const int64_t need = (tokens + kPageTokens - 1) / kPageTokens - int64_t(seq.pages.size());
   if (need <= 0) return true;
@@ -261,15 +283,13 @@ void Scheduler::Admit() {
 std::vector<Sequence*> Scheduler::Schedule(std::vector<SequenceChunk>* batch) {
   std::vector<Sequence*> members;
   int64_t budget = options_.max_batch_tokens;
-  int64_t decode_tokens = 0, drafted_tokens = 0;
+  int64_t decode_tokens = 0;
   last_prompt_budget_ = -1;
   std::vector<Sequence*> order;
   for (int pass = 0; pass < 2; ++pass) {
     order.clear();
     if (pass == 1 && decode_tokens > 0) {  // prompts beside decoding sequences: the step-time bound
-      // Drafted positions cost what prompt tokens do (the same forward work).
-      const int64_t prompt_budget =
-          std::max<int64_t>(1, step_budget_.PromptTokens(decode_tokens) - drafted_tokens);
+      const int64_t prompt_budget = step_budget_.PromptTokens(decode_tokens);
       if (prompt_budget < budget) budget = last_prompt_budget_ = prompt_budget;
     }
     for (auto& r : running_) {
@@ -283,32 +303,37 @@ std::vector<Sequence*> Scheduler::Schedule(std::vector<SequenceChunk>* batch) {
                        [&](const Sequence* x, const Sequence* y) { return remaining(x) < remaining(y); });
     }
     // Speculation while few sequences decode (a large batch is compute-bound).
+    const int64_t decoding_count = std::count_if(order.begin(), order.end(),
+                                                 [](const Sequence* x) { return x->computed >= x->prompt_len; });
     const bool speculate = pass == 0 && options_.speculate_tokens > 0 && hooks_.draft &&
-                           int64_t(order.size()) <= options_.speculate_max_batch;
+                           decoding_count <= options_.speculate_max_batch;
     for (size_t i = 0; i < order.size() && budget > 0; ++i) {
       Sequence& s = *order[i];
       const bool still_running = std::any_of(running_.begin(), running_.end(), [&](const auto& r) { return r.get() == &s; });
       if (s.done || !still_running) continue;  // preempted by an earlier one's EnsurePages
       const bool decoding = pass == 0 && s.computed >= s.prompt_len;  // not a prompt's last token
-      if (speculate && decoding) {
-        hooks_.draft(s, std::min<int64_t>(budget, options_.chunk_size) - 1, int64_t(order.size()));
+      if (speculate && decoding) {  // leaving a token of the budget to each sequence after it
+        const int64_t later = int64_t(order.size() - i - 1);
+        hooks_.draft(s, std::min<int64_t>(budget - later, options_.chunk_size) - 1, decoding_count);
       }
       const int64_t pending = int64_t(s.tokens.size()) - s.computed;
       int64_t n = std::min({pending, int64_t(options_.chunk_size), budget});
-      bool paged = EnsurePages(s, s.computed + n);
-      if (!paged && s.drafted > 0) {  // no pages for the drafts: the newest token alone
-        s.DropDrafts();
-        n = 1;
+      bool paged;
+      if (s.drafted > 0) {  // the newest token's page as without drafts; the drafts only in pages held or free
+        paged = EnsurePages(s, s.computed + 1);
+        if (paged) FitDrafts(s);
+        n = 1 + s.drafted;
+      } else {
         paged = EnsurePages(s, s.computed + n);
       }
       if (!paged) {
+        s.DropDrafts();
         // Nothing left to evict or preempt: this sequence alone fills the cache.
         if (running_.size() + held_.size() == 1) hooks_.finish(s, FinishReason::kLength);
         continue;
       }
       budget -= n;
       if (decoding) ++decode_tokens;  // a decoding sequence (not a prompt's last token)
-      drafted_tokens += s.drafted;
       members.push_back(&s);
     }
   }
@@ -328,9 +353,8 @@ std::vector<Sequence*> Scheduler::Schedule(std::vector<SequenceChunk>* batch) {
     // A drafted sequence's positions are all drawn from: logits for each.
     batch->push_back({std::span<const int32_t>(s->tokens).subspan(size_t(s->computed), size_t(n)),
                      s->computed, s->pages, prompt_logprobs || s->drafted > 0, s->gates.get()});
-    // The step's cost model counts a drafted position as a prompt token (runtime/step_budget.h).
-    (n - s->drafted == 1 && s->computed >= s->prompt_len ? last_decode_tokens_ : last_prompt_tokens_) += n - s->drafted;
-    last_prompt_tokens_ += s->drafted;
+    // A drafted sequence's positions are its decode step's (the step's cost model: runtime/step_budget.h).
+    (n - s->drafted == 1 && s->computed >= s->prompt_len ? last_decode_tokens_ : last_prompt_tokens_) += n;
   }
   return members;
 }

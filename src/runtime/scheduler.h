@@ -86,6 +86,7 @@ class Scheduler {
 
  private:
   bool EnsurePages(Sequence& seq, int64_t tokens);
+  void FitDrafts(Sequence& seq);
   bool LookupTiers(Sequence& seq, PrefixIndex::Match& l1, int64_t max_tokens);
   void ReleasePartial(PrefixIndex::Match& hit);
   int64_t CopyPartial(Sequence& seq, PrefixIndex::Match& hit);

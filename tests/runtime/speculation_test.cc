@@ -88,6 +88,22 @@ void ExpectSameAnswers(const Model& model, const std::vector<RequestSpec>& specs
     EXPECT_EQ(got[i].tokens, want[i].tokens) << "request " << i << " answered otherwise with speculation";
     EXPECT_EQ(got[i].finish, want[i].finish) << "request " << i;
   }
+  // The next turn of each conversation, on the same engines: their prefix
+  // caches hold what the first answers left (on the speculating engine, only
+  // verified rows may be there, whatever ended an answer mid-draft).
+  std::vector<RequestSpec> next = specs;
+  for (size_t i = 0; i < next.size(); ++i) {
+    next[i].prompt.insert(next[i].prompt.end(), want[i].tokens.begin(), want[i].tokens.end());
+    next[i].prompt.insert(next[i].prompt.end(), specs[i].prompt.begin() + 1, specs[i].prompt.begin() + 6);
+    next[i].max_tokens = std::min(next[i].max_tokens, 48);
+  }
+  const std::vector<Answer> want_next = Answers(**a, next);
+  const std::vector<Answer> got_next = Answers(**b, next);
+  ASSERT_EQ(got_next.size(), want_next.size());
+  for (size_t i = 0; i < next.size(); ++i) {
+    EXPECT_EQ(got_next[i].tokens, want_next[i].tokens) << "follow-up " << i << " answered otherwise with speculation";
+  }
+  EXPECT_GT((*b)->Stats().prefix_hit_tokens, 0) << "the follow-ups found nothing cached";
   const EngineStats s = (*b)->Stats();
   *drafted = s.drafted_tokens;
   *accepted = s.accepted_tokens;
@@ -157,6 +173,74 @@ TEST(Speculation, PreemptedSequencesHoldingDraftsAnswerTheSameTokens) {
             << preemptions << " preemptions\n";
   EXPECT_GT(preemptions, 0) << "the cache was large enough: nothing was preempted";
   EXPECT_GT(drafted, 0);
+}
+
+// An answer ended by a stop string whose last token is drawn where a draft
+// was refused, with drafts still after it: only the verified rows may reach
+// the prefix cache, or the next turn of the conversation reads a row computed
+// for a token the answer does not have.
+TEST(Speculation, AnAnswerStoppedMidDraftLeavesOnlyVerifiedRowsCached) {
+  auto model = testing::MakePresetModel("tiny", TensorType::kF32);
+  const Model& m = *model->model;
+  const Tokenizer& tok = m.tokenizer();
+  EngineOptions plain;
+  plain.threads = 2;
+  auto a = Engine::Create(m, plain);
+  ASSERT_TRUE(a.ok());
+  RequestSpec first;
+  first.prompt = tok.Encode("Once upon a time, there was a little girl", tok.add_bos(), false);
+  first.max_tokens = 40;
+  first.ignore_eos = true;
+  const std::vector<Answer> free_run = Answers(**a, {first});
+  ASSERT_EQ(free_run.size(), 1u);
+  // A stop string that ends the answer at its 12th token or later: that token's text, first seen there.
+  const std::vector<int32_t>& free_tokens = free_run[0].tokens;
+  std::string stop;
+  size_t stop_at = 0;
+  for (size_t k = 12; k < free_tokens.size() && stop.empty(); ++k) {
+    const std::string before = tok.Decode(std::span<const int32_t>(free_tokens).first(k));
+    const std::string upto = tok.Decode(std::span<const int32_t>(free_tokens).first(k + 1));
+    if (upto.size() < before.size() + 2) continue;
+    const std::string piece = upto.substr(before.size());
+    if (before.find(piece) == std::string::npos) stop = piece, stop_at = first.prompt.size() + k;
+  }
+  ASSERT_FALSE(stop.empty()) << "no token of the answer has text of its own to stop on";
+  // Drafts of the answer itself, but a wrong token where the stop's token
+  // goes: the step that draws it keeps the drafts before it, refuses that
+  // one, and has drafts after it.
+  std::vector<int32_t> reference = first.prompt;
+  reference.insert(reference.end(), free_tokens.begin(), free_tokens.end());
+  EngineOptions spec = plain;
+  spec.speculate_tokens = 4;
+  spec.speculate_by_cost = false;
+  spec.drafter = [&](std::span<const int32_t> tokens, int32_t max_tokens) {
+    std::vector<int32_t> out;
+    for (size_t p = tokens.size(); p < reference.size() && out.size() < size_t(max_tokens); ++p) {
+      out.push_back(p == stop_at ? (reference[p] + 1) % m.config().vocab_size : reference[p]);
+    }
+    return out;
+  };
+  auto b = Engine::Create(m, spec);
+  ASSERT_TRUE(b.ok());
+  first.stop = {stop};
+  const std::vector<Answer> want = Answers(**a, {first});
+  const std::vector<Answer> got = Answers(**b, {first});
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(got[0].tokens, want[0].tokens);
+  ASSERT_EQ(got[0].finish, FinishReason::kStop);
+  EXPECT_GT((*b)->Stats().accepted_tokens, 0);
+  // The next turn: the answer and more text, which finds the answer's rows cached.
+  RequestSpec next = first;
+  next.stop.clear();
+  next.prompt.insert(next.prompt.end(), want[0].tokens.begin(), want[0].tokens.end());
+  const std::vector<int32_t> more = tok.Encode(" and then", false, false);
+  next.prompt.insert(next.prompt.end(), more.begin(), more.end());
+  next.max_tokens = 16;
+  const std::vector<Answer> want_next = Answers(**a, {next});
+  const std::vector<Answer> got_next = Answers(**b, {next});
+  ASSERT_EQ(got_next.size(), 1u);
+  EXPECT_EQ(got_next[0].tokens, want_next[0].tokens) << "the next turn read a row of a refused draft";
+  EXPECT_GT((*b)->Stats().prefix_hit_tokens, 0) << "the next turn found nothing cached";
 }
 
 // By cost (the default), a compute-bound model drafts little or nothing; its
