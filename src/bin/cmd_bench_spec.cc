@@ -11,7 +11,9 @@ void RegisterSpecBench(CLI::App& bench) {
   CLI::App* cmd = bench.add_subcommand(
       "spec", "Speculative decoding: acceptance, tokens per step, speedup and the verify step's cost (answers checked)");
   ModelOptions::AddTo(cmd, &a->model);
-  cmd->add_option("--drafts", a->speculate, "Draft sizes compared (each engine's --speculate)")->delimiter(',');
+  cmd->add_option("--drafts", a->speculate, "Draft sizes compared (each engine's --speculate)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 16));
   cmd->add_option("--acceptance", a->acceptance, "Per-token acceptance of the set-acceptance drafts (0..1)")
       ->delimiter(',')
       ->check(CLI::Range(0.0, 1.0));

@@ -149,6 +149,7 @@ void Engine::DrawDrafted(Sequence& s, const Draw& d) {
     const std::span<const float> row = i == 0 ? d.row : d.drafted_rows.subspan((i - 1) * vocab, vocab);
     const int32_t token = sampler_.Sample(row, s.spec.sampling, s.tokens, int64_t(s.tokens.size()), s.prompt_len);
     if (std::optional<FinishReason> taken = role_->TakeToken(s, token)) {
+      metrics_.ttft.Observe(SecondsBetween(s.arrival, options_.env->Now()));
       Finish(s, *taken);
       break;
     }
