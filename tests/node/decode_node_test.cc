@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
 #include <thread>
 
 #include "node/prefill_node.h"
@@ -22,23 +23,30 @@ using namespace std::chrono_literals;
 
 Membership Keyless() { return Membership(transfer::ClusterKey{}, true, "test"); }
 
-TEST(DecodeNode, AsADecodeServerItAnswersOverHttpWithPromptsComputedByItsPrefillNode) {
-  auto model = testing::MakePresetModel("tiny", TensorType::kF32);
-  testing::FakeEnv env;  // every deadline and liveness check on one clock that stands still
+using MakeTransport = std::function<StatusOr<std::unique_ptr<transfer::Transport>>()>;
+
+// Transports on one in-process network.
+MakeTransport Loopback() {
   auto net = std::make_shared<transfer::LoopbackNetwork>();
-  auto loopback = [net]() -> StatusOr<std::unique_ptr<transfer::Transport>> {
+  return [net]() -> StatusOr<std::unique_ptr<transfer::Transport>> {
     return std::unique_ptr<transfer::Transport>(new transfer::LoopbackTransport(net));
   };
+}
+
+// A prefill node at "prefill:0" on `env`'s clock.
+PrefillNodeOptions PrefillOn(testing::FakeEnv& env, const MakeTransport& transport) {
   PrefillNodeOptions p;
   p.prefill.env = &env;
   p.prefill.engine.cache_tokens = 64 * kPageTokens;
   p.prefill.engine.threads = 1;
   p.prefill.heartbeat_interval = 20ms;
   p.host = "prefill";
-  p.make_transport = loopback;
-  auto prefill = PrefillNode::Start(*model->model, p, Keyless());
-  ASSERT_TRUE(prefill.ok()) << prefill.status().ToString();
+  p.make_transport = transport;
+  return p;
+}
 
+// A decode server of that prefill node, every prompt computed there.
+DecodeNodeOptions DecodeServerOn(testing::FakeEnv& env, const MakeTransport& transport) {
   DecodeNodeOptions o;
   o.engine.env = &env;
   o.engine.threads = 1;
@@ -47,8 +55,20 @@ TEST(DecodeNode, AsADecodeServerItAnswersOverHttpWithPromptsComputedByItsPrefill
   o.server.model_id = "tiny";
   o.decode.emplace();
   o.decode->prefill_addresses = "prefill:0";
-  o.decode->local_prefill = false;  // every prompt goes to the prefill node
-  o.decode->make_transport = loopback;
+  o.decode->local_prefill = false;
+  o.decode->make_transport = transport;
+  return o;
+}
+
+TEST(DecodeNode, AsADecodeServerItAnswersOverHttpWithPromptsComputedByItsPrefillNode) {
+  auto model = testing::MakePresetModel("tiny", TensorType::kF32);
+  testing::FakeEnv env;  // every deadline and liveness check on one clock that stands still
+  const auto loopback = Loopback();
+  const PrefillNodeOptions p = PrefillOn(env, loopback);
+  auto prefill = PrefillNode::Start(*model->model, p, Keyless());
+  ASSERT_TRUE(prefill.ok()) << prefill.status().ToString();
+
+  DecodeNodeOptions o = DecodeServerOn(env, loopback);
   auto node = DecodeNode::Start(*model->model, o, Keyless());
   ASSERT_TRUE(node.ok()) << node.status().ToString();
   EXPECT_TRUE((*node)->decode_server());
@@ -76,30 +96,12 @@ TEST(DecodeNode, AsADecodeServerItAnswersOverHttpWithPromptsComputedByItsPrefill
 TEST(DecodeNode, APrefillNodeStartedAgainIsLinkedAfterTheBackoffOnTheNodesClock) {
   auto model = testing::MakePresetModel("tiny", TensorType::kF32);
   testing::FakeEnv env;
-  auto net = std::make_shared<transfer::LoopbackNetwork>();
-  auto loopback = [net]() -> StatusOr<std::unique_ptr<transfer::Transport>> {
-    return std::unique_ptr<transfer::Transport>(new transfer::LoopbackTransport(net));
-  };
-  PrefillNodeOptions p;
-  p.prefill.env = &env;
-  p.prefill.engine.cache_tokens = 64 * kPageTokens;
-  p.prefill.engine.threads = 1;
-  p.prefill.heartbeat_interval = 20ms;
-  p.host = "prefill";
-  p.make_transport = loopback;
+  const auto loopback = Loopback();
+  const PrefillNodeOptions p = PrefillOn(env, loopback);
   auto first = PrefillNode::Start(*model->model, p, Keyless());
   ASSERT_TRUE(first.ok()) << first.status().ToString();
 
-  DecodeNodeOptions o;
-  o.engine.env = &env;
-  o.engine.threads = 1;
-  o.engine.cache_tokens = 64 * kPageTokens;
-  o.server.port = 0;
-  o.server.model_id = "tiny";
-  o.decode.emplace();
-  o.decode->prefill_addresses = "prefill:0";
-  o.decode->local_prefill = false;
-  o.decode->make_transport = loopback;
+  DecodeNodeOptions o = DecodeServerOn(env, loopback);
   auto node = DecodeNode::Start(*model->model, o, Keyless());
   ASSERT_TRUE(node.ok()) << node.status().ToString();
   Engine& engine = (*node)->engine();
